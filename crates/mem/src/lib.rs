@@ -1,0 +1,1 @@
+//! Myriad's peer-local memory manager (placeholder while the first layer lands).
