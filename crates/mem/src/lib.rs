@@ -1,1 +1,1396 @@
-//! Myriad's peer-local memory manager (placeholder while the first layer lands).
+//! # myriad-mem: the peer-local memory manager
+//!
+//! Stores billions of small chunks (16–128 bytes typical, 1 byte to 1 GiB possible) in one
+//! large memory region with about 8 bytes of metadata each, and finds any chunk by its
+//! 64-bit [`ChunkId`] in a handful of loads (the DXMem design of the DXRAM system).
+//!
+//! ## Parts
+//! - **CID table** (`table`): paging-like translation, a root per creator node and four
+//!   levels of 4,096 slots over the 48-bit local ID, to one 64-bit entry per chunk.
+//! - **Entry** (`entry`): address, embedded length, read/write lock, pinned flag and state of
+//!   a chunk in one word, changed with compare-and-swap.
+//! - **Allocator** (`alloc`): 64 KiB pages on one `mmap`ed region; size-class slabs sharded
+//!   per thread for chunks up to 256 KiB, whole coalescing page spans above.
+//! - **Local IDs**: sequential per node, handed to threads in blocks, and reused from a
+//!   bounded store of spare IDs after removes, so IDs stay dense.
+//!
+//! ## Invariants
+//! - No global lock on `get`/`put`: they touch only the chunk's entry (one CAS to lock, one
+//!   atomic to unlock) and its bytes.
+//! - A reader never sees a torn value: every read of chunk bytes happens under the chunk's
+//!   read lock, every write under its write lock, including remove, resize and create.
+//! - Memory of a chunk is freed only by the holder of its write lock, after which the entry
+//!   no longer points at it; tables are never freed while the manager lives.
+//! - No input makes it panic or touch memory outside a chunk: every error is a [`MemError`].
+//!
+//! ## Who calls it
+//! The node (serving local and remote chunk access, recovery inserting chunks with their
+//! original IDs), and benchmarks. It knows nothing of the network, disks or other nodes.
+//! It is `Sync`: share one manager between threads with an `Arc`.
+
+mod alloc;
+mod cid;
+mod entry;
+mod error;
+mod lock;
+mod region;
+mod table;
+mod typed;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+pub use cid::{ChunkId, NodeId, ParseChunkIdError, LOCAL_ID_BITS, LOCAL_ID_MAX};
+pub use error::{MemError, MemResult};
+pub use typed::ChunkCodec;
+
+use entry::State;
+use lock::{LockFailure, ReadGuard, Wait, WriteGuard};
+use table::{Table, SLOTS_PER_TABLE};
+
+/// Local IDs a thread takes from the node's counter at a time, so that two threads creating
+/// chunks write to different cache lines of the table.
+const LOCAL_ID_BLOCK: u64 = 64;
+/// Chunks whose table entries and data a batch call fetches ahead at once.
+const BATCH_WINDOW: usize = 32;
+
+/// Settings of a memory manager. Every field has a default (see [`Default`]).
+#[derive(Debug, Clone)]
+pub struct MemoryConfig {
+    /// This node's ID: the creator part of the CIDs it hands out.
+    pub node_id: NodeId,
+    /// Size of the data region reserved up front. Costs address space only; RAM is used as
+    /// chunks fill it. Default 4 GiB; at most 8 TiB.
+    pub region_bytes: u64,
+    /// The largest chunk. Default 1 GiB (capped to the region).
+    pub chunk_bytes_max: u64,
+    /// Capacity of the store of removed local IDs waiting for reuse. Removes beyond it
+    /// leave their ID unused. Default 2^20 (8 MiB).
+    pub spare_local_ids_max: usize,
+    /// How long `get`, `put` and the other calls that lock a chunk wait for it before
+    /// failing with [`MemError::LockTimeout`]. Default 10 s.
+    pub lock_timeout: Duration,
+    /// Allocator shards per size class (threads map to shards). 0 picks twice the CPU
+    /// count, at most 16.
+    pub shards: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            node_id: NodeId(0),
+            region_bytes: 4 << 30,
+            chunk_bytes_max: 1 << 30,
+            spare_local_ids_max: 1 << 20,
+            lock_timeout: Duration::from_secs(10),
+            shards: 0,
+        }
+    }
+}
+
+/// A snapshot of the memory manager's counters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemoryStats {
+    /// Live chunks.
+    pub chunks: u64,
+    /// Their payload bytes.
+    pub payload_bytes: u64,
+    /// Bytes of the region in slabs and spans (payload plus slack plus free slots).
+    pub allocated_bytes: u64,
+    /// Bytes of metadata: CID tables, allocator descriptors and the spare-ID store.
+    pub metadata_bytes: u64,
+    /// The CID tables' share of `metadata_bytes`.
+    pub table_bytes: u64,
+    /// Free bytes in the region (free slots plus free pages).
+    pub free_bytes: u64,
+    /// The largest chunk allocation that would succeed now, in bytes.
+    pub largest_free_bytes: u64,
+    /// `1 - largest free page block / free page bytes`: 0 when free pages form one block.
+    pub fragmentation: f64,
+    /// Size of the region.
+    pub region_bytes: u64,
+    /// Local IDs waiting in the spare store.
+    pub spare_local_ids: u64,
+}
+
+/// A chunk pinned in place by [`MemoryManager::pin`]: its address stays valid and the chunk
+/// can be neither removed nor resized until [`MemoryManager::unpin`].
+#[derive(Debug, Clone, Copy)]
+pub struct PinnedChunk {
+    /// The chunk.
+    pub cid: ChunkId,
+    /// Address of its first payload byte.
+    pub address: *mut u8,
+    /// Its size in bytes.
+    pub len: usize,
+}
+
+/// The memory manager of one node. See the crate documentation.
+pub struct MemoryManager {
+    config: MemoryConfig,
+    allocator: alloc::Allocator,
+    table: Table,
+    next_local_id: AtomicU64,
+    local_id_blocks: Box<[Mutex<(u64, u64)>]>,
+    spare_local_ids: Mutex<Vec<u64>>,
+    spare_count: AtomicUsize,
+}
+
+impl std::fmt::Debug for MemoryManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryManager")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryManager {
+    /// Creates a memory manager, reserving its data region.
+    pub fn new(mut config: MemoryConfig) -> MemResult<MemoryManager> {
+        if config.shards == 0 {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            config.shards = (cpus * 2).min(16);
+        }
+        config.chunk_bytes_max = config.chunk_bytes_max.min(config.region_bytes);
+        if config.chunk_bytes_max == 0 {
+            return Err(MemError::InvalidConfig(
+                "chunk_bytes_max must be at least 1".into(),
+            ));
+        }
+        let allocator = alloc::Allocator::new(config.region_bytes, config.shards)?;
+        let local_id_blocks = (0..config.shards).map(|_| Mutex::new((0, 0))).collect();
+        Ok(MemoryManager {
+            allocator,
+            table: Table::new(),
+            next_local_id: AtomicU64::new(0),
+            local_id_blocks,
+            spare_local_ids: Mutex::new(Vec::new()),
+            spare_count: AtomicUsize::new(0),
+            config,
+        })
+    }
+
+    /// The configuration in effect (with defaults resolved).
+    pub fn config(&self) -> &MemoryConfig {
+        &self.config
+    }
+
+    /// This node's ID.
+    pub fn node_id(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    // ----- local IDs -------------------------------------------------------------------
+
+    fn check_size(&self, size: usize) -> MemResult<()> {
+        if size == 0 || size as u64 > self.config.chunk_bytes_max {
+            return Err(MemError::InvalidSize {
+                size: size as u64,
+                max: self.config.chunk_bytes_max,
+            });
+        }
+        Ok(())
+    }
+
+    fn own(&self, local_id: u64) -> ChunkId {
+        ChunkId::from_raw((u64::from(self.config.node_id.0) << LOCAL_ID_BITS) | local_id)
+    }
+
+    /// A local ID for a new chunk: a spare one if any, else the next of this thread's block.
+    fn take_local_id(&self) -> MemResult<u64> {
+        if self.spare_count.load(Ordering::Relaxed) > 0 {
+            let mut spare = self.spare_local_ids.lock();
+            if let Some(local_id) = spare.pop() {
+                self.spare_count.store(spare.len(), Ordering::Relaxed);
+                return Ok(local_id);
+            }
+        }
+        let mut block = self.local_id_blocks[self.allocator.thread_shard()].lock();
+        if block.0 == block.1 {
+            let start = self
+                .next_local_id
+                .fetch_add(LOCAL_ID_BLOCK, Ordering::Relaxed);
+            if start > LOCAL_ID_MAX {
+                self.next_local_id
+                    .fetch_sub(LOCAL_ID_BLOCK, Ordering::Relaxed);
+                return Err(MemError::LocalIdsExhausted);
+            }
+            *block = (start, (start + LOCAL_ID_BLOCK).min(LOCAL_ID_MAX + 1));
+        }
+        let local_id = block.0;
+        block.0 += 1;
+        Ok(local_id)
+    }
+
+    /// `count` local IDs: spare ones first, then a contiguous fresh range.
+    fn take_local_ids(&self, count: usize, out: &mut Vec<u64>) -> MemResult<()> {
+        out.reserve(count);
+        if self.spare_count.load(Ordering::Relaxed) > 0 {
+            let mut spare = self.spare_local_ids.lock();
+            let take = count.min(spare.len());
+            let from = spare.len() - take;
+            out.extend(spare.drain(from..).rev());
+            self.spare_count.store(spare.len(), Ordering::Relaxed);
+        }
+        let fresh = (count - out.len()) as u64;
+        if fresh > 0 {
+            let start = self.next_local_id.fetch_add(fresh, Ordering::Relaxed);
+            if start
+                .checked_add(fresh)
+                .is_none_or(|end| end > LOCAL_ID_MAX + 1)
+            {
+                self.next_local_id.fetch_sub(fresh, Ordering::Relaxed);
+                self.give_back_local_ids(out);
+                return Err(MemError::LocalIdsExhausted);
+            }
+            out.extend(start..start + fresh);
+        }
+        Ok(())
+    }
+
+    fn give_back_local_ids(&self, local_ids: &mut Vec<u64>) {
+        let mut spare = self.spare_local_ids.lock();
+        let room = self.config.spare_local_ids_max.saturating_sub(spare.len());
+        spare.extend(local_ids.drain(..).take(room));
+        self.spare_count.store(spare.len(), Ordering::Relaxed);
+    }
+
+    /// Claims the entry of a fresh local ID for a new value (`Free`/`Removed` → `value`).
+    fn claim(&self, local_id: u64, value: u64) -> Option<ChunkId> {
+        let cid = self.own(local_id);
+        let entry = self.table.entry_or_create(cid);
+        let current = entry.load(Ordering::Relaxed);
+        if matches!(entry::state(current), State::Free | State::Removed)
+            && entry
+                .compare_exchange(current, value, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+        {
+            return Some(cid);
+        }
+        None
+    }
+
+    /// Installs `value` under a new own CID, taking further IDs if one turns out taken
+    /// (by `create_with_id` of an own ID, which is allowed).
+    fn install_new(&self, value: u64) -> MemResult<ChunkId> {
+        loop {
+            let local_id = self.take_local_id()?;
+            if let Some(cid) = self.claim(local_id, value) {
+                return Ok(cid);
+            }
+        }
+    }
+
+    // ----- create ----------------------------------------------------------------------
+
+    /// Creates a chunk of `size` bytes, all zero, and returns its new ID.
+    pub fn create(&self, size: usize) -> MemResult<ChunkId> {
+        self.check_size(size)?;
+        let offset = self.allocator.allocate(size)?;
+        self.zero_payload(offset, size);
+        self.install_or_free(offset, size)
+    }
+
+    /// Creates a chunk holding a copy of `data` and returns its new ID.
+    pub fn create_with_data(&self, data: &[u8]) -> MemResult<ChunkId> {
+        self.check_size(data.len())?;
+        let offset = self.allocator.allocate(data.len())?;
+        self.write_payload(offset, data);
+        self.install_or_free(offset, data.len())
+    }
+
+    fn install_or_free(&self, offset: u64, size: usize) -> MemResult<ChunkId> {
+        self.install_new(entry::live(offset, size))
+            .inspect_err(|_| self.allocator.free(offset, size))
+    }
+
+    fn payload_offset(offset: u64, size: usize) -> u64 {
+        offset
+            + if entry::needs_header(size) {
+                alloc::HEADER_BYTES
+            } else {
+                0
+            }
+    }
+
+    fn zero_payload(&self, offset: u64, size: usize) {
+        // SAFETY: the allocation is fresh and not yet published in the table.
+        unsafe {
+            self.allocator
+                .region()
+                .zero(Self::payload_offset(offset, size), size)
+        }
+    }
+
+    fn write_payload(&self, offset: u64, data: &[u8]) {
+        // SAFETY: the allocation is fresh and not yet published in the table.
+        unsafe {
+            self.allocator
+                .region()
+                .write(Self::payload_offset(offset, data.len()), data)
+        }
+    }
+
+    /// Creates `count` zeroed chunks of `size` bytes each in one call: one allocator lock
+    /// and one ID range for all of them (the bulk-load path). All or nothing.
+    pub fn create_many(&self, count: usize, size: usize) -> MemResult<Vec<ChunkId>> {
+        self.check_size(size)?;
+        let mut offsets = Vec::new();
+        self.allocator.allocate_many(size, count, &mut offsets)?;
+        for &offset in &offsets {
+            self.zero_payload(offset, size);
+        }
+        self.install_many(&offsets, size)
+    }
+
+    /// Creates one chunk per element of `sizes` (zeroed). All or nothing.
+    pub fn create_batch(&self, sizes: &[usize]) -> MemResult<Vec<ChunkId>> {
+        if let Some(&first) = sizes.first() {
+            if sizes.iter().all(|&size| size == first) {
+                return self.create_many(sizes.len(), first);
+            }
+        }
+        let mut created = Vec::with_capacity(sizes.len());
+        for &size in sizes {
+            match self.create(size) {
+                Ok(cid) => created.push(cid),
+                Err(error) => {
+                    for cid in created {
+                        let _ = self.remove(cid);
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        Ok(created)
+    }
+
+    /// Creates one chunk per element of `data` holding a copy of it. All or nothing.
+    pub fn create_batch_with_data(&self, data: &[&[u8]]) -> MemResult<Vec<ChunkId>> {
+        let mut created = Vec::with_capacity(data.len());
+        for bytes in data {
+            match self.create_with_data(bytes) {
+                Ok(cid) => created.push(cid),
+                Err(error) => {
+                    for cid in created {
+                        let _ = self.remove(cid);
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        Ok(created)
+    }
+
+    fn install_many(&self, offsets: &[u64], size: usize) -> MemResult<Vec<ChunkId>> {
+        let mut local_ids = Vec::new();
+        if let Err(error) = self.take_local_ids(offsets.len(), &mut local_ids) {
+            offsets
+                .iter()
+                .for_each(|&offset| self.allocator.free(offset, size));
+            return Err(error);
+        }
+        let mut cids = Vec::with_capacity(offsets.len());
+        for (index, &offset) in offsets.iter().enumerate() {
+            let value = entry::live(offset, size);
+            let cid = match self.claim(local_ids[index], value) {
+                Some(cid) => Ok(cid),
+                None => self.install_new(value),
+            };
+            match cid {
+                Ok(cid) => cids.push(cid),
+                Err(error) => {
+                    offsets[index..]
+                        .iter()
+                        .for_each(|&offset| self.allocator.free(offset, size));
+                    for cid in cids {
+                        let _ = self.remove(cid);
+                    }
+                    return Err(error);
+                }
+            }
+        }
+        Ok(cids)
+    }
+
+    /// Reserves `count` new CIDs without allocating memory; fill them with
+    /// [`create_reserved`](Self::create_reserved). Until then `get` reports them reserved.
+    pub fn reserve(&self, count: usize) -> MemResult<Vec<ChunkId>> {
+        let mut local_ids = Vec::new();
+        self.take_local_ids(count, &mut local_ids)?;
+        let mut cids = Vec::with_capacity(count);
+        for local_id in local_ids {
+            match self.claim(local_id, entry::RESERVED) {
+                Some(cid) => cids.push(cid),
+                None => cids.push(self.install_new(entry::RESERVED)?),
+            }
+        }
+        Ok(cids)
+    }
+
+    /// Creates the chunk of a reserved CID with `size` zeroed bytes.
+    pub fn create_reserved(&self, cid: ChunkId, size: usize) -> MemResult<()> {
+        self.check_size(size)?;
+        let entry = self.table.entry(cid).ok_or(MemError::NotReserved(cid))?;
+        if entry::state(entry.load(Ordering::Relaxed)) != State::Reserved {
+            return Err(MemError::NotReserved(cid));
+        }
+        let offset = self.allocator.allocate(size)?;
+        self.zero_payload(offset, size);
+        match entry.compare_exchange(
+            entry::RESERVED,
+            entry::live(offset, size),
+            Ordering::Release,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                self.allocator.free(offset, size);
+                Err(MemError::NotReserved(cid))
+            }
+        }
+    }
+
+    /// Creates the chunks of reserved CIDs, `(cid, size)` each; one result per item.
+    pub fn create_reserved_batch(&self, items: &[(ChunkId, usize)]) -> Vec<MemResult<()>> {
+        items
+            .iter()
+            .map(|&(cid, size)| self.create_reserved(cid, size))
+            .collect()
+    }
+
+    /// Stores a chunk under a given CID, typically one created elsewhere (a recovered or
+    /// migrated chunk keeps its ID). The CID must not be live or reserved here. For this
+    /// node's own IDs, later creates will not hand out `cid` again.
+    pub fn create_with_id(&self, cid: ChunkId, data: &[u8]) -> MemResult<()> {
+        self.check_size(data.len())?;
+        let entry = self.table.entry_or_create(cid);
+        let current = entry.load(Ordering::Relaxed);
+        if !matches!(entry::state(current), State::Free | State::Removed) {
+            return Err(MemError::AlreadyExists(cid));
+        }
+        let offset = self.allocator.allocate(data.len())?;
+        self.write_payload(offset, data);
+        let value = entry::live(offset, data.len());
+        if entry
+            .compare_exchange(current, value, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            self.allocator.free(offset, data.len());
+            return Err(MemError::AlreadyExists(cid));
+        }
+        if cid.creator() == self.config.node_id {
+            // Fresh IDs start above it (IDs below that were never used stay free: a gap).
+            self.next_local_id
+                .fetch_max(cid.local_id() + 1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// [`create_with_id`](Self::create_with_id) for many chunks; one result per item.
+    pub fn create_with_ids(&self, items: &[(ChunkId, &[u8])]) -> Vec<MemResult<()>> {
+        items
+            .iter()
+            .map(|&(cid, data)| self.create_with_id(cid, data))
+            .collect()
+    }
+
+    // ----- access ----------------------------------------------------------------------
+
+    fn entry_of(&self, cid: ChunkId) -> MemResult<&AtomicU64> {
+        self.table.entry(cid).ok_or(MemError::NotFound(cid))
+    }
+
+    fn lock_error(&self, cid: ChunkId, failure: LockFailure) -> MemError {
+        match failure {
+            LockFailure::TimedOut => MemError::LockTimeout(cid),
+            LockFailure::NotLive(State::Reserved) => MemError::Reserved(cid),
+            LockFailure::NotLive(State::Removed) => MemError::Removed(cid),
+            LockFailure::NotLive(_) => MemError::NotFound(cid),
+        }
+    }
+
+    fn read_locked(&self, cid: ChunkId) -> MemResult<(ReadGuard<'_>, u64, usize)> {
+        let entry = self.entry_of(cid)?;
+        let value = lock::read_lock(entry, &mut Wait::new(Some(self.config.lock_timeout)))
+            .map_err(|failure| self.lock_error(cid, failure))?;
+        let guard = ReadGuard(entry);
+        // SAFETY: we hold the read lock.
+        let (offset, len) = unsafe {
+            self.allocator.payload(
+                entry::offset(value),
+                entry::is_large(value),
+                entry::embedded_length(value),
+            )
+        };
+        Ok((guard, offset, len))
+    }
+
+    fn write_locked(&self, cid: ChunkId) -> MemResult<(WriteGuard<'_>, u64, usize)> {
+        let entry = self.entry_of(cid)?;
+        let value = lock::write_lock(entry, &mut Wait::new(Some(self.config.lock_timeout)))
+            .map_err(|failure| self.lock_error(cid, failure))?;
+        let guard = WriteGuard { entry, value };
+        // SAFETY: we hold the write lock.
+        let (offset, len) = unsafe {
+            self.allocator.payload(
+                entry::offset(value),
+                entry::is_large(value),
+                entry::embedded_length(value),
+            )
+        };
+        Ok((guard, offset, len))
+    }
+
+    /// Copies the chunk into `buffer` and returns its size.
+    pub fn get(&self, cid: ChunkId, buffer: &mut [u8]) -> MemResult<usize> {
+        let (_guard, offset, len) = self.read_locked(cid)?;
+        let available = buffer.len();
+        let destination = buffer.get_mut(..len).ok_or(MemError::BufferTooSmall {
+            needed: len,
+            available,
+        })?;
+        // SAFETY: we hold the read lock; the payload lies within the chunk's allocation.
+        unsafe { self.allocator.region().read(offset, destination) };
+        Ok(len)
+    }
+
+    /// The chunk's bytes as a new vector.
+    pub fn get_vec(&self, cid: ChunkId) -> MemResult<Vec<u8>> {
+        self.read_with(cid, <[u8]>::to_vec)
+    }
+
+    /// Runs `visit` on the chunk's bytes in place (no copy), under its read lock. Keep
+    /// `visit` short: writers of this chunk wait for it.
+    pub fn read_with<R>(&self, cid: ChunkId, visit: impl FnOnce(&[u8]) -> R) -> MemResult<R> {
+        let (_guard, offset, len) = self.read_locked(cid)?;
+        // SAFETY: we hold the read lock for the slice's whole life (it ends with `visit`).
+        let bytes = unsafe { self.allocator.region().slice(offset, len) };
+        Ok(visit(bytes))
+    }
+
+    /// Runs `update` on the chunk's bytes in place, under its write lock.
+    pub fn write_with<R>(&self, cid: ChunkId, update: impl FnOnce(&mut [u8]) -> R) -> MemResult<R> {
+        let (_guard, offset, len) = self.write_locked(cid)?;
+        // SAFETY: we hold the write lock for the slice's whole life.
+        let bytes = unsafe { self.allocator.region().slice_mut(offset, len) };
+        Ok(update(bytes))
+    }
+
+    /// Replaces the chunk's bytes; `data` must be exactly the chunk's size
+    /// ([`resize`](Self::resize) first to change it).
+    pub fn put(&self, cid: ChunkId, data: &[u8]) -> MemResult<()> {
+        let (_guard, offset, len) = self.write_locked(cid)?;
+        if data.len() != len {
+            return Err(MemError::SizeMismatch {
+                cid,
+                size: len,
+                len: data.len(),
+            });
+        }
+        // SAFETY: we hold the write lock.
+        unsafe { self.allocator.region().write(offset, data) };
+        Ok(())
+    }
+
+    /// Copies `buffer.len()` bytes starting at `offset` of the chunk into `buffer`.
+    pub fn read_at(&self, cid: ChunkId, offset: usize, buffer: &mut [u8]) -> MemResult<()> {
+        let (_guard, start, len) = self.read_locked(cid)?;
+        Self::check_range(cid, offset, buffer.len(), len)?;
+        // SAFETY: read lock held; the range is inside the payload (checked).
+        unsafe { self.allocator.region().read(start + offset as u64, buffer) };
+        Ok(())
+    }
+
+    /// Overwrites the chunk's bytes at `offset` with `data`.
+    pub fn write_at(&self, cid: ChunkId, offset: usize, data: &[u8]) -> MemResult<()> {
+        let (_guard, start, len) = self.write_locked(cid)?;
+        Self::check_range(cid, offset, data.len(), len)?;
+        // SAFETY: write lock held; the range is inside the payload (checked).
+        unsafe { self.allocator.region().write(start + offset as u64, data) };
+        Ok(())
+    }
+
+    fn check_range(cid: ChunkId, offset: usize, len: usize, size: usize) -> MemResult<()> {
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(MemError::OutOfBounds {
+                cid,
+                offset,
+                len,
+                size,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether a chunk with this CID is stored here.
+    pub fn exists(&self, cid: ChunkId) -> bool {
+        self.table
+            .entry(cid)
+            .is_some_and(|entry| entry::state(entry.load(Ordering::Acquire)) == State::Live)
+    }
+
+    /// The chunk's size in bytes.
+    pub fn size(&self, cid: ChunkId) -> MemResult<usize> {
+        let entry = self.entry_of(cid)?;
+        let value = entry.load(Ordering::Acquire);
+        if entry::state(value) == State::Live && !entry::is_large(value) {
+            return Ok(entry::embedded_length(value));
+        }
+        self.read_locked(cid).map(|(_, _, len)| len)
+    }
+
+    // ----- batches -----------------------------------------------------------------------
+
+    /// Reads many chunks in one call, calling `visit(index, result)` once per element of
+    /// `cids` with the chunk's bytes (in place, under its read lock) or the error. The calls
+    /// may come out of index order. Table entries and chunk data are fetched ahead for a
+    /// window of chunks at a time, so the memory latency of many chunks overlaps.
+    pub fn get_batch_with(&self, cids: &[ChunkId], mut visit: impl FnMut(usize, MemResult<&[u8]>)) {
+        let region = self.allocator.region();
+        for (window_index, window) in cids.chunks(BATCH_WINDOW).enumerate() {
+            let base = window_index * BATCH_WINDOW;
+            let mut entries: [Option<&AtomicU64>; BATCH_WINDOW] = [None; BATCH_WINDOW];
+            for (slot, &cid) in entries.iter_mut().zip(window) {
+                *slot = self.table.entry(cid);
+                if let Some(entry) = slot {
+                    region::prefetch_pointer(*entry as *const AtomicU64);
+                }
+            }
+            let mut values = [0u64; BATCH_WINDOW];
+            for (index, slot) in entries.iter_mut().enumerate().take(window.len()) {
+                let Some(entry) = slot else { continue };
+                match lock::try_read_lock_once(entry) {
+                    Some(value) => {
+                        values[index] = value;
+                        region.prefetch(entry::offset(value));
+                    }
+                    None => *slot = None,
+                }
+            }
+            // Hold locks in guards from here on so a panicking `visit` releases them all.
+            let guards: [Option<ReadGuard<'_>>; BATCH_WINDOW] =
+                std::array::from_fn(|i| entries[i].map(ReadGuard));
+            for (index, guard) in guards.into_iter().enumerate().take(window.len()) {
+                match guard {
+                    Some(guard) => {
+                        let value = values[index];
+                        // SAFETY: read lock held by `guard` until the end of this arm.
+                        let bytes = unsafe {
+                            let (offset, len) = self.allocator.payload(
+                                entry::offset(value),
+                                entry::is_large(value),
+                                entry::embedded_length(value),
+                            );
+                            region.slice(offset, len)
+                        };
+                        visit(base + index, Ok(bytes));
+                        drop(guard);
+                    }
+                    None => {
+                        // Missing, contended or locked: the ordinary path waits or reports.
+                        let mut visited = false;
+                        let result = self.read_with(window[index], |bytes| {
+                            visited = true;
+                            visit(base + index, Ok(bytes))
+                        });
+                        if let (false, Err(error)) = (visited, result) {
+                            visit(base + index, Err(error));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies many chunks into `out` (appended back to back) and returns each one's
+    /// result: its length, or the error.
+    pub fn get_batch(&self, cids: &[ChunkId], out: &mut Vec<u8>) -> Vec<MemResult<usize>> {
+        let mut results: Vec<MemResult<usize>> = vec![Ok(0); cids.len()];
+        let mut pieces: Vec<(usize, usize, usize)> = Vec::with_capacity(cids.len());
+        let start = out.len();
+        self.get_batch_with(cids, |index, result| match result {
+            Ok(bytes) => {
+                pieces.push((index, out.len(), bytes.len()));
+                out.extend_from_slice(bytes);
+                results[index] = Ok(bytes.len());
+            }
+            Err(error) => results[index] = Err(error),
+        });
+        // Calls may have come out of order: put the bytes back in index order.
+        if pieces.windows(2).any(|pair| pair[0].0 > pair[1].0) {
+            pieces.sort_unstable_by_key(|piece| piece.0);
+            let copy = out[start..].to_vec();
+            out.truncate(start);
+            for (_, from, len) in pieces {
+                out.extend_from_slice(&copy[from - start..from - start + len]);
+            }
+        }
+        results
+    }
+
+    /// Replaces many chunks' bytes in one call (`(cid, data)` each; sizes must match),
+    /// fetching entries and data ahead like [`get_batch_with`](Self::get_batch_with).
+    pub fn put_batch(&self, items: &[(ChunkId, &[u8])]) -> Vec<MemResult<()>> {
+        let region = self.allocator.region();
+        let mut results = Vec::with_capacity(items.len());
+        for window in items.chunks(BATCH_WINDOW) {
+            let mut entries: [Option<&AtomicU64>; BATCH_WINDOW] = [None; BATCH_WINDOW];
+            for (slot, &(cid, _)) in entries.iter_mut().zip(window) {
+                *slot = self.table.entry(cid);
+                if let Some(entry) = slot {
+                    region::prefetch_pointer(*entry as *const AtomicU64);
+                }
+            }
+            let mut guards: [Option<WriteGuard<'_>>; BATCH_WINDOW] = std::array::from_fn(|_| None);
+            for (index, slot) in entries.iter().enumerate().take(window.len()) {
+                let Some(entry) = slot else { continue };
+                if let Some(value) = lock::try_write_lock_once(entry) {
+                    region.prefetch(entry::offset(value));
+                    guards[index] = Some(WriteGuard { entry, value });
+                }
+            }
+            for (index, guard) in guards.into_iter().enumerate().take(window.len()) {
+                let (cid, data) = window[index];
+                let result = match guard {
+                    Some(guard) => {
+                        let value = guard.value;
+                        // SAFETY: write lock held by `guard`.
+                        let (offset, len) = unsafe {
+                            self.allocator.payload(
+                                entry::offset(value),
+                                entry::is_large(value),
+                                entry::embedded_length(value),
+                            )
+                        };
+                        if len == data.len() {
+                            // SAFETY: write lock held; sizes match.
+                            unsafe { region.write(offset, data) };
+                            Ok(())
+                        } else {
+                            Err(MemError::SizeMismatch {
+                                cid,
+                                size: len,
+                                len: data.len(),
+                            })
+                        }
+                    }
+                    None => self.put(cid, data),
+                };
+                results.push(result);
+            }
+        }
+        results
+    }
+
+    // ----- remove and resize -------------------------------------------------------------
+
+    /// Removes the chunk and frees its memory. Its local ID is reused by later creates if
+    /// this node created it.
+    pub fn remove(&self, cid: ChunkId) -> MemResult<()> {
+        let (guard, _, len) = self.write_locked(cid)?;
+        if entry::pinned(guard.value) {
+            return Err(MemError::Pinned(cid));
+        }
+        self.allocator.free(entry::offset(guard.value), len);
+        guard.release_with(entry::REMOVED);
+        if cid.creator() == self.config.node_id {
+            let mut spare = self.spare_local_ids.lock();
+            if spare.len() < self.config.spare_local_ids_max {
+                spare.push(cid.local_id());
+                self.spare_count.store(spare.len(), Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes many chunks; one result per CID.
+    pub fn remove_batch(&self, cids: &[ChunkId]) -> Vec<MemResult<()>> {
+        cids.iter().map(|&cid| self.remove(cid)).collect()
+    }
+
+    /// Removes every live chunk with a CID in `first..=last` (same creator) and returns how
+    /// many were removed; CIDs without a chunk are skipped.
+    pub fn remove_range(&self, first: ChunkId, last: ChunkId) -> MemResult<u64> {
+        if first.creator() != last.creator() || first > last {
+            return Err(MemError::InvalidConfig(format!(
+                "bad CID range {first}..={last}"
+            )));
+        }
+        let mut removed = 0;
+        for raw in first.raw()..=last.raw() {
+            match self.remove(ChunkId::from_raw(raw)) {
+                Ok(()) => removed += 1,
+                Err(MemError::NotFound(_) | MemError::Removed(_) | MemError::Reserved(_)) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Changes the chunk's size to `size` bytes, keeping the common prefix of its bytes and
+    /// zeroing any new ones. Moves the chunk if its slot does not fit.
+    pub fn resize(&self, cid: ChunkId, size: usize) -> MemResult<()> {
+        self.check_size(size)?;
+        let (guard, old_payload, old_len) = self.write_locked(cid)?;
+        if entry::pinned(guard.value) {
+            return Err(MemError::Pinned(cid));
+        }
+        let region = self.allocator.region();
+        let old_offset = entry::offset(guard.value);
+        if alloc::fits_in_place(old_len, size) {
+            if size > old_len {
+                // SAFETY: write lock held; the slot holds at least `size` payload bytes.
+                unsafe { region.zero(old_payload + old_len as u64, size - old_len) };
+            }
+            self.allocator.resized_in_place(old_offset, old_len, size);
+            guard.release_with(entry::live(old_offset, size));
+            return Ok(());
+        }
+        let new_offset = self.allocator.allocate(size)?;
+        let new_payload = Self::payload_offset(new_offset, size);
+        let keep = old_len.min(size);
+        // SAFETY: write lock held on the old chunk; the new allocation is still private.
+        unsafe {
+            let bytes = region.slice(old_payload, keep).to_vec();
+            region.write(new_payload, &bytes);
+            if size > keep {
+                region.zero(new_payload + keep as u64, size - keep);
+            }
+        }
+        self.allocator.free(old_offset, old_len);
+        guard.release_with(entry::live(new_offset, size));
+        Ok(())
+    }
+
+    // ----- explicit locks and pinning ----------------------------------------------------
+
+    /// Takes the chunk's read lock, waiting up to `timeout`.
+    pub fn lock_read(&self, cid: ChunkId, timeout: Duration) -> MemResult<()> {
+        let entry = self.entry_of(cid)?;
+        lock::read_lock(entry, &mut Wait::new(Some(timeout)))
+            .map(|_| ())
+            .map_err(|f| self.lock_error(cid, f))
+    }
+
+    /// Takes the chunk's read lock if it is free now.
+    pub fn try_lock_read(&self, cid: ChunkId) -> MemResult<()> {
+        let entry = self.entry_of(cid)?;
+        lock::read_lock(entry, &mut Wait::new(None))
+            .map(|_| ())
+            .map_err(|failure| match failure {
+                LockFailure::TimedOut => MemError::WouldBlock(cid),
+                other => self.lock_error(cid, other),
+            })
+    }
+
+    /// Releases a read lock taken with `lock_read`/`try_lock_read`.
+    pub fn unlock_read(&self, cid: ChunkId) -> MemResult<()> {
+        let entry = self.entry_of(cid)?;
+        let mut value = entry.load(Ordering::Relaxed);
+        loop {
+            if entry::state(value) != State::Live || entry::readers(value) == 0 {
+                return Err(MemError::NotLocked(cid));
+            }
+            match entry.compare_exchange_weak(
+                value,
+                value - entry::READER_ONE,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(current) => value = current,
+            }
+        }
+    }
+
+    /// Takes the chunk's write lock, waiting up to `timeout` (for the lock and for readers
+    /// to leave). While held, only `*_locked` calls access the chunk without waiting.
+    pub fn lock_write(&self, cid: ChunkId, timeout: Duration) -> MemResult<()> {
+        let entry = self.entry_of(cid)?;
+        lock::write_lock(entry, &mut Wait::new(Some(timeout)))
+            .map(|_| ())
+            .map_err(|f| self.lock_error(cid, f))
+    }
+
+    /// Takes the chunk's write lock if it is free and has no readers now.
+    pub fn try_lock_write(&self, cid: ChunkId) -> MemResult<()> {
+        let entry = self.entry_of(cid)?;
+        lock::try_write_lock_once(entry).map(|_| ()).ok_or_else(|| {
+            match entry::state(entry.load(Ordering::Relaxed)) {
+                State::Live => MemError::WouldBlock(cid),
+                state => self.lock_error(cid, LockFailure::NotLive(state)),
+            }
+        })
+    }
+
+    /// Releases the write lock taken with `lock_write`/`try_lock_write`.
+    pub fn unlock_write(&self, cid: ChunkId) -> MemResult<()> {
+        let entry = self.entry_of(cid)?;
+        let value = entry.load(Ordering::Acquire);
+        if entry::state(value) != State::Live || !entry::write_locked(value) {
+            return Err(MemError::NotLocked(cid));
+        }
+        lock::write_unlock(entry, value & !entry::WRITE_BIT);
+        Ok(())
+    }
+
+    /// The entry value of a chunk whose write lock the caller holds.
+    fn held_write(&self, cid: ChunkId) -> MemResult<(u64, usize)> {
+        let entry = self.entry_of(cid)?;
+        let value = entry.load(Ordering::Acquire);
+        if entry::state(value) != State::Live || !entry::write_locked(value) {
+            return Err(MemError::NotLocked(cid));
+        }
+        // SAFETY: the caller holds the write lock (checked that someone does; the contract
+        // of the `*_locked` calls is that it is the caller).
+        Ok(unsafe {
+            self.allocator.payload(
+                entry::offset(value),
+                entry::is_large(value),
+                entry::embedded_length(value),
+            )
+        })
+    }
+
+    /// `get` for a chunk whose write lock the caller holds (from `lock_write`).
+    pub fn get_locked(&self, cid: ChunkId, buffer: &mut [u8]) -> MemResult<usize> {
+        let (offset, len) = self.held_write(cid)?;
+        let available = buffer.len();
+        let destination = buffer.get_mut(..len).ok_or(MemError::BufferTooSmall {
+            needed: len,
+            available,
+        })?;
+        // SAFETY: the caller holds the write lock.
+        unsafe { self.allocator.region().read(offset, destination) };
+        Ok(len)
+    }
+
+    /// `put` for a chunk whose write lock the caller holds (from `lock_write`).
+    pub fn put_locked(&self, cid: ChunkId, data: &[u8]) -> MemResult<()> {
+        let (offset, len) = self.held_write(cid)?;
+        if data.len() != len {
+            return Err(MemError::SizeMismatch {
+                cid,
+                size: len,
+                len: data.len(),
+            });
+        }
+        // SAFETY: the caller holds the write lock.
+        unsafe { self.allocator.region().write(offset, data) };
+        Ok(())
+    }
+
+    /// Pins the chunk: its bytes stay at the returned address, and remove/resize fail with
+    /// [`MemError::Pinned`], until [`unpin`](Self::unpin). Reading or writing through the
+    /// address is the caller's own (unsafe) business; the chunk locks still apply.
+    pub fn pin(&self, cid: ChunkId) -> MemResult<PinnedChunk> {
+        let entry = self.entry_of(cid)?;
+        let mut wait = Wait::new(Some(self.config.lock_timeout));
+        loop {
+            let value = entry.load(Ordering::Relaxed);
+            let state = entry::state(value);
+            if state != State::Live {
+                return Err(self.lock_error(cid, LockFailure::NotLive(state)));
+            }
+            if entry::write_locked(value) {
+                if !wait.pause() {
+                    return Err(MemError::LockTimeout(cid));
+                }
+                continue;
+            }
+            if entry
+                .compare_exchange_weak(
+                    value,
+                    value | entry::PINNED_BIT | entry::READER_ONE,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                let _guard = ReadGuard(entry);
+                // SAFETY: we hold a read lock while reading the header.
+                let (offset, len) = unsafe {
+                    self.allocator.payload(
+                        entry::offset(value),
+                        entry::is_large(value),
+                        entry::embedded_length(value),
+                    )
+                };
+                let address = self.allocator.region().pointer(offset);
+                return Ok(PinnedChunk { cid, address, len });
+            }
+        }
+    }
+
+    /// Unpins a chunk pinned with [`pin`](Self::pin).
+    pub fn unpin(&self, cid: ChunkId) -> MemResult<()> {
+        let entry = self.entry_of(cid)?;
+        let mut value = entry.load(Ordering::Relaxed);
+        loop {
+            if entry::state(value) != State::Live || !entry::pinned(value) {
+                return Err(MemError::NotPinned(cid));
+            }
+            match entry.compare_exchange_weak(
+                value,
+                value & !entry::PINNED_BIT,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(current) => value = current,
+            }
+        }
+    }
+
+    // ----- typed chunks ------------------------------------------------------------------
+
+    /// Creates a chunk holding `value` encoded.
+    pub fn create_typed<T: ChunkCodec>(&self, value: &T) -> MemResult<ChunkId> {
+        let cid = self.create(value.encoded_len())?;
+        if let Err(error) = self.write_with(cid, |bytes| value.encode(bytes)) {
+            let _ = self.remove(cid);
+            return Err(error);
+        }
+        Ok(cid)
+    }
+
+    /// Decodes the chunk as a `T`.
+    pub fn get_typed<T: ChunkCodec>(&self, cid: ChunkId) -> MemResult<T> {
+        self.read_with(cid, T::decode)?
+            .map_err(|reason| MemError::Decode { cid, reason })
+    }
+
+    /// Stores `value` in the chunk, resizing it if the encoding's size differs.
+    pub fn put_typed<T: ChunkCodec>(&self, cid: ChunkId, value: &T) -> MemResult<()> {
+        let len = value.encoded_len();
+        if self.size(cid)? != len {
+            self.resize(cid, len)?;
+        }
+        self.write_with(cid, |bytes| {
+            if bytes.len() == len {
+                value.encode(bytes);
+                Ok(())
+            } else {
+                Err(MemError::SizeMismatch {
+                    cid,
+                    size: bytes.len(),
+                    len,
+                })
+            }
+        })?
+    }
+
+    // ----- listing, statistics, checks ---------------------------------------------------
+
+    /// Creators of chunks stored here (this node and any whose chunks were recovered or
+    /// migrated here).
+    pub fn creators(&self) -> Vec<NodeId> {
+        self.table.creators()
+    }
+
+    /// The live chunks of `creator` stored here as inclusive CID ranges, in order.
+    pub fn chunk_ranges(&self, creator: NodeId) -> Vec<(ChunkId, ChunkId)> {
+        let mut ranges: Vec<(ChunkId, ChunkId)> = Vec::new();
+        self.table.for_each_leaf(creator, |first, leaf| {
+            for (index, entry) in leaf.entries.iter().enumerate() {
+                if entry::state(entry.load(Ordering::Acquire)) != State::Live {
+                    continue;
+                }
+                let cid = ChunkId::from_raw(first.raw() + index as u64);
+                match ranges.last_mut() {
+                    Some((_, last)) if last.raw() + 1 == cid.raw() => *last = cid,
+                    _ => ranges.push((cid, cid)),
+                }
+            }
+        });
+        ranges
+    }
+
+    /// Calls `visit(cid, bytes)` for every live chunk of `creator`, in CID order, each under
+    /// its read lock.
+    pub fn for_each_chunk(&self, creator: NodeId, mut visit: impl FnMut(ChunkId, &[u8])) {
+        self.table.for_each_leaf(creator, |first, leaf| {
+            for index in 0..SLOTS_PER_TABLE {
+                if entry::state(leaf.entries[index].load(Ordering::Relaxed)) != State::Live {
+                    continue;
+                }
+                let cid = ChunkId::from_raw(first.raw() + index as u64);
+                let _ = self.read_with(cid, |bytes| visit(cid, bytes));
+            }
+        });
+    }
+
+    /// Returns memory held in reserve for quick reuse (one empty slab per size class and
+    /// shard) to the page level, so free space coalesces fully; useful after bulk removes.
+    pub fn trim(&self) {
+        self.allocator.trim();
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> MemoryStats {
+        let allocator = self.allocator.stats();
+        let table_bytes = self.table.table_bytes();
+        let spare = self.spare_local_ids.lock().capacity() as u64 * 8;
+        let largest_page_block = allocator.largest_free_bytes.min(allocator.free_page_bytes);
+        let fragmentation = if allocator.free_page_bytes == 0 {
+            0.0
+        } else {
+            1.0 - largest_page_block as f64 / allocator.free_page_bytes as f64
+        };
+        MemoryStats {
+            chunks: allocator.chunks,
+            payload_bytes: allocator.payload_bytes,
+            allocated_bytes: allocator.allocated_bytes,
+            metadata_bytes: table_bytes + allocator.metadata_bytes + spare,
+            table_bytes,
+            free_bytes: allocator.free_bytes,
+            largest_free_bytes: allocator.largest_free_bytes,
+            fragmentation,
+            region_bytes: self.allocator.region().bytes(),
+            spare_local_ids: self.spare_count.load(Ordering::Relaxed) as u64,
+        }
+    }
+
+    /// Walks the table and the allocator and checks every invariant that ties them
+    /// together: each live chunk sits in exactly one allocated slot or span of the right
+    /// size, free lists and free spans are well formed, counters match, spare local IDs
+    /// are unique removed IDs. Expensive; meant for tests. Call it while no other thread
+    /// creates, removes or resizes chunks.
+    pub fn check_consistency(&self) -> Result<(), String> {
+        let mut live = Vec::new();
+        for creator in self.table.creators() {
+            let mut failure = None;
+            self.table.for_each_leaf(creator, |first, leaf| {
+                for (index, entry) in leaf.entries.iter().enumerate() {
+                    let value = entry.load(Ordering::Acquire);
+                    if entry::state(value) != State::Live {
+                        continue;
+                    }
+                    let cid = ChunkId::from_raw(first.raw() + index as u64);
+                    match self.read_locked(cid) {
+                        Ok((_guard, _, len)) => live.push((entry::offset(value), len)),
+                        Err(error) => {
+                            failure = Some(format!("live chunk {cid} unreadable: {error}"))
+                        }
+                    }
+                }
+            });
+            if let Some(failure) = failure {
+                return Err(failure);
+            }
+        }
+        self.allocator.check(&live)?;
+        let spare = self.spare_local_ids.lock();
+        let mut seen = std::collections::HashSet::new();
+        let next = self.next_local_id.load(Ordering::Relaxed);
+        for &local_id in spare.iter() {
+            if !seen.insert(local_id) || local_id >= next {
+                return Err(format!(
+                    "spare local ID {local_id} repeated or never handed out"
+                ));
+            }
+            let state = self
+                .table
+                .entry(self.own(local_id))
+                .map(|e| entry::state(e.load(Ordering::Relaxed)));
+            if !matches!(state, Some(State::Removed | State::Live)) {
+                return Err(format!("spare local ID {local_id} has state {state:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Unit tests small enough for Miri (`miri_` prefix: scripts/test-nightly runs them).
+    use super::*;
+
+    fn small() -> MemoryManager {
+        MemoryManager::new(MemoryConfig {
+            node_id: NodeId(3),
+            region_bytes: 64 * alloc::PAGE_BYTES,
+            shards: 2,
+            lock_timeout: Duration::from_millis(200),
+            ..MemoryConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn miri_create_get_put_remove_reuse() {
+        let memory = small();
+        let a = memory.create_with_data(b"hello").unwrap();
+        let b = memory.create(3000).unwrap();
+        assert_eq!(a.creator(), NodeId(3));
+        assert_eq!(memory.get_vec(a).unwrap(), b"hello");
+        assert_eq!(memory.get_vec(b).unwrap(), vec![0; 3000]);
+        memory.put(a, b"HELLO").unwrap();
+        assert_eq!(memory.get_vec(a).unwrap(), b"HELLO");
+        assert_eq!(
+            memory.put(a, b"toolong"),
+            Err(MemError::SizeMismatch {
+                cid: a,
+                size: 5,
+                len: 7
+            })
+        );
+        memory.write_at(b, 2998, b"xy").unwrap();
+        let mut tail = [0u8; 2];
+        memory.read_at(b, 2998, &mut tail).unwrap();
+        assert_eq!(&tail, b"xy");
+        assert!(matches!(
+            memory.read_at(b, 2999, &mut tail),
+            Err(MemError::OutOfBounds { .. })
+        ));
+        memory.remove(a).unwrap();
+        assert_eq!(memory.get_vec(a), Err(MemError::Removed(a)));
+        assert_eq!(memory.remove(a), Err(MemError::Removed(a)));
+        let reused = memory.create(8).unwrap();
+        assert_eq!(reused, a, "the removed local ID is reused");
+        memory.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn miri_resize_moves_and_keeps_prefix() {
+        let memory = small();
+        let cid = memory.create_with_data(&[7u8; 100]).unwrap();
+        for size in [101, 2048, 2049, 70_000, 10, 2049, 1] {
+            let before = memory.get_vec(cid).unwrap();
+            memory.resize(cid, size).unwrap();
+            let after = memory.get_vec(cid).unwrap();
+            assert_eq!(after.len(), size);
+            let keep = before.len().min(size);
+            assert_eq!(after[..keep], before[..keep]);
+            assert!(after[keep..].iter().all(|&byte| byte == 0));
+            memory.check_consistency().unwrap();
+        }
+    }
+
+    #[test]
+    fn miri_locks_pins_and_reservations() {
+        let memory = small();
+        let cid = memory.create(16).unwrap();
+        memory.lock_write(cid, Duration::from_millis(10)).unwrap();
+        assert_eq!(memory.try_lock_read(cid), Err(MemError::WouldBlock(cid)));
+        assert_eq!(memory.get_vec(cid), Err(MemError::LockTimeout(cid)));
+        memory.put_locked(cid, &[1; 16]).unwrap();
+        memory.unlock_write(cid).unwrap();
+        assert_eq!(memory.unlock_write(cid), Err(MemError::NotLocked(cid)));
+        memory.lock_read(cid, Duration::from_millis(10)).unwrap();
+        memory.try_lock_read(cid).unwrap();
+        assert_eq!(memory.try_lock_write(cid), Err(MemError::WouldBlock(cid)));
+        memory.unlock_read(cid).unwrap();
+        memory.unlock_read(cid).unwrap();
+        assert_eq!(memory.unlock_read(cid), Err(MemError::NotLocked(cid)));
+        let pinned = memory.pin(cid).unwrap();
+        assert_eq!(pinned.len, 16);
+        assert_eq!(memory.remove(cid), Err(MemError::Pinned(cid)));
+        assert_eq!(memory.resize(cid, 17), Err(MemError::Pinned(cid)));
+        memory.unpin(cid).unwrap();
+        assert_eq!(memory.unpin(cid), Err(MemError::NotPinned(cid)));
+        let reserved = memory.reserve(3).unwrap();
+        assert_eq!(
+            memory.get_vec(reserved[0]),
+            Err(MemError::Reserved(reserved[0]))
+        );
+        memory.create_reserved(reserved[1], 4).unwrap();
+        assert_eq!(
+            memory.create_reserved(reserved[1], 4),
+            Err(MemError::NotReserved(reserved[1]))
+        );
+        assert_eq!(memory.size(reserved[1]), Ok(4));
+        memory.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn miri_bad_input_is_a_typed_error() {
+        let memory = small();
+        let foreign = ChunkId::new(NodeId(9), 1).unwrap();
+        assert_eq!(memory.get_vec(foreign), Err(MemError::NotFound(foreign)));
+        assert!(matches!(
+            memory.create(0),
+            Err(MemError::InvalidSize { .. })
+        ));
+        assert!(matches!(
+            memory.create(usize::MAX),
+            Err(MemError::InvalidSize { .. })
+        ));
+        assert!(matches!(
+            memory.create(60 * alloc::PAGE_BYTES as usize),
+            Ok(_)
+        ));
+        assert!(matches!(
+            memory.create(8 * alloc::PAGE_BYTES as usize),
+            Err(MemError::OutOfMemory { .. })
+        ));
+        memory.create_with_id(foreign, b"moved here").unwrap();
+        assert_eq!(
+            memory.create_with_id(foreign, b"x"),
+            Err(MemError::AlreadyExists(foreign))
+        );
+        assert_eq!(memory.get_vec(foreign).unwrap(), b"moved here");
+        assert_eq!(
+            memory.create_reserved(foreign, 1),
+            Err(MemError::NotReserved(foreign))
+        );
+        let mut small_buffer = [0u8; 2];
+        assert!(matches!(
+            memory.get(foreign, &mut small_buffer),
+            Err(MemError::BufferTooSmall { .. })
+        ));
+        memory.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn miri_batches() {
+        let memory = small();
+        let cids = memory.create_many(40, 24).unwrap();
+        let items: Vec<(ChunkId, Vec<u8>)> = cids
+            .iter()
+            .map(|&cid| (cid, vec![cid.local_id() as u8; 24]))
+            .collect();
+        let borrowed: Vec<(ChunkId, &[u8])> = items
+            .iter()
+            .map(|(cid, data)| (*cid, data.as_slice()))
+            .collect();
+        assert!(memory.put_batch(&borrowed).iter().all(Result::is_ok));
+        let mut query = cids.clone();
+        query.push(ChunkId::new(NodeId(3), 999).unwrap());
+        let mut out = Vec::new();
+        let results = memory.get_batch(&query, &mut out);
+        assert_eq!(results.len(), 41);
+        assert!(results[40].is_err());
+        for (index, cid) in cids.iter().enumerate() {
+            assert_eq!(
+                out[index * 24..index * 24 + 24],
+                vec![cid.local_id() as u8; 24][..]
+            );
+        }
+        assert_eq!(memory.chunk_ranges(NodeId(3)), vec![(cids[0], cids[39])]);
+        assert_eq!(memory.remove_range(cids[10], cids[19]).unwrap(), 10);
+        assert_eq!(memory.chunk_ranges(NodeId(3)).len(), 2);
+        memory.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn miri_typed_chunks() {
+        let memory = small();
+        let cid = memory.create_typed(&42u64).unwrap();
+        assert_eq!(memory.get_typed::<u64>(cid), Ok(42));
+        memory
+            .put_typed(cid, &"now a longer string".to_string())
+            .unwrap();
+        assert_eq!(
+            memory.get_typed::<String>(cid).unwrap(),
+            "now a longer string"
+        );
+        assert!(matches!(
+            memory.get_typed::<u64>(cid),
+            Err(MemError::Decode { .. })
+        ));
+    }
+}

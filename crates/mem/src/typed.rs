@@ -1,0 +1,52 @@
+//! Typed chunks: values that encode themselves into a chunk's bytes and decode back.
+
+/// A type stored as one chunk. `encode` must write exactly `encoded_len` bytes, and
+/// `decode` must accept what `encode` wrote; it gets untrusted bytes (a chunk may have been
+/// written by anyone) and must return an error rather than panic on anything else.
+pub trait ChunkCodec: Sized {
+    /// Bytes `encode` writes for this value (at least 1).
+    fn encoded_len(&self) -> usize;
+    /// Writes the value into `out`, which is exactly `encoded_len()` bytes long.
+    fn encode(&self, out: &mut [u8]);
+    /// Reads a value from a chunk's bytes.
+    fn decode(bytes: &[u8]) -> Result<Self, String>;
+}
+
+impl ChunkCodec for u64 {
+    fn encoded_len(&self) -> usize {
+        8
+    }
+    fn encode(&self, out: &mut [u8]) {
+        out.copy_from_slice(&self.to_le_bytes());
+    }
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let array: [u8; 8] = bytes
+            .try_into()
+            .map_err(|_| format!("expected 8 bytes, got {}", bytes.len()))?;
+        Ok(u64::from_le_bytes(array))
+    }
+}
+
+impl ChunkCodec for Vec<u8> {
+    fn encoded_len(&self) -> usize {
+        self.len()
+    }
+    fn encode(&self, out: &mut [u8]) {
+        out.copy_from_slice(self);
+    }
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        Ok(bytes.to_vec())
+    }
+}
+
+impl ChunkCodec for String {
+    fn encoded_len(&self) -> usize {
+        self.len()
+    }
+    fn encode(&self, out: &mut [u8]) {
+        out.copy_from_slice(self.as_bytes());
+    }
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        String::from_utf8(bytes.to_vec()).map_err(|error| error.to_string())
+    }
+}
