@@ -1,0 +1,222 @@
+//! Multi-threaded stress: readers never see a torn value, locked read-modify-write loses no
+//! update, and concurrent create/remove/resize churn leaves a consistent allocator. Bounded
+//! by operation counts, not time.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use myriad_mem::{ChunkId, MemError, MemoryConfig, MemoryManager, NodeId};
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+fn manager() -> Arc<MemoryManager> {
+    Arc::new(
+        MemoryManager::new(MemoryConfig {
+            node_id: NodeId(1),
+            region_bytes: 256 << 20,
+            lock_timeout: Duration::from_secs(30),
+            ..MemoryConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
+/// Every value written is one byte repeated; a reader seeing two different bytes in one
+/// chunk saw a torn write.
+#[test]
+fn concurrent_puts_and_gets_never_tear() {
+    let memory = manager();
+    let sizes = [16usize, 64, 1000, 5000];
+    let cids: Vec<ChunkId> = (0..64)
+        .map(|i| memory.create(sizes[i % sizes.len()]).unwrap())
+        .collect();
+    let cids = Arc::new(cids);
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|seed| {
+            let (memory, cids, stop) = (memory.clone(), cids.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(seed);
+                let mut checked = 0u64;
+                let mut buffer = vec![0u8; 5000];
+                while !stop.load(Ordering::Relaxed) || checked < 1000 {
+                    let cid = cids[rng.gen_range(0..cids.len())];
+                    if rng.gen_bool(0.5) {
+                        let len = memory.get(cid, &mut buffer).unwrap();
+                        let first = buffer[0];
+                        assert!(
+                            buffer[..len].iter().all(|&b| b == first),
+                            "torn read of {cid}"
+                        );
+                    } else {
+                        let mut batch = [cid, cids[rng.gen_range(0..cids.len())]];
+                        batch.sort();
+                        memory.get_batch_with(&batch, |_, result| {
+                            let bytes = result.unwrap();
+                            assert!(bytes.iter().all(|&b| b == bytes[0]), "torn batch read");
+                        });
+                    }
+                    checked += 1;
+                }
+                checked
+            })
+        })
+        .collect();
+    let writers: Vec<_> = (0..2)
+        .map(|seed| {
+            let (memory, cids) = (memory.clone(), cids.clone());
+            thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(100 + seed);
+                for round in 0..20_000u32 {
+                    let cid = cids[rng.gen_range(0..cids.len())];
+                    let size = memory.size(cid).unwrap();
+                    let value = vec![(round % 251) as u8; size];
+                    if round % 2 == 0 {
+                        memory.put(cid, &value).unwrap();
+                    } else {
+                        assert!(memory.put_batch(&[(cid, &value)])[0].is_ok());
+                    }
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.join().unwrap() >= 1000);
+    }
+    memory.check_consistency().unwrap();
+}
+
+/// Read-modify-write under the chunk's write lock, from several threads: the final counter
+/// equals the number of increments.
+#[test]
+fn locked_increments_lose_no_update() {
+    let memory = manager();
+    let cids: Vec<ChunkId> = (0..8)
+        .map(|_| memory.create_typed(&0u64).unwrap())
+        .collect();
+    let threads = 4;
+    let rounds = 5_000;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (memory, cids) = (memory.clone(), cids.clone());
+            thread::spawn(move || {
+                for round in 0..rounds {
+                    let cid = cids[(round + t) % cids.len()];
+                    if round % 2 == 0 {
+                        memory.lock_write(cid, Duration::from_secs(30)).unwrap();
+                        let mut bytes = [0u8; 8];
+                        memory.get_locked(cid, &mut bytes).unwrap();
+                        let next = u64::from_le_bytes(bytes) + 1;
+                        memory.put_locked(cid, &next.to_le_bytes()).unwrap();
+                        memory.unlock_write(cid).unwrap();
+                    } else {
+                        memory
+                            .write_with(cid, |bytes| {
+                                let next = u64::from_le_bytes(bytes.try_into().unwrap()) + 1;
+                                bytes.copy_from_slice(&next.to_le_bytes());
+                            })
+                            .unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().unwrap();
+    }
+    let total: u64 = cids
+        .iter()
+        .map(|&cid| memory.get_typed::<u64>(cid).unwrap())
+        .sum();
+    assert_eq!(total, (threads * rounds) as u64);
+}
+
+/// Threads create, resize and remove their own chunks while others read a shared set; no
+/// CID is handed out twice, every chunk keeps its contents, and the walker passes.
+#[test]
+fn create_remove_resize_churn_stays_consistent() {
+    let memory = manager();
+    let shared: Arc<Vec<ChunkId>> = Arc::new(
+        (0..32u8)
+            .map(|i| memory.create_with_data(&[i; 40]).unwrap())
+            .collect(),
+    );
+    let handles: Vec<_> = (0..3u64)
+        .map(|seed| {
+            let (memory, shared) = (memory.clone(), shared.clone());
+            thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(seed);
+                let mut mine: Vec<(ChunkId, u8, usize)> = Vec::new();
+                for step in 0..20_000u32 {
+                    match rng.gen_range(0..10) {
+                        0..=3 => {
+                            let size = [8, 33, 200, 2100, 9000, 70_000][rng.gen_range(0..6)];
+                            let tag = (step % 250) as u8 + 1;
+                            let cid = if rng.gen_bool(0.5) {
+                                memory.create_with_data(&vec![tag; size]).unwrap()
+                            } else {
+                                let cids = memory.create_many(3, size).unwrap();
+                                for &cid in &cids[1..] {
+                                    memory.remove(cid).unwrap();
+                                }
+                                memory.put(cids[0], &vec![tag; size]).unwrap();
+                                cids[0]
+                            };
+                            mine.push((cid, tag, size));
+                        }
+                        4..=5 if !mine.is_empty() => {
+                            let (cid, tag, size) = mine.swap_remove(rng.gen_range(0..mine.len()));
+                            assert_eq!(memory.get_vec(cid).unwrap(), vec![tag; size]);
+                            memory.remove(cid).unwrap();
+                        }
+                        6 if !mine.is_empty() => {
+                            let index = rng.gen_range(0..mine.len());
+                            let (cid, tag, size) = mine[index];
+                            let new_size = [1, 40, 2048, 2049, 30_000][rng.gen_range(0..5)];
+                            memory.resize(cid, new_size).unwrap();
+                            memory.write_with(cid, |bytes| bytes.fill(tag)).unwrap();
+                            mine[index].2 = new_size;
+                            let _ = size;
+                        }
+                        _ => {
+                            let index = rng.gen_range(0..shared.len());
+                            assert_eq!(
+                                memory.get_vec(shared[index]).unwrap(),
+                                vec![index as u8; 40]
+                            );
+                        }
+                    }
+                }
+                mine
+            })
+        })
+        .collect();
+    let mut all = std::collections::HashSet::new();
+    for handle in handles {
+        for (cid, tag, size) in handle.join().unwrap() {
+            assert!(all.insert(cid), "CID {cid} handed out twice");
+            assert_eq!(memory.get_vec(cid).unwrap(), vec![tag; size]);
+        }
+    }
+    memory.check_consistency().unwrap();
+    assert_eq!(memory.stats().chunks, (all.len() + shared.len()) as u64);
+    // After removing everything and trimming, free pages coalesce into one block.
+    for cid in all.into_iter().chain(shared.iter().copied()) {
+        memory.remove(cid).unwrap();
+    }
+    memory.trim();
+    memory.check_consistency().unwrap();
+    let stats = memory.stats();
+    assert_eq!(stats.chunks, 0);
+    assert_eq!(stats.fragmentation, 0.0);
+    assert_eq!(stats.largest_free_bytes, stats.region_bytes);
+    assert!(matches!(
+        memory.get_vec(ChunkId::new(NodeId(1), 0).unwrap()),
+        Err(MemError::Removed(_))
+    ));
+}
