@@ -1,2 +1,8 @@
-//! Benchmarks of Myriad's layers. Each benchmark prints its figures (and JSON lines with
-//! `--json`); none of them is a timed test.
+//! Benchmarks of Myriad's layers, run through `myriad bench <name>`.
+//!
+//! Each benchmark prints human-readable figures, or JSON lines with `--json`, and compares
+//! against a named baseline measured in the same run where one can be run here. None of
+//! them is a timed test: they report, they do not assert.
+
+pub mod mem;
+pub mod process;

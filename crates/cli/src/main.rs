@@ -14,6 +14,15 @@ struct Cli {
 enum Command {
     /// Run the demo of what Myriad can do today.
     Demo,
+    /// Benchmarks that print their figures.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// The memory manager under the DXMem workloads.
+    Mem(myriad_bench::mem::MemArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -22,6 +31,9 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => {
             println!("myriad demo");
             Ok(())
+        }
+        Command::Bench(BenchCommand::Mem(args)) => {
+            myriad_bench::mem::run(&args).map_err(anyhow::Error::msg)
         }
     }
 }
