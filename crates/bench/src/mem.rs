@@ -97,6 +97,9 @@ pub struct MemArgs {
     /// Operations per run (all threads together).
     #[arg(long, default_value_t = 20_000_000)]
     pub ops: u64,
+    /// Back the data region with transparent huge pages (`--huge-pages false` to compare).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub huge_pages: bool,
     /// Print one JSON object per result line.
     #[arg(long)]
     pub json: bool,
@@ -268,7 +271,7 @@ pub fn run(args: &MemArgs) -> Result<(), String> {
             .objects
             .unwrap_or(if size >= 1000 { 1_000_000 } else { 10_000_000 });
         for &threads in &thread_counts {
-            let (memory, load_ops_per_sec, keys) = load(objects, size, threads)?;
+            let (memory, load_ops_per_sec, keys) = load(objects, size, threads, args.huge_pages)?;
             let stats = memory.stats();
             let metadata_bytes_per_object =
                 stats.metadata_bytes as f64 / stats.chunks.max(1) as f64;
@@ -365,12 +368,14 @@ fn load(
     objects: u64,
     size: usize,
     threads: usize,
+    huge_pages: bool,
 ) -> Result<(MemoryManager, f64, KeySpace), String> {
     let payload_bytes = objects * size as u64;
     let region_bytes = (payload_bytes + payload_bytes / 4 + (256 << 20)).next_multiple_of(1 << 16);
     let memory = MemoryManager::new(MemoryConfig {
         node_id: NodeId(1),
         region_bytes,
+        huge_pages,
         ..MemoryConfig::default()
     })
     .map_err(|error| error.to_string())?;

@@ -2,6 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod demo;
+
 /// Myriad: a distributed in-memory key-value store for billions of small objects.
 #[derive(Parser, Debug)]
 #[command(name = "myriad", version, about)]
@@ -28,10 +30,7 @@ enum BenchCommand {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Demo => {
-            println!("myriad demo");
-            Ok(())
-        }
+        Command::Demo => demo::run(),
         Command::Bench(BenchCommand::Mem(args)) => {
             myriad_bench::mem::run(&args).map_err(anyhow::Error::msg)
         }

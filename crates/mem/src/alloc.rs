@@ -63,7 +63,7 @@ pub(crate) fn class_of(bytes: u64) -> Option<usize> {
         return None;
     }
     if bytes <= 128 {
-        return Some(((bytes + 7) / 8 - 1) as usize);
+        return Some((bytes.div_ceil(8) - 1) as usize);
     }
     let power = 63 - (bytes - 1).leading_zeros() as u64; // 2^power < bytes <= 2^(power+1)
     let quarter = 1u64 << (power - 2);
@@ -222,7 +222,11 @@ thread_local! {
 
 impl Allocator {
     /// An allocator over a fresh region of `region_bytes` (rounded down to whole pages).
-    pub(crate) fn new(region_bytes: u64, shards: usize) -> Result<Allocator, MemError> {
+    pub(crate) fn new(
+        region_bytes: u64,
+        shards: usize,
+        huge_pages: bool,
+    ) -> Result<Allocator, MemError> {
         let pages = region_bytes / PAGE_BYTES;
         if pages == 0 || region_bytes > REGION_BYTES_MAX || pages > u64::from(u32::MAX) {
             return Err(MemError::InvalidConfig(format!(
@@ -234,7 +238,7 @@ impl Allocator {
                 "shards must be 1..={SHARDS_MAX}, got {shards}"
             )));
         }
-        let region = Region::new(pages * PAGE_BYTES)?;
+        let region = Region::new(pages * PAGE_BYTES, huge_pages)?;
         // SAFETY: `PageDescriptor` is made of atomics only, which are valid when zeroed;
         // the zeroed allocation commits memory lazily, as pages are touched.
         let descriptors =
@@ -829,7 +833,7 @@ impl Allocator {
                 let slot_bytes = class_bytes(slab.class);
                 let within = offset - u64::from(head) * PAGE_BYTES;
                 let slot = within / slot_bytes;
-                if class_of(bytes) != Some(slab.class) || within % slot_bytes != 0 {
+                if class_of(bytes) != Some(slab.class) || !within.is_multiple_of(slot_bytes) {
                     return fail(format!(
                         "chunk at {offset} ({length} B) not at a slot of class {}",
                         slab.class
@@ -902,7 +906,7 @@ mod tests {
         let mut previous = 0;
         for class in 0..CLASS_COUNT {
             let bytes = class_bytes(class);
-            assert!(bytes > previous && bytes % 8 == 0);
+            assert!(bytes > previous && bytes.is_multiple_of(8));
             assert_eq!(class_of(bytes), Some(class));
             assert_eq!(class_of(previous + 1), Some(class));
             assert!(slab_slots(class) as u64 >= SLAB_SLOTS_MIN.min(PAGE_BYTES / bytes));
@@ -917,7 +921,7 @@ mod tests {
 
     #[test]
     fn miri_allocate_free_and_coalesce() {
-        let allocator = Allocator::new(32 * PAGE_BYTES, 2).unwrap();
+        let allocator = Allocator::new(32 * PAGE_BYTES, 2, false).unwrap();
         let mut chunks = Vec::new();
         for length in [1usize, 8, 32, 100, 2048, 2049, 70_000, 300_000] {
             chunks.push((allocator.allocate(length).unwrap(), length));

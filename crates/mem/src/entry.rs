@@ -76,7 +76,7 @@ pub(crate) fn state(value: u64) -> State {
 /// bytes. `offset` must be 8-byte aligned and below [`REGION_BYTES_MAX`].
 #[inline]
 pub(crate) fn live(offset: u64, length: usize) -> u64 {
-    debug_assert!(offset % 8 == 0 && offset < REGION_BYTES_MAX);
+    debug_assert!(offset.is_multiple_of(8) && offset < REGION_BYTES_MAX);
     debug_assert!(length > 0);
     let address = offset >> 3;
     if length <= EMBEDDED_LENGTH_MAX {

@@ -23,8 +23,10 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// Reserves `bytes` of address space (a multiple of the page size).
-    pub(crate) fn new(bytes: u64) -> Result<Region, MemError> {
+    /// Reserves `bytes` of address space (a multiple of the page size). With `huge_pages`
+    /// the kernel is asked to back it with transparent huge pages where it can (fewer TLB
+    /// misses on random access; a hint, ignored where unsupported).
+    pub(crate) fn new(bytes: u64, huge_pages: bool) -> Result<Region, MemError> {
         let unavailable = |reason: String| MemError::RegionUnavailable { bytes, reason };
         let len = usize::try_from(bytes).map_err(|_| unavailable("too large".into()))?;
         if len == 0 {
@@ -49,10 +51,16 @@ impl Region {
             }
             let base = NonNull::new(pointer.cast::<u8>())
                 .ok_or_else(|| unavailable("mmap returned null".into()))?;
+            if huge_pages {
+                // SAFETY: advice on our own fresh mapping; it changes no contents. Failure
+                // (no THP support) is harmless, so the result is ignored.
+                unsafe { libc::madvise(pointer, len, libc::MADV_HUGEPAGE) };
+            }
             Ok(Region { base, bytes })
         }
         #[cfg(miri)]
         {
+            let _ = huge_pages;
             let layout = std::alloc::Layout::from_size_align(len, 4096)
                 .map_err(|error| unavailable(error.to_string()))?;
             // SAFETY: the layout has a non-zero size (checked above).
