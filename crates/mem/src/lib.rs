@@ -438,6 +438,13 @@ impl MemoryManager {
     /// Creates the chunk of a reserved CID with `size` zeroed bytes.
     pub fn create_reserved(&self, cid: ChunkId, size: usize) -> MemResult<()> {
         self.check_size(size)?;
+        if cid.creator() != self.config.node_id {
+            return Err(MemError::ForeignChunk {
+                cid,
+                creator: cid.creator(),
+                own: self.config.node_id,
+            });
+        }
         let entry = self.table.entry(cid).ok_or(MemError::NotReserved(cid))?;
         if entry::state(entry.load(Ordering::Relaxed)) != State::Reserved {
             return Err(MemError::NotReserved(cid));
@@ -1335,10 +1342,10 @@ mod tests {
             Err(MemError::AlreadyExists(foreign))
         );
         assert_eq!(memory.get_vec(foreign).unwrap(), b"moved here");
-        assert_eq!(
+        assert!(matches!(
             memory.create_reserved(foreign, 1),
-            Err(MemError::NotReserved(foreign))
-        );
+            Err(MemError::ForeignChunk { .. })
+        ));
         let mut small_buffer = [0u8; 2];
         assert!(matches!(
             memory.get(foreign, &mut small_buffer),

@@ -224,7 +224,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::CreateReserved(index, size) => {
                 let cid = model.pick(index);
                 let result = memory.create_reserved(cid, size);
-                if model.reserved.contains(&cid) {
+                if cid.creator() != OWN {
+                    prop_assert!(
+                        matches!(result, Err(MemError::ForeignChunk { .. })),
+                        "{:?}",
+                        result
+                    );
+                } else if model.reserved.contains(&cid) {
                     match result {
                         Ok(()) => {
                             model.reserved.remove(&cid);
