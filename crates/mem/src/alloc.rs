@@ -151,6 +151,8 @@ struct ClassShard {
     payload_bytes: u64,
     /// Slabs owned.
     slabs: u64,
+    /// The one empty slab kept (in `partial`) against churn, if any.
+    cached_empty: Option<u32>,
 }
 
 /// Free page spans, under the span lock.
@@ -191,8 +193,10 @@ impl Spans {
     }
 }
 
+/// Aligns its content to 128 bytes (two cache lines, for the adjacent-line prefetcher) so
+/// per-shard state of different threads never shares a line.
 #[repr(align(128))]
-struct Padded<T>(T);
+pub(crate) struct Padded<T>(pub(crate) T);
 
 /// Counters of the allocator, see [`crate::MemoryStats`] for their meaning.
 #[derive(Debug, Clone, Copy, Default)]
@@ -437,6 +441,9 @@ impl Allocator {
             slot
         };
         descriptor.used.fetch_add(1, Relaxed);
+        if state.cached_empty == Some(head) {
+            state.cached_empty = None;
+        }
         if descriptor.free_head.load(Relaxed) == 0
             && descriptor.bump.load(Relaxed) == slab_slots(class)
         {
@@ -561,43 +568,37 @@ impl Allocator {
                 .partial_position
                 .store(state.partial.len() as u32, Relaxed);
         }
-        if used == 0 && state.partial.len() > 1 {
-            let position = descriptor.partial_position.load(Relaxed) as usize - 1;
-            state.partial.swap_remove(position);
-            if let Some(&moved) = state.partial.get(position) {
-                self.pages[moved as usize]
-                    .partial_position
-                    .store(position as u32 + 1, Relaxed);
+        if used == 0 {
+            if state.cached_empty.is_none() {
+                state.cached_empty = Some(head);
+            } else {
+                self.release_slab(state, class, head);
             }
-            descriptor.partial_position.store(0, Relaxed);
-            state.slabs -= 1;
-            self.free_span(head, slab_pages(class));
         }
+    }
+
+    /// Returns an empty slab of `state` to the page level.
+    fn release_slab(&self, state: &mut ClassShard, class: usize, head: u32) {
+        let descriptor = &self.pages[head as usize];
+        let position = descriptor.partial_position.load(Relaxed) as usize - 1;
+        state.partial.swap_remove(position);
+        if let Some(&moved) = state.partial.get(position) {
+            self.pages[moved as usize]
+                .partial_position
+                .store(position as u32 + 1, Relaxed);
+        }
+        descriptor.partial_position.store(0, Relaxed);
+        state.slabs -= 1;
+        self.free_span(head, slab_pages(class));
     }
 
     /// Returns every empty slab still cached by a class shard to the page level, so that
     /// free pages coalesce fully (a shard keeps one empty slab to avoid churn otherwise).
     pub(crate) fn trim(&self) {
         for (index, padded) in self.classes.iter().enumerate() {
-            let class = index / self.shards;
             let mut state = padded.0.lock();
-            let mut position = 0;
-            while position < state.partial.len() {
-                let head = state.partial[position];
-                let descriptor = &self.pages[head as usize];
-                if descriptor.used.load(Relaxed) != 0 {
-                    position += 1;
-                    continue;
-                }
-                state.partial.swap_remove(position);
-                if let Some(&moved) = state.partial.get(position) {
-                    self.pages[moved as usize]
-                        .partial_position
-                        .store(position as u32 + 1, Relaxed);
-                }
-                descriptor.partial_position.store(0, Relaxed);
-                state.slabs -= 1;
-                self.free_span(head, slab_pages(class));
+            if let Some(head) = state.cached_empty.take() {
+                self.release_slab(&mut state, index / self.shards, head);
             }
         }
     }
@@ -797,8 +798,10 @@ impl Allocator {
                         "slab {page}: has room {has_room} but listed {listed}"
                     ));
                 }
-                if used == 0 && states[class * self.shards + shard].partial.len() > 1 {
-                    return fail(format!("slab {page} is empty but was not returned"));
+                if (used == 0) != (states[class * self.shards + shard].cached_empty == Some(page)) {
+                    return fail(format!(
+                        "slab {page}: {used} used, but the cached empty slab is another"
+                    ));
                 }
                 chunks_by_class[class * self.shards + shard] += u64::from(used);
                 slabs.insert(

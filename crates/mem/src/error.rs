@@ -76,6 +76,22 @@ pub enum MemError {
         /// Bytes requested (including any length header).
         requested: u64,
     },
+    /// A batch call with more items than one call may carry.
+    #[error("batch of {count} items exceeds the limit of {max} per call")]
+    BatchTooLarge {
+        /// Items requested.
+        count: usize,
+        /// The limit ([`crate::BATCH_COUNT_MAX`]).
+        max: usize,
+    },
+    /// An inclusive CID range whose ends have different creators or are reversed.
+    #[error("invalid CID range {first}..={last}")]
+    InvalidRange {
+        /// First CID.
+        first: ChunkId,
+        /// Last CID.
+        last: ChunkId,
+    },
     /// All 2^48 local IDs of this node are in use.
     #[error("local ID space of this node is exhausted")]
     LocalIdsExhausted,

@@ -53,6 +53,9 @@ use table::{Table, SLOTS_PER_TABLE};
 /// Local IDs a thread takes from the node's counter at a time, so that two threads creating
 /// chunks write to different cache lines of the table.
 const LOCAL_ID_BLOCK: u64 = 64;
+/// The most chunks one `create_many`/`reserve`/batch call may handle (bounds the memory a
+/// single call allocates for its results).
+pub const BATCH_COUNT_MAX: usize = 1 << 24;
 /// Chunks whose table entries and data a batch call fetches ahead at once.
 const BATCH_WINDOW: usize = 32;
 
@@ -137,7 +140,7 @@ pub struct MemoryManager {
     allocator: alloc::Allocator,
     table: Table,
     next_local_id: AtomicU64,
-    local_id_blocks: Box<[Mutex<(u64, u64)>]>,
+    local_id_blocks: Box<[alloc::Padded<Mutex<(u64, u64)>>]>,
     spare_local_ids: Mutex<Vec<u64>>,
     spare_count: AtomicUsize,
 }
@@ -165,7 +168,9 @@ impl MemoryManager {
         }
         let allocator =
             alloc::Allocator::new(config.region_bytes, config.shards, config.huge_pages)?;
-        let local_id_blocks = (0..config.shards).map(|_| Mutex::new((0, 0))).collect();
+        let local_id_blocks = (0..config.shards)
+            .map(|_| alloc::Padded(Mutex::new((0, 0))))
+            .collect();
         Ok(MemoryManager {
             allocator,
             table: Table::new(),
@@ -199,6 +204,16 @@ impl MemoryManager {
         Ok(())
     }
 
+    fn check_count(count: usize) -> MemResult<()> {
+        if count > BATCH_COUNT_MAX {
+            return Err(MemError::BatchTooLarge {
+                count,
+                max: BATCH_COUNT_MAX,
+            });
+        }
+        Ok(())
+    }
+
     fn own(&self, local_id: u64) -> ChunkId {
         ChunkId::from_raw((u64::from(self.config.node_id.0) << LOCAL_ID_BITS) | local_id)
     }
@@ -212,7 +227,7 @@ impl MemoryManager {
                 return Ok(local_id);
             }
         }
-        let mut block = self.local_id_blocks[self.allocator.thread_shard()].lock();
+        let mut block = self.local_id_blocks[self.allocator.thread_shard()].0.lock();
         if block.0 == block.1 {
             let start = self
                 .next_local_id
@@ -342,6 +357,7 @@ impl MemoryManager {
     /// and one ID range for all of them (the bulk-load path). All or nothing.
     pub fn create_many(&self, count: usize, size: usize) -> MemResult<Vec<ChunkId>> {
         self.check_size(size)?;
+        Self::check_count(count)?;
         let mut offsets = Vec::new();
         self.allocator.allocate_many(size, count, &mut offsets)?;
         for &offset in &offsets {
@@ -423,6 +439,7 @@ impl MemoryManager {
     /// Reserves `count` new CIDs without allocating memory; fill them with
     /// [`create_reserved`](Self::create_reserved). Until then `get` reports them reserved.
     pub fn reserve(&self, count: usize) -> MemResult<Vec<ChunkId>> {
+        Self::check_count(count)?;
         let mut local_ids = Vec::new();
         self.take_local_ids(count, &mut local_ids)?;
         let mut cids = Vec::with_capacity(count);
@@ -824,19 +841,24 @@ impl MemoryManager {
     }
 
     /// Removes every live chunk with a CID in `first..=last` (same creator) and returns how
-    /// many were removed; CIDs without a chunk are skipped.
+    /// many were removed. CIDs without a chunk are skipped; the walk visits only tables that
+    /// exist, so even the whole 48-bit range costs no more than the chunks stored.
     pub fn remove_range(&self, first: ChunkId, last: ChunkId) -> MemResult<u64> {
         if first.creator() != last.creator() || first > last {
-            return Err(MemError::InvalidConfig(format!(
-                "bad CID range {first}..={last}"
-            )));
+            return Err(MemError::InvalidRange { first, last });
         }
         let mut removed = 0;
-        for raw in first.raw()..=last.raw() {
-            match self.remove(ChunkId::from_raw(raw)) {
-                Ok(()) => removed += 1,
-                Err(MemError::NotFound(_) | MemError::Removed(_) | MemError::Reserved(_)) => {}
-                Err(error) => return Err(error),
+        for (start, end) in self.chunk_ranges(first.creator()) {
+            let (from, to) = (start.max(first), end.min(last));
+            if from > to {
+                continue;
+            }
+            for raw in from.raw()..=to.raw() {
+                match self.remove(ChunkId::from_raw(raw)) {
+                    Ok(()) => removed += 1,
+                    Err(MemError::NotFound(_) | MemError::Removed(_) | MemError::Reserved(_)) => {}
+                    Err(error) => return Err(error),
+                }
             }
         }
         Ok(removed)
