@@ -59,6 +59,9 @@ pub const BATCH_COUNT_MAX: usize = 1 << 24;
 /// Chunks whose table entries and data a batch call fetches ahead at once.
 const BATCH_WINDOW: usize = 32;
 
+/// The unused part `(next, end)` of a block of local IDs a shard took from the counter.
+type LocalIdBlock = (u64, u64);
+
 /// Settings of a memory manager. Every field has a default (see [`Default`]).
 #[derive(Debug, Clone)]
 pub struct MemoryConfig {
@@ -140,7 +143,7 @@ pub struct MemoryManager {
     allocator: alloc::Allocator,
     table: Table,
     next_local_id: AtomicU64,
-    local_id_blocks: Box<[alloc::Padded<Mutex<(u64, u64)>>]>,
+    local_id_blocks: Box<[alloc::Padded<Mutex<LocalIdBlock>>]>,
     spare_local_ids: Mutex<Vec<u64>>,
     spare_count: AtomicUsize,
 }
