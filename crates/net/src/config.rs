@@ -1,0 +1,107 @@
+//! Endpoint configuration and the limits that bound every queue and buffer.
+//!
+//! Invariant: every per-connection memory use follows from these numbers (see
+//! `docs/wire-format.md`, "Limits"): send queue ≤ `send_queue_bytes_max` (+ one frame,
+//! + responses up to twice that), unprocessed received bytes ≤
+//! `receive_unprocessed_bytes_max` + [`READ_BUFFER_BYTES`] + one frame, reassembly ≤
+//! `message_bytes_max`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::NodeId;
+
+/// Bytes read from a socket per read call (also the initial receive buffer size).
+pub const READ_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Payloads up to this size are copied into the aggregation buffer; larger ones are queued
+/// by reference (no copy) and written with vectored I/O.
+pub const COPY_PAYLOAD_BYTES_MAX: usize = 16 * 1024;
+
+/// Outstanding requests per connection; more fail with `TooManyPendingRequests`.
+pub const PENDING_REQUESTS_MAX: usize = 1 << 16;
+
+/// Buffers handed to one vectored write call.
+pub const IO_SLICES_MAX: usize = 64;
+
+/// Capacity of the connection event channel; a subscriber that falls further behind
+/// misses the oldest events (and is told how many).
+pub const EVENTS_QUEUED_MAX: usize = 1024;
+
+/// Longest cluster secret accepted (bytes).
+pub const SECRET_BYTES_MAX: usize = 1024;
+
+/// Settings of one endpoint. `Config::new` gives defaults for everything but the node ID,
+/// listen address and secret.
+#[derive(Clone)]
+pub struct Config {
+    /// This node's ID.
+    pub node_id: NodeId,
+    /// Address to listen on (port 0 picks a free port; see `Endpoint::local_addr`).
+    pub listen_addr: SocketAddr,
+    /// Shared cluster secret for the HMAC handshake (at most [`SECRET_BYTES_MAX`] bytes).
+    pub secret: Vec<u8>,
+    /// Open connections kept at most; opening one more closes the least recently used.
+    pub connections_max: usize,
+    /// Time allowed for TCP connect plus handshake.
+    pub connect_timeout: Duration,
+    /// Time an incoming connection has to finish its handshake.
+    pub handshake_timeout: Duration,
+    /// Longest a sender waits for space in a full send queue before `SendTimeout`.
+    pub send_timeout: Duration,
+    /// Bytes queued for sending per connection before senders wait (back-pressure).
+    pub send_queue_bytes_max: usize,
+    /// Received bytes per connection handed to handlers and not yet processed; above this
+    /// the connection stops reading, and TCP back-pressures the sender.
+    pub receive_unprocessed_bytes_max: usize,
+    /// Largest message (after reassembly) sent or accepted.
+    pub message_bytes_max: usize,
+    /// Threads running message handlers.
+    pub handler_threads: usize,
+    /// Worker threads of the endpoint's own tokio runtime (`Endpoint::start`).
+    pub io_threads: usize,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("node_id", &self.node_id)
+            .field("listen_addr", &self.listen_addr)
+            .field("secret", &"<redacted>")
+            .field("connections_max", &self.connections_max)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("send_timeout", &self.send_timeout)
+            .field("send_queue_bytes_max", &self.send_queue_bytes_max)
+            .field(
+                "receive_unprocessed_bytes_max",
+                &self.receive_unprocessed_bytes_max,
+            )
+            .field("message_bytes_max", &self.message_bytes_max)
+            .field("handler_threads", &self.handler_threads)
+            .field("io_threads", &self.io_threads)
+            .finish()
+    }
+}
+
+impl Config {
+    /// Defaults: 100 connections, 2 s connect and handshake timeouts, 10 s send timeout,
+    /// 4 MiB send queue, 4 MiB unprocessed receive bytes, 256 MiB messages, 2 handler
+    /// threads, 2 I/O threads.
+    pub fn new(node_id: NodeId, listen_addr: SocketAddr, secret: impl Into<Vec<u8>>) -> Self {
+        Self {
+            node_id,
+            listen_addr,
+            secret: secret.into(),
+            connections_max: 100,
+            connect_timeout: Duration::from_secs(2),
+            handshake_timeout: Duration::from_secs(2),
+            send_timeout: Duration::from_secs(10),
+            send_queue_bytes_max: 4 << 20,
+            receive_unprocessed_bytes_max: 4 << 20,
+            message_bytes_max: 256 << 20,
+            handler_threads: 2,
+            io_threads: 2,
+        }
+    }
+}

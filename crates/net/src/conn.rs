@@ -1,0 +1,654 @@
+//! One authenticated connection to a peer: its send queue (aggregation), its writer and
+//! reader tasks, its outstanding requests and its receive-side flow control.
+//!
+//! Send path: any thread encodes a frame header and appends header + payload to the
+//! connection's [`OutQueue`] under a short lock (payloads up to
+//! [`COPY_PAYLOAD_BYTES_MAX`] are copied into one contiguous buffer, larger ones are queued
+//! by reference). The writer task takes everything queued in one go and writes it with
+//! vectored I/O, so many small messages from many threads become one syscall. The writer is
+//! woken only when the queue goes from empty to non-empty.
+//!
+//! Receive path: the reader task reads up to [`READ_BUFFER_BYTES`] at a time, cuts every
+//! complete frame out of the buffer (payloads share the read buffer), completes responses
+//! directly, and hands messages and requests to the handler pool in two batches per read:
+//! ordered ones to this connection's fixed lane, the rest to the shared queue.
+//!
+//! Invariants:
+//! - Queued send bytes stay ≤ `send_queue_bytes_max` (+ one frame); responses may use up to
+//!   twice that so a handler answering never waits on its own peer's requests.
+//! - Unprocessed received bytes stay ≤ `receive_unprocessed_bytes_max` + one read: above the
+//!   limit the reader stops reading until handlers catch up, and TCP back-pressures the
+//!   sender's writer, whose queue then fills and makes senders wait (bounded by
+//!   `send_timeout`), so memory is bounded on both sides.
+//! - Frames of one connection are written in the order they were queued; one fragmented
+//!   message at a time per connection (the `large_lane` lock).
+//! - Once `close` has run, nothing new is queued, every outstanding request fails with
+//!   `ConnectionLost`, and both tasks stop.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, watch, Notify};
+use tokio::time::Instant;
+
+use crate::config::{
+    COPY_PAYLOAD_BYTES_MAX, IO_SLICES_MAX, PENDING_REQUESTS_MAX, READ_BUFFER_BYTES,
+};
+use crate::error::{FrameError, NetError};
+use crate::wire::{
+    Fragment, FrameDecoder, FrameHeader, Kind, Reassembler, FRAME_PAYLOAD_BYTES_MAX, HEADER_BYTES,
+};
+use crate::NodeId;
+
+/// Why a connection closed, as reported to event subscribers and in logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The peer closed the connection cleanly (between frames).
+    PeerClosed,
+    /// A socket error.
+    Io(String),
+    /// The peer sent bytes that break the protocol.
+    Protocol(FrameError),
+    /// Closed to stay within `connections_max` (least recently used).
+    Evicted,
+    /// A newer connection from a restarted instance of the peer replaced this one.
+    Replaced,
+    /// The peer was fenced.
+    Fenced,
+    /// Closed on request (`NetHandle::disconnect`).
+    Closed,
+    /// The endpoint shut down.
+    Shutdown,
+}
+
+impl std::fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CloseReason::PeerClosed => write!(f, "peer closed the connection"),
+            CloseReason::Io(error) => write!(f, "socket error: {error}"),
+            CloseReason::Protocol(error) => write!(f, "protocol violation: {error}"),
+            CloseReason::Evicted => write!(f, "evicted (connection limit)"),
+            CloseReason::Replaced => write!(f, "replaced by a restarted peer's connection"),
+            CloseReason::Fenced => write!(f, "peer fenced"),
+            CloseReason::Closed => write!(f, "closed locally"),
+            CloseReason::Shutdown => write!(f, "endpoint shut down"),
+        }
+    }
+}
+
+/// Per-connection limits, copied from the endpoint's configuration.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnLimits {
+    pub send_queue_bytes_max: usize,
+    pub receive_unprocessed_bytes_max: usize,
+    pub message_bytes_max: usize,
+    pub send_timeout: Duration,
+}
+
+/// Frames waiting for the writer.
+#[derive(Debug)]
+struct OutQueue {
+    /// Complete, ordered pieces ready to write.
+    segments: VecDeque<Bytes>,
+    /// Small frames being aggregated after the last segment.
+    tail: BytesMut,
+    /// Bytes queued or being written (released after the write).
+    queued_bytes: usize,
+    /// The writer is parked waiting for work (wake it on the next push).
+    writer_parked: bool,
+    /// A sender found the queue full and waits for space.
+    senders_waiting: bool,
+}
+
+/// A live connection to one peer.
+pub(crate) struct Conn {
+    pub peer: NodeId,
+    pub peer_instance: u64,
+    pub initiated_locally: bool,
+    /// Sequence number of this connection in its endpoint (chooses the ordered lane).
+    pub serial: u64,
+    pub limits: ConnLimits,
+    pub runtime: Handle,
+    out: Mutex<OutQueue>,
+    writer_wake: Notify,
+    space: Notify,
+    closed: AtomicBool,
+    close_tx: watch::Sender<bool>,
+    pending: Mutex<HashMap<u32, oneshot::Sender<Result<Bytes, NetError>>>>,
+    next_request_id: AtomicU32,
+    next_fragmented_id: AtomicU32,
+    unprocessed_bytes: AtomicUsize,
+    unprocessed_bytes_peak: AtomicUsize,
+    resume_reader: Notify,
+    /// Held while a fragmented message is being queued.
+    pub large_lane: tokio::sync::Mutex<()>,
+    pub fenced: AtomicBool,
+    pub drop_incoming: AtomicBool,
+    pub drop_outgoing: AtomicBool,
+    last_used_ms: AtomicU64,
+}
+
+/// Figures about one connection (for tests, monitoring and benchmarks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// The peer.
+    pub node: NodeId,
+    /// Whether this side opened the connection.
+    pub initiated_locally: bool,
+    /// Bytes queued for sending (including bytes being written).
+    pub queued_bytes: usize,
+    /// Received bytes handed to handlers and not yet processed.
+    pub unprocessed_bytes: usize,
+    /// Highest `unprocessed_bytes` seen on this connection.
+    pub unprocessed_bytes_peak: usize,
+    /// Requests waiting for a response.
+    pub pending_requests: usize,
+}
+
+impl Conn {
+    pub fn new(
+        peer: NodeId,
+        peer_instance: u64,
+        initiated_locally: bool,
+        serial: u64,
+        limits: ConnLimits,
+        runtime: Handle,
+        now_ms: u64,
+    ) -> Self {
+        let (close_tx, _) = watch::channel(false);
+        Self {
+            peer,
+            peer_instance,
+            initiated_locally,
+            serial,
+            limits,
+            runtime,
+            out: Mutex::new(OutQueue {
+                segments: VecDeque::new(),
+                tail: BytesMut::with_capacity(64 * 1024),
+                queued_bytes: 0,
+                writer_parked: false,
+                senders_waiting: false,
+            }),
+            writer_wake: Notify::new(),
+            space: Notify::new(),
+            closed: AtomicBool::new(false),
+            close_tx,
+            pending: Mutex::new(HashMap::new()),
+            next_request_id: AtomicU32::new(1),
+            next_fragmented_id: AtomicU32::new(1),
+            unprocessed_bytes: AtomicUsize::new(0),
+            unprocessed_bytes_peak: AtomicUsize::new(0),
+            resume_reader: Notify::new(),
+            large_lane: tokio::sync::Mutex::new(()),
+            fenced: AtomicBool::new(false),
+            drop_incoming: AtomicBool::new(false),
+            drop_outgoing: AtomicBool::new(false),
+            last_used_ms: AtomicU64::new(now_ms),
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub fn last_used_ms(&self) -> u64 {
+        self.last_used_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn touch(&self, now_ms: u64) {
+        self.last_used_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> ConnectionStats {
+        ConnectionStats {
+            node: self.peer,
+            initiated_locally: self.initiated_locally,
+            queued_bytes: self.out.lock().queued_bytes,
+            unprocessed_bytes: self.unprocessed_bytes.load(Ordering::Relaxed),
+            unprocessed_bytes_peak: self.unprocessed_bytes_peak.load(Ordering::Relaxed),
+            pending_requests: self.pending.lock().len(),
+        }
+    }
+
+    /// Marks the connection closed, stops its tasks and fails its outstanding requests.
+    /// Returns whether this call closed it (false if it was closed already).
+    pub fn close(&self) -> bool {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.close_tx.send_replace(true);
+        let pending: Vec<_> = self.pending.lock().drain().collect();
+        for (_, waiter) in pending {
+            let _ = waiter.send(Err(NetError::ConnectionLost(self.peer)));
+        }
+        self.space.notify_waiters();
+        self.resume_reader.notify_one();
+        true
+    }
+
+    /// Queues one frame if there is room. `Ok(false)`: the queue is full, wait for
+    /// [`Conn::wait_for_space`]. `allowance` multiplies the queue limit (responses use 2).
+    pub fn try_enqueue(
+        &self,
+        header: &FrameHeader,
+        payload: &Bytes,
+        allowance: usize,
+    ) -> Result<bool, NetError> {
+        if self.drop_outgoing.load(Ordering::Relaxed) {
+            // Fault switch: the frame is lost as on a broken network.
+            return Ok(true);
+        }
+        let frame_bytes = HEADER_BYTES + payload.len();
+        let mut queue = self.out.lock();
+        if self.is_closed() {
+            return Err(NetError::ConnectionLost(self.peer));
+        }
+        let limit = self.limits.send_queue_bytes_max.saturating_mul(allowance);
+        if queue.queued_bytes > 0 && queue.queued_bytes + frame_bytes > limit {
+            queue.senders_waiting = true;
+            return Ok(false);
+        }
+        queue.tail.extend_from_slice(&header.encode());
+        if payload.len() <= COPY_PAYLOAD_BYTES_MAX {
+            queue.tail.extend_from_slice(payload);
+        } else {
+            let head = queue.tail.split().freeze();
+            queue.segments.push_back(head);
+            queue.segments.push_back(payload.clone());
+        }
+        queue.queued_bytes += frame_bytes;
+        let wake = std::mem::replace(&mut queue.writer_parked, false);
+        drop(queue);
+        if wake {
+            self.writer_wake.notify_one();
+        }
+        Ok(true)
+    }
+
+    /// Queues one frame, waiting (at most the send timeout) while the queue is full.
+    pub async fn enqueue_wait(
+        &self,
+        header: &FrameHeader,
+        payload: &Bytes,
+        allowance: usize,
+    ) -> Result<(), NetError> {
+        let deadline = Instant::now() + self.limits.send_timeout;
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.try_enqueue(header, payload, allowance)? {
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(NetError::SendTimeout(self.peer));
+            }
+        }
+    }
+
+    /// Queues a whole message of any size up to `message_bytes_max`: one frame, or
+    /// fragments of [`FRAME_PAYLOAD_BYTES_MAX`] queued one by one (other senders' frames
+    /// interleave between them).
+    pub async fn send_message(
+        &self,
+        kind: Kind,
+        ordered: bool,
+        type_id: u8,
+        subtype: u8,
+        message_id: u32,
+        payload: &Bytes,
+        allowance: usize,
+    ) -> Result<(), NetError> {
+        if payload.len() > self.limits.message_bytes_max {
+            return Err(NetError::MessageTooLarge {
+                size_bytes: payload.len(),
+                max_bytes: self.limits.message_bytes_max,
+            });
+        }
+        let mut header = FrameHeader {
+            kind,
+            ordered,
+            fragment: Fragment::Whole,
+            type_id,
+            subtype,
+            message_id,
+            payload_bytes: 0,
+        };
+        if payload.len() <= FRAME_PAYLOAD_BYTES_MAX {
+            header.payload_bytes = payload.len() as u32;
+            return self.enqueue_wait(&header, payload, allowance).await;
+        }
+        let _lane = self.large_lane.lock().await;
+        if kind == Kind::Message {
+            header.message_id = self.next_fragmented_id.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut offset = 0;
+        while offset < payload.len() {
+            let end = (offset + FRAME_PAYLOAD_BYTES_MAX).min(payload.len());
+            header.fragment = if end == payload.len() {
+                Fragment::Last
+            } else {
+                Fragment::More
+            };
+            header.payload_bytes = (end - offset) as u32;
+            self.enqueue_wait(&header, &payload.slice(offset..end), allowance)
+                .await?;
+            offset = end;
+        }
+        Ok(())
+    }
+
+    /// Registers an outstanding request; returns its ID and the response receiver.
+    pub fn register_request(
+        &self,
+    ) -> Result<(u32, oneshot::Receiver<Result<Bytes, NetError>>), NetError> {
+        let (tx, rx) = oneshot::channel();
+        let mut pending = self.pending.lock();
+        if self.is_closed() {
+            return Err(NetError::ConnectionLost(self.peer));
+        }
+        if pending.len() >= PENDING_REQUESTS_MAX {
+            return Err(NetError::TooManyPendingRequests(self.peer));
+        }
+        loop {
+            let id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+            if let std::collections::hash_map::Entry::Vacant(slot) = pending.entry(id) {
+                slot.insert(tx);
+                return Ok((id, rx));
+            }
+        }
+    }
+
+    /// Forgets an outstanding request (timed out or abandoned): a late response is dropped.
+    pub fn forget_request(&self, id: u32) {
+        self.pending.lock().remove(&id);
+    }
+
+    fn complete_request(&self, id: u32, payload: Bytes) {
+        let waiter = self.pending.lock().remove(&id);
+        match waiter {
+            Some(waiter) => {
+                let _ = waiter.send(Ok(payload));
+            }
+            None => tracing::debug!(peer = %self.peer, id, "dropped late or unknown response"),
+        }
+    }
+
+    fn add_unprocessed(&self, bytes: usize) {
+        let now = self.unprocessed_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        self.unprocessed_bytes_peak
+            .fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Handlers finished `bytes` worth of this connection's messages.
+    pub fn release_unprocessed(&self, bytes: usize) {
+        let before = self.unprocessed_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        let limit = self.limits.receive_unprocessed_bytes_max;
+        if before > limit && before - bytes <= limit {
+            self.resume_reader.notify_one();
+        }
+    }
+
+    fn unprocessed(&self) -> usize {
+        self.unprocessed_bytes.load(Ordering::Acquire)
+    }
+
+    pub fn close_watch(&self) -> watch::Receiver<bool> {
+        self.close_tx.subscribe()
+    }
+}
+
+/// Takes everything queued (or parks the writer if there is nothing).
+fn take_queued(conn: &Conn) -> Option<(VecDeque<Bytes>, usize)> {
+    let mut queue = conn.out.lock();
+    if queue.queued_bytes == 0 {
+        queue.writer_parked = true;
+        return None;
+    }
+    let mut segments = std::mem::take(&mut queue.segments);
+    if !queue.tail.is_empty() {
+        segments.push_back(queue.tail.split().freeze());
+    }
+    Some((segments, queue.queued_bytes))
+}
+
+async fn write_segments(
+    writer: &mut OwnedWriteHalf,
+    segments: &mut VecDeque<Bytes>,
+) -> std::io::Result<()> {
+    while !segments.is_empty() {
+        let written = {
+            let slices: Vec<IoSlice<'_>> = segments
+                .iter()
+                .take(IO_SLICES_MAX)
+                .map(|segment| IoSlice::new(segment))
+                .collect();
+            writer.write_vectored(&slices).await?
+        };
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let mut left = written;
+        while left > 0 {
+            let Some(front) = segments.front_mut() else {
+                break;
+            };
+            if left >= front.len() {
+                left -= front.len();
+                segments.pop_front();
+            } else {
+                front.advance(left);
+                left = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The writer task: drains the send queue into the socket until the connection closes.
+/// Returns the reason if the socket failed.
+pub(crate) async fn writer_loop(
+    conn: Arc<Conn>,
+    mut writer: OwnedWriteHalf,
+    clock: impl Fn() -> u64,
+) -> Option<CloseReason> {
+    let mut closed = conn.close_watch();
+    loop {
+        if conn.is_closed() {
+            return None;
+        }
+        let Some((mut segments, bytes)) = take_queued(&conn) else {
+            tokio::select! {
+                _ = conn.writer_wake.notified() => continue,
+                _ = closed.changed() => return None,
+            }
+        };
+        conn.touch(clock());
+        let result = tokio::select! {
+            result = write_segments(&mut writer, &mut segments) => result,
+            _ = closed.changed() => return None,
+        };
+        if let Err(error) = result {
+            return Some(CloseReason::Io(error.to_string()));
+        }
+        let wake_senders = {
+            let mut queue = conn.out.lock();
+            queue.queued_bytes -= bytes;
+            std::mem::replace(&mut queue.senders_waiting, false)
+        };
+        if wake_senders {
+            conn.space.notify_waiters();
+        }
+    }
+}
+
+/// A message ready for a handler.
+pub(crate) struct Delivery {
+    pub kind: Kind,
+    pub type_id: u8,
+    pub subtype: u8,
+    pub ordered: bool,
+    pub message_id: u32,
+    pub payload: Bytes,
+    pub handler: Arc<dyn crate::handler::Handler>,
+}
+
+/// Messages of one connection from one read, for one handler thread.
+pub(crate) struct Batch {
+    pub conn: Arc<Conn>,
+    pub deliveries: Vec<Delivery>,
+    pub bytes: usize,
+}
+
+/// What the reader needs from its endpoint.
+pub(crate) trait ReaderContext {
+    /// The current handler table.
+    fn handlers(&self) -> Arc<crate::handler::HandlerMap>;
+    /// Hands a batch to the handler pool (ordered batches to the connection's lane).
+    fn dispatch(&self, batch: Batch, ordered: bool);
+    /// Milliseconds since the endpoint started.
+    fn now_ms(&self) -> u64;
+}
+
+/// The reader task: reads, cuts frames, dispatches, and applies flow control. Returns why
+/// the connection ended.
+pub(crate) async fn reader_loop(
+    conn: Arc<Conn>,
+    mut reader: OwnedReadHalf,
+    context: &impl ReaderContext,
+) -> CloseReason {
+    let decoder = FrameDecoder::default();
+    let mut reassembler = Reassembler::new(conn.limits.message_bytes_max);
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let mut closed = conn.close_watch();
+    loop {
+        let needed = decoder.bytes_needed(&buf).saturating_sub(buf.len());
+        if buf.capacity() - buf.len() < needed.max(4096) {
+            buf.reserve(needed.max(READ_BUFFER_BYTES));
+        }
+        let read = tokio::select! {
+            biased;
+            _ = closed.changed() => return CloseReason::Closed,
+            read = reader.read_buf(&mut buf) => read,
+        };
+        match read {
+            Ok(0) if buf.is_empty() => return CloseReason::PeerClosed,
+            Ok(0) => {
+                return CloseReason::Protocol(FrameError::Truncated {
+                    buffered_bytes: buf.len(),
+                })
+            }
+            Ok(_) => {}
+            Err(error) => return CloseReason::Io(error.to_string()),
+        }
+        conn.touch(context.now_ms());
+        if let Err(error) = cut_and_dispatch(&conn, &decoder, &mut reassembler, &mut buf, context) {
+            return CloseReason::Protocol(error);
+        }
+        // Flow control: stop reading while handlers are behind.
+        while conn.unprocessed() > conn.limits.receive_unprocessed_bytes_max {
+            tokio::select! {
+                _ = conn.resume_reader.notified() => {}
+                _ = closed.changed() => return CloseReason::Closed,
+            }
+        }
+    }
+}
+
+/// Cuts every complete frame out of `buf` and dispatches the messages they complete.
+fn cut_and_dispatch(
+    conn: &Arc<Conn>,
+    decoder: &FrameDecoder,
+    reassembler: &mut Reassembler,
+    buf: &mut BytesMut,
+    context: &impl ReaderContext,
+) -> Result<(), FrameError> {
+    let handlers = context.handlers();
+    let mut ordered = Vec::new();
+    let mut ordered_bytes = 0;
+    let mut unordered = Vec::new();
+    let mut unordered_bytes = 0;
+    let dropping =
+        conn.drop_incoming.load(Ordering::Relaxed) || conn.fenced.load(Ordering::Relaxed);
+    let mut cached: Option<(u16, crate::handler::Registered)> = None;
+    while let Some(frame) = decoder.decode(buf)? {
+        let header = frame.header;
+        let handler = if header.kind == Kind::Response {
+            None
+        } else {
+            let key = crate::handler::type_key(header.type_id, header.subtype);
+            let entry = match &cached {
+                Some((cached_key, entry)) if *cached_key == key => entry.clone(),
+                _ => {
+                    let entry = handlers.get(&key).cloned().ok_or(FrameError::UnknownType {
+                        type_id: header.type_id,
+                        subtype: header.subtype,
+                    })?;
+                    cached = Some((key, entry.clone()));
+                    entry
+                }
+            };
+            if entry.ordered != header.ordered {
+                return Err(FrameError::OrderingMismatch {
+                    type_id: header.type_id,
+                    subtype: header.subtype,
+                });
+            }
+            Some(entry.handler)
+        };
+        let Some(message) = reassembler.push(frame)? else {
+            continue;
+        };
+        if dropping {
+            continue;
+        }
+        let Some(handler) = handler else {
+            conn.complete_request(message.message_id, message.payload);
+            continue;
+        };
+        let bytes = HEADER_BYTES + message.payload.len();
+        let delivery = Delivery {
+            kind: message.kind,
+            type_id: message.type_id,
+            subtype: message.subtype,
+            ordered: message.ordered,
+            message_id: message.message_id,
+            payload: message.payload,
+            handler,
+        };
+        if message.ordered {
+            ordered.push(delivery);
+            ordered_bytes += bytes;
+        } else {
+            unordered.push(delivery);
+            unordered_bytes += bytes;
+        }
+    }
+    for (deliveries, bytes, is_ordered) in [
+        (ordered, ordered_bytes, true),
+        (unordered, unordered_bytes, false),
+    ] {
+        if deliveries.is_empty() {
+            continue;
+        }
+        conn.add_unprocessed(bytes);
+        context.dispatch(
+            Batch {
+                conn: conn.clone(),
+                deliveries,
+                bytes,
+            },
+            is_ordered,
+        );
+    }
+    Ok(())
+}

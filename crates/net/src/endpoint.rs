@@ -1,0 +1,1241 @@
+//! The endpoint: a node's listener, its connection table, the handshake, and the public
+//! sending API ([`NetHandle`]), async and blocking.
+//!
+//! Connections open on first use in either direction. When two nodes dial each other at
+//! the same time, the acceptor decides during the handshake, before any frame flows:
+//! - it already has a live connection to the same peer instance → `Duplicate` (the dialer
+//!   uses the existing one);
+//! - it is dialing the peer itself → the dial of the lower node ID wins: the acceptor with
+//!   the lower ID answers `Duplicate`, the one with the higher ID accepts and drops its own
+//!   dial (which the other side will refuse);
+//! - it has a connection to an older instance of the peer (the peer restarted) → the new
+//!   connection replaces the old one.
+//!
+//! So both sides always end with the same single TCP connection, and no frame is ever sent
+//! on a connection that loses.
+//!
+//! Invariants: the table lock is never held across an await; every connection in the
+//! table with state `Up` has running reader and writer tasks or is about to get them (the
+//! acceptor inserts before it writes the verdict); a closed connection is removed from the
+//! table by whoever closed it.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use parking_lot::RwLock;
+use rand::RngCore;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::{Handle, Runtime};
+use tokio::sync::{broadcast, oneshot, watch, Notify};
+use tokio::time::Instant;
+
+use crate::config::{Config, EVENTS_QUEUED_MAX, SECRET_BYTES_MAX};
+use crate::conn::{
+    reader_loop, writer_loop, Batch, CloseReason, Conn, ConnLimits, ConnectionStats, ReaderContext,
+};
+use crate::error::{HandshakeError, NetError};
+use crate::handler::{HandlerMap, Handlers, MessageType};
+use crate::pool::PoolSenders;
+use crate::wire::{
+    self, Fragment, FrameHeader, Greeting, Kind, Verdict, FRAME_PAYLOAD_BYTES_MAX, GREETING_BYTES,
+    NONCE_BYTES, PROOF_BYTES,
+};
+use crate::NodeId;
+
+/// A simulated network fault towards one node (for tests of partitions and failures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Everything sent to the node is silently lost (requests time out).
+    DropOutgoing,
+    /// Everything received from the node is silently discarded.
+    DropIncoming,
+    /// Both: the node is cut off as by a network partition.
+    Partition,
+}
+
+impl Fault {
+    fn drops_outgoing(self) -> bool {
+        matches!(self, Fault::DropOutgoing | Fault::Partition)
+    }
+
+    fn drops_incoming(self) -> bool {
+        matches!(self, Fault::DropIncoming | Fault::Partition)
+    }
+}
+
+/// A connection to `node` closed. Failure detection subscribes to these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLost {
+    /// The peer.
+    pub node: NodeId,
+    /// Why.
+    pub reason: CloseReason,
+}
+
+/// A subscription to [`ConnectionLost`] events.
+#[derive(Debug)]
+pub struct ConnectionEvents {
+    receiver: broadcast::Receiver<ConnectionLost>,
+    runtime: Handle,
+}
+
+impl ConnectionEvents {
+    /// The next event; `None` once the endpoint is gone. Events missed by a subscriber
+    /// that fell more than the channel capacity behind are skipped (and logged).
+    pub async fn recv(&mut self) -> Option<ConnectionLost> {
+        loop {
+            match self.receiver.recv().await {
+                Ok(event) => return Some(event),
+                Err(broadcast::error::RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "connection event subscriber lagged");
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    /// The next event if one is queued.
+    pub fn try_recv(&mut self) -> Option<ConnectionLost> {
+        loop {
+            match self.receiver.try_recv() {
+                Ok(event) => return Some(event),
+                Err(broadcast::error::TryRecvError::Lagged(_)) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the next event, blocking this (non-async) thread.
+    pub fn recv_blocking(&mut self, timeout: Duration) -> Result<Option<ConnectionLost>, NetError> {
+        ensure_blocking_allowed()?;
+        let runtime = self.runtime.clone();
+        Ok(runtime
+            .block_on(async { tokio::time::timeout(timeout, self.recv()).await })
+            .ok()
+            .flatten())
+    }
+}
+
+fn ensure_blocking_allowed() -> Result<(), NetError> {
+    if Handle::try_current().is_ok() {
+        return Err(NetError::BlockingInAsyncContext);
+    }
+    Ok(())
+}
+
+/// A connection attempt in progress; callers wanting the node wait on the table.
+struct Attempt {
+    failed: OnceLock<NetError>,
+}
+
+enum Slot {
+    Connecting(Arc<Attempt>),
+    Up(Arc<Conn>),
+}
+
+/// Everything an endpoint's tasks and handles share.
+pub(crate) struct Shared {
+    config: Config,
+    instance: u64,
+    runtime: Handle,
+    local_addr: SocketAddr,
+    started: std::time::Instant,
+    addresses: RwLock<HashMap<NodeId, SocketAddr>>,
+    table: RwLock<HashMap<NodeId, Slot>>,
+    table_changed: Notify,
+    handlers: RwLock<Arc<HandlerMap>>,
+    pool: RwLock<Option<PoolSenders>>,
+    events: broadcast::Sender<ConnectionLost>,
+    fenced: RwLock<HashSet<NodeId>>,
+    faults: RwLock<HashMap<NodeId, Fault>>,
+    faults_any: AtomicBool,
+    shut_down: AtomicBool,
+    shutdown_tx: watch::Sender<bool>,
+    serial: AtomicU64,
+}
+
+impl ReaderContext for Shared {
+    fn handlers(&self) -> Arc<HandlerMap> {
+        self.handlers.read().clone()
+    }
+
+    fn dispatch(&self, batch: Batch, ordered: bool) {
+        match &*self.pool.read() {
+            Some(pool) => pool.dispatch(batch, ordered),
+            None => batch.conn.release_unprocessed(batch.bytes),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+/// A running endpoint. Dropping it shuts it down: connections close, handler threads
+/// finish their current batch and exit, and an owned runtime stops. [`NetHandle`]s
+/// cloned from it then fail with [`NetError::Shutdown`].
+pub struct Endpoint {
+    handle: NetHandle,
+    runtime: Option<Runtime>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("node_id", &self.handle.node_id())
+            .field("local_addr", &self.handle.local_addr())
+            .finish()
+    }
+}
+
+impl std::ops::Deref for Endpoint {
+    type Target = NetHandle;
+
+    fn deref(&self) -> &NetHandle {
+        &self.handle
+    }
+}
+
+impl Endpoint {
+    /// Starts an endpoint with its own multi-thread tokio runtime (`config.io_threads`
+    /// workers). Call it outside any async runtime.
+    pub fn start(config: Config, handlers: Handlers) -> Result<Self, NetError> {
+        ensure_blocking_allowed()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.io_threads.max(1))
+            .thread_name(format!("myriad-net-io-{}", config.node_id))
+            .enable_all()
+            .build()
+            .map_err(|error| NetError::Startup(Arc::new(error)))?;
+        let mut endpoint = Self::start_on(runtime.handle().clone(), config, handlers)?;
+        endpoint.runtime = Some(runtime);
+        Ok(endpoint)
+    }
+
+    /// Starts an endpoint whose tasks run on an existing tokio runtime (which must have
+    /// I/O and time enabled). Callable from anywhere, also from inside that runtime.
+    pub fn start_on(runtime: Handle, config: Config, handlers: Handlers) -> Result<Self, NetError> {
+        if config.secret.len() > SECRET_BYTES_MAX {
+            return Err(NetError::Startup(Arc::new(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "cluster secret longer than SECRET_BYTES_MAX",
+            ))));
+        }
+        let startup = |error: std::io::Error| NetError::Startup(Arc::new(error));
+        let listener = std::net::TcpListener::bind(config.listen_addr).map_err(startup)?;
+        listener.set_nonblocking(true).map_err(startup)?;
+        let local_addr = listener.local_addr().map_err(startup)?;
+        let listener = {
+            let _guard = runtime.enter();
+            TcpListener::from_std(listener).map_err(startup)?
+        };
+        let (pool, _threads) = crate::pool::start(
+            config.handler_threads,
+            &format!("myriad-net-handler-{}", config.node_id),
+        )
+        .map_err(startup)?;
+        let (events, _) = broadcast::channel(EVENTS_QUEUED_MAX);
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            instance: rand::rngs::OsRng.next_u64(),
+            runtime: runtime.clone(),
+            local_addr,
+            started: std::time::Instant::now(),
+            addresses: RwLock::new(HashMap::new()),
+            table: RwLock::new(HashMap::new()),
+            table_changed: Notify::new(),
+            handlers: RwLock::new(Arc::new(handlers.map)),
+            pool: RwLock::new(Some(pool)),
+            events,
+            fenced: RwLock::new(HashSet::new()),
+            faults: RwLock::new(HashMap::new()),
+            faults_any: AtomicBool::new(false),
+            shut_down: AtomicBool::new(false),
+            shutdown_tx,
+            serial: AtomicU64::new(0),
+            config,
+        });
+        runtime.spawn(accept_loop(shared.clone(), listener, shutdown_rx));
+        tracing::debug!(node = %shared.config.node_id, %local_addr, "endpoint started");
+        Ok(Self {
+            handle: NetHandle { shared },
+            runtime: None,
+        })
+    }
+
+    /// A cloneable handle for sending from other threads and tasks.
+    pub fn handle(&self) -> NetHandle {
+        self.handle.clone()
+    }
+
+    /// Shuts the endpoint down (the same as dropping it).
+    pub fn shutdown(self) {}
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let shared = &self.handle.shared;
+        if shared.shut_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        shared.shutdown_tx.send_replace(true);
+        let conns: Vec<Arc<Conn>> = shared
+            .table
+            .write()
+            .drain()
+            .filter_map(|(_, slot)| match slot {
+                Slot::Up(conn) => Some(conn),
+                Slot::Connecting(_) => None,
+            })
+            .collect();
+        for conn in conns {
+            conn.close();
+        }
+        shared.table_changed.notify_waiters();
+        // Handler threads exit once every pool sender is gone.
+        shared.pool.write().take();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Sends messages and requests; cheap to clone, usable from any thread. Methods without
+/// `_blocking` are async; the `_blocking` ones may be called from any thread that is not
+/// running async tasks (they return `BlockingInAsyncContext` there) and take a fast path
+/// with no runtime involvement when the connection is up and its queue has room.
+#[derive(Clone)]
+pub struct NetHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for NetHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetHandle")
+            .field("node_id", &self.shared.config.node_id)
+            .finish()
+    }
+}
+
+/// Outcome of the synchronous send attempt.
+enum Fast {
+    Done,
+    Slow,
+}
+
+impl NetHandle {
+    /// This node's ID.
+    pub fn node_id(&self) -> NodeId {
+        self.shared.config.node_id
+    }
+
+    /// The address the endpoint listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.local_addr
+    }
+
+    /// Sets (or changes) the address of `node`; used for connections opened from now on.
+    pub fn set_address(&self, node: NodeId, addr: SocketAddr) {
+        self.shared.addresses.write().insert(node, addr);
+    }
+
+    /// Forgets the address of `node` (an open connection stays until it closes).
+    pub fn remove_address(&self, node: NodeId) {
+        self.shared.addresses.write().remove(&node);
+    }
+
+    /// The address known for `node`.
+    pub fn address(&self, node: NodeId) -> Option<SocketAddr> {
+        self.shared.addresses.read().get(&node).copied()
+    }
+
+    /// Registers a handler after start. Peers must not send the type before this returns
+    /// (a frame of an unknown type closes its connection).
+    pub fn register(
+        &self,
+        message_type: MessageType,
+        handler: impl crate::Handler,
+    ) -> Result<(), NetError> {
+        let mut current = self.shared.handlers.write();
+        let mut map = HandlerMap::clone(&current);
+        crate::handler::insert(&mut map, message_type, Arc::new(handler))?;
+        *current = Arc::new(map);
+        Ok(())
+    }
+
+    /// Subscribes to connection-lost events from now on.
+    pub fn subscribe(&self) -> ConnectionEvents {
+        ConnectionEvents {
+            receiver: self.shared.events.subscribe(),
+            runtime: self.shared.runtime.clone(),
+        }
+    }
+
+    /// Fences `node`: from now on no message from it reaches a handler (also messages
+    /// already received but not yet handled), its connection is closed, new connections
+    /// from it are refused, and sends to it fail with `Fenced`.
+    pub fn fence(&self, node: NodeId) {
+        self.shared.fenced.write().insert(node);
+        let conn = self.lookup(node);
+        if let Some(conn) = conn {
+            conn.fenced.store(true, Ordering::Release);
+            self.shared.retire(&conn, CloseReason::Fenced);
+        }
+        tracing::info!(%node, "node fenced");
+    }
+
+    /// Lifts a fence (e.g. the node ID was reassigned to a new node).
+    pub fn unfence(&self, node: NodeId) {
+        self.shared.fenced.write().remove(&node);
+    }
+
+    /// Whether `node` is fenced.
+    pub fn is_fenced(&self, node: NodeId) -> bool {
+        self.shared.fenced.read().contains(&node)
+    }
+
+    /// Turns on a simulated fault towards `node` (test fault switch).
+    pub fn set_fault(&self, node: NodeId, fault: Fault) {
+        let mut faults = self.shared.faults.write();
+        faults.insert(node, fault);
+        self.shared.faults_any.store(true, Ordering::Release);
+        if let Some(conn) = self.lookup(node) {
+            conn.drop_outgoing
+                .store(fault.drops_outgoing(), Ordering::Release);
+            conn.drop_incoming
+                .store(fault.drops_incoming(), Ordering::Release);
+        }
+    }
+
+    /// Turns off the simulated fault towards `node`.
+    pub fn clear_fault(&self, node: NodeId) {
+        let mut faults = self.shared.faults.write();
+        faults.remove(&node);
+        self.shared
+            .faults_any
+            .store(!faults.is_empty(), Ordering::Release);
+        if let Some(conn) = self.lookup(node) {
+            conn.drop_outgoing.store(false, Ordering::Release);
+            conn.drop_incoming.store(false, Ordering::Release);
+        }
+    }
+
+    /// Closes the connection to `node`, if any (it reopens on the next send).
+    pub fn disconnect(&self, node: NodeId) {
+        if let Some(conn) = self.lookup(node) {
+            self.shared.retire(&conn, CloseReason::Closed);
+        }
+    }
+
+    /// Nodes with an open connection.
+    pub fn connected_nodes(&self) -> Vec<NodeId> {
+        let mut nodes: Vec<NodeId> = self
+            .shared
+            .table
+            .read()
+            .iter()
+            .filter_map(|(node, slot)| match slot {
+                Slot::Up(conn) if !conn.is_closed() => Some(*node),
+                _ => None,
+            })
+            .collect();
+        nodes.sort();
+        nodes
+    }
+
+    /// Figures about the connection to `node`, if open.
+    pub fn connection_stats(&self, node: NodeId) -> Option<ConnectionStats> {
+        self.lookup(node).map(|conn| conn.stats())
+    }
+
+    fn lookup(&self, node: NodeId) -> Option<Arc<Conn>> {
+        match self.shared.table.read().get(&node) {
+            Some(Slot::Up(conn)) if !conn.is_closed() => Some(conn.clone()),
+            _ => None,
+        }
+    }
+
+    fn check_open(&self) -> Result<(), NetError> {
+        if self.shared.shut_down.load(Ordering::Acquire) {
+            return Err(NetError::Shutdown);
+        }
+        Ok(())
+    }
+
+    /// Whether the fault switch drops everything sent to `node`.
+    fn drops_outgoing(&self, node: NodeId) -> bool {
+        self.shared.faults_any.load(Ordering::Acquire)
+            && self
+                .shared
+                .faults
+                .read()
+                .get(&node)
+                .is_some_and(|fault| fault.drops_outgoing())
+    }
+
+    fn check_size(&self, payload: &Bytes) -> Result<(), NetError> {
+        let max_bytes = self.shared.config.message_bytes_max;
+        if payload.len() > max_bytes {
+            return Err(NetError::MessageTooLarge {
+                size_bytes: payload.len(),
+                max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn send_fast(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+    ) -> Result<Fast, NetError> {
+        self.check_open()?;
+        self.check_size(payload)?;
+        if self.drops_outgoing(to) {
+            return Ok(Fast::Done);
+        }
+        if payload.len() > FRAME_PAYLOAD_BYTES_MAX {
+            return Ok(Fast::Slow);
+        }
+        let Some(conn) = self.lookup(to) else {
+            return Ok(Fast::Slow);
+        };
+        let header = whole_header(Kind::Message, message_type, 0, payload.len());
+        match conn.try_enqueue(&header, payload, 1)? {
+            true => Ok(Fast::Done),
+            false => Ok(Fast::Slow),
+        }
+    }
+
+    async fn send_slow(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+    ) -> Result<(), NetError> {
+        let conn = self.shared.connection(to).await?;
+        conn.send_message(
+            Kind::Message,
+            message_type.ordered,
+            message_type.type_id,
+            message_type.subtype,
+            0,
+            payload,
+            1,
+        )
+        .await
+    }
+
+    /// Sends a one-way message. Returns once it is queued (connecting first if needed,
+    /// waiting while the queue is full); delivery is not confirmed.
+    pub async fn send(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+    ) -> Result<(), NetError> {
+        match self.send_fast(to, message_type, &payload)? {
+            Fast::Done => Ok(()),
+            Fast::Slow => self.send_slow(to, message_type, &payload).await,
+        }
+    }
+
+    /// [`NetHandle::send`] for non-async threads.
+    pub fn send_blocking(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+    ) -> Result<(), NetError> {
+        match self.send_fast(to, message_type, &payload)? {
+            Fast::Done => Ok(()),
+            Fast::Slow => self.block_on(self.send_slow(to, message_type, &payload)),
+        }
+    }
+
+    /// Sends one message to several nodes (the payload is shared, not copied); one result
+    /// per node, in order.
+    pub async fn send_many(
+        &self,
+        to: &[NodeId],
+        message_type: MessageType,
+        payload: Bytes,
+    ) -> Vec<Result<(), NetError>> {
+        let mut results = Vec::with_capacity(to.len());
+        for node in to {
+            results.push(self.send(*node, message_type, payload.clone()).await);
+        }
+        results
+    }
+
+    /// [`NetHandle::send_many`] for non-async threads.
+    pub fn send_many_blocking(
+        &self,
+        to: &[NodeId],
+        message_type: MessageType,
+        payload: Bytes,
+    ) -> Vec<Result<(), NetError>> {
+        to.iter()
+            .map(|node| self.send_blocking(*node, message_type, payload.clone()))
+            .collect()
+    }
+
+    fn request_fast(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+        deadline: Instant,
+    ) -> Result<Option<PendingResponse>, NetError> {
+        self.check_open()?;
+        self.check_size(payload)?;
+        if self.drops_outgoing(to) {
+            return Ok(Some(self.lost_request(to, deadline)));
+        }
+        if payload.len() > FRAME_PAYLOAD_BYTES_MAX {
+            return Ok(None);
+        }
+        let Some(conn) = self.lookup(to) else {
+            return Ok(None);
+        };
+        let (id, receiver) = conn.register_request()?;
+        let pending =
+            PendingResponse::new(self, to, Some(conn.clone()), id, Some(receiver), deadline);
+        let header = whole_header(Kind::Request, message_type, id, payload.len());
+        match conn.try_enqueue(&header, payload, 1)? {
+            true => Ok(Some(pending)),
+            false => Ok(None),
+        }
+    }
+
+    fn lost_request(&self, to: NodeId, deadline: Instant) -> PendingResponse {
+        PendingResponse::new(self, to, None, 0, None, deadline)
+    }
+
+    async fn request_slow(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+        deadline: Instant,
+    ) -> Result<PendingResponse, NetError> {
+        let conn = match tokio::time::timeout_at(deadline, self.shared.connection(to)).await {
+            Ok(conn) => conn?,
+            Err(_) => return Err(NetError::Timeout(to)),
+        };
+        let (id, receiver) = conn.register_request()?;
+        let pending =
+            PendingResponse::new(self, to, Some(conn.clone()), id, Some(receiver), deadline);
+        conn.send_message(
+            Kind::Request,
+            message_type.ordered,
+            message_type.type_id,
+            message_type.subtype,
+            id,
+            payload,
+            1,
+        )
+        .await?;
+        Ok(pending)
+    }
+
+    /// Sends a request and returns once it is queued; the response is collected later by
+    /// awaiting the returned [`PendingResponse`] (or `wait_blocking`). The timeout counts
+    /// from this call; a response arriving after it is dropped.
+    pub async fn request_later(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<PendingResponse, NetError> {
+        let deadline = Instant::now() + timeout;
+        if let Some(pending) = self.request_fast(to, message_type, &payload, deadline)? {
+            return Ok(pending);
+        }
+        self.request_slow(to, message_type, &payload, deadline)
+            .await
+    }
+
+    /// [`NetHandle::request_later`] for non-async threads.
+    pub fn request_later_blocking(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<PendingResponse, NetError> {
+        let deadline = Instant::now() + timeout;
+        if let Some(pending) = self.request_fast(to, message_type, &payload, deadline)? {
+            return Ok(pending);
+        }
+        self.block_on(self.request_slow(to, message_type, &payload, deadline))
+    }
+
+    /// Sends a request and waits for its response (at most `timeout`).
+    pub async fn request(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, NetError> {
+        self.request_later(to, message_type, payload, timeout)
+            .await?
+            .await
+    }
+
+    /// [`NetHandle::request`] for non-async threads.
+    pub fn request_blocking(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, NetError> {
+        self.request_later_blocking(to, message_type, payload, timeout)?
+            .wait_blocking()
+    }
+
+    fn block_on<T>(
+        &self,
+        future: impl Future<Output = Result<T, NetError>>,
+    ) -> Result<T, NetError> {
+        ensure_blocking_allowed()?;
+        self.check_open()?;
+        self.shared.runtime.block_on(future)
+    }
+}
+
+fn whole_header(
+    kind: Kind,
+    message_type: MessageType,
+    message_id: u32,
+    length: usize,
+) -> FrameHeader {
+    FrameHeader {
+        kind,
+        ordered: message_type.ordered,
+        fragment: Fragment::Whole,
+        type_id: message_type.type_id,
+        subtype: message_type.subtype,
+        message_id,
+        payload_bytes: length as u32,
+    }
+}
+
+/// A response to collect later: await it, or call [`PendingResponse::wait_blocking`].
+/// Dropping it abandons the request (a late response is dropped).
+pub struct PendingResponse {
+    node: NodeId,
+    conn: Option<Arc<Conn>>,
+    request_id: u32,
+    receiver: Option<oneshot::Receiver<Result<Bytes, NetError>>>,
+    deadline: Instant,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    runtime: Handle,
+    shared: Arc<Shared>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for PendingResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingResponse")
+            .field("node", &self.node)
+            .field("request_id", &self.request_id)
+            .finish()
+    }
+}
+
+impl PendingResponse {
+    fn new(
+        handle: &NetHandle,
+        node: NodeId,
+        conn: Option<Arc<Conn>>,
+        request_id: u32,
+        receiver: Option<oneshot::Receiver<Result<Bytes, NetError>>>,
+        deadline: Instant,
+    ) -> Self {
+        Self {
+            node,
+            conn,
+            request_id,
+            receiver,
+            deadline,
+            sleep: None,
+            runtime: handle.shared.runtime.clone(),
+            shared: handle.shared.clone(),
+            finished: false,
+        }
+    }
+
+    /// The node the request went to.
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Blocks this (non-async) thread until the response arrives or the timeout passes.
+    pub fn wait_blocking(self) -> Result<Bytes, NetError> {
+        ensure_blocking_allowed()?;
+        if self.shared.shut_down.load(Ordering::Acquire) {
+            return Err(NetError::Shutdown);
+        }
+        let runtime = self.runtime.clone();
+        runtime.block_on(self)
+    }
+}
+
+impl Future for PendingResponse {
+    type Output = Result<Bytes, NetError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.finished {
+            return Poll::Ready(Err(NetError::Timeout(this.node)));
+        }
+        if let Some(receiver) = this.receiver.as_mut() {
+            if let Poll::Ready(result) = Pin::new(receiver).poll(cx) {
+                this.finished = true;
+                return Poll::Ready(match result {
+                    Ok(response) => response,
+                    Err(_) => Err(NetError::ConnectionLost(this.node)),
+                });
+            }
+        }
+        let sleep = this.sleep.get_or_insert_with(|| {
+            let _guard = this.runtime.enter();
+            Box::pin(tokio::time::sleep_until(this.deadline))
+        });
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                this.finished = true;
+                if let Some(conn) = &this.conn {
+                    conn.forget_request(this.request_id);
+                }
+                Poll::Ready(Err(NetError::Timeout(this.node)))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for PendingResponse {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Some(conn) = &self.conn {
+                conn.forget_request(self.request_id);
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn limits(&self) -> ConnLimits {
+        ConnLimits {
+            send_queue_bytes_max: self.config.send_queue_bytes_max,
+            receive_unprocessed_bytes_max: self.config.receive_unprocessed_bytes_max,
+            message_bytes_max: self.config.message_bytes_max,
+            send_timeout: self.config.send_timeout,
+        }
+    }
+
+    /// The open connection to `node`, connecting if needed (bounded by the connect timeout).
+    async fn connection(self: &Arc<Self>, node: NodeId) -> Result<Arc<Conn>, NetError> {
+        let deadline = Instant::now() + self.config.connect_timeout;
+        loop {
+            if self.shut_down.load(Ordering::Acquire) {
+                return Err(NetError::Shutdown);
+            }
+            let notified = self.table_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let attempt = {
+                let mut table = self.table.write();
+                match table.get(&node) {
+                    Some(Slot::Up(conn)) if !conn.is_closed() => return Ok(conn.clone()),
+                    Some(Slot::Connecting(attempt)) => attempt.clone(),
+                    _ => {
+                        if self.fenced.read().contains(&node) {
+                            return Err(NetError::Fenced(node));
+                        }
+                        let addr = self
+                            .addresses
+                            .read()
+                            .get(&node)
+                            .copied()
+                            .ok_or(NetError::UnknownNode(node))?;
+                        let attempt = Arc::new(Attempt {
+                            failed: OnceLock::new(),
+                        });
+                        table.insert(node, Slot::Connecting(attempt.clone()));
+                        self.runtime
+                            .spawn(connect(self.clone(), node, addr, attempt.clone()));
+                        attempt
+                    }
+                }
+            };
+            if let Some(error) = attempt.failed.get() {
+                return Err(error.clone());
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(NetError::ConnectTimeout(node));
+            }
+        }
+    }
+
+    /// Ends a connection attempt: marks it failed and removes it from the table.
+    fn fail_attempt(&self, node: NodeId, attempt: &Arc<Attempt>, error: NetError) {
+        let _ = attempt.failed.set(error);
+        let mut table = self.table.write();
+        if let Some(Slot::Connecting(current)) = table.get(&node) {
+            if Arc::ptr_eq(current, attempt) {
+                table.remove(&node);
+            }
+        }
+        drop(table);
+        self.table_changed.notify_waiters();
+    }
+
+    /// Closes `conn` and, if this call closed it, removes it from the table and tells
+    /// subscribers.
+    fn retire(&self, conn: &Arc<Conn>, reason: CloseReason) {
+        if !conn.close() {
+            return;
+        }
+        {
+            let mut table = self.table.write();
+            if let Some(Slot::Up(current)) = table.get(&conn.peer) {
+                if Arc::ptr_eq(current, conn) {
+                    table.remove(&conn.peer);
+                }
+            }
+        }
+        self.table_changed.notify_waiters();
+        if self.shut_down.load(Ordering::Acquire) {
+            return;
+        }
+        match &reason {
+            CloseReason::Protocol(_) | CloseReason::Io(_) => {
+                tracing::warn!(peer = %conn.peer, %reason, "connection closed")
+            }
+            _ => tracing::debug!(peer = %conn.peer, %reason, "connection closed"),
+        }
+        let _ = self.events.send(ConnectionLost {
+            node: conn.peer,
+            reason,
+        });
+    }
+
+    fn new_conn(&self, peer: NodeId, peer_instance: u64, initiated_locally: bool) -> Arc<Conn> {
+        let conn = Arc::new(Conn::new(
+            peer,
+            peer_instance,
+            initiated_locally,
+            self.serial.fetch_add(1, Ordering::Relaxed),
+            self.limits(),
+            self.runtime.clone(),
+            self.now_ms(),
+        ));
+        if self.faults_any.load(Ordering::Acquire) {
+            if let Some(fault) = self.faults.read().get(&peer) {
+                conn.drop_outgoing
+                    .store(fault.drops_outgoing(), Ordering::Release);
+                conn.drop_incoming
+                    .store(fault.drops_incoming(), Ordering::Release);
+            }
+        }
+        conn
+    }
+
+    /// Starts the reader and writer tasks of a connection now in the table.
+    fn run(self: &Arc<Self>, conn: Arc<Conn>, stream: TcpStream) {
+        let (reader, writer) = stream.into_split();
+        let shared = self.clone();
+        let writer_conn = conn.clone();
+        self.runtime.spawn(async move {
+            let clock_shared = shared.clone();
+            let clock = move || clock_shared.now_ms();
+            if let Some(reason) = writer_loop(writer_conn.clone(), writer, clock).await {
+                shared.retire(&writer_conn, reason);
+            }
+        });
+        let shared = self.clone();
+        self.runtime.spawn(async move {
+            let reason = reader_loop(conn.clone(), reader, &*shared).await;
+            shared.retire(&conn, reason);
+        });
+    }
+
+    /// Closes least recently used connections beyond `connections_max`, sparing `keep`.
+    fn enforce_connection_limit(&self, keep: &Arc<Conn>) {
+        loop {
+            let victim = {
+                let table = self.table.read();
+                let up: Vec<&Arc<Conn>> = table
+                    .values()
+                    .filter_map(|slot| match slot {
+                        Slot::Up(conn) if !conn.is_closed() => Some(conn),
+                        _ => None,
+                    })
+                    .collect();
+                if up.len() <= self.config.connections_max.max(1) {
+                    return;
+                }
+                up.into_iter()
+                    .filter(|conn| !Arc::ptr_eq(conn, keep))
+                    .min_by_key(|conn| conn.last_used_ms())
+                    .cloned()
+            };
+            match victim {
+                Some(conn) => self.retire(&conn, CloseReason::Evicted),
+                None => return,
+            }
+        }
+    }
+
+    /// Puts a connection this node dialed into the table (see the module docs for the
+    /// tie-break). Returns false if an existing connection to the same instance wins.
+    fn install_outgoing(&self, node: NodeId, conn: &Arc<Conn>) -> bool {
+        let replaced = {
+            let mut table = self.table.write();
+            let replaced = match table.get(&node) {
+                Some(Slot::Up(old)) if !old.is_closed() => {
+                    if old.peer_instance == conn.peer_instance {
+                        return false;
+                    }
+                    Some(old.clone())
+                }
+                _ => None,
+            };
+            table.insert(node, Slot::Up(conn.clone()));
+            replaced
+        };
+        if let Some(old) = replaced {
+            self.retire(&old, CloseReason::Replaced);
+        }
+        self.table_changed.notify_waiters();
+        true
+    }
+
+    /// Decides an authenticated incoming connection and, if accepted, puts it in the table.
+    fn decide_incoming(&self, node: NodeId, peer_instance: u64) -> (Verdict, Option<Arc<Conn>>) {
+        if self.fenced.read().contains(&node) {
+            return (Verdict::Refused, None);
+        }
+        let (conn, replaced) = {
+            let mut table = self.table.write();
+            let replaced = match table.get(&node) {
+                Some(Slot::Up(old)) if !old.is_closed() => {
+                    if old.peer_instance == peer_instance {
+                        return (Verdict::Duplicate, None);
+                    }
+                    Some(old.clone())
+                }
+                Some(Slot::Connecting(_)) if self.config.node_id < node => {
+                    return (Verdict::Duplicate, None);
+                }
+                _ => None,
+            };
+            let conn = self.new_conn(node, peer_instance, false);
+            table.insert(node, Slot::Up(conn.clone()));
+            (conn, replaced)
+        };
+        if let Some(old) = replaced {
+            self.retire(&old, CloseReason::Replaced);
+        }
+        self.table_changed.notify_waiters();
+        (Verdict::Accepted, Some(conn))
+    }
+
+    fn greeting(&self) -> Greeting {
+        let mut nonce = [0u8; NONCE_BYTES];
+        rand::rngs::OsRng.fill_bytes(&mut nonce);
+        Greeting {
+            node: self.config.node_id.0,
+            instance: self.instance,
+            nonce,
+        }
+    }
+}
+
+/// Dials `node` at `addr`, authenticates, and installs the connection.
+async fn connect(shared: Arc<Shared>, node: NodeId, addr: SocketAddr, attempt: Arc<Attempt>) {
+    let timeout = shared.config.connect_timeout;
+    let outcome = tokio::time::timeout(timeout, dial(&shared, node, addr)).await;
+    let (stream, peer_instance, verdict) = match outcome {
+        Err(_) => return shared.fail_attempt(node, &attempt, NetError::ConnectTimeout(node)),
+        Ok(Err(error)) => {
+            tracing::debug!(%node, %addr, %error, "connect failed");
+            return shared.fail_attempt(node, &attempt, error);
+        }
+        Ok(Ok(done)) => done,
+    };
+    match verdict {
+        Verdict::Accepted => {
+            let conn = shared.new_conn(node, peer_instance, true);
+            if shared.install_outgoing(node, &conn) {
+                shared.run(conn.clone(), stream);
+                shared.enforce_connection_limit(&conn);
+            } else {
+                tracing::warn!(%node, "accepted dial lost to an existing connection");
+            }
+        }
+        Verdict::Duplicate => {
+            // The peer's own dial wins; it will show up as an incoming connection. Give
+            // up on this attempt if it has not within the connect timeout.
+            tokio::time::sleep(timeout).await;
+            shared.fail_attempt(node, &attempt, NetError::ConnectTimeout(node));
+        }
+        Verdict::Refused => shared.fail_attempt(node, &attempt, NetError::Fenced(node)),
+    }
+}
+
+fn connect_failed(node: NodeId, error: impl std::fmt::Display) -> NetError {
+    NetError::ConnectFailed {
+        node,
+        reason: error.to_string(),
+    }
+}
+
+/// TCP connect and the dialer's half of the handshake.
+async fn dial(
+    shared: &Shared,
+    node: NodeId,
+    addr: SocketAddr,
+) -> Result<(TcpStream, u64, Verdict), NetError> {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .map_err(|e| connect_failed(node, e))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| connect_failed(node, e))?;
+    let ours = shared.greeting().encode();
+    stream
+        .write_all(&ours)
+        .await
+        .map_err(|e| connect_failed(node, e))?;
+    let mut theirs = [0u8; GREETING_BYTES];
+    stream
+        .read_exact(&mut theirs)
+        .await
+        .map_err(|e| connect_failed(node, e))?;
+    let mut proof = [0u8; PROOF_BYTES];
+    stream
+        .read_exact(&mut proof)
+        .await
+        .map_err(|e| connect_failed(node, e))?;
+    let greeting = Greeting::decode(&theirs).map_err(|e| connect_failed(node, e))?;
+    if greeting.node != node.0 {
+        return Err(connect_failed(
+            node,
+            HandshakeError::UnexpectedNode(greeting.node),
+        ));
+    }
+    let secret = &shared.config.secret;
+    if wire::verify_acceptor_proof(secret, &ours, &theirs, &proof).is_err() {
+        tracing::warn!(%node, %addr, "peer failed to prove the cluster secret");
+        return Err(NetError::AuthenticationFailed(node));
+    }
+    let our_proof = wire::connector_proof(secret, &ours, &theirs);
+    stream
+        .write_all(&our_proof)
+        .await
+        .map_err(|e| connect_failed(node, e))?;
+    let mut verdict = [0u8; 1];
+    if stream.read_exact(&mut verdict).await.is_err() {
+        // The acceptor closes without a verdict when our proof fails.
+        return Err(NetError::AuthenticationFailed(node));
+    }
+    let verdict = Verdict::decode(verdict[0]).map_err(|e| connect_failed(node, e))?;
+    Ok((stream, greeting.instance, verdict))
+}
+
+async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => return,
+        };
+        match accepted {
+            Ok((stream, addr)) => {
+                let shared = shared.clone();
+                shared.runtime.clone().spawn(async move {
+                    let timeout = shared.config.handshake_timeout;
+                    match tokio::time::timeout(timeout, accept(&shared, stream)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(reason)) => {
+                            tracing::warn!(peer_addr = %addr, %reason, "incoming connection refused")
+                        }
+                        Err(_) => tracing::warn!(peer_addr = %addr, "incoming handshake timed out"),
+                    }
+                });
+            }
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// The acceptor's half of the handshake; on success the connection runs.
+async fn accept(shared: &Arc<Shared>, mut stream: TcpStream) -> Result<(), String> {
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut theirs = [0u8; GREETING_BYTES];
+    stream
+        .read_exact(&mut theirs)
+        .await
+        .map_err(|e| format!("reading greeting: {e}"))?;
+    let greeting = Greeting::decode(&theirs).map_err(|e| e.to_string())?;
+    let node = NodeId(greeting.node);
+    if node == shared.config.node_id {
+        return Err(HandshakeError::UnexpectedNode(greeting.node).to_string());
+    }
+    let ours = shared.greeting().encode();
+    let proof = wire::acceptor_proof(&shared.config.secret, &theirs, &ours);
+    let mut reply = [0u8; GREETING_BYTES + PROOF_BYTES];
+    let (greeting_part, proof_part) = reply.split_at_mut(GREETING_BYTES);
+    greeting_part.copy_from_slice(&ours);
+    proof_part.copy_from_slice(&proof);
+    stream
+        .write_all(&reply)
+        .await
+        .map_err(|e| format!("writing challenge: {e}"))?;
+    let mut their_proof = [0u8; PROOF_BYTES];
+    stream
+        .read_exact(&mut their_proof)
+        .await
+        .map_err(|e| format!("reading proof: {e}"))?;
+    if wire::verify_connector_proof(&shared.config.secret, &theirs, &ours, &their_proof).is_err() {
+        return Err(format!("node {node} failed authentication"));
+    }
+    if shared.shut_down.load(Ordering::Acquire) {
+        return Err("endpoint shutting down".into());
+    }
+    let (verdict, conn) = shared.decide_incoming(node, greeting.instance);
+    let written = stream.write_all(&[verdict.encode()]).await;
+    let Some(conn) = conn else {
+        tracing::debug!(%node, ?verdict, "incoming connection not used");
+        return Ok(());
+    };
+    if let Err(error) = written {
+        shared.retire(&conn, CloseReason::Io(error.to_string()));
+        return Err(format!("writing verdict: {error}"));
+    }
+    shared.run(conn.clone(), stream);
+    shared.enforce_connection_limit(&conn);
+    Ok(())
+}

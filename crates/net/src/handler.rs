@@ -1,0 +1,305 @@
+//! Message types, handlers and what a handler receives.
+//!
+//! A [`MessageType`] is a (type, subtype) byte pair plus whether it is ordered. Each type
+//! that a node may receive has one [`Handler`], registered in [`Handlers`] before the
+//! endpoint starts (or later with `NetHandle::register`; a frame of a type with no handler
+//! closes its connection, so register before peers may send it).
+//!
+//! Handlers run on the endpoint's handler threads (plain threads, not async tasks), so a
+//! handler may block, call the blocking send API, or keep the [`Responder`] and answer
+//! later from any thread. Messages of ordered types reach their handler one at a time in
+//! send order per connection; others run concurrently on all handler threads.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::conn::Conn;
+use crate::error::NetError;
+use crate::wire::Kind;
+use crate::NodeId;
+
+/// A message type: type and subtype bytes, and whether its messages are ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MessageType {
+    /// Type byte (by convention one per layer or service).
+    pub type_id: u8,
+    /// Subtype byte (the operation within the service).
+    pub subtype: u8,
+    /// Messages of this type are handled strictly in send order per connection.
+    pub ordered: bool,
+}
+
+impl MessageType {
+    /// A type whose messages are handled concurrently.
+    pub const fn unordered(type_id: u8, subtype: u8) -> Self {
+        Self {
+            type_id,
+            subtype,
+            ordered: false,
+        }
+    }
+
+    /// A type whose messages are handled one at a time in send order per connection.
+    pub const fn ordered(type_id: u8, subtype: u8) -> Self {
+        Self {
+            type_id,
+            subtype,
+            ordered: true,
+        }
+    }
+}
+
+pub(crate) fn type_key(type_id: u8, subtype: u8) -> u16 {
+    u16::from_le_bytes([subtype, type_id])
+}
+
+/// Receives the messages of one type. Implemented for every `Fn(Incoming)`.
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one message or request. A panic is caught and logged; the message counts
+    /// as processed.
+    fn handle(&self, message: Incoming);
+}
+
+impl<F> Handler for F
+where
+    F: Fn(Incoming) + Send + Sync + 'static,
+{
+    fn handle(&self, message: Incoming) {
+        self(message)
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Registered {
+    pub ordered: bool,
+    pub handler: Arc<dyn Handler>,
+}
+
+pub(crate) type HandlerMap = HashMap<u16, Registered>;
+
+/// The handlers an endpoint starts with.
+#[derive(Default, Clone)]
+pub struct Handlers {
+    pub(crate) map: HandlerMap,
+}
+
+impl std::fmt::Debug for Handlers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handlers")
+            .field("types", &self.map.len())
+            .finish()
+    }
+}
+
+impl Handlers {
+    /// No handlers.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `handler` for `message_type`; fails if the type has one already.
+    pub fn register(
+        &mut self,
+        message_type: MessageType,
+        handler: impl Handler,
+    ) -> Result<&mut Self, NetError> {
+        insert(&mut self.map, message_type, Arc::new(handler))?;
+        Ok(self)
+    }
+}
+
+pub(crate) fn insert(
+    map: &mut HandlerMap,
+    message_type: MessageType,
+    handler: Arc<dyn Handler>,
+) -> Result<(), NetError> {
+    let key = type_key(message_type.type_id, message_type.subtype);
+    if map.contains_key(&key) {
+        return Err(NetError::DuplicateHandler {
+            type_id: message_type.type_id,
+            subtype: message_type.subtype,
+        });
+    }
+    map.insert(
+        key,
+        Registered {
+            ordered: message_type.ordered,
+            handler,
+        },
+    );
+    Ok(())
+}
+
+/// A message or request as a handler receives it.
+pub struct Incoming {
+    /// The sender.
+    pub from: NodeId,
+    /// The message's type.
+    pub message_type: MessageType,
+    /// The payload (shares the receive buffer; no copy was made).
+    pub payload: Bytes,
+    responder: Option<Responder>,
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming")
+            .field("from", &self.from)
+            .field("message_type", &self.message_type)
+            .field("payload_bytes", &self.payload.len())
+            .field("is_request", &self.responder.is_some())
+            .finish()
+    }
+}
+
+impl Incoming {
+    pub(crate) fn new(
+        from: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+        responder: Option<Responder>,
+    ) -> Self {
+        Self {
+            from,
+            message_type,
+            payload,
+            responder,
+        }
+    }
+
+    /// Whether the sender waits for a response.
+    pub fn is_request(&self) -> bool {
+        self.responder.is_some()
+    }
+
+    /// Takes the responder to answer later, possibly from another thread. `None` for a
+    /// one-way message (or if taken already).
+    pub fn take_responder(&mut self) -> Option<Responder> {
+        self.responder.take()
+    }
+
+    /// Answers the request now. Fails with `ConnectionLost` if the message was not a
+    /// request or the connection is gone.
+    pub fn respond(mut self, payload: Bytes) -> Result<(), NetError> {
+        match self.responder.take() {
+            Some(responder) => responder.respond(payload),
+            None => Err(NetError::ConnectionLost(self.from)),
+        }
+    }
+}
+
+/// Answers one request, from any thread, once. Dropping it without answering leaves the
+/// requester to time out.
+pub struct Responder {
+    conn: Arc<Conn>,
+    request_id: u32,
+    type_id: u8,
+    subtype: u8,
+}
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Responder")
+            .field("to", &self.conn.peer)
+            .field("request_id", &self.request_id)
+            .finish()
+    }
+}
+
+/// Responses may fill the send queue to this multiple of its limit before they wait, so
+/// that a handler answering a request is not stuck behind the node's own messages.
+const RESPONSE_QUEUE_ALLOWANCE: usize = 2;
+
+impl Responder {
+    pub(crate) fn new(conn: Arc<Conn>, request_id: u32, type_id: u8, subtype: u8) -> Self {
+        Self {
+            conn,
+            request_id,
+            type_id,
+            subtype,
+        }
+    }
+
+    /// The node waiting for this response.
+    pub fn to(&self) -> NodeId {
+        self.conn.peer
+    }
+
+    /// Sends the response. Small responses are queued at once; a full queue or a large
+    /// response waits (bounded by the send timeout) on this thread, or in a spawned task
+    /// when called from inside an async runtime (then errors are only logged).
+    pub fn respond(self, payload: Bytes) -> Result<(), NetError> {
+        let header = crate::wire::FrameHeader {
+            kind: Kind::Response,
+            ordered: false,
+            fragment: crate::wire::Fragment::Whole,
+            type_id: self.type_id,
+            subtype: self.subtype,
+            message_id: self.request_id,
+            payload_bytes: payload.len() as u32,
+        };
+        if payload.len() <= crate::wire::FRAME_PAYLOAD_BYTES_MAX
+            && self
+                .conn
+                .try_enqueue(&header, &payload, RESPONSE_QUEUE_ALLOWANCE)?
+        {
+            return Ok(());
+        }
+        let conn = self.conn.clone();
+        let send = async move {
+            conn.send_message(
+                Kind::Response,
+                false,
+                header.type_id,
+                header.subtype,
+                header.message_id,
+                &payload,
+                RESPONSE_QUEUE_ALLOWANCE,
+            )
+            .await
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let peer = self.conn.peer;
+            self.conn.runtime.spawn(async move {
+                if let Err(error) = send.await {
+                    tracing::warn!(%peer, %error, "response not sent");
+                }
+            });
+            Ok(())
+        } else {
+            self.conn.runtime.block_on(send)
+        }
+    }
+}
+
+/// Runs one delivery's handler (catching panics) and builds its `Incoming`.
+pub(crate) fn run(conn: &Arc<Conn>, delivery: crate::conn::Delivery) {
+    let responder = (delivery.kind == Kind::Request).then(|| {
+        Responder::new(
+            conn.clone(),
+            delivery.message_id,
+            delivery.type_id,
+            delivery.subtype,
+        )
+    });
+    let message_type = MessageType {
+        type_id: delivery.type_id,
+        subtype: delivery.subtype,
+        ordered: delivery.ordered,
+    };
+    let incoming = Incoming::new(conn.peer, message_type, delivery.payload, responder);
+    let handler = delivery.handler;
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handler.handle(incoming);
+    }));
+    if outcome.is_err() {
+        tracing::error!(
+            peer = %conn.peer,
+            type_id = delivery.type_id,
+            subtype = delivery.subtype,
+            "message handler panicked"
+        );
+    }
+}

@@ -1,0 +1,77 @@
+//! Myriad's messaging layer: node-addressed one-way messages and request/response over
+//! TCP, with aggregation, per-connection ordering, flow control, large-message streaming
+//! and HMAC authentication. The role of DXNet in DXRAM; it knows nothing of chunks or logs.
+//!
+//! # Using it
+//! ```no_run
+//! use bytes::Bytes;
+//! use myriad_net::{Config, Endpoint, Handlers, Incoming, MessageType, NodeId};
+//! use std::time::Duration;
+//!
+//! const ECHO: MessageType = MessageType::unordered(1, 0);
+//! let mut handlers = Handlers::new();
+//! handlers.register(ECHO, |request: Incoming| {
+//!     let payload = request.payload.clone();
+//!     let _ = request.respond(payload);
+//! })?;
+//! let server = Endpoint::start(
+//!     Config::new(NodeId(1), "127.0.0.1:0".parse().unwrap(), "secret"),
+//!     handlers,
+//! )?;
+//! let client = Endpoint::start(
+//!     Config::new(NodeId(2), "127.0.0.1:0".parse().unwrap(), "secret"),
+//!     Handlers::new(),
+//! )?;
+//! client.set_address(NodeId(1), server.local_addr());
+//! let answer = client.request_blocking(NodeId(1), ECHO, Bytes::from_static(b"hi"), Duration::from_secs(1))?;
+//! assert_eq!(&answer[..], b"hi");
+//! # Ok::<(), myriad_net::NetError>(())
+//! ```
+//!
+//! # Structure
+//! - [`wire`]: frame header, frame decoder, reassembly, handshake (the byte format,
+//!   documented in `docs/wire-format.md`).
+//! - [`codec`]: explicit payload encoders (varints, little-endian integers, slices).
+//! - `endpoint`: listener, connection table, handshake driver, the public [`NetHandle`].
+//! - `conn`: one connection's send queue, writer and reader tasks, flow control.
+//! - `pool`: handler threads; `handler`: message types and what handlers receive.
+//!
+//! # Threads
+//! An endpoint runs its I/O on a tokio multi-thread runtime (its own, or one passed in)
+//! and its handlers on `Config::handler_threads` plain threads. Nothing polls: an idle
+//! endpoint sleeps in epoll and on its handler queues.
+//!
+//! Architecture invariant: this crate depends on no other Myriad crate; it never panics or
+//! allocates on the say-so of a peer's bytes (every length is checked first); bad input
+//! closes only the connection that sent it.
+
+#![forbid(unsafe_code)]
+
+pub mod codec;
+mod config;
+mod conn;
+mod endpoint;
+mod error;
+mod handler;
+mod pool;
+pub mod wire;
+
+pub use bytes::Bytes;
+pub use config::{
+    Config, COPY_PAYLOAD_BYTES_MAX, EVENTS_QUEUED_MAX, IO_SLICES_MAX, PENDING_REQUESTS_MAX,
+    READ_BUFFER_BYTES, SECRET_BYTES_MAX,
+};
+pub use conn::{CloseReason, ConnectionStats};
+pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, Fault, NetHandle, PendingResponse};
+pub use error::{DecodeError, FrameError, HandshakeError, NetError};
+pub use handler::{Handler, Handlers, Incoming, MessageType, Responder};
+
+/// A node's 16-bit ID (the same numbering as chunk IDs' creator field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u16);
+
+impl std::fmt::Display for NodeId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#06x}", self.0)
+    }
+}
