@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -535,10 +535,13 @@ pub(crate) async fn reader_loop(
         if buf.capacity() - buf.len() < needed.max(4096) {
             buf.reserve(needed.max(READ_BUFFER_BYTES));
         }
+        // Read at most one read buffer's worth (or the rest of a large frame): this bounds
+        // how far past the flow-control limit one read can go.
+        let mut limited = (&mut buf).limit(needed.max(READ_BUFFER_BYTES));
         let read = tokio::select! {
             biased;
             _ = closed.changed() => return CloseReason::Closed,
-            read = reader.read_buf(&mut buf) => read,
+            read = reader.read_buf(&mut limited) => read,
         };
         match read {
             Ok(0) if buf.is_empty() => return CloseReason::PeerClosed,

@@ -556,6 +556,7 @@ impl NetHandle {
         message_type: MessageType,
         payload: Bytes,
     ) -> Result<(), NetError> {
+        ensure_blocking_allowed()?;
         match self.send_fast(to, message_type, &payload)? {
             Fast::Done => Ok(()),
             Fast::Slow => self.block_on(self.send_slow(to, message_type, &payload)),
@@ -674,6 +675,7 @@ impl NetHandle {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<PendingResponse, NetError> {
+        ensure_blocking_allowed()?;
         let deadline = Instant::now() + timeout;
         if let Some(pending) = self.request_fast(to, message_type, &payload, deadline)? {
             return Ok(pending);

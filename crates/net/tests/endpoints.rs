@@ -1,0 +1,741 @@
+//! Endpoints talking over real loopback sockets (127.0.0.1, ephemeral ports): ordering,
+//! requests and timeouts, reconnects, flow control, large messages, authentication,
+//! malformed input, duplicate dials, the connection limit, fencing and the fault switch.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use myriad_net::wire::{self, FrameHeader, Greeting, Kind, GREETING_BYTES, PROOF_BYTES};
+use myriad_net::{
+    Bytes, CloseReason, Config, Endpoint, Fault, Handlers, Incoming, MessageType, NetError, NodeId,
+    READ_BUFFER_BYTES,
+};
+
+const SECRET: &str = "test cluster secret";
+const ECHO: MessageType = MessageType::unordered(1, 1);
+const COUNT: MessageType = MessageType::unordered(1, 2);
+const SEQUENCE: MessageType = MessageType::ordered(1, 3);
+const SLOW: MessageType = MessageType::unordered(1, 4);
+const LARGE: MessageType = MessageType::unordered(1, 5);
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .try_init();
+}
+
+fn config(id: u16) -> Config {
+    init_tracing();
+    let mut config = Config::new(NodeId(id), loopback(), SECRET);
+    config.connect_timeout = Duration::from_secs(2);
+    config
+}
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// Handlers for ECHO (answers with the payload) and COUNT (counts messages).
+fn echo_and_count(counter: &Arc<AtomicUsize>) -> Handlers {
+    let mut handlers = Handlers::new();
+    handlers
+        .register(ECHO, |request: Incoming| {
+            let payload = request.payload.clone();
+            let _ = request.respond(payload);
+        })
+        .expect("register echo");
+    let counter = counter.clone();
+    handlers
+        .register(COUNT, move |_message: Incoming| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("register count");
+    handlers
+}
+
+fn start(config: Config, handlers: Handlers) -> Endpoint {
+    Endpoint::start(config, handlers).expect("endpoint starts")
+}
+
+fn link(a: &Endpoint, b: &Endpoint) {
+    a.set_address(b.node_id(), b.local_addr());
+    b.set_address(a.node_id(), a.local_addr());
+}
+
+fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn request_response_and_send_many_reach_their_handlers() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), echo_and_count(&counter));
+    let b = start(config(2), echo_and_count(&counter));
+    let c = start(config(3), echo_and_count(&counter));
+    link(&a, &b);
+    link(&a, &c);
+    let answer = a
+        .request_blocking(NodeId(2), ECHO, Bytes::from_static(b"ping"), TIMEOUT)
+        .expect("echo");
+    assert_eq!(&answer[..], b"ping");
+    let results = a.send_many_blocking(&[NodeId(2), NodeId(3)], COUNT, Bytes::from_static(b"x"));
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    wait_until("both counted", || counter.load(Ordering::SeqCst) == 2);
+    assert_eq!(
+        a.send_blocking(NodeId(9), COUNT, Bytes::new())
+            .err()
+            .map(|e| e.to_string()),
+        Some(NetError::UnknownNode(NodeId(9)).to_string())
+    );
+}
+
+#[test]
+fn ordered_messages_are_handled_one_at_a_time_in_send_order_under_concurrency() {
+    const THREADS: usize = 4;
+    const PER_THREAD: u32 = 5_000;
+    let seen: Arc<Mutex<Vec<Vec<u32>>>> = Arc::new(Mutex::new(vec![Vec::new(); THREADS]));
+    let in_handler = Arc::new(AtomicUsize::new(0));
+    let overlapped = Arc::new(AtomicBool::new(false));
+    let mut handlers = Handlers::new();
+    {
+        let (seen, in_handler, overlapped) = (seen.clone(), in_handler.clone(), overlapped.clone());
+        handlers
+            .register(SEQUENCE, move |message: Incoming| {
+                if in_handler.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlapped.store(true, Ordering::SeqCst);
+                }
+                let thread = message.payload[0] as usize;
+                let sequence = u32::from_le_bytes([
+                    message.payload[1],
+                    message.payload[2],
+                    message.payload[3],
+                    message.payload[4],
+                ]);
+                if sequence % 1000 == 0 {
+                    // Give a concurrent handler the chance to overtake, if one could.
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                seen.lock().expect("lock")[thread].push(sequence);
+                in_handler.fetch_sub(1, Ordering::SeqCst);
+            })
+            .expect("register");
+    }
+    let mut receiver_config = config(2);
+    receiver_config.handler_threads = 4;
+    let receiver = start(receiver_config, handlers);
+    let sender = start(config(1), Handlers::new());
+    link(&sender, &receiver);
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let handle = sender.handle();
+            scope.spawn(move || {
+                for sequence in 0..PER_THREAD {
+                    let mut payload = vec![thread as u8];
+                    payload.extend_from_slice(&sequence.to_le_bytes());
+                    payload.extend_from_slice(&[0u8; 40]);
+                    handle
+                        .send_blocking(NodeId(2), SEQUENCE, Bytes::from(payload))
+                        .expect("send");
+                }
+            });
+        }
+    });
+    wait_until("all ordered messages", || {
+        seen.lock()
+            .expect("lock")
+            .iter()
+            .map(Vec::len)
+            .sum::<usize>()
+            == THREADS * PER_THREAD as usize
+    });
+    let seen = seen.lock().expect("lock");
+    for (thread, sequences) in seen.iter().enumerate() {
+        let expected: Vec<u32> = (0..PER_THREAD).collect();
+        assert_eq!(sequences, &expected, "thread {thread} out of order");
+    }
+    assert!(
+        !overlapped.load(Ordering::SeqCst),
+        "ordered handler ran concurrently"
+    );
+}
+
+/// Registers SLOW: answers after `delay` from another thread (the responder moves there).
+fn slow_responder(delay: Duration) -> Handlers {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut handlers = echo_and_count(&counter);
+    handlers
+        .register(SLOW, move |mut request: Incoming| {
+            let responder = request.take_responder().expect("a request");
+            let payload = request.payload.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                let _ = responder.respond(payload);
+            });
+        })
+        .expect("register");
+    handlers
+}
+
+#[test]
+fn request_times_out_and_its_late_response_is_dropped() {
+    let a = start(config(1), Handlers::new());
+    let b = start(config(2), slow_responder(Duration::from_millis(300)));
+    link(&a, &b);
+    let started = Instant::now();
+    let outcome = a.request_blocking(
+        NodeId(2),
+        SLOW,
+        Bytes::from_static(b"late"),
+        Duration::from_millis(100),
+    );
+    assert!(
+        matches!(outcome, Err(NetError::Timeout(NodeId(2)))),
+        "{outcome:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(290));
+    let stats = a.connection_stats(NodeId(2)).expect("connected");
+    assert_eq!(stats.pending_requests, 0, "timed-out request forgotten");
+    // The late response arrives while this request is outstanding; it must not be taken
+    // for this one's answer.
+    let pending = a
+        .request_later_blocking(NodeId(2), SLOW, Bytes::from_static(b"second"), TIMEOUT)
+        .expect("sent");
+    std::thread::sleep(Duration::from_millis(250));
+    assert_eq!(&pending.wait_blocking().expect("answer")[..], b"second");
+    assert_eq!(a.connected_nodes(), vec![NodeId(2)], "connection survived");
+}
+
+#[test]
+fn thousands_of_outstanding_requests_are_collected_later() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), Handlers::new());
+    let b = start(config(2), echo_and_count(&counter));
+    link(&a, &b);
+    let pending: Vec<_> = (0u32..5_000)
+        .map(|index| {
+            a.request_later_blocking(
+                NodeId(2),
+                ECHO,
+                Bytes::copy_from_slice(&index.to_le_bytes()),
+                Duration::from_secs(20),
+            )
+            .expect("sent")
+        })
+        .collect();
+    assert!(a.connection_stats(NodeId(2)).expect("up").pending_requests > 0);
+    for (index, response) in (0u32..).zip(pending) {
+        assert_eq!(
+            &response.wait_blocking().expect("answer")[..],
+            &index.to_le_bytes()
+        );
+    }
+}
+
+#[test]
+fn reconnects_after_the_peer_restarts_on_a_new_address() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), echo_and_count(&counter));
+    let mut events = a.subscribe();
+    let b = start(config(2), echo_and_count(&counter));
+    link(&a, &b);
+    a.request_blocking(NodeId(2), ECHO, Bytes::from_static(b"1"), TIMEOUT)
+        .expect("first");
+    let old_addr = b.local_addr();
+    drop(b);
+    let event = events
+        .recv_blocking(TIMEOUT)
+        .expect("blocking allowed")
+        .expect("a connection-lost event");
+    assert_eq!(event.node, NodeId(2));
+    assert_eq!(event.reason, CloseReason::PeerClosed);
+    let b = start(config(2), echo_and_count(&counter));
+    assert_ne!(b.local_addr(), old_addr);
+    link(&a, &b);
+    assert_eq!(
+        &a.request_blocking(NodeId(2), ECHO, Bytes::from_static(b"2"), TIMEOUT)
+            .expect("after restart")[..],
+        b"2"
+    );
+    assert_eq!(
+        &b.request_blocking(NodeId(1), ECHO, Bytes::from_static(b"3"), TIMEOUT)
+            .expect("other direction")[..],
+        b"3"
+    );
+    assert_eq!(a.connected_nodes(), vec![NodeId(2)]);
+    assert_eq!(b.connected_nodes(), vec![NodeId(1)]);
+}
+
+/// A node whose SLOW-type message handler sleeps 2 ms, with small flow-control limits.
+fn slow_node(id: u16, handled: &Arc<AtomicUsize>) -> Endpoint {
+    let mut config = config(id);
+    config.receive_unprocessed_bytes_max = 64 * 1024;
+    config.send_queue_bytes_max = 64 * 1024;
+    let mut handlers = Handlers::new();
+    let handled = handled.clone();
+    handlers
+        .register(MessageType::unordered(1, 6), move |_m: Incoming| {
+            std::thread::sleep(Duration::from_millis(2));
+            handled.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("register");
+    start(config, handlers)
+}
+
+#[test]
+fn slow_handlers_back_pressure_senders_with_bounded_memory_and_no_deadlock() {
+    const MESSAGES: usize = 300;
+    const PAYLOAD_BYTES: usize = 8 * 1024;
+    let handled_a = Arc::new(AtomicUsize::new(0));
+    let handled_b = Arc::new(AtomicUsize::new(0));
+    let a = slow_node(1, &handled_a);
+    let b = slow_node(2, &handled_b);
+    link(&a, &b);
+    let done = AtomicBool::new(false);
+    let (peak_queued, peak_unprocessed) = std::thread::scope(|scope| {
+        // Both directions at once, each receiver slow: the classic deadlock shape.
+        for (from, to) in [(&a, NodeId(2)), (&b, NodeId(1))] {
+            let handle = from.handle();
+            scope.spawn(move || {
+                for _ in 0..MESSAGES {
+                    handle
+                        .send_blocking(
+                            to,
+                            MessageType::unordered(1, 6),
+                            Bytes::from(vec![7u8; PAYLOAD_BYTES]),
+                        )
+                        .expect("send under back-pressure");
+                }
+            });
+        }
+        let monitor = scope.spawn(|| {
+            let (mut queued, mut unprocessed) = (0, 0);
+            while !done.load(Ordering::SeqCst) {
+                for (endpoint, peer) in [(&a, NodeId(2)), (&b, NodeId(1))] {
+                    if let Some(stats) = endpoint.connection_stats(peer) {
+                        queued = queued.max(stats.queued_bytes);
+                        unprocessed = unprocessed.max(stats.unprocessed_bytes_peak);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (queued, unprocessed)
+        });
+        wait_until("all slow messages handled", || {
+            handled_a.load(Ordering::SeqCst) == MESSAGES
+                && handled_b.load(Ordering::SeqCst) == MESSAGES
+        });
+        done.store(true, Ordering::SeqCst);
+        monitor.join().expect("monitor")
+    });
+    let frame = PAYLOAD_BYTES + wire::HEADER_BYTES;
+    assert!(
+        peak_queued <= 64 * 1024 + frame,
+        "send queue grew to {peak_queued}"
+    );
+    assert!(
+        peak_unprocessed <= 64 * 1024 + READ_BUFFER_BYTES + frame,
+        "unprocessed grew to {peak_unprocessed}"
+    );
+    assert!(peak_unprocessed > 0);
+}
+
+#[test]
+fn a_64_mib_message_streams_while_small_messages_keep_flowing() {
+    const LARGE_BYTES: usize = 64 << 20;
+    let small_before_large = Arc::new(AtomicUsize::new(0));
+    let small_total = Arc::new(AtomicUsize::new(0));
+    let large_seen: Arc<Mutex<Option<(usize, u64, usize)>>> = Arc::new(Mutex::new(None));
+    let mut handlers = Handlers::new();
+    {
+        let (before, total) = (small_before_large.clone(), small_total.clone());
+        handlers
+            .register(COUNT, move |message: Incoming| {
+                total.fetch_add(1, Ordering::SeqCst);
+                if message.payload.first() == Some(&1) {
+                    // Sent while the large message was being queued.
+                    before.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .expect("register");
+        let (seen, before) = (large_seen.clone(), small_before_large.clone());
+        handlers
+            .register(LARGE, move |message: Incoming| {
+                let sum = message.payload.iter().map(|b| u64::from(*b)).sum::<u64>();
+                *seen.lock().expect("lock") =
+                    Some((message.payload.len(), sum, before.load(Ordering::SeqCst)));
+            })
+            .expect("register");
+    }
+    let receiver = start(config(2), handlers);
+    let sender = start(config(1), Handlers::new());
+    link(&sender, &receiver);
+    let payload: Vec<u8> = (0..LARGE_BYTES).map(|i| (i % 251) as u8).collect();
+    let expected_sum: u64 = payload.iter().map(|b| u64::from(*b)).sum();
+    let large_in_flight = AtomicBool::new(false);
+    let large_done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let handle = sender.handle();
+        let (in_flight, done) = (&large_in_flight, &large_done);
+        scope.spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let flag = u8::from(in_flight.load(Ordering::SeqCst));
+                handle
+                    .send_blocking(NodeId(2), COUNT, Bytes::from(vec![flag; 64]))
+                    .expect("small");
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        large_in_flight.store(true, Ordering::SeqCst);
+        sender
+            .send_blocking(NodeId(2), LARGE, Bytes::from(payload))
+            .expect("large");
+        large_in_flight.store(false, Ordering::SeqCst);
+        wait_until("large message", || {
+            large_seen.lock().expect("lock").is_some()
+        });
+        large_done.store(true, Ordering::SeqCst);
+    });
+    let (length, sum, small_first) = large_seen.lock().expect("lock").expect("seen");
+    assert_eq!(length, LARGE_BYTES);
+    assert_eq!(sum, expected_sum);
+    assert!(
+        small_first > 0,
+        "no small message sent during the large one was handled before it"
+    );
+}
+
+#[test]
+fn a_wrong_secret_is_refused_and_no_handler_runs() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), echo_and_count(&counter));
+    let mut other = config(2);
+    other.secret = b"another secret".to_vec();
+    let b = start(other, echo_and_count(&counter));
+    link(&a, &b);
+    for (from, to) in [(&a, NodeId(2)), (&b, NodeId(1))] {
+        let outcome = from.send_blocking(to, COUNT, Bytes::from_static(b"x"));
+        assert!(
+            matches!(outcome, Err(NetError::AuthenticationFailed(_))),
+            "{outcome:?}"
+        );
+    }
+    // A raw dialer that answers the challenge with a bad proof gets no verdict.
+    let mut raw = TcpStream::connect(a.local_addr()).expect("connect");
+    raw.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    let greeting = Greeting {
+        node: 77,
+        instance: 1,
+        nonce: [1; 16],
+    };
+    raw.write_all(&greeting.encode()).expect("greeting");
+    let mut challenge = [0u8; GREETING_BYTES + PROOF_BYTES];
+    raw.read_exact(&mut challenge).expect("challenge");
+    raw.write_all(&[0u8; PROOF_BYTES]).expect("bad proof");
+    let mut rest = Vec::new();
+    let read = raw.read_to_end(&mut rest);
+    assert!(matches!(read, Ok(0)) || read.is_err(), "{read:?} {rest:?}");
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(counter.load(Ordering::SeqCst), 0);
+    assert!(a.connected_nodes().is_empty());
+}
+
+/// Dials `addr` as node `id`, completes the handshake with the right secret, and returns
+/// the stream ready for frames.
+fn raw_authenticated(addr: SocketAddr, id: u16, acceptor: u16) -> TcpStream {
+    let mut raw = TcpStream::connect(addr).expect("connect");
+    raw.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    let ours = Greeting {
+        node: id,
+        instance: u64::from(id),
+        nonce: [id as u8; 16],
+    }
+    .encode();
+    raw.write_all(&ours).expect("greeting");
+    let mut theirs = [0u8; GREETING_BYTES];
+    raw.read_exact(&mut theirs).expect("greeting back");
+    let mut proof = [0u8; PROOF_BYTES];
+    raw.read_exact(&mut proof).expect("proof");
+    assert_eq!(Greeting::decode(&theirs).expect("valid").node, acceptor);
+    wire::verify_acceptor_proof(SECRET.as_bytes(), &ours, &theirs, &proof)
+        .expect("acceptor knows secret");
+    raw.write_all(&wire::connector_proof(SECRET.as_bytes(), &ours, &theirs))
+        .expect("our proof");
+    let mut verdict = [0u8; 1];
+    raw.read_exact(&mut verdict).expect("verdict");
+    assert_eq!(
+        wire::Verdict::decode(verdict[0]),
+        Ok(wire::Verdict::Accepted)
+    );
+    raw
+}
+
+fn assert_closed_by_peer(raw: &mut TcpStream, case: &str) {
+    let mut buf = [0u8; 64];
+    loop {
+        match raw.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(error)
+                if error.kind() == std::io::ErrorKind::WouldBlock
+                    || error.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                panic!("{case}: connection still open")
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+fn header(
+    kind: Kind,
+    ordered: bool,
+    fragment: wire::Fragment,
+    type_id: u8,
+    subtype: u8,
+    length: u32,
+) -> [u8; 12] {
+    FrameHeader {
+        kind,
+        ordered,
+        fragment,
+        type_id,
+        subtype,
+        message_id: 0,
+        payload_bytes: length,
+    }
+    .encode()
+}
+
+#[test]
+fn malformed_input_closes_only_the_offending_connection() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let server = start(config(1), echo_and_count(&counter));
+    let whole = wire::Fragment::Whole;
+    let mut impossible = header(Kind::Message, false, whole, 1, 2, 0);
+    impossible[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+    let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+        ("garbage header", b"GET / HTTP/1.1\r\n\r\n".to_vec(), false),
+        ("impossible length", impossible.to_vec(), false),
+        (
+            "unknown type",
+            [&header(Kind::Message, false, whole, 9, 9, 3)[..], b"abc"].concat(),
+            false,
+        ),
+        (
+            "ordering mismatch",
+            [&header(Kind::Message, true, whole, 1, 2, 1)[..], b"a"].concat(),
+            false,
+        ),
+        (
+            "orphan fragment",
+            [
+                &header(Kind::Message, false, wire::Fragment::Last, 1, 2, 1)[..],
+                b"a",
+            ]
+            .concat(),
+            false,
+        ),
+        (
+            "truncated frame",
+            [
+                &header(Kind::Message, false, whole, 1, 2, 100)[..],
+                &[0u8; 10][..],
+            ]
+            .concat(),
+            true,
+        ),
+    ];
+    for (index, (case, bytes, then_half_close)) in cases.into_iter().enumerate() {
+        let mut raw = raw_authenticated(server.local_addr(), 100 + index as u16, 1);
+        raw.write_all(&bytes).expect("write");
+        if then_half_close {
+            raw.shutdown(std::net::Shutdown::Write).expect("half close");
+        }
+        assert_closed_by_peer(&mut raw, case);
+    }
+    // Garbage instead of a handshake.
+    let mut raw = TcpStream::connect(server.local_addr()).expect("connect");
+    raw.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    raw.write_all(&[0xAB; 64]).expect("write");
+    assert_closed_by_peer(&mut raw, "garbage handshake");
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        0,
+        "no handler ran for bad input"
+    );
+    // The endpoint still serves a well-behaved peer.
+    let client = start(config(2), Handlers::new());
+    link(&client, &server);
+    assert_eq!(
+        &client
+            .request_blocking(NodeId(1), ECHO, Bytes::from_static(b"ok"), TIMEOUT)
+            .expect("served")[..],
+        b"ok"
+    );
+    client
+        .send_blocking(NodeId(1), COUNT, Bytes::new())
+        .expect("send");
+    wait_until("counted", || counter.load(Ordering::SeqCst) == 1);
+}
+
+#[test]
+fn simultaneous_dials_end_with_one_shared_connection() {
+    for round in 0..5u16 {
+        let counter = Arc::new(AtomicUsize::new(0));
+        let a = start(config(10 + round), echo_and_count(&counter));
+        let b = start(config(20 + round), echo_and_count(&counter));
+        link(&a, &b);
+        std::thread::scope(|scope| {
+            for (from, to) in [(&a, b.node_id()), (&b, a.node_id())] {
+                let handle = from.handle();
+                scope.spawn(move || {
+                    for _ in 0..100 {
+                        handle
+                            .send_blocking(to, COUNT, Bytes::from_static(b"d"))
+                            .expect("send");
+                    }
+                });
+            }
+        });
+        wait_until("all delivered", || counter.load(Ordering::SeqCst) == 200);
+        assert_eq!(a.connected_nodes(), vec![b.node_id()]);
+        assert_eq!(b.connected_nodes(), vec![a.node_id()]);
+        let a_side = a.connection_stats(b.node_id()).expect("a has it");
+        let b_side = b.connection_stats(a.node_id()).expect("b has it");
+        assert_ne!(
+            a_side.initiated_locally, b_side.initiated_locally,
+            "same TCP connection"
+        );
+    }
+}
+
+#[test]
+fn the_connection_limit_closes_the_least_recently_used() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut hub_config = config(1);
+    hub_config.connections_max = 2;
+    let hub = start(hub_config, echo_and_count(&counter));
+    let peers: Vec<Endpoint> = (2..=4)
+        .map(|id| start(config(id), echo_and_count(&counter)))
+        .collect();
+    for peer in &peers {
+        link(&hub, peer);
+    }
+    for peer in &peers {
+        hub.request_blocking(peer.node_id(), ECHO, Bytes::from_static(b"x"), TIMEOUT)
+            .expect("echo");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait_until("eviction", || hub.connected_nodes().len() == 2);
+    assert_eq!(hub.connected_nodes(), vec![NodeId(3), NodeId(4)]);
+    hub.request_blocking(NodeId(2), ECHO, Bytes::from_static(b"y"), TIMEOUT)
+        .expect("reconnects");
+    wait_until("limit kept", || hub.connected_nodes().len() == 2);
+}
+
+#[test]
+fn a_fenced_node_is_rejected_from_then_on() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), echo_and_count(&counter));
+    let b = start(config(2), echo_and_count(&counter));
+    link(&a, &b);
+    b.send_blocking(NodeId(1), COUNT, Bytes::new())
+        .expect("before");
+    wait_until("counted", || counter.load(Ordering::SeqCst) == 1);
+    a.fence(NodeId(2));
+    assert!(a.is_fenced(NodeId(2)));
+    wait_until("b sees the close", || b.connected_nodes().is_empty());
+    let outcome = b.send_blocking(NodeId(1), COUNT, Bytes::new());
+    assert!(outcome.is_err(), "{outcome:?}");
+    assert!(matches!(
+        a.send_blocking(NodeId(2), COUNT, Bytes::new()),
+        Err(NetError::Fenced(NodeId(2)))
+    ));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        1,
+        "nothing from the fenced node"
+    );
+    a.unfence(NodeId(2));
+    b.send_blocking(NodeId(1), COUNT, Bytes::new())
+        .expect("after unfence");
+    wait_until("counted again", || counter.load(Ordering::SeqCst) == 2);
+}
+
+#[test]
+fn the_fault_switch_partitions_and_heals() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), echo_and_count(&counter));
+    let b = start(config(2), echo_and_count(&counter));
+    link(&a, &b);
+    a.request_blocking(NodeId(2), ECHO, Bytes::new(), TIMEOUT)
+        .expect("healthy");
+    a.set_fault(NodeId(2), Fault::Partition);
+    let outcome = a.request_blocking(NodeId(2), ECHO, Bytes::new(), Duration::from_millis(100));
+    assert!(matches!(outcome, Err(NetError::Timeout(_))), "{outcome:?}");
+    b.send_blocking(NodeId(1), COUNT, Bytes::new())
+        .expect("b sends");
+    let outcome = b.request_blocking(NodeId(1), ECHO, Bytes::new(), Duration::from_millis(100));
+    assert!(matches!(outcome, Err(NetError::Timeout(_))), "{outcome:?}");
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        0,
+        "partitioned traffic not handled"
+    );
+    a.clear_fault(NodeId(2));
+    a.request_blocking(NodeId(2), ECHO, Bytes::new(), TIMEOUT)
+        .expect("healed");
+    b.send_blocking(NodeId(1), COUNT, Bytes::new())
+        .expect("b sends");
+    wait_until("counted after healing", || {
+        counter.load(Ordering::SeqCst) == 1
+    });
+}
+
+#[test]
+fn async_api_runs_on_a_caller_runtime_and_blocking_calls_there_are_refused() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = Endpoint::start_on(runtime.handle().clone(), config(1), Handlers::new()).expect("a");
+    let b = Endpoint::start_on(
+        runtime.handle().clone(),
+        config(2),
+        echo_and_count(&counter),
+    )
+    .expect("b");
+    link(&a, &b);
+    let handle = a.handle();
+    runtime.block_on(async move {
+        let answer = handle
+            .request(NodeId(2), ECHO, Bytes::from_static(b"async"), TIMEOUT)
+            .await
+            .expect("async echo");
+        assert_eq!(&answer[..], b"async");
+        handle
+            .send(NodeId(2), COUNT, Bytes::new())
+            .await
+            .expect("async send");
+        assert!(matches!(
+            handle.send_blocking(NodeId(2), COUNT, Bytes::new()),
+            Err(NetError::BlockingInAsyncContext)
+        ));
+    });
+    wait_until("counted", || counter.load(Ordering::SeqCst) == 1);
+    drop(a);
+    drop(b);
+}
