@@ -853,6 +853,7 @@ impl Shared {
     /// The open connection to `node`, connecting if needed (bounded by the connect timeout).
     async fn connection(self: &Arc<Self>, node: NodeId) -> Result<Arc<Conn>, NetError> {
         let deadline = Instant::now() + self.config.connect_timeout;
+        let mut waiting_on: Option<Arc<Attempt>> = None;
         loop {
             if self.shut_down.load(Ordering::Acquire) {
                 return Err(NetError::Shutdown);
@@ -860,6 +861,10 @@ impl Shared {
             let notified = self.table_changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            // The attempt we waited on failed: report it rather than dial again.
+            if let Some(error) = waiting_on.as_ref().and_then(|attempt| attempt.failed.get()) {
+                return Err(error.clone());
+            }
             let attempt = {
                 let mut table = self.table.write();
                 match table.get(&node) {
@@ -888,6 +893,7 @@ impl Shared {
             if let Some(error) = attempt.failed.get() {
                 return Err(error.clone());
             }
+            waiting_on = Some(attempt);
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return Err(NetError::ConnectTimeout(node));
             }
