@@ -1,10 +1,10 @@
 //! Endpoint configuration and the limits that bound every queue and buffer.
 //!
 //! Invariant: every per-connection memory use follows from these numbers (see
-//! `docs/wire-format.md`, "Limits"): send queue ≤ `send_queue_bytes_max` (+ one frame,
-//! + responses up to twice that), unprocessed received bytes ≤
-//! `receive_unprocessed_bytes_max` + [`READ_BUFFER_BYTES`] + one frame, reassembly ≤
-//! `message_bytes_max`.
+//! `docs/wire-format.md`, "Limits"): the send queue holds at most `send_queue_bytes_max`
+//! plus one frame (responses may fill it to twice that); unprocessed received bytes stay
+//! within `receive_unprocessed_bytes_max` plus [`READ_BUFFER_BYTES`] plus one frame; a
+//! reassembly holds at most `message_bytes_max`.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -298,13 +298,11 @@ impl Conn {
     /// Queues a whole message of any size up to `message_bytes_max`: one frame, or
     /// fragments of [`FRAME_PAYLOAD_BYTES_MAX`] queued one by one (other senders' frames
     /// interleave between them).
+    /// `template` gives kind, ordering, type and message ID; its fragment and length
+    /// fields are set here.
     pub async fn send_message(
         &self,
-        kind: Kind,
-        ordered: bool,
-        type_id: u8,
-        subtype: u8,
-        message_id: u32,
+        template: FrameHeader,
         payload: &Bytes,
         allowance: usize,
     ) -> Result<(), NetError> {
@@ -315,20 +313,16 @@ impl Conn {
             });
         }
         let mut header = FrameHeader {
-            kind,
-            ordered,
             fragment: Fragment::Whole,
-            type_id,
-            subtype,
-            message_id,
             payload_bytes: 0,
+            ..template
         };
         if payload.len() <= FRAME_PAYLOAD_BYTES_MAX {
             header.payload_bytes = payload.len() as u32;
             return self.enqueue_wait(&header, payload, allowance).await;
         }
         let _lane = self.large_lane.lock().await;
-        if kind == Kind::Message {
+        if header.kind == Kind::Message {
             header.message_id = self.next_fragmented_id.fetch_add(1, Ordering::Relaxed);
         }
         let mut offset = 0;

@@ -523,16 +523,8 @@ impl NetHandle {
         payload: &Bytes,
     ) -> Result<(), NetError> {
         let conn = self.shared.connection(to).await?;
-        conn.send_message(
-            Kind::Message,
-            message_type.ordered,
-            message_type.type_id,
-            message_type.subtype,
-            0,
-            payload,
-            1,
-        )
-        .await
+        conn.send_message(whole_header(Kind::Message, message_type, 0, 0), payload, 1)
+            .await
     }
 
     /// Sends a one-way message. Returns once it is queued (connecting first if needed,
@@ -636,16 +628,8 @@ impl NetHandle {
         let (id, receiver) = conn.register_request()?;
         let pending =
             PendingResponse::new(self, to, Some(conn.clone()), id, Some(receiver), deadline);
-        conn.send_message(
-            Kind::Request,
-            message_type.ordered,
-            message_type.type_id,
-            message_type.subtype,
-            id,
-            payload,
-            1,
-        )
-        .await?;
+        conn.send_message(whole_header(Kind::Request, message_type, id, 0), payload, 1)
+            .await?;
         Ok(pending)
     }
 

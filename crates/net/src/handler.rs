@@ -249,16 +249,8 @@ impl Responder {
         }
         let conn = self.conn.clone();
         let send = async move {
-            conn.send_message(
-                Kind::Response,
-                false,
-                header.type_id,
-                header.subtype,
-                header.message_id,
-                &payload,
-                RESPONSE_QUEUE_ALLOWANCE,
-            )
-            .await
+            conn.send_message(header, &payload, RESPONSE_QUEUE_ALLOWANCE)
+                .await
         };
         if tokio::runtime::Handle::try_current().is_ok() {
             let peer = self.conn.peer;

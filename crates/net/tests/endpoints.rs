@@ -120,7 +120,7 @@ fn ordered_messages_are_handled_one_at_a_time_in_send_order_under_concurrency() 
                     message.payload[3],
                     message.payload[4],
                 ]);
-                if sequence % 1000 == 0 {
+                if sequence.is_multiple_of(1000) {
                     // Give a concurrent handler the chance to overtake, if one could.
                     std::thread::sleep(Duration::from_millis(1));
                 }
