@@ -5,4 +5,5 @@
 //! them is a timed test: they report, they do not assert.
 
 pub mod mem;
+pub mod net;
 pub mod process;

@@ -25,6 +25,11 @@ enum Command {
 enum BenchCommand {
     /// The memory manager under the DXMem workloads.
     Mem(myriad_bench::mem::MemArgs),
+    /// The messaging layer between two processes on 127.0.0.1.
+    Net(myriad_bench::net::NetArgs),
+    /// The server half of `bench net` (started by it).
+    #[command(hide = true)]
+    NetServer(myriad_bench::net::NetServerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +38,12 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => demo::run(),
         Command::Bench(BenchCommand::Mem(args)) => {
             myriad_bench::mem::run(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Net(args)) => {
+            myriad_bench::net::run(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::NetServer(args)) => {
+            myriad_bench::net::serve(&args).map_err(anyhow::Error::msg)
         }
     }
 }

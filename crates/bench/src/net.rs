@@ -1,0 +1,585 @@
+//! `myriad bench net`: the messaging layer between two processes on 127.0.0.1.
+//!
+//! The parent process (node 1) spawns itself as a hidden `bench net-server` child (node
+//! 2), which prints its listen address and serves until its stdin closes; the parent kills
+//! it at the end, also on error (a guard's `Drop`). Measured, in this order:
+//! one-way 64-byte message rate with 1 and 2 sending threads (with CPU seconds of both
+//! processes per million messages); 64-byte request/response round trip with one
+//! outstanding request (p50/p99/p99.9); request throughput with many outstanding requests
+//! (pipelined, 1 and 2 threads); 1 KB and 1 MB one-way throughput; the child's CPU use
+//! while idle. Baselines in the same run: a raw TCP blast between two plain sockets, and
+//! `redis-benchmark` against a local `redis-server` (PING and 64-byte GET, pipelined 16)
+//! when both binaries are installed (otherwise reported as `null`). Reference figures:
+//! the issue's targets and Java DXNet's published numbers for this machine kind.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use myriad_net::{Bytes, Config, Endpoint, Handlers, Incoming, MessageType, NetHandle, NodeId};
+use serde_json::{json, Value};
+
+use crate::process;
+
+/// Sink: counts messages and bytes.
+const SINK: MessageType = MessageType::unordered(1, 1);
+/// Echo: answers with the request's payload.
+const ECHO: MessageType = MessageType::unordered(1, 2);
+/// Answers with the sink's message and byte counts (two little-endian u64).
+const COUNTS: MessageType = MessageType::unordered(1, 3);
+
+const CLIENT: NodeId = NodeId(1);
+const SERVER: NodeId = NodeId(2);
+const SECRET: &str = "myriad bench net";
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for the server to report all messages received.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Targets from the issue.
+const TARGET_MSG64_PER_SEC: f64 = 2.0e6;
+const TARGET_RTT_P50_US: f64 = 30.0;
+const TARGET_MB1_SHARE_OF_RAW: f64 = 0.7;
+/// Java DXNet on this machine kind (from the issue): one-way 64-byte messages per second
+/// with 1 and 2 sending threads, and the mean and p99 request round trip.
+const DXNET_MSG64_PER_SEC_1T: f64 = 0.66e6;
+const DXNET_MSG64_PER_SEC_2T: f64 = 0.95e6;
+const DXNET_RTT_MEAN_US: (f64, f64) = (4_600.0, 6_900.0);
+const DXNET_RTT_P99_US: f64 = 28_000.0;
+
+/// Options of `myriad bench net`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NetArgs {
+    /// One-way 64-byte messages per rate measurement.
+    #[arg(long, default_value_t = 4_000_000)]
+    pub messages: u64,
+    /// Round trips timed for the latency percentiles.
+    #[arg(long, default_value_t = 50_000)]
+    pub round_trips: u64,
+    /// Requests per pipelined throughput measurement.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub requests: u64,
+    /// Outstanding requests per thread in the pipelined measurement.
+    #[arg(long, default_value_t = 256)]
+    pub window: usize,
+    /// Bytes per throughput measurement (1 KB and 1 MB messages, raw TCP blast).
+    #[arg(long, default_value_t = 2 << 30)]
+    pub throughput_bytes: u64,
+    /// Skip the redis baseline.
+    #[arg(long)]
+    pub no_redis: bool,
+    /// Print one JSON object per line (the last one holds every headline figure).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of the hidden server half (`myriad bench net-server`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct NetServerArgs {
+    /// Handler threads of the server endpoint.
+    #[arg(long, default_value_t = 2)]
+    pub handler_threads: usize,
+}
+
+/// Runs the server half: prints `LISTEN <addr>` and serves until stdin closes.
+pub fn serve(args: &NetServerArgs) -> Result<(), String> {
+    let messages = Arc::new(AtomicU64::new(0));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let mut handlers = Handlers::new();
+    {
+        let (messages, bytes) = (messages.clone(), bytes.clone());
+        handlers
+            .register(SINK, move |message: Incoming| {
+                bytes.fetch_add(message.payload.len() as u64, Ordering::Relaxed);
+                messages.fetch_add(1, Ordering::Release);
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    handlers
+        .register(ECHO, |request: Incoming| {
+            let payload = request.payload.clone();
+            let _ = request.respond(payload);
+        })
+        .map_err(|e| e.to_string())?;
+    handlers
+        .register(COUNTS, move |request: Incoming| {
+            let mut answer = Vec::with_capacity(16);
+            answer.extend_from_slice(&messages.load(Ordering::Acquire).to_le_bytes());
+            answer.extend_from_slice(&bytes.load(Ordering::Relaxed).to_le_bytes());
+            let _ = request.respond(Bytes::from(answer));
+        })
+        .map_err(|e| e.to_string())?;
+    let mut config = Config::new(SERVER, SocketAddr::from(([127, 0, 0, 1], 0)), SECRET);
+    config.handler_threads = args.handler_threads;
+    let endpoint = Endpoint::start(config, handlers).map_err(|e| e.to_string())?;
+    println!("LISTEN {}", endpoint.local_addr());
+    std::io::stdout().flush().map_err(|e| e.to_string())?;
+    // Serve until the parent closes our stdin (or dies).
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    Ok(())
+}
+
+/// A child process killed and reaped when dropped.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_server() -> Result<(ChildGuard, SocketAddr), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let child = Command::new(exe)
+        .args(["bench", "net-server"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("spawning the server process: {e}"))?;
+    let mut guard = ChildGuard(child);
+    let stdout = guard.0.stdout.take().ok_or("server stdout missing")?;
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .map_err(|e| format!("reading the server address: {e}"))?;
+    let addr = line
+        .trim()
+        .strip_prefix("LISTEN ")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| format!("server said {line:?}, expected LISTEN <addr>"))?;
+    Ok((guard, addr))
+}
+
+struct Report {
+    json: bool,
+    summary: serde_json::Map<String, Value>,
+}
+
+impl Report {
+    fn line(&mut self, measure: &str, fields: Value, text: String) {
+        if self.json {
+            let mut object = json!({ "bench": "net", "measure": measure });
+            if let (Some(object), Value::Object(fields)) = (object.as_object_mut(), fields) {
+                object.extend(fields);
+            }
+            println!("{object}");
+        } else {
+            println!("{text}");
+        }
+    }
+
+    fn headline(&mut self, key: &str, value: Option<f64>) {
+        self.summary.insert(key.to_string(), json!(value));
+    }
+}
+
+fn counts(net: &NetHandle) -> Result<(u64, u64), String> {
+    let answer = net
+        .request_blocking(SERVER, COUNTS, Bytes::new(), REQUEST_TIMEOUT)
+        .map_err(|e| format!("counts request: {e}"))?;
+    let field = |range: std::ops::Range<usize>| {
+        answer
+            .get(range)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+            .ok_or("short counts answer")
+    };
+    Ok((field(0..8)?, field(8..16)?))
+}
+
+/// Sends `total` messages of `payload` from `threads` threads; returns seconds until the
+/// server has handled them all and the CPU seconds both processes used meanwhile.
+fn one_way(
+    net: &NetHandle,
+    server_pid: &str,
+    payload: &Bytes,
+    total: u64,
+    threads: u64,
+) -> Result<(f64, f64), String> {
+    let (start_count, _) = counts(net)?;
+    let cpu_before = process::cpu_seconds() + process::cpu_seconds_of(server_pid);
+    let started = Instant::now();
+    let per_thread = total / threads;
+    let sent: Result<(), String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(move || -> Result<(), String> {
+                    for _ in 0..per_thread {
+                        net.send_blocking(SERVER, SINK, payload.clone())
+                            .map_err(|e| format!("send: {e}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|worker| worker.join().map_err(|_| "sender panicked".to_string())?)
+    });
+    sent?;
+    let expected = start_count + per_thread * threads;
+    loop {
+        let (count, _) = counts(net)?;
+        if count >= expected {
+            break;
+        }
+        if started.elapsed() > DRAIN_TIMEOUT {
+            return Err(format!("server saw {count} of {expected} messages"));
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let cpu = process::cpu_seconds() + process::cpu_seconds_of(server_pid) - cpu_before;
+    Ok((seconds, cpu))
+}
+
+fn round_trips(net: &NetHandle, count: u64) -> Result<Histogram<u64>, String> {
+    let payload = Bytes::from(vec![0x5a; 64]);
+    let mut histogram =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    for _ in 0..count / 10 {
+        net.request_blocking(SERVER, ECHO, payload.clone(), REQUEST_TIMEOUT)
+            .map_err(|e| format!("warm-up echo: {e}"))?;
+    }
+    for _ in 0..count {
+        let started = Instant::now();
+        net.request_blocking(SERVER, ECHO, payload.clone(), REQUEST_TIMEOUT)
+            .map_err(|e| format!("echo: {e}"))?;
+        histogram.saturating_record(started.elapsed().as_nanos() as u64);
+    }
+    Ok(histogram)
+}
+
+fn pipelined(net: &NetHandle, total: u64, threads: u64, window: usize) -> Result<f64, String> {
+    let payload = Bytes::from(vec![0x5a; 64]);
+    let started = Instant::now();
+    let per_thread = total / threads;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let payload = payload.clone();
+                scope.spawn(move || -> Result<(), String> {
+                    let mut outstanding = VecDeque::with_capacity(window);
+                    for _ in 0..per_thread {
+                        if outstanding.len() >= window.max(1) {
+                            if let Some(pending) = outstanding.pop_front() {
+                                myriad_net::PendingResponse::wait_blocking(pending)
+                                    .map_err(|e| format!("pipelined echo: {e}"))?;
+                            }
+                        }
+                        outstanding.push_back(
+                            net.request_later_blocking(
+                                SERVER,
+                                ECHO,
+                                payload.clone(),
+                                REQUEST_TIMEOUT,
+                            )
+                            .map_err(|e| format!("pipelined request: {e}"))?,
+                        );
+                    }
+                    for pending in outstanding {
+                        pending
+                            .wait_blocking()
+                            .map_err(|e| format!("pipelined echo: {e}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers.into_iter().try_for_each(|worker| {
+            worker
+                .join()
+                .map_err(|_| "requester panicked".to_string())?
+        })
+    })?;
+    Ok((per_thread * threads) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Raw TCP between two plain sockets on 127.0.0.1: 1 MiB writes, reads into 1 MiB.
+fn raw_tcp_blast(total_bytes: u64) -> Result<f64, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let reader = std::thread::spawn(move || -> std::io::Result<u64> {
+        let (mut stream, _) = listener.accept()?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut received = 0u64;
+        loop {
+            match stream.read(&mut buf)? {
+                0 => return Ok(received),
+                n => received += n as u64,
+            }
+        }
+    });
+    let mut stream = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    let block = vec![0x42u8; 1 << 20];
+    let started = Instant::now();
+    let mut sent = 0u64;
+    while sent < total_bytes {
+        stream.write_all(&block).map_err(|e| e.to_string())?;
+        sent += block.len() as u64;
+    }
+    stream
+        .shutdown(std::net::Shutdown::Write)
+        .map_err(|e| e.to_string())?;
+    let received = reader
+        .join()
+        .map_err(|_| "raw reader panicked".to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(received as f64 / started.elapsed().as_secs_f64() / 1e9)
+}
+
+fn on_path(binary: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(binary).is_file()))
+}
+
+/// `redis-benchmark` PING and 64-byte GET (after SET), 50 clients, pipelined 16, against a
+/// `redis-server` started here. `None` if either binary is missing.
+fn redis_baseline(requests: u64) -> Result<Option<(f64, f64)>, String> {
+    if !on_path("redis-server") || !on_path("redis-benchmark") {
+        return Ok(None);
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let server = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "no", "--daemonize", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting redis-server: {e}"))?;
+    let _server = ChildGuard(server);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            return Err("redis-server did not start listening".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-t", "ping,set,get", "-d", "64", "-P", "16", "-c", "50"])
+        .args(["-n", &requests.to_string(), "-q", "--csv"])
+        .output()
+        .map_err(|e| format!("running redis-benchmark: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let rate = |test: &str| {
+        text.lines().find_map(|line| {
+            let mut fields = line.split(',').map(|f| f.trim_matches('"'));
+            (fields.next() == Some(test))
+                .then(|| fields.next().and_then(|r| r.parse::<f64>().ok()))
+                .flatten()
+        })
+    };
+    match (
+        rate("PING_MBULK").or_else(|| rate("PING_INLINE")),
+        rate("GET"),
+    ) {
+        (Some(ping), Some(get)) => Ok(Some((ping, get))),
+        _ => Err(format!("could not parse redis-benchmark output: {text}")),
+    }
+}
+
+fn ratio(value: f64, reference: f64) -> f64 {
+    if reference > 0.0 {
+        value / reference
+    } else {
+        f64::NAN
+    }
+}
+
+/// Runs `myriad bench net`.
+pub fn run(args: &NetArgs) -> Result<(), String> {
+    let (server, server_addr) = spawn_server()?;
+    let server_pid = server.0.id().to_string();
+    let mut config = Config::new(CLIENT, SocketAddr::from(([127, 0, 0, 1], 0)), SECRET);
+    config.handler_threads = 1;
+    let endpoint = Endpoint::start(config, Handlers::new()).map_err(|e| e.to_string())?;
+    endpoint.set_address(SERVER, server_addr);
+    let net = endpoint.handle();
+    net.request_blocking(SERVER, ECHO, Bytes::new(), REQUEST_TIMEOUT)
+        .map_err(|e| format!("first request: {e}"))?;
+    let mut report = Report {
+        json: args.json,
+        summary: serde_json::Map::new(),
+    };
+    if !args.json {
+        println!(
+            "myriad bench net: two processes on 127.0.0.1 ({} cores)",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+    }
+
+    // One-way 64-byte messages.
+    let payload64 = Bytes::from(vec![0xa5u8; 64]);
+    let mut msg64 = [0.0f64; 2];
+    let mut cpu_per_million = 0.0;
+    for (index, threads) in [1u64, 2].into_iter().enumerate() {
+        let (seconds, cpu) = one_way(&net, &server_pid, &payload64, args.messages, threads)?;
+        let rate = args.messages as f64 / seconds;
+        if let Some(slot) = msg64.get_mut(index) {
+            *slot = rate;
+        }
+        let dxnet = if threads == 1 {
+            DXNET_MSG64_PER_SEC_1T
+        } else {
+            DXNET_MSG64_PER_SEC_2T
+        };
+        let cpu_per_m = cpu / (args.messages as f64 / 1e6);
+        if threads == 1 {
+            cpu_per_million = cpu_per_m;
+        }
+        report.line(
+            &format!("msg64_{threads}t"),
+            json!({ "threads": threads, "messages": args.messages, "msgs_per_sec": rate,
+                    "cpu_s_per_million_msgs": cpu_per_m,
+                    "target_ratio": ratio(rate, TARGET_MSG64_PER_SEC), "dxnet_ratio": ratio(rate, dxnet) }),
+            format!(
+                "one-way 64 B, {threads} thread(s): {:.2} M msgs/s ({:.2}x target 2 M/s, {:.1}x DXNet {:.2} M/s); {:.2} CPU s per million (both processes)",
+                rate / 1e6, ratio(rate, TARGET_MSG64_PER_SEC), ratio(rate, dxnet), dxnet / 1e6, cpu_per_m
+            ),
+        );
+    }
+    report.headline("msg64_per_sec_1t", Some(msg64[0]));
+    report.headline("msg64_per_sec_2t", Some(msg64[1]));
+    report.headline("cpu_s_per_million_msgs", Some(cpu_per_million));
+
+    // Round trips, one outstanding.
+    let histogram = round_trips(&net, args.round_trips)?;
+    let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
+    let (p50, p99, p999, mean) = (us(0.5), us(0.99), us(0.999), histogram.mean() / 1e3);
+    report.line(
+        "rtt64",
+        json!({ "round_trips": args.round_trips, "p50_us": p50, "p99_us": p99, "p999_us": p999, "mean_us": mean,
+                "target_ratio": ratio(TARGET_RTT_P50_US, p50), "dxnet_mean_ratio": ratio(DXNET_RTT_MEAN_US.0, mean) }),
+        format!(
+            "64 B request/response, 1 outstanding: p50 {p50:.1} µs, p99 {p99:.1} µs, p99.9 {p999:.1} µs, mean {mean:.1} µs (target p50 ≤ 30 µs: {}; DXNet mean {:.1}–{:.1} ms, p99 ≈ {:.0} ms: {:.0}x lower mean)",
+            if p50 <= TARGET_RTT_P50_US { "met" } else { "missed" },
+            DXNET_RTT_MEAN_US.0 / 1e3, DXNET_RTT_MEAN_US.1 / 1e3, DXNET_RTT_P99_US / 1e3,
+            ratio(DXNET_RTT_MEAN_US.0, mean)
+        ),
+    );
+    report.headline("rtt64_p50_us", Some(p50));
+    report.headline("rtt64_p99_us", Some(p99));
+    report.headline("rtt64_p999_us", Some(p999));
+
+    // Pipelined requests.
+    let mut best_pipelined = 0.0f64;
+    for threads in [1u64, 2] {
+        let rate = pipelined(&net, args.requests, threads, args.window)?;
+        best_pipelined = best_pipelined.max(rate);
+        report.line(
+            &format!("req64_pipelined_{threads}t"),
+            json!({ "threads": threads, "window": args.window, "requests": args.requests, "requests_per_sec": rate }),
+            format!(
+                "64 B requests, {threads} thread(s) × {} outstanding: {:.2} M requests/s",
+                args.window,
+                rate / 1e6
+            ),
+        );
+    }
+    report.headline("req64_per_sec_pipelined", Some(best_pipelined));
+
+    // Throughput of 1 KB and 1 MB messages.
+    let (mut kb1, mut mb1) = (0.0, 0.0);
+    for (name, size) in [("kb1", 1024usize), ("mb1", 1 << 20)] {
+        let payload = Bytes::from(vec![0x3cu8; size]);
+        let count = (args.throughput_bytes / size as u64).max(1);
+        let (seconds, _) = one_way(&net, &server_pid, &payload, count, 1)?;
+        let gb_per_sec = (count * size as u64) as f64 / seconds / 1e9;
+        if name == "mb1" {
+            mb1 = gb_per_sec;
+        } else {
+            kb1 = gb_per_sec;
+        }
+        report.line(
+            name,
+            json!({ "message_bytes": size, "messages": count, "gb_per_sec": gb_per_sec,
+                    "msgs_per_sec": count as f64 / seconds }),
+            format!(
+                "one-way {} messages: {:.2} GB/s ({:.0} msgs/s)",
+                if size == 1024 { "1 KB" } else { "1 MB" },
+                gb_per_sec,
+                count as f64 / seconds
+            ),
+        );
+    }
+    report.headline("kb1_gb_per_sec", Some(kb1));
+    report.headline("mb1_gb_per_sec", Some(mb1));
+
+    // Idle CPU of the server process.
+    let idle_before = process::cpu_seconds_of(&server_pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let idle_percent = (process::cpu_seconds_of(&server_pid) - idle_before) / 2.0 * 100.0;
+    report.line(
+        "idle",
+        json!({ "server_idle_cpu_percent": idle_percent }),
+        format!("server process idle for 2 s with an open connection: {idle_percent:.1}% CPU"),
+    );
+    report.headline("idle_cpu_percent", Some(idle_percent));
+
+    drop(endpoint);
+    drop(server);
+
+    // Baselines.
+    let raw = raw_tcp_blast(args.throughput_bytes.max(1 << 30))?;
+    report.line(
+        "raw_tcp",
+        json!({ "gb_per_sec": raw, "mb1_share": ratio(mb1, raw) }),
+        format!(
+            "raw TCP blast (1 MiB writes, plain sockets): {raw:.2} GB/s; myriad 1 MB messages reach {:.0}% of it (target ≥ {:.0}%)",
+            ratio(mb1, raw) * 100.0,
+            TARGET_MB1_SHARE_OF_RAW * 100.0
+        ),
+    );
+    report.headline("raw_tcp_gb_per_sec", Some(raw));
+    let redis = if args.no_redis {
+        None
+    } else {
+        redis_baseline(args.requests.max(100_000))?
+    };
+    match redis {
+        Some((ping, get)) => report.line(
+            "redis",
+            json!({ "ping_per_sec": ping, "get_per_sec": get, "pipeline": 16, "clients": 50,
+                    "myriad_pipelined_ratio": ratio(best_pipelined, get) }),
+            format!(
+                "redis-benchmark -P 16 -c 50: PING {:.2} M/s, GET 64 B {:.2} M/s; myriad pipelined requests: {:.2}x redis GET (target ≥ 1)",
+                ping / 1e6,
+                get / 1e6,
+                ratio(best_pipelined, get)
+            ),
+        ),
+        None => report.line(
+            "redis",
+            json!({ "ping_per_sec": null, "get_per_sec": null }),
+            "redis baseline: not installed (apt-get install redis-server redis-tools)".into(),
+        ),
+    }
+    report.headline("redis_ping_per_sec", redis.map(|r| r.0));
+    report.headline("redis_get_per_sec", redis.map(|r| r.1));
+    if args.json {
+        let mut summary = json!({ "bench": "net", "measure": "summary" });
+        if let Some(object) = summary.as_object_mut() {
+            object.extend(report.summary.clone());
+        }
+        println!("{summary}");
+    }
+    Ok(())
+}
