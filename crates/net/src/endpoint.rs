@@ -39,7 +39,8 @@ use tokio::time::Instant;
 
 use crate::config::{Config, EVENTS_QUEUED_MAX, SECRET_BYTES_MAX};
 use crate::conn::{
-    reader_loop, writer_loop, Batch, CloseReason, Conn, ConnLimits, ConnectionStats, ReaderContext,
+    reader_loop, writer_loop, Batch, CloseReason, Conn, ConnLimits, ConnectionStats, Direct,
+    ReaderContext,
 };
 use crate::error::{HandshakeError, NetError};
 use crate::handler::{HandlerMap, Handlers, MessageType};
@@ -510,7 +511,7 @@ impl NetHandle {
             return Ok(Fast::Slow);
         };
         let header = whole_header(Kind::Message, message_type, 0, payload.len());
-        match conn.try_enqueue(&header, payload, 1)? {
+        match conn.try_enqueue(&header, payload, 1, Direct::IfIdle)? {
             true => Ok(Fast::Done),
             false => Ok(Fast::Slow),
         }
@@ -600,11 +601,16 @@ impl NetHandle {
         let Some(conn) = self.lookup(to) else {
             return Ok(None);
         };
-        let (id, receiver) = conn.register_request()?;
+        let (id, receiver, outstanding) = conn.register_request()?;
         let pending =
             PendingResponse::new(self, to, Some(conn.clone()), id, Some(receiver), deadline);
         let header = whole_header(Kind::Request, message_type, id, payload.len());
-        match conn.try_enqueue(&header, payload, 1)? {
+        let direct = if outstanding == 1 {
+            Direct::Yes
+        } else {
+            Direct::Never
+        };
+        match conn.try_enqueue(&header, payload, 1, direct)? {
             true => Ok(Some(pending)),
             false => Ok(None),
         }
@@ -625,7 +631,7 @@ impl NetHandle {
             Ok(conn) => conn?,
             Err(_) => return Err(NetError::Timeout(to)),
         };
-        let (id, receiver) = conn.register_request()?;
+        let (id, receiver, _) = conn.register_request()?;
         let pending =
             PendingResponse::new(self, to, Some(conn.clone()), id, Some(receiver), deadline);
         conn.send_message(whole_header(Kind::Request, message_type, id, 0), payload, 1)
@@ -950,7 +956,9 @@ impl Shared {
 
     /// Starts the reader and writer tasks of a connection now in the table.
     fn run(self: &Arc<Self>, conn: Arc<Conn>, stream: TcpStream) {
-        let (reader, writer) = stream.into_split();
+        let stream = Arc::new(stream);
+        conn.attach(stream.clone());
+        let (reader, writer) = (stream.clone(), stream);
         let shared = self.clone();
         let writer_conn = conn.clone();
         self.runtime.spawn(async move {

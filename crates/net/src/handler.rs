@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, Direct};
 use crate::error::NetError;
 use crate::wire::Kind;
 use crate::NodeId;
@@ -197,6 +197,7 @@ pub struct Responder {
     request_id: u32,
     type_id: u8,
     subtype: u8,
+    direct: Direct,
 }
 
 impl std::fmt::Debug for Responder {
@@ -213,12 +214,19 @@ impl std::fmt::Debug for Responder {
 const RESPONSE_QUEUE_ALLOWANCE: usize = 2;
 
 impl Responder {
-    pub(crate) fn new(conn: Arc<Conn>, request_id: u32, type_id: u8, subtype: u8) -> Self {
+    pub(crate) fn new(
+        conn: Arc<Conn>,
+        request_id: u32,
+        type_id: u8,
+        subtype: u8,
+        direct: Direct,
+    ) -> Self {
         Self {
             conn,
             request_id,
             type_id,
             subtype,
+            direct,
         }
     }
 
@@ -243,7 +251,7 @@ impl Responder {
         if payload.len() <= crate::wire::FRAME_PAYLOAD_BYTES_MAX
             && self
                 .conn
-                .try_enqueue(&header, &payload, RESPONSE_QUEUE_ALLOWANCE)?
+                .try_enqueue(&header, &payload, RESPONSE_QUEUE_ALLOWANCE, self.direct)?
         {
             return Ok(());
         }
@@ -266,14 +274,16 @@ impl Responder {
     }
 }
 
-/// Runs one delivery's handler (catching panics) and builds its `Incoming`.
-pub(crate) fn run(conn: &Arc<Conn>, delivery: crate::conn::Delivery) {
+/// Runs one delivery's handler (catching panics) and builds its `Incoming`. `direct`:
+/// whether a response may skip the writer task (no more work of this connection queued).
+pub(crate) fn run(conn: &Arc<Conn>, delivery: crate::conn::Delivery, direct: Direct) {
     let responder = (delivery.kind == Kind::Request).then(|| {
         Responder::new(
             conn.clone(),
             delivery.message_id,
             delivery.type_id,
             delivery.subtype,
+            direct,
         )
     });
     let message_type = MessageType {

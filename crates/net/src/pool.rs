@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{select, Receiver, Sender};
 
-use crate::conn::Batch;
+use crate::conn::{Batch, Direct};
 
 /// The senders readers use to hand batches to the pool.
 #[derive(Clone)]
@@ -83,12 +83,20 @@ fn handler_thread(lane: Receiver<Batch>, shared: Receiver<Batch>) {
             deliveries,
             bytes,
         } = batch;
-        for delivery in deliveries {
+        let count = deliveries.len();
+        for (index, delivery) in deliveries.into_iter().enumerate() {
             // Fencing and the incoming fault switch also stop messages already queued.
             if conn.fenced.load(Ordering::Relaxed) || conn.drop_incoming.load(Ordering::Relaxed) {
                 continue;
             }
-            crate::handler::run(&conn, delivery);
+            // A response may go straight to the socket when nothing else of this
+            // connection waits to be handled (its bytes are this batch's only).
+            let direct = if index + 1 == count && conn.unprocessed() <= bytes {
+                Direct::Yes
+            } else {
+                Direct::Never
+            };
+            crate::handler::run(&conn, delivery, direct);
         }
         conn.release_unprocessed(bytes);
     }
