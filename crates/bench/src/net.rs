@@ -32,6 +32,8 @@ const SINK: MessageType = MessageType::unordered(1, 1);
 const ECHO: MessageType = MessageType::unordered(1, 2);
 /// Answers with the sink's message and byte counts (two little-endian u64).
 const COUNTS: MessageType = MessageType::unordered(1, 3);
+/// Echo with an inline handler (runs on the server's I/O thread).
+const ECHO_INLINE: MessageType = MessageType::unordered(1, 4);
 
 const CLIENT: NodeId = NodeId(1);
 const SERVER: NodeId = NodeId(2);
@@ -101,6 +103,12 @@ pub fn serve(args: &NetServerArgs) -> Result<(), String> {
     }
     handlers
         .register(ECHO, |request: Incoming| {
+            let payload = request.payload.clone();
+            let _ = request.respond(payload);
+        })
+        .map_err(|e| e.to_string())?;
+    handlers
+        .register_inline(ECHO_INLINE, |request: Incoming| {
             let payload = request.payload.clone();
             let _ = request.respond(payload);
         })
@@ -240,10 +248,14 @@ fn one_way(
     Ok((seconds, cpu))
 }
 
+fn new_histogram() -> Result<Histogram<u64>, String> {
+    Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())
+}
+
+/// Round trips from a plain thread with the blocking API to a pool handler.
 fn round_trips(net: &NetHandle, count: u64) -> Result<Histogram<u64>, String> {
     let payload = Bytes::from(vec![0x5a; 64]);
-    let mut histogram =
-        Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).map_err(|e| e.to_string())?;
+    let mut histogram = new_histogram()?;
     for _ in 0..count / 10 {
         net.request_blocking(SERVER, ECHO, payload.clone(), REQUEST_TIMEOUT)
             .map_err(|e| format!("warm-up echo: {e}"))?;
@@ -254,6 +266,67 @@ fn round_trips(net: &NetHandle, count: u64) -> Result<Histogram<u64>, String> {
             .map_err(|e| format!("echo: {e}"))?;
         histogram.saturating_record(started.elapsed().as_nanos() as u64);
     }
+    Ok(histogram)
+}
+
+/// Round trips from a task on the endpoint's runtime with the async API to an inline
+/// handler: the low-latency path (one thread wake-up per direction).
+fn round_trips_async_inline(net: &NetHandle, count: u64) -> Result<Histogram<u64>, String> {
+    let task_net = net.clone();
+    let task = net.runtime().spawn(async move {
+        let payload = Bytes::from(vec![0x5a; 64]);
+        let mut histogram = new_histogram()?;
+        for round in 0..count + count / 10 {
+            let started = Instant::now();
+            task_net
+                .request(SERVER, ECHO_INLINE, payload.clone(), REQUEST_TIMEOUT)
+                .await
+                .map_err(|e| format!("async echo: {e}"))?;
+            if round >= count / 10 {
+                histogram.saturating_record(started.elapsed().as_nanos() as u64);
+            }
+        }
+        Ok::<_, String>(histogram)
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    net.runtime().spawn(async move {
+        let _ = tx.send(task.await);
+    });
+    rx.recv()
+        .map_err(|_| "async round-trip task vanished".to_string())?
+        .map_err(|e| format!("async round-trip task: {e}"))?
+}
+
+/// Raw TCP ping-pong of 64 bytes between two threads with blocking sockets (the floor for
+/// any round trip on this machine).
+fn raw_tcp_round_trips(count: u64) -> Result<Histogram<u64>, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut stream, _) = listener.accept()?;
+        stream.set_nodelay(true)?;
+        let mut buf = [0u8; 64];
+        loop {
+            if stream.read_exact(&mut buf).is_err() {
+                return Ok(());
+            }
+            stream.write_all(&buf)?;
+        }
+    });
+    let mut stream = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut histogram = new_histogram()?;
+    let mut buf = [0x5au8; 64];
+    for round in 0..count + count / 10 {
+        let started = Instant::now();
+        stream.write_all(&buf).map_err(|e| e.to_string())?;
+        stream.read_exact(&mut buf).map_err(|e| e.to_string())?;
+        if round >= count / 10 {
+            histogram.saturating_record(started.elapsed().as_nanos() as u64);
+        }
+    }
+    drop(stream);
+    let _ = echo.join();
     Ok(histogram)
 }
 
@@ -460,24 +533,47 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
     report.headline("msg64_per_sec_2t", Some(msg64[1]));
     report.headline("cpu_s_per_million_msgs", Some(cpu_per_million));
 
-    // Round trips, one outstanding.
-    let histogram = round_trips(&net, args.round_trips)?;
-    let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
-    let (p50, p99, p999, mean) = (us(0.5), us(0.99), us(0.999), histogram.mean() / 1e3);
-    report.line(
-        "rtt64",
-        json!({ "round_trips": args.round_trips, "p50_us": p50, "p99_us": p99, "p999_us": p999, "mean_us": mean,
-                "target_ratio": ratio(TARGET_RTT_P50_US, p50), "dxnet_mean_ratio": ratio(DXNET_RTT_MEAN_US.0, mean) }),
-        format!(
-            "64 B request/response, 1 outstanding: p50 {p50:.1} µs, p99 {p99:.1} µs, p99.9 {p999:.1} µs, mean {mean:.1} µs (target p50 ≤ 30 µs: {}; DXNet mean {:.1}–{:.1} ms, p99 ≈ {:.0} ms: {:.0}x lower mean)",
-            if p50 <= TARGET_RTT_P50_US { "met" } else { "missed" },
-            DXNET_RTT_MEAN_US.0 / 1e3, DXNET_RTT_MEAN_US.1 / 1e3, DXNET_RTT_P99_US / 1e3,
-            ratio(DXNET_RTT_MEAN_US.0, mean)
-        ),
-    );
-    report.headline("rtt64_p50_us", Some(p50));
-    report.headline("rtt64_p99_us", Some(p99));
-    report.headline("rtt64_p999_us", Some(p999));
+    // Round trips, one outstanding: the low-latency path (async API, inline handler) and
+    // the plain one (blocking API from a thread, handler on the pool).
+    let floor = raw_tcp_round_trips(args.round_trips)?;
+    let floor_p50 = floor.value_at_quantile(0.5) as f64 / 1e3;
+    let mut headline_p = (0.0, 0.0, 0.0);
+    for (measure, histogram) in [
+        ("rtt64", round_trips_async_inline(&net, args.round_trips)?),
+        ("rtt64_blocking", round_trips(&net, args.round_trips)?),
+    ] {
+        let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
+        let (p50, p99, p999, mean) = (us(0.5), us(0.99), us(0.999), histogram.mean() / 1e3);
+        if measure == "rtt64" {
+            headline_p = (p50, p99, p999);
+        }
+        let path = if measure == "rtt64" {
+            "async API + inline handler"
+        } else {
+            "blocking API + pool handler"
+        };
+        report.line(
+            measure,
+            json!({ "path": path, "round_trips": args.round_trips, "p50_us": p50, "p99_us": p99,
+                    "p999_us": p999, "mean_us": mean, "raw_tcp_p50_us": floor_p50,
+                    "target_ratio": ratio(TARGET_RTT_P50_US, p50),
+                    "dxnet_mean_ratio": ratio(DXNET_RTT_MEAN_US.0, mean) }),
+            format!(
+                "64 B request/response, 1 outstanding, {path}: p50 {p50:.1} µs, p99 {p99:.1} µs, p99.9 {p999:.1} µs, mean {mean:.1} µs (target p50 ≤ 30 µs: {}; raw TCP ping-pong p50 {floor_p50:.1} µs; DXNet mean {:.1}–{:.1} ms, p99 ≈ {:.0} ms: {:.0}x lower mean)",
+                if p50 <= TARGET_RTT_P50_US { "met" } else { "missed" },
+                DXNET_RTT_MEAN_US.0 / 1e3, DXNET_RTT_MEAN_US.1 / 1e3, DXNET_RTT_P99_US / 1e3,
+                ratio(DXNET_RTT_MEAN_US.0, mean)
+            ),
+        );
+        if measure == "rtt64_blocking" {
+            report.headline("rtt64_blocking_p50_us", Some(p50));
+            report.headline("rtt64_blocking_p99_us", Some(p99));
+        }
+    }
+    report.headline("rtt64_p50_us", Some(headline_p.0));
+    report.headline("rtt64_p99_us", Some(headline_p.1));
+    report.headline("rtt64_p999_us", Some(headline_p.2));
+    report.headline("raw_tcp_rtt64_p50_us", Some(floor_p50));
 
     // Pipelined requests.
     let mut best_pipelined = 0.0f64;
@@ -569,7 +665,11 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
         None => report.line(
             "redis",
             json!({ "ping_per_sec": null, "get_per_sec": null }),
-            "redis baseline: not installed (apt-get install redis-server redis-tools)".into(),
+            if args.no_redis {
+                "redis baseline: skipped (--no-redis)".into()
+            } else {
+                "redis baseline: not installed (apt-get install redis-server redis-tools)".into()
+            },
         ),
     }
     report.headline("redis_ping_per_sec", redis.map(|r| r.0));

@@ -693,7 +693,7 @@ fn cut_and_dispatch(
                     subtype: header.subtype,
                 });
             }
-            Some(entry.handler)
+            Some(entry)
         };
         let Some(message) = reassembler.push(frame)? else {
             continue;
@@ -701,7 +701,7 @@ fn cut_and_dispatch(
         if dropping {
             continue;
         }
-        let Some(handler) = handler else {
+        let Some(entry) = handler else {
             conn.complete_request(message.message_id, message.payload);
             continue;
         };
@@ -713,8 +713,18 @@ fn cut_and_dispatch(
             ordered: message.ordered,
             message_id: message.message_id,
             payload: message.payload,
-            handler,
+            handler: entry.handler,
         };
+        if entry.inline {
+            // The last complete frame of this read may answer straight to the socket.
+            let direct = if buf.len() < HEADER_BYTES {
+                Direct::Yes
+            } else {
+                Direct::Never
+            };
+            crate::handler::run(conn, delivery, direct);
+            continue;
+        }
         if message.ordered {
             ordered.push(delivery);
             ordered_bytes += bytes;

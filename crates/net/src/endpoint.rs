@@ -338,6 +338,12 @@ impl NetHandle {
         self.shared.config.node_id
     }
 
+    /// The tokio runtime the endpoint's I/O runs on (to spawn tasks that use the async API
+    /// next to it).
+    pub fn runtime(&self) -> Handle {
+        self.shared.runtime.clone()
+    }
+
     /// The address the endpoint listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.shared.local_addr
@@ -367,7 +373,7 @@ impl NetHandle {
     ) -> Result<(), NetError> {
         let mut current = self.shared.handlers.write();
         let mut map = HandlerMap::clone(&current);
-        crate::handler::insert(&mut map, message_type, Arc::new(handler))?;
+        crate::handler::insert(&mut map, message_type, Arc::new(handler), false)?;
         *current = Arc::new(map);
         Ok(())
     }

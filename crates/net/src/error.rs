@@ -64,6 +64,14 @@ pub enum NetError {
     /// Setting up the endpoint failed (binding the listener, starting threads).
     #[error("endpoint start-up failed: {0}")]
     Startup(Arc<std::io::Error>),
+    /// Ordered types cannot have inline handlers.
+    #[error("message type {type_id}/{subtype} is ordered and cannot be handled inline")]
+    OrderedInline {
+        /// Type byte.
+        type_id: u8,
+        /// Subtype byte.
+        subtype: u8,
+    },
     /// A message type is already registered.
     #[error("message type {type_id}/{subtype} is already registered")]
     DuplicateHandler {

@@ -74,6 +74,8 @@ where
 #[derive(Clone)]
 pub(crate) struct Registered {
     pub ordered: bool,
+    /// Runs on the connection's reader task instead of the handler pool.
+    pub inline: bool,
     pub handler: Arc<dyn Handler>,
 }
 
@@ -105,7 +107,21 @@ impl Handlers {
         message_type: MessageType,
         handler: impl Handler,
     ) -> Result<&mut Self, NetError> {
-        insert(&mut self.map, message_type, Arc::new(handler))?;
+        insert(&mut self.map, message_type, Arc::new(handler), false)?;
+        Ok(self)
+    }
+
+    /// Registers a handler that runs inline on the I/O thread that read the message, with
+    /// no hand-off to the handler pool: the lowest latency, for short handlers that never
+    /// block (no locks held long, no blocking sends, no I/O), e.g. a memory-manager get.
+    /// A blocking inline handler stalls every connection served by that I/O thread.
+    /// Ordered types cannot be inline (their order is kept by the pool's lanes).
+    pub fn register_inline(
+        &mut self,
+        message_type: MessageType,
+        handler: impl Handler,
+    ) -> Result<&mut Self, NetError> {
+        insert(&mut self.map, message_type, Arc::new(handler), true)?;
         Ok(self)
     }
 }
@@ -114,8 +130,15 @@ pub(crate) fn insert(
     map: &mut HandlerMap,
     message_type: MessageType,
     handler: Arc<dyn Handler>,
+    inline: bool,
 ) -> Result<(), NetError> {
     let key = type_key(message_type.type_id, message_type.subtype);
+    if inline && message_type.ordered {
+        return Err(NetError::OrderedInline {
+            type_id: message_type.type_id,
+            subtype: message_type.subtype,
+        });
+    }
     if map.contains_key(&key) {
         return Err(NetError::DuplicateHandler {
             type_id: message_type.type_id,
@@ -126,6 +149,7 @@ pub(crate) fn insert(
         key,
         Registered {
             ordered: message_type.ordered,
+            inline,
             handler,
         },
     );

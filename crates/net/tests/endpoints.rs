@@ -739,3 +739,34 @@ fn async_api_runs_on_a_caller_runtime_and_blocking_calls_there_are_refused() {
     drop(a);
     drop(b);
 }
+
+#[test]
+fn inline_handlers_answer_from_the_io_thread_and_ordered_types_cannot_be_inline() {
+    let mut handlers = Handlers::new();
+    handlers
+        .register_inline(ECHO, |request: Incoming| {
+            let name = std::thread::current()
+                .name()
+                .unwrap_or_default()
+                .to_string();
+            let _ = request.respond(Bytes::from(name));
+        })
+        .expect("register inline");
+    assert!(matches!(
+        handlers.register_inline(SEQUENCE, |_m: Incoming| {}),
+        Err(NetError::OrderedInline { .. })
+    ));
+    let server = start(config(2), handlers);
+    let client = start(config(1), Handlers::new());
+    link(&client, &server);
+    let handle = client.handle();
+    let thread_name = client
+        .runtime()
+        .block_on(async move { handle.request(NodeId(2), ECHO, Bytes::new(), TIMEOUT).await })
+        .expect("inline echo");
+    let thread_name = String::from_utf8_lossy(&thread_name).to_string();
+    assert!(
+        thread_name.starts_with("myriad-net-io"),
+        "ran on {thread_name}"
+    );
+}
