@@ -215,12 +215,26 @@ fn request_times_out_and_its_late_response_is_dropped() {
 }
 
 #[test]
-fn thousands_of_outstanding_requests_are_collected_later() {
-    let counter = Arc::new(AtomicUsize::new(0));
+fn thousands_of_outstanding_requests_are_collected_later_in_any_order() {
+    const REQUESTS: u32 = 5_000;
+    // The server holds every responder until all requests are outstanding, then answers
+    // them in reverse order.
+    let held: Arc<Mutex<Vec<(u32, myriad_net::Responder)>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut handlers = Handlers::new();
+    {
+        let held = held.clone();
+        handlers
+            .register(ECHO, move |mut request: Incoming| {
+                let index = u32::from_le_bytes(request.payload[..4].try_into().expect("4 bytes"));
+                let responder = request.take_responder().expect("request");
+                held.lock().expect("lock").push((index, responder));
+            })
+            .expect("register");
+    }
     let a = start(config(1), Handlers::new());
-    let b = start(config(2), echo_and_count(&counter));
+    let b = start(config(2), handlers);
     link(&a, &b);
-    let pending: Vec<_> = (0u32..5_000)
+    let pending: Vec<_> = (0..REQUESTS)
         .map(|index| {
             a.request_later_blocking(
                 NodeId(2),
@@ -231,13 +245,30 @@ fn thousands_of_outstanding_requests_are_collected_later() {
             .expect("sent")
         })
         .collect();
-    assert!(a.connection_stats(NodeId(2)).expect("up").pending_requests > 0);
+    wait_until("all requests held", || {
+        held.lock().expect("lock").len() == REQUESTS as usize
+    });
+    assert_eq!(
+        a.connection_stats(NodeId(2)).expect("up").pending_requests,
+        REQUESTS as usize
+    );
+    let mut responders = std::mem::take(&mut *held.lock().expect("lock"));
+    responders.sort_by_key(|(index, _)| std::cmp::Reverse(*index));
+    for (index, responder) in responders {
+        responder
+            .respond(Bytes::copy_from_slice(&index.to_le_bytes()))
+            .expect("respond");
+    }
     for (index, response) in (0u32..).zip(pending) {
         assert_eq!(
             &response.wait_blocking().expect("answer")[..],
             &index.to_le_bytes()
         );
     }
+    assert_eq!(
+        a.connection_stats(NodeId(2)).expect("up").pending_requests,
+        0
+    );
 }
 
 #[test]
