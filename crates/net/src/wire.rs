@@ -302,6 +302,9 @@ impl Reassembler {
                     Some(in_progress) => in_progress,
                 };
                 let (first_header, mut buf) = first;
+                if first_header.message_id != header.message_id {
+                    return Err(FrameError::InterleavedFragments);
+                }
                 if first_header.kind != header.kind
                     || first_header.ordered != header.ordered
                     || first_header.type_id != header.type_id
@@ -573,8 +576,13 @@ mod tests {
         assert_eq!(r.push(frame(Fragment::More, 1, 3)), Ok(None));
         assert_eq!(
             r.push(frame(Fragment::More, 2, 3)),
-            Err(FrameError::FragmentMismatch)
+            Err(FrameError::InterleavedFragments)
         );
+        let mut r = Reassembler::new(100);
+        assert_eq!(r.push(frame(Fragment::More, 1, 3)), Ok(None));
+        let mut other_type = frame(Fragment::Last, 1, 3);
+        other_type.header.subtype = 1;
+        assert_eq!(r.push(other_type), Err(FrameError::FragmentMismatch));
         let mut r = Reassembler::new(100);
         assert_eq!(r.push(frame(Fragment::More, 1, 60)), Ok(None));
         assert_eq!(
