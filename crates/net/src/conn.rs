@@ -326,7 +326,9 @@ impl Conn {
         payload: &Bytes,
         allowance: usize,
     ) -> Result<(), NetError> {
-        let deadline = Instant::now() + self.limits.send_timeout;
+        let deadline = Instant::now()
+            .checked_add(self.limits.send_timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600));
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);

@@ -125,6 +125,13 @@ impl ConnectionEvents {
     }
 }
 
+/// `timeout` from now, saturating (a huge timeout means "about forever", not a panic).
+fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+}
+
 fn ensure_blocking_allowed() -> Result<(), NetError> {
     if Handle::try_current().is_ok() {
         return Err(NetError::BlockingInAsyncContext);
@@ -655,7 +662,7 @@ impl NetHandle {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<PendingResponse, NetError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         if let Some(pending) = self.request_fast(to, message_type, &payload, deadline)? {
             return Ok(pending);
         }
@@ -672,7 +679,7 @@ impl NetHandle {
         timeout: Duration,
     ) -> Result<PendingResponse, NetError> {
         ensure_blocking_allowed()?;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         if let Some(pending) = self.request_fast(to, message_type, &payload, deadline)? {
             return Ok(pending);
         }
@@ -800,6 +807,10 @@ impl Future for PendingResponse {
         if this.finished {
             return Poll::Ready(Err(NetError::Timeout(this.node)));
         }
+        if this.shared.shut_down.load(Ordering::Acquire) {
+            this.finished = true;
+            return Poll::Ready(Err(NetError::Shutdown));
+        }
         if let Some(receiver) = this.receiver.as_mut() {
             if let Poll::Ready(result) = Pin::new(receiver).poll(cx) {
                 this.finished = true;
@@ -848,7 +859,7 @@ impl Shared {
 
     /// The open connection to `node`, connecting if needed (bounded by the connect timeout).
     async fn connection(self: &Arc<Self>, node: NodeId) -> Result<Arc<Conn>, NetError> {
-        let deadline = Instant::now() + self.config.connect_timeout;
+        let deadline = deadline_after(self.config.connect_timeout);
         let mut waiting_on: Option<Arc<Attempt>> = None;
         loop {
             if self.shut_down.load(Ordering::Acquire) {
@@ -1161,7 +1172,8 @@ async fn dial(
         // The acceptor closes without a verdict when our proof fails.
         return Err(NetError::AuthenticationFailed(node));
     }
-    let verdict = Verdict::decode(verdict[0]).map_err(|e| connect_failed(node, e))?;
+    let [verdict] = verdict;
+    let verdict = Verdict::decode(verdict).map_err(|e| connect_failed(node, e))?;
     Ok((stream, greeting.instance, verdict))
 }
 
