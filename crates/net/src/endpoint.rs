@@ -14,7 +14,8 @@
 //! So both sides always end with the same single TCP connection, and no frame is ever sent
 //! on a connection that loses.
 //!
-//! Invariants: the table lock is never held across an await; every connection in the
+//! Invariants: the table lock is never held across an await, and locks are taken in the
+//! order table → fenced/faults/addresses (never the reverse); every connection in the
 //! table with state `Up` has running reader and writer tasks or is about to get them (the
 //! acceptor inserts before it writes the verdict); a closed connection is removed from the
 //! table by whoever closed it.
@@ -418,8 +419,8 @@ impl NetHandle {
 
     /// Turns on a simulated fault towards `node` (test fault switch).
     pub fn set_fault(&self, node: NodeId, fault: Fault) {
-        let mut faults = self.shared.faults.write();
-        faults.insert(node, fault);
+        // Lock order: never hold `faults` while taking `table` (accepting does table → faults).
+        self.shared.faults.write().insert(node, fault);
         self.shared.faults_any.store(true, Ordering::Release);
         if let Some(conn) = self.lookup(node) {
             conn.drop_outgoing
@@ -431,11 +432,13 @@ impl NetHandle {
 
     /// Turns off the simulated fault towards `node`.
     pub fn clear_fault(&self, node: NodeId) {
-        let mut faults = self.shared.faults.write();
-        faults.remove(&node);
-        self.shared
-            .faults_any
-            .store(!faults.is_empty(), Ordering::Release);
+        {
+            let mut faults = self.shared.faults.write();
+            faults.remove(&node);
+            self.shared
+                .faults_any
+                .store(!faults.is_empty(), Ordering::Release);
+        }
         if let Some(conn) = self.lookup(node) {
             conn.drop_outgoing.store(false, Ordering::Release);
             conn.drop_incoming.store(false, Ordering::Release);
