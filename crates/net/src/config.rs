@@ -14,6 +14,19 @@ use crate::NodeId;
 /// Bytes read from a socket per read call (also the initial receive buffer size).
 pub const READ_BUFFER_BYTES: usize = 256 * 1024;
 
+/// Free space below which the receive buffer is grown (or reclaimed) before a read.
+pub const READ_SPACE_BYTES_MIN: usize = 4096;
+
+/// Initial size of a connection's aggregation buffer (grows as needed, bounded by the
+/// send queue limit).
+pub const AGGREGATION_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
+pub const ACCEPT_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Stand-in for "no deadline" when a timeout overflows the clock (about a century).
+pub const DEADLINE_FAR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// Payloads up to this size are copied into the aggregation buffer; larger ones are queued
 /// by reference (no copy) and written with vectored I/O.
 pub const COPY_PAYLOAD_BYTES_MAX: usize = 16 * 1024;

@@ -39,7 +39,8 @@ use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::config::{
-    COPY_PAYLOAD_BYTES_MAX, IO_SLICES_MAX, PENDING_REQUESTS_MAX, READ_BUFFER_BYTES,
+    AGGREGATION_BUFFER_BYTES, COPY_PAYLOAD_BYTES_MAX, DEADLINE_FAR, IO_SLICES_MAX,
+    PENDING_REQUESTS_MAX, READ_BUFFER_BYTES, READ_SPACE_BYTES_MIN,
 };
 use crate::error::{FrameError, NetError};
 use crate::wire::{
@@ -196,7 +197,7 @@ impl Conn {
             runtime,
             out: Mutex::new(OutQueue {
                 segments: VecDeque::new(),
-                tail: BytesMut::with_capacity(64 * 1024),
+                tail: BytesMut::with_capacity(AGGREGATION_BUFFER_BYTES),
                 queued_bytes: 0,
                 writer_parked: false,
                 senders_waiting: false,
@@ -328,7 +329,7 @@ impl Conn {
     ) -> Result<(), NetError> {
         let deadline = Instant::now()
             .checked_add(self.limits.send_timeout)
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600));
+            .unwrap_or_else(|| Instant::now() + DEADLINE_FAR);
         loop {
             let notified = self.space.notified();
             tokio::pin!(notified);
@@ -611,7 +612,7 @@ pub(crate) async fn reader_loop(
     let mut closed = conn.close_watch();
     loop {
         let needed = decoder.bytes_needed(&buf).saturating_sub(buf.len());
-        if buf.capacity() - buf.len() < needed.max(4096) {
+        if buf.capacity() - buf.len() < needed.max(READ_SPACE_BYTES_MIN) {
             buf.reserve(needed.max(READ_BUFFER_BYTES));
         }
         // Read at most one read buffer's worth (or the rest of a large frame): this bounds

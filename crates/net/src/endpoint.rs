@@ -38,7 +38,9 @@ use tokio::runtime::{Handle, Runtime};
 use tokio::sync::{broadcast, oneshot, watch, Notify};
 use tokio::time::Instant;
 
-use crate::config::{Config, EVENTS_QUEUED_MAX, SECRET_BYTES_MAX};
+use crate::config::{
+    Config, ACCEPT_RETRY_DELAY, DEADLINE_FAR, EVENTS_QUEUED_MAX, SECRET_BYTES_MAX,
+};
 use crate::conn::{
     reader_loop, writer_loop, Batch, CloseReason, Conn, ConnLimits, ConnectionStats, Direct,
     ReaderContext,
@@ -130,7 +132,7 @@ impl ConnectionEvents {
 fn deadline_after(timeout: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(timeout)
-        .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600))
+        .unwrap_or_else(|| now + DEADLINE_FAR)
 }
 
 fn ensure_blocking_allowed() -> Result<(), NetError> {
@@ -1206,7 +1208,7 @@ async fn accept_loop(
             }
             Err(error) => {
                 tracing::warn!(%error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
+                tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
             }
         }
     }

@@ -58,8 +58,9 @@ pub mod wire;
 
 pub use bytes::Bytes;
 pub use config::{
-    Config, COPY_PAYLOAD_BYTES_MAX, EVENTS_QUEUED_MAX, IO_SLICES_MAX, PENDING_REQUESTS_MAX,
-    READ_BUFFER_BYTES, SECRET_BYTES_MAX,
+    Config, ACCEPT_RETRY_DELAY, AGGREGATION_BUFFER_BYTES, COPY_PAYLOAD_BYTES_MAX, DEADLINE_FAR,
+    EVENTS_QUEUED_MAX, IO_SLICES_MAX, PENDING_REQUESTS_MAX, READ_BUFFER_BYTES,
+    READ_SPACE_BYTES_MIN, SECRET_BYTES_MAX,
 };
 pub use conn::{CloseReason, ConnectionStats};
 pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, Fault, NetHandle, PendingResponse};
