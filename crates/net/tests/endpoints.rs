@@ -801,3 +801,98 @@ fn inline_handlers_answer_from_the_io_thread_and_ordered_types_cannot_be_inline(
         "ran on {thread_name}"
     );
 }
+
+#[test]
+fn large_requests_and_responses_are_fragmented_both_ways() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), Handlers::new());
+    let b = start(config(2), echo_and_count(&counter));
+    link(&a, &b);
+    let payload: Vec<u8> = (0..3 * (1 << 20) + 12_345)
+        .map(|i| (i % 253) as u8)
+        .collect();
+    let answer = a
+        .request_blocking(NodeId(2), ECHO, Bytes::from(payload.clone()), TIMEOUT)
+        .expect("large echo");
+    assert_eq!(answer.len(), payload.len());
+    assert!(answer[..] == payload[..], "echoed bytes differ");
+}
+
+#[test]
+fn outstanding_requests_fail_fast_when_the_peer_dies() {
+    let a = start(config(1), Handlers::new());
+    let b = start(config(2), slow_responder(Duration::from_secs(30)));
+    link(&a, &b);
+    let pending = a
+        .request_later_blocking(
+            NodeId(2),
+            SLOW,
+            Bytes::from_static(b"never"),
+            Duration::from_secs(20),
+        )
+        .expect("sent");
+    std::thread::sleep(Duration::from_millis(50));
+    let started = Instant::now();
+    drop(b);
+    let outcome = pending.wait_blocking();
+    assert!(
+        matches!(outcome, Err(NetError::ConnectionLost(NodeId(2)))),
+        "{outcome:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failed fast, not by timeout"
+    );
+}
+
+#[test]
+fn protocol_violations_raise_events_with_their_reason() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let server = start(config(1), echo_and_count(&counter));
+    let mut events = server.subscribe();
+    let mut raw = raw_authenticated(server.local_addr(), 50, 1);
+    let mut bad = header(Kind::Message, false, wire::Fragment::Whole, 1, 2, 0);
+    bad[3] = 0x00;
+    raw.write_all(&bad).expect("write");
+    assert_closed_by_peer(&mut raw, "bad marker");
+    let event = events
+        .recv_blocking(TIMEOUT)
+        .expect("blocking allowed")
+        .expect("an event");
+    assert_eq!(event.node, NodeId(50));
+    assert_eq!(
+        event.reason,
+        CloseReason::Protocol(myriad_net::FrameError::BadMarker(0))
+    );
+}
+
+#[test]
+fn limits_and_registrations_are_checked_before_sending() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut small = config(1);
+    small.message_bytes_max = 1000;
+    let a = start(small, Handlers::new());
+    let b = start(config(2), echo_and_count(&counter));
+    link(&a, &b);
+    assert!(matches!(
+        a.send_blocking(NodeId(2), COUNT, Bytes::from(vec![0u8; 1001])),
+        Err(NetError::MessageTooLarge {
+            size_bytes: 1001,
+            max_bytes: 1000
+        })
+    ));
+    assert!(matches!(
+        b.register(ECHO, |_m: Incoming| {}),
+        Err(NetError::DuplicateHandler {
+            type_id: 1,
+            subtype: 1
+        })
+    ));
+    b.register(MessageType::unordered(7, 7), |_m: Incoming| {})
+        .expect("new type at runtime");
+    a.send_blocking(NodeId(2), MessageType::unordered(7, 7), Bytes::new())
+        .expect("send to the new type");
+    a.send_blocking(NodeId(2), COUNT, Bytes::new())
+        .expect("connection still up");
+    wait_until("counted", || counter.load(Ordering::SeqCst) == 1);
+}
