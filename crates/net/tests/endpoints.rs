@@ -188,7 +188,7 @@ fn slow_responder(delay: Duration) -> Handlers {
 #[test]
 fn request_times_out_and_its_late_response_is_dropped() {
     let a = start(config(1), Handlers::new());
-    let b = start(config(2), slow_responder(Duration::from_millis(300)));
+    let b = start(config(2), slow_responder(Duration::from_millis(1000)));
     link(&a, &b);
     let started = Instant::now();
     let outcome = a.request_blocking(
@@ -201,16 +201,19 @@ fn request_times_out_and_its_late_response_is_dropped() {
         matches!(outcome, Err(NetError::Timeout(NodeId(2)))),
         "{outcome:?}"
     );
-    assert!(started.elapsed() < Duration::from_millis(290));
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "timed out late"
+    );
     let stats = a.connection_stats(NodeId(2)).expect("connected");
     assert_eq!(stats.pending_requests, 0, "timed-out request forgotten");
-    // The late response arrives while this request is outstanding; it must not be taken
-    // for this one's answer.
+    // The first request's late response arrives (at ~1 s) while this one is outstanding
+    // (answered at ~1.1 s); it must not be taken for this one's answer.
     let pending = a
         .request_later_blocking(NodeId(2), SLOW, Bytes::from_static(b"second"), TIMEOUT)
         .expect("sent");
-    std::thread::sleep(Duration::from_millis(250));
     assert_eq!(&pending.wait_blocking().expect("answer")[..], b"second");
+    assert!(started.elapsed() >= Duration::from_millis(1000));
     assert_eq!(a.connected_nodes(), vec![NodeId(2)], "connection survived");
 }
 
