@@ -447,6 +447,18 @@ impl NetHandle {
         }
     }
 
+    /// Opens the connection to `node` now (sends open it on first use anyway); returns
+    /// once it is authenticated and usable.
+    pub async fn connect(&self, node: NodeId) -> Result<(), NetError> {
+        self.check_open()?;
+        self.shared.connection(node).await.map(|_| ())
+    }
+
+    /// [`NetHandle::connect`] for non-async threads.
+    pub fn connect_blocking(&self, node: NodeId) -> Result<(), NetError> {
+        self.block_on(self.connect(node))
+    }
+
     /// Closes the connection to `node`, if any (it reopens on the next send).
     pub fn disconnect(&self, node: NodeId) {
         if let Some(conn) = self.lookup(node) {

@@ -294,6 +294,8 @@ fn reconnects_after_the_peer_restarts_on_a_new_address() {
     let b = start(config(2), echo_and_count(&counter));
     assert_ne!(b.local_addr(), old_addr);
     link(&a, &b);
+    a.connect_blocking(NodeId(2))
+        .expect("connects to the new address");
     assert_eq!(
         &a.request_blocking(NodeId(2), ECHO, Bytes::from_static(b"2"), TIMEOUT)
             .expect("after restart")[..],
