@@ -71,6 +71,9 @@ pub struct NetArgs {
     /// Bytes per throughput measurement (1 KB and 1 MB messages, raw TCP blast).
     #[arg(long, default_value_t = 2 << 30)]
     pub throughput_bytes: u64,
+    /// I/O threads of each endpoint (client and server).
+    #[arg(long, default_value_t = 1)]
+    pub io_threads: usize,
     /// Skip the redis baseline.
     #[arg(long)]
     pub no_redis: bool,
@@ -85,6 +88,9 @@ pub struct NetServerArgs {
     /// Handler threads of the server endpoint.
     #[arg(long, default_value_t = 2)]
     pub handler_threads: usize,
+    /// I/O threads of the server endpoint.
+    #[arg(long, default_value_t = 1)]
+    pub io_threads: usize,
 }
 
 /// Runs the server half: prints `LISTEN <addr>` and serves until stdin closes.
@@ -123,6 +129,7 @@ pub fn serve(args: &NetServerArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let mut config = Config::new(SERVER, SocketAddr::from(([127, 0, 0, 1], 0)), SECRET);
     config.handler_threads = args.handler_threads;
+    config.io_threads = args.io_threads;
     let endpoint = Endpoint::start(config, handlers).map_err(|e| e.to_string())?;
     println!("LISTEN {}", endpoint.local_addr());
     std::io::stdout().flush().map_err(|e| e.to_string())?;
@@ -142,10 +149,15 @@ impl Drop for ChildGuard {
     }
 }
 
-fn spawn_server() -> Result<(ChildGuard, SocketAddr), String> {
+fn spawn_server(io_threads: usize) -> Result<(ChildGuard, SocketAddr), String> {
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
     let child = Command::new(exe)
-        .args(["bench", "net-server"])
+        .args([
+            "bench",
+            "net-server",
+            "--io-threads",
+            &io_threads.to_string(),
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -490,10 +502,11 @@ fn ratio(value: f64, reference: f64) -> f64 {
 
 /// Runs `myriad bench net`.
 pub fn run(args: &NetArgs) -> Result<(), String> {
-    let (server, server_addr) = spawn_server()?;
+    let (server, server_addr) = spawn_server(args.io_threads)?;
     let server_pid = server.0.id().to_string();
     let mut config = Config::new(CLIENT, SocketAddr::from(([127, 0, 0, 1], 0)), SECRET);
     config.handler_threads = 1;
+    config.io_threads = args.io_threads;
     let endpoint = Endpoint::start(config, Handlers::new()).map_err(|e| e.to_string())?;
     endpoint.set_address(SERVER, server_addr);
     let net = endpoint.handle();

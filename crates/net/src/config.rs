@@ -71,7 +71,10 @@ pub struct Config {
     pub message_bytes_max: usize,
     /// Threads running message handlers.
     pub handler_threads: usize,
-    /// Worker threads of the endpoint's own tokio runtime (`Endpoint::start`).
+    /// Worker threads of the endpoint's own tokio runtime (`Endpoint::start`). One thread
+    /// drives all sockets (as DXNet's selector thread does); on 2 cores a second one costs
+    /// more in contention than it gains (see `docs/benchmarks.md`). Raise it for many busy
+    /// connections on many cores.
     pub io_threads: usize,
 }
 
@@ -100,7 +103,7 @@ impl std::fmt::Debug for Config {
 impl Config {
     /// Defaults: 100 connections, 2 s connect and handshake timeouts, 10 s send timeout,
     /// 4 MiB send queue, 4 MiB unprocessed receive bytes, 256 MiB messages, 2 handler
-    /// threads, 2 I/O threads.
+    /// threads, 1 I/O thread.
     pub fn new(node_id: NodeId, listen_addr: SocketAddr, secret: impl Into<Vec<u8>>) -> Self {
         Self {
             node_id,
@@ -114,7 +117,7 @@ impl Config {
             receive_unprocessed_bytes_max: 4 << 20,
             message_bytes_max: 256 << 20,
             handler_threads: 2,
-            io_threads: 2,
+            io_threads: 1,
         }
     }
 }
