@@ -691,6 +691,37 @@ mod tests {
             prop_assert_eq!(got, expected);
         }
 
+        /// A payload cut into fragments the way a sender does (any fragment size) comes out
+        /// of the reassembler whole, after exactly the last fragment.
+        #[test]
+        fn fragments_reassemble_to_the_original_payload(
+            payload in proptest::collection::vec(any::<u8>(), 1..5000),
+            fragment_bytes in 1usize..700,
+            id in any::<u32>(),
+        ) {
+            let mut reassembler = Reassembler::new(5000);
+            let pieces: Vec<&[u8]> = payload.chunks(fragment_bytes).collect();
+            let mut completed = None;
+            for (index, piece) in pieces.iter().enumerate() {
+                // A sender sends a payload that fits one frame whole, never as one fragment.
+                let fragment = match (pieces.len(), index + 1 == pieces.len()) {
+                    (1, _) => Fragment::Whole,
+                    (_, true) => Fragment::Last,
+                    (_, false) => Fragment::More,
+                };
+                let frame = Frame {
+                    header: FrameHeader { fragment, ..header(Kind::Response, fragment, id, piece.len() as u32) },
+                    payload: Bytes::copy_from_slice(piece),
+                };
+                prop_assert!(completed.is_none(), "completed before the last fragment");
+                completed = reassembler.push(frame)?;
+            }
+            let message = completed.ok_or_else(|| TestCaseError::fail("not completed"))?;
+            prop_assert_eq!(&message.payload[..], &payload[..]);
+            prop_assert_eq!(message.message_id, id);
+            prop_assert_eq!(reassembler.buffered_bytes(), 0);
+        }
+
         #[test]
         fn decoder_never_panics_on_garbage(input in proptest::collection::vec(any::<u8>(), 0..400)) {
             let decoder = FrameDecoder::new(256);
