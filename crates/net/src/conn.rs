@@ -110,6 +110,10 @@ struct OutQueue {
     direct: Option<Arc<TcpStream>>,
     /// When a sender last found the queue empty and the writer parked.
     last_idle_send: Option<std::time::Instant>,
+    /// Frames sent or queued so far.
+    frames_sent: u64,
+    /// Write system calls so far (writer task and direct writes).
+    write_calls: u64,
 }
 
 /// A one-way message whose sender finds the queue empty, the writer parked, and no other
@@ -158,6 +162,8 @@ pub(crate) struct Conn {
     pub drop_incoming: AtomicBool,
     pub drop_outgoing: AtomicBool,
     last_used_ms: AtomicU64,
+    frames_received: AtomicU64,
+    read_calls: AtomicU64,
 }
 
 /// Figures about one connection (for tests, monitoring and benchmarks).
@@ -175,6 +181,14 @@ pub struct ConnectionStats {
     pub unprocessed_bytes_peak: usize,
     /// Requests waiting for a response.
     pub pending_requests: usize,
+    /// Frames sent (queued or written) on this connection.
+    pub frames_sent: u64,
+    /// Write system calls made for them: `frames_sent / write_calls` is the aggregation.
+    pub write_calls: u64,
+    /// Frames received.
+    pub frames_received: u64,
+    /// Read system calls that returned data.
+    pub read_calls: u64,
 }
 
 impl Conn {
@@ -203,6 +217,8 @@ impl Conn {
                 senders_waiting: false,
                 direct: None,
                 last_idle_send: None,
+                frames_sent: 0,
+                write_calls: 0,
             }),
             writer_wake: Notify::new(),
             space: Notify::new(),
@@ -219,6 +235,8 @@ impl Conn {
             drop_incoming: AtomicBool::new(false),
             drop_outgoing: AtomicBool::new(false),
             last_used_ms: AtomicU64::new(now_ms),
+            frames_received: AtomicU64::new(0),
+            read_calls: AtomicU64::new(0),
         }
     }
 
@@ -235,13 +253,21 @@ impl Conn {
     }
 
     pub fn stats(&self) -> ConnectionStats {
+        let (queued_bytes, frames_sent, write_calls) = {
+            let queue = self.out.lock();
+            (queue.queued_bytes, queue.frames_sent, queue.write_calls)
+        };
         ConnectionStats {
             node: self.peer,
             initiated_locally: self.initiated_locally,
-            queued_bytes: self.out.lock().queued_bytes,
+            queued_bytes,
             unprocessed_bytes: self.unprocessed_bytes.load(Ordering::Relaxed),
             unprocessed_bytes_peak: self.unprocessed_bytes_peak.load(Ordering::Relaxed),
             pending_requests: self.pending.lock().len(),
+            frames_sent,
+            write_calls,
+            frames_received: self.frames_received.load(Ordering::Relaxed),
+            read_calls: self.read_calls.load(Ordering::Relaxed),
         }
     }
 
@@ -285,6 +311,7 @@ impl Conn {
             queue.senders_waiting = true;
             return Ok(false);
         }
+        queue.frames_sent += 1;
         let head = header.encode();
         let mut skip = 0;
         if queue.queued_bytes == 0 && queue.writer_parked && direct != Direct::Never {
@@ -478,6 +505,7 @@ fn direct_write(
     let Some(stream) = queue.direct.as_ref().filter(|_| idle) else {
         return 0;
     };
+    queue.write_calls += 1;
     // Errors other than "would block" are left for the writer task to meet and report.
     stream
         .try_write_vectored(&[IoSlice::new(head), IoSlice::new(payload)])
@@ -498,7 +526,12 @@ fn take_queued(conn: &Conn) -> Option<(VecDeque<Bytes>, usize)> {
     Some((segments, queue.queued_bytes))
 }
 
-async fn write_segments(stream: &TcpStream, segments: &mut VecDeque<Bytes>) -> std::io::Result<()> {
+/// Writes every segment; returns the number of write calls made.
+async fn write_segments(
+    stream: &TcpStream,
+    segments: &mut VecDeque<Bytes>,
+) -> std::io::Result<u64> {
+    let mut calls = 0;
     while !segments.is_empty() {
         stream.writable().await?;
         let result = {
@@ -509,6 +542,7 @@ async fn write_segments(stream: &TcpStream, segments: &mut VecDeque<Bytes>) -> s
                 .collect();
             stream.try_write_vectored(&slices)
         };
+        calls += 1;
         let written = match result {
             Ok(written) => written,
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
@@ -531,7 +565,7 @@ async fn write_segments(stream: &TcpStream, segments: &mut VecDeque<Bytes>) -> s
             }
         }
     }
-    Ok(())
+    Ok(calls)
 }
 
 /// The writer task: drains the send queue into the socket until the connection closes.
@@ -557,12 +591,14 @@ pub(crate) async fn writer_loop(
             result = write_segments(&stream, &mut segments) => result,
             _ = closed.changed() => return None,
         };
-        if let Err(error) = result {
-            return Some(CloseReason::Io(error.to_string()));
-        }
+        let calls = match result {
+            Ok(calls) => calls,
+            Err(error) => return Some(CloseReason::Io(error.to_string())),
+        };
         let wake_senders = {
             let mut queue = conn.out.lock();
             queue.queued_bytes -= bytes;
+            queue.write_calls += calls;
             std::mem::replace(&mut queue.senders_waiting, false)
         };
         if wake_senders {
@@ -634,6 +670,7 @@ pub(crate) async fn reader_loop(
             Err(error) => return CloseReason::Io(error.to_string()),
         }
         conn.touch(context.now_ms());
+        conn.read_calls.fetch_add(1, Ordering::Relaxed);
         if let Err(error) = cut_and_dispatch(&conn, &decoder, &mut reassembler, &mut buf, context) {
             return CloseReason::Protocol(error);
         }
@@ -674,6 +711,7 @@ fn cut_and_dispatch(
         conn.drop_incoming.load(Ordering::Relaxed) || conn.fenced.load(Ordering::Relaxed);
     let mut cached: Option<(u16, crate::handler::Registered)> = None;
     while let Some(frame) = decoder.decode(buf)? {
+        conn.frames_received.fetch_add(1, Ordering::Relaxed);
         let header = frame.header;
         let handler = if header.kind == Kind::Response {
             None

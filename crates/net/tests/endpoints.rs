@@ -901,3 +901,45 @@ fn limits_and_registrations_are_checked_before_sending() {
         .expect("connection still up");
     wait_until("counted", || counter.load(Ordering::SeqCst) == 1);
 }
+
+#[test]
+fn many_small_messages_from_many_threads_share_writes_and_reads() {
+    const THREADS: usize = 4;
+    const PER_THREAD: usize = 5_000;
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), Handlers::new());
+    let b = start(config(2), echo_and_count(&counter));
+    link(&a, &b);
+    a.connect_blocking(NodeId(2)).expect("connect");
+    std::thread::scope(|scope| {
+        for _ in 0..THREADS {
+            let handle = a.handle();
+            scope.spawn(move || {
+                for _ in 0..PER_THREAD {
+                    handle
+                        .send_blocking(NodeId(2), COUNT, Bytes::from_static(&[9u8; 32]))
+                        .expect("send");
+                }
+            });
+        }
+    });
+    wait_until("all counted", || {
+        counter.load(Ordering::SeqCst) == THREADS * PER_THREAD
+    });
+    let sent = a.connection_stats(NodeId(2)).expect("up");
+    let received = b.connection_stats(NodeId(1)).expect("up");
+    assert_eq!(sent.frames_sent, (THREADS * PER_THREAD) as u64);
+    assert_eq!(received.frames_received, (THREADS * PER_THREAD) as u64);
+    assert!(
+        sent.write_calls * 5 <= sent.frames_sent,
+        "{} frames took {} writes",
+        sent.frames_sent,
+        sent.write_calls
+    );
+    assert!(
+        received.read_calls * 5 <= received.frames_received,
+        "{} frames took {} reads",
+        received.frames_received,
+        received.read_calls
+    );
+}
