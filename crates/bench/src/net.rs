@@ -214,16 +214,25 @@ fn counts(net: &NetHandle) -> Result<(u64, u64), String> {
     Ok((field(0..8)?, field(8..16)?))
 }
 
-/// Sends `total` messages of `payload` from `threads` threads; returns seconds until the
-/// server has handled them all and the CPU seconds both processes used meanwhile.
+/// What one one-way run measured.
+struct OneWay {
+    seconds: f64,
+    cpu_seconds: f64,
+    frames_per_write: f64,
+}
+
+/// Sends `total` messages of `payload` from `threads` threads; measures the seconds until
+/// the server has handled them all, the CPU seconds both processes used meanwhile, and the
+/// client's frames per write call.
 fn one_way(
     net: &NetHandle,
     server_pid: &str,
     payload: &Bytes,
     total: u64,
     threads: u64,
-) -> Result<(f64, f64), String> {
+) -> Result<OneWay, String> {
     let (start_count, _) = counts(net)?;
+    let stats_before = net.connection_stats(SERVER);
     let cpu_before = process::cpu_seconds() + process::cpu_seconds_of(server_pid);
     let started = Instant::now();
     let per_thread = total / threads;
@@ -256,8 +265,19 @@ fn one_way(
         std::thread::sleep(Duration::from_micros(500));
     }
     let seconds = started.elapsed().as_secs_f64();
-    let cpu = process::cpu_seconds() + process::cpu_seconds_of(server_pid) - cpu_before;
-    Ok((seconds, cpu))
+    let cpu_seconds = process::cpu_seconds() + process::cpu_seconds_of(server_pid) - cpu_before;
+    let frames_per_write = match (stats_before, net.connection_stats(SERVER)) {
+        (Some(before), Some(after)) => ratio(
+            (after.frames_sent - before.frames_sent) as f64,
+            (after.write_calls - before.write_calls) as f64,
+        ),
+        _ => f64::NAN,
+    };
+    Ok(OneWay {
+        seconds,
+        cpu_seconds,
+        frames_per_write,
+    })
 }
 
 fn new_histogram() -> Result<Histogram<u64>, String> {
@@ -528,7 +548,8 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
     let mut msg64 = [0.0f64; 2];
     let mut cpu_per_million = 0.0;
     for (index, threads) in [1u64, 2].into_iter().enumerate() {
-        let (seconds, cpu) = one_way(&net, &server_pid, &payload64, args.messages, threads)?;
+        let run = one_way(&net, &server_pid, &payload64, args.messages, threads)?;
+        let (seconds, cpu) = (run.seconds, run.cpu_seconds);
         let rate = args.messages as f64 / seconds;
         if let Some(slot) = msg64.get_mut(index) {
             *slot = rate;
@@ -545,11 +566,11 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
         report.line(
             &format!("msg64_{threads}t"),
             json!({ "threads": threads, "messages": args.messages, "msgs_per_sec": rate,
-                    "cpu_s_per_million_msgs": cpu_per_m,
+                    "cpu_s_per_million_msgs": cpu_per_m, "frames_per_write": run.frames_per_write,
                     "target_ratio": ratio(rate, TARGET_MSG64_PER_SEC), "dxnet_ratio": ratio(rate, dxnet) }),
             format!(
-                "one-way 64 B, {threads} thread(s): {:.2} M msgs/s ({:.2}x target 2 M/s, {:.1}x DXNet {:.2} M/s); {:.2} CPU s per million (both processes)",
-                rate / 1e6, ratio(rate, TARGET_MSG64_PER_SEC), ratio(rate, dxnet), dxnet / 1e6, cpu_per_m
+                "one-way 64 B, {threads} thread(s): {:.2} M msgs/s ({:.2}x target 2 M/s, {:.1}x DXNet {:.2} M/s); {:.2} CPU s per million (both processes); {:.0} messages per write call",
+                rate / 1e6, ratio(rate, TARGET_MSG64_PER_SEC), ratio(rate, dxnet), dxnet / 1e6, cpu_per_m, run.frames_per_write
             ),
         );
     }
@@ -625,7 +646,7 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
         let payload = Bytes::from(vec![0x3cu8; size]);
         let count = (args.throughput_bytes / size as u64).max(1);
         for _ in 0..repeats {
-            let (seconds, _) = one_way(&net, &server_pid, &payload, count, 1)?;
+            let seconds = one_way(&net, &server_pid, &payload, count, 1)?.seconds;
             let gb_per_sec = (count * size as u64) as f64 / seconds / 1e9;
             if name == "mb1" {
                 mb1_runs.push(gb_per_sec);
