@@ -38,8 +38,16 @@
 //!
 //! # Threads
 //! An endpoint runs its I/O on a tokio multi-thread runtime (its own, or one passed in)
-//! and its handlers on `Config::handler_threads` plain threads. Nothing polls: an idle
-//! endpoint sleeps in epoll and on its handler queues.
+//! and its handlers on `Config::handler_threads` plain threads, which may block. Handlers
+//! registered with `Handlers::register_inline` run on the I/O thread instead: the lowest
+//! latency, for short handlers that never block. Nothing polls: an idle endpoint sleeps in
+//! epoll and on its handler queues.
+//!
+//! # Guarantees
+//! Delivery is at most once (frames queued on a connection that closes are lost; its
+//! outstanding requests fail with `ConnectionLost` at once). Messages of an ordered type
+//! reach their handler one at a time in send order per connection. Memory per connection
+//! is bounded by the limits in [`Config`] (see `docs/wire-format.md`, "Limits").
 //!
 //! Architecture invariant: this crate depends on no other Myriad crate; it never panics or
 //! allocates on the say-so of a peer's bytes (every length is checked first); bad input
