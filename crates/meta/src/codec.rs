@@ -13,7 +13,7 @@ pub enum DecodeError {
     /// The input ended inside a field.
     #[error("input truncated while reading {0}")]
     Truncated(&'static str),
-    /// A varint ran over 10 bytes or over the width of its type.
+    /// A varint ran over 10 bytes, over the width of its type, or was overlong.
     #[error("varint too long or out of range for {0}")]
     VarintOverflow(&'static str),
     /// A tag or enum discriminant has no meaning.
@@ -157,6 +157,10 @@ impl<'a> Reader<'a> {
             }
             value |= bits << (7 * index);
             if byte & 0x80 == 0 {
+                // One encoding per value: a last byte of zero after the first is overlong.
+                if byte == 0 && index > 0 {
+                    return Err(DecodeError::VarintOverflow(what));
+                }
                 return Ok(value);
             }
         }
@@ -269,6 +273,11 @@ mod tests {
         assert_eq!(
             Reader::new(&[0x80]).varint("v"),
             Err(DecodeError::Truncated("v"))
+        );
+        assert_eq!(
+            Reader::new(&[0x80, 0x00]).varint("v"),
+            Err(DecodeError::VarintOverflow("v")),
+            "an overlong zero has a second encoding"
         );
     }
 
