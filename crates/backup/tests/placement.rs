@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 
 use myriad_backup::placement::copysets;
 use myriad_backup::{Candidate, Placement, PlacementError, Strategy};
-use proptest::strategy::Strategy as _;
 use myriad_mem::NodeId;
 use proptest::prelude::*;
+use proptest::strategy::Strategy as _;
 use rand::{rngs::SmallRng, SeedableRng};
 
 fn peers(count: u16, racks: u16) -> Vec<Candidate> {
