@@ -162,7 +162,7 @@ pub struct BarrierOutcome {
 /// Why a command was refused. Deterministic: every superpeer refuses the same way.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum MetaError {
-    /// All 65535 node IDs are taken.
+    /// Every assignable node ID (1 to [`NODE_ID_MAX`]) is taken.
     #[error("no node ID is free")]
     NodeIdsExhausted,
     /// No node has this ID.

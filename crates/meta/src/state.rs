@@ -149,7 +149,7 @@ impl MetaState {
                 Some(record) if record.role == role => (id, record.incarnation.saturating_add(1)),
                 Some(record) if record.reusable() => (id, record.incarnation.saturating_add(1)),
                 Some(_) => return Err(MetaError::ReclaimRefused(id)),
-                None if id.0 != 0 => (id, 1),
+                None if id.0 != 0 && id.0 <= NODE_ID_MAX => (id, 1),
                 None => return Err(MetaError::ReclaimRefused(id)),
             },
             None => {

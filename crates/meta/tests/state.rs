@@ -415,3 +415,17 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn provisional_ids_are_never_assigned_or_reclaimed() {
+    let mut state = MetaState::new();
+    assert_eq!(
+        join(&mut state, Role::Peer, Some(NodeId(NODE_ID_MAX + 1))),
+        Response::Error(MetaError::ReclaimRefused(NodeId(NODE_ID_MAX + 1)))
+    );
+    assert_eq!(
+        join(&mut state, Role::Peer, Some(NodeId(0))),
+        Response::Error(MetaError::ReclaimRefused(NodeId(0)))
+    );
+    assert_eq!(joined_id(join(&mut state, Role::Peer, None)), NodeId(1));
+}
