@@ -677,13 +677,16 @@ impl MemoryManager {
     // ----- batches -----------------------------------------------------------------------
 
     /// Reads many chunks in one call, calling `visit(index, result)` once per element of
-    /// `cids` with the chunk's bytes (in place, under its read lock) or the error. The calls
-    /// may come out of index order. Table entries and chunk data are fetched ahead for a
-    /// window of chunks at a time, so the memory latency of many chunks overlaps.
+    /// `cids` with the chunk's bytes (in place, under its read lock) or the error, in index
+    /// order. Table entries and chunk data are fetched ahead for a
+    /// window of chunks at a time, so the memory latency of many chunks overlaps. A batch
+    /// never waits for a lock while it holds others, so concurrent batches (or one that
+    /// names a CID twice) cannot deadlock.
     pub fn get_batch_with(&self, cids: &[ChunkId], mut visit: impl FnMut(usize, MemResult<&[u8]>)) {
         let region = self.allocator.region();
-        for (window_index, window) in cids.chunks(BATCH_WINDOW).enumerate() {
-            let base = window_index * BATCH_WINDOW;
+        let mut base = 0;
+        while base < cids.len() {
+            let window = &cids[base..cids.len().min(base + BATCH_WINDOW)];
             let mut entries: [Option<&AtomicU64>; BATCH_WINDOW] = [None; BATCH_WINDOW];
             for (slot, &cid) in entries.iter_mut().zip(window) {
                 *slot = self.table.entry(cid);
@@ -691,48 +694,58 @@ impl MemoryManager {
                     region::prefetch_pointer(*entry as *const AtomicU64);
                 }
             }
+            // Lock a prefix of the window, stopping at the first chunk that is missing or
+            // cannot be locked at once: this thread never waits while it holds locks, so
+            // two batches (or a batch naming one CID twice) cannot deadlock.
             let mut values = [0u64; BATCH_WINDOW];
-            for (index, slot) in entries.iter_mut().enumerate().take(window.len()) {
-                let Some(entry) = slot else { continue };
+            let mut locked = 0;
+            while let Some(Some(entry)) = entries.get(locked).filter(|_| locked < window.len()) {
                 match lock::try_read_lock_once(entry) {
                     Some(value) => {
-                        values[index] = value;
+                        values[locked] = value;
                         region.prefetch(entry::offset(value));
+                        locked += 1;
                     }
-                    None => *slot = None,
+                    None => break,
                 }
             }
             // Hold locks in guards from here on so a panicking `visit` releases them all.
-            let guards: [Option<ReadGuard<'_>>; BATCH_WINDOW] =
-                std::array::from_fn(|i| entries[i].map(ReadGuard));
-            for (index, guard) in guards.into_iter().enumerate().take(window.len()) {
-                match guard {
-                    Some(guard) => {
-                        let value = values[index];
-                        // SAFETY: read lock held by `guard` until the end of this arm.
-                        let bytes = unsafe {
-                            let (offset, len) = self.allocator.payload(
-                                entry::offset(value),
-                                entry::is_large(value),
-                                entry::embedded_length(value),
-                            );
-                            region.slice(offset, len)
-                        };
-                        visit(base + index, Ok(bytes));
-                        drop(guard);
-                    }
-                    None => {
-                        // Missing, contended or locked: the ordinary path waits or reports.
-                        let mut visited = false;
-                        let result = self.read_with(window[index], |bytes| {
-                            visited = true;
-                            visit(base + index, Ok(bytes))
-                        });
-                        if let (false, Err(error)) = (visited, result) {
-                            visit(base + index, Err(error));
-                        }
-                    }
+            let guards: [Option<ReadGuard<'_>>; BATCH_WINDOW] = std::array::from_fn(|i| {
+                if i < locked {
+                    entries[i].map(ReadGuard)
+                } else {
+                    None
                 }
+            });
+            for (index, guard) in guards.into_iter().enumerate().take(locked) {
+                let Some(guard) = guard else { continue };
+                let value = values[index];
+                // SAFETY: read lock held by `guard` until it is dropped below.
+                let bytes = unsafe {
+                    let (offset, len) = self.allocator.payload(
+                        entry::offset(value),
+                        entry::is_large(value),
+                        entry::embedded_length(value),
+                    );
+                    region.slice(offset, len)
+                };
+                visit(base + index, Ok(bytes));
+                drop(guard);
+            }
+            if locked < window.len() {
+                // No lock is held here: the ordinary path may wait, or reports the error.
+                let index = base + locked;
+                let mut visited = false;
+                let result = self.read_with(cids[index], |bytes| {
+                    visited = true;
+                    visit(index, Ok(bytes))
+                });
+                if let (false, Err(error)) = (visited, result) {
+                    visit(index, Err(error));
+                }
+                base = index + 1;
+            } else {
+                base += window.len();
             }
         }
     }
@@ -741,25 +754,14 @@ impl MemoryManager {
     /// result: its length, or the error.
     pub fn get_batch(&self, cids: &[ChunkId], out: &mut Vec<u8>) -> Vec<MemResult<usize>> {
         let mut results: Vec<MemResult<usize>> = vec![Ok(0); cids.len()];
-        let mut pieces: Vec<(usize, usize, usize)> = Vec::with_capacity(cids.len());
-        let start = out.len();
+        // `get_batch_with` visits in index order, so the bytes land in index order.
         self.get_batch_with(cids, |index, result| match result {
             Ok(bytes) => {
-                pieces.push((index, out.len(), bytes.len()));
                 out.extend_from_slice(bytes);
                 results[index] = Ok(bytes.len());
             }
             Err(error) => results[index] = Err(error),
         });
-        // Calls may have come out of order: put the bytes back in index order.
-        if pieces.windows(2).any(|pair| pair[0].0 > pair[1].0) {
-            pieces.sort_unstable_by_key(|piece| piece.0);
-            let copy = out[start..].to_vec();
-            out.truncate(start);
-            for (_, from, len) in pieces {
-                out.extend_from_slice(&copy[from - start..from - start + len]);
-            }
-        }
         results
     }
 
@@ -768,7 +770,9 @@ impl MemoryManager {
     pub fn put_batch(&self, items: &[(ChunkId, &[u8])]) -> Vec<MemResult<()>> {
         let region = self.allocator.region();
         let mut results = Vec::with_capacity(items.len());
-        for window in items.chunks(BATCH_WINDOW) {
+        let mut base = 0;
+        while base < items.len() {
+            let window = &items[base..items.len().min(base + BATCH_WINDOW)];
             let mut entries: [Option<&AtomicU64>; BATCH_WINDOW] = [None; BATCH_WINDOW];
             for (slot, &(cid, _)) in entries.iter_mut().zip(window) {
                 *slot = self.table.entry(cid);
@@ -776,42 +780,53 @@ impl MemoryManager {
                     region::prefetch_pointer(*entry as *const AtomicU64);
                 }
             }
+            // As in `get_batch_with`: lock a prefix, never wait while holding locks. This
+            // also keeps puts in order when one CID appears twice.
             let mut guards: [Option<WriteGuard<'_>>; BATCH_WINDOW] = std::array::from_fn(|_| None);
-            for (index, slot) in entries.iter().enumerate().take(window.len()) {
-                let Some(entry) = slot else { continue };
-                if let Some(value) = lock::try_write_lock_once(entry) {
-                    region.prefetch(entry::offset(value));
-                    guards[index] = Some(WriteGuard { entry, value });
+            let mut locked = 0;
+            while let Some(Some(entry)) = entries.get(locked).filter(|_| locked < window.len()) {
+                match lock::try_write_lock_once(entry) {
+                    Some(value) => {
+                        region.prefetch(entry::offset(value));
+                        guards[locked] = Some(WriteGuard { entry, value });
+                        locked += 1;
+                    }
+                    None => break,
                 }
             }
-            for (index, guard) in guards.into_iter().enumerate().take(window.len()) {
+            for (index, guard) in guards.into_iter().enumerate().take(locked) {
+                let Some(guard) = guard else { continue };
                 let (cid, data) = window[index];
-                let result = match guard {
-                    Some(guard) => {
-                        let value = guard.value;
-                        // SAFETY: write lock held by `guard`.
-                        let (offset, len) = unsafe {
-                            self.allocator.payload(
-                                entry::offset(value),
-                                entry::is_large(value),
-                                entry::embedded_length(value),
-                            )
-                        };
-                        if len == data.len() {
-                            // SAFETY: write lock held; sizes match.
-                            unsafe { region.write(offset, data) };
-                            Ok(())
-                        } else {
-                            Err(MemError::SizeMismatch {
-                                cid,
-                                size: len,
-                                len: data.len(),
-                            })
-                        }
-                    }
-                    None => self.put(cid, data),
+                let value = guard.value;
+                // SAFETY: write lock held by `guard`.
+                let (offset, len) = unsafe {
+                    self.allocator.payload(
+                        entry::offset(value),
+                        entry::is_large(value),
+                        entry::embedded_length(value),
+                    )
                 };
+                let result = if len == data.len() {
+                    // SAFETY: write lock held; sizes match.
+                    unsafe { region.write(offset, data) };
+                    Ok(())
+                } else {
+                    Err(MemError::SizeMismatch {
+                        cid,
+                        size: len,
+                        len: data.len(),
+                    })
+                };
+                drop(guard);
                 results.push(result);
+            }
+            if locked < window.len() {
+                // No lock is held here: the ordinary path may wait, or reports the error.
+                let (cid, data) = window[locked];
+                results.push(self.put(cid, data));
+                base += locked + 1;
+            } else {
+                base += window.len();
             }
         }
         results

@@ -1,0 +1,643 @@
+//! The commands that change the metadata (the Raft log's payload), their responses and
+//! errors, each with an explicit binary encoding (see [`crate::codec`]).
+
+use myriad_mem::{ChunkId, NodeId};
+use thiserror::Error;
+
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::limits::*;
+use crate::node::{Capabilities, Role};
+
+/// A change to the cluster metadata. Applied in log order by every superpeer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// A node joins; the group assigns its ID (or gives back `reclaim`, its previous one).
+    Join {
+        /// Superpeer, peer or client.
+        role: Role,
+        /// Where it listens.
+        address: String,
+        /// What it offers.
+        capabilities: Capabilities,
+        /// Rack number.
+        rack: u16,
+        /// Switch number.
+        switch: u16,
+        /// The ID this node held before (restart with its data, or a configured superpeer ID).
+        reclaim: Option<NodeId>,
+    },
+    /// A node leaves in an orderly way.
+    Leave {
+        /// Who leaves.
+        node: NodeId,
+    },
+    /// The failure verdict on a node; opens a new cluster epoch.
+    Fail {
+        /// Who failed.
+        node: NodeId,
+    },
+    /// An operator lets a gone peer's ID go to new nodes.
+    ReleaseId {
+        /// The gone peer.
+        node: NodeId,
+    },
+    /// LIDs `first..=last` of `creator` now live on `owner` (migration, recovery).
+    SetOwner {
+        /// Whose LIDs.
+        creator: NodeId,
+        /// First LID.
+        first: u64,
+        /// Last LID (inclusive).
+        last: u64,
+        /// The new owner.
+        owner: NodeId,
+    },
+    /// Binds `name` to `cid`, replacing an earlier binding of the same name.
+    NameRegister {
+        /// The name (1 to [`NAME_BYTES_MAX`] bytes of UTF-8).
+        name: String,
+        /// The chunk.
+        cid: ChunkId,
+    },
+    /// Removes a name.
+    NameRemove {
+        /// The name.
+        name: String,
+    },
+    /// Allocates a barrier for `size` participants.
+    BarrierAlloc {
+        /// Participants per round.
+        size: u32,
+    },
+    /// `node` signs on to barrier `id` with `value`; the round releases when all are in.
+    BarrierSignOn {
+        /// The barrier.
+        id: u32,
+        /// Who signs on.
+        node: NodeId,
+        /// A value every participant receives on release.
+        value: u64,
+    },
+    /// Changes a barrier's participant count (releases the round if enough are in).
+    BarrierResize {
+        /// The barrier.
+        id: u32,
+        /// New participants per round.
+        size: u32,
+    },
+    /// Frees a barrier.
+    BarrierFree {
+        /// The barrier.
+        id: u32,
+    },
+    /// Stores a small named blob in temporary storage.
+    TmpPut {
+        /// The blob's name.
+        name: String,
+        /// Its content (at most [`TMP_BLOB_BYTES_MAX`] bytes).
+        data: Vec<u8>,
+        /// Fail with [`MetaError::TmpExists`] instead of replacing.
+        create_only: bool,
+    },
+    /// Removes a blob from temporary storage.
+    TmpRemove {
+        /// The blob's name.
+        name: String,
+    },
+    /// Records the ordered backup peers of one backup zone of `owner`.
+    ZoneSet {
+        /// The peer whose zone it is.
+        owner: NodeId,
+        /// The zone number within the owner.
+        zone: u32,
+        /// Backup peers, first backup first.
+        backups: Vec<NodeId>,
+    },
+    /// Forgets a backup zone.
+    ZoneRemove {
+        /// The peer whose zone it is.
+        owner: NodeId,
+        /// The zone number.
+        zone: u32,
+    },
+}
+
+/// What applying a [`Command`] produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    /// The command took effect and has nothing to report.
+    Done,
+    /// A node joined.
+    Joined {
+        /// Its ID.
+        id: NodeId,
+        /// Its incarnation under that ID (1 for the first).
+        incarnation: u32,
+        /// The cluster epoch after the join.
+        epoch: u64,
+    },
+    /// The cluster epoch after a membership change.
+    Epoch(u64),
+    /// A barrier was allocated.
+    BarrierAllocated(u32),
+    /// A sign-on or resize was recorded.
+    Barrier(BarrierOutcome),
+    /// The command was refused.
+    Error(MetaError),
+}
+
+/// The state of a barrier round after a sign-on or resize.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BarrierOutcome {
+    /// The round the sign-on counted for.
+    pub round: u64,
+    /// Participants signed on to that round so far.
+    pub signed: u32,
+    /// Participants the round needs.
+    pub size: u32,
+    /// When this call completed the round: every participant's value, by node.
+    pub released: Option<Vec<(NodeId, u64)>>,
+}
+
+/// Why a command was refused. Deterministic: every superpeer refuses the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum MetaError {
+    /// Every assignable node ID (1 to [`NODE_ID_MAX`]) is taken.
+    #[error("no node ID is free")]
+    NodeIdsExhausted,
+    /// No node has this ID.
+    #[error("unknown node {0}")]
+    UnknownNode(NodeId),
+    /// The node is not alive (failed or left).
+    #[error("node {0} is not alive")]
+    NodeNotAlive(NodeId),
+    /// The node is alive (it must be gone first).
+    #[error("node {0} is still alive")]
+    NodeAlive(NodeId),
+    /// A reclaimed ID belongs to a node of another role, or to another live node.
+    #[error("node ID {0} cannot be reclaimed by this node")]
+    ReclaimRefused(NodeId),
+    /// An argument is outside its allowed range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The name has no binding.
+    #[error("name not found: {0}")]
+    NameNotFound(String),
+    /// The nameservice is full.
+    #[error("the nameservice holds the maximum of {NAMES_MAX} names")]
+    NamesFull,
+    /// No barrier has this ID.
+    #[error("barrier {0} not found")]
+    BarrierNotFound(u32),
+    /// Too many barriers are allocated.
+    #[error("the maximum of {BARRIERS_MAX} barriers is allocated")]
+    BarriersFull,
+    /// The node already signed on to the current round.
+    #[error("node {0} already signed on to this round")]
+    AlreadySignedOn(NodeId),
+    /// No blob has this name.
+    #[error("temporary blob not found: {0}")]
+    TmpNotFound(String),
+    /// A blob with this name exists (create-only put).
+    #[error("temporary blob exists: {0}")]
+    TmpExists(String),
+    /// Temporary storage is full.
+    #[error("temporary storage is full ({TMP_TOTAL_BYTES_MAX} bytes)")]
+    TmpFull,
+    /// No such backup zone.
+    #[error("zone {zone} of {owner} not found")]
+    ZoneNotFound {
+        /// The zone's owner.
+        owner: NodeId,
+        /// The zone number.
+        zone: u32,
+    },
+}
+
+fn node(reader: &mut Reader<'_>, what: &'static str) -> Result<NodeId, DecodeError> {
+    Ok(NodeId(reader.u16(what)?))
+}
+
+fn string(reader: &mut Reader<'_>, what: &'static str, max: usize) -> Result<String, DecodeError> {
+    Ok(reader.str(what, max)?.to_owned())
+}
+
+impl Command {
+    /// Appends the encoding of this command.
+    pub fn encode(&self, out: &mut Writer) {
+        match self {
+            Command::Join {
+                role,
+                address,
+                capabilities,
+                rack,
+                switch,
+                reclaim,
+            } => {
+                out.u8(1);
+                out.u8(role.code());
+                out.str(address);
+                out.u8(capabilities.0);
+                out.varint(u64::from(*rack));
+                out.varint(u64::from(*switch));
+                match reclaim {
+                    Some(id) => {
+                        out.u8(1);
+                        out.varint(u64::from(id.0));
+                    }
+                    None => out.u8(0),
+                }
+            }
+            Command::Leave { node } => {
+                out.u8(2);
+                out.varint(u64::from(node.0));
+            }
+            Command::Fail { node } => {
+                out.u8(3);
+                out.varint(u64::from(node.0));
+            }
+            Command::ReleaseId { node } => {
+                out.u8(4);
+                out.varint(u64::from(node.0));
+            }
+            Command::SetOwner {
+                creator,
+                first,
+                last,
+                owner,
+            } => {
+                out.u8(5);
+                out.varint(u64::from(creator.0));
+                out.varint(*first);
+                out.varint(*last);
+                out.varint(u64::from(owner.0));
+            }
+            Command::NameRegister { name, cid } => {
+                out.u8(6);
+                out.str(name);
+                out.u64_le(cid.raw());
+            }
+            Command::NameRemove { name } => {
+                out.u8(7);
+                out.str(name);
+            }
+            Command::BarrierAlloc { size } => {
+                out.u8(8);
+                out.varint(u64::from(*size));
+            }
+            Command::BarrierSignOn { id, node, value } => {
+                out.u8(9);
+                out.varint(u64::from(*id));
+                out.varint(u64::from(node.0));
+                out.u64_le(*value);
+            }
+            Command::BarrierResize { id, size } => {
+                out.u8(10);
+                out.varint(u64::from(*id));
+                out.varint(u64::from(*size));
+            }
+            Command::BarrierFree { id } => {
+                out.u8(11);
+                out.varint(u64::from(*id));
+            }
+            Command::TmpPut {
+                name,
+                data,
+                create_only,
+            } => {
+                out.u8(12);
+                out.str(name);
+                out.bytes(data);
+                out.bool(*create_only);
+            }
+            Command::TmpRemove { name } => {
+                out.u8(13);
+                out.str(name);
+            }
+            Command::ZoneSet {
+                owner,
+                zone,
+                backups,
+            } => {
+                out.u8(14);
+                out.varint(u64::from(owner.0));
+                out.varint(u64::from(*zone));
+                out.varint(backups.len() as u64);
+                for backup in backups {
+                    out.varint(u64::from(backup.0));
+                }
+            }
+            Command::ZoneRemove { owner, zone } => {
+                out.u8(15);
+                out.varint(u64::from(owner.0));
+                out.varint(u64::from(*zone));
+            }
+        }
+    }
+
+    /// The encoding as a new byte vector.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut writer = Writer::new();
+        self.encode(&mut writer);
+        writer.into_bytes()
+    }
+
+    /// Decodes a command that fills all of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Command, DecodeError> {
+        let mut reader = Reader::new(bytes);
+        let command = Command::decode(&mut reader)?;
+        reader.finish()?;
+        Ok(command)
+    }
+
+    /// Decodes one command.
+    pub fn decode(reader: &mut Reader<'_>) -> Result<Command, DecodeError> {
+        let tag = reader.u8("command tag")?;
+        Ok(match tag {
+            1 => {
+                let code = reader.u8("role")?;
+                let role = Role::from_code(code).ok_or(DecodeError::UnknownTag {
+                    what: "role",
+                    tag: u64::from(code),
+                })?;
+                let address = string(reader, "address", ADDRESS_BYTES_MAX)?;
+                let capabilities = Capabilities(reader.u8("capabilities")?);
+                let rack = reader.u16("rack")?;
+                let switch = reader.u16("switch")?;
+                let reclaim = if reader.bool("reclaim flag")? {
+                    Some(node(reader, "reclaim")?)
+                } else {
+                    None
+                };
+                Command::Join {
+                    role,
+                    address,
+                    capabilities,
+                    rack,
+                    switch,
+                    reclaim,
+                }
+            }
+            2 => Command::Leave {
+                node: node(reader, "node")?,
+            },
+            3 => Command::Fail {
+                node: node(reader, "node")?,
+            },
+            4 => Command::ReleaseId {
+                node: node(reader, "node")?,
+            },
+            5 => Command::SetOwner {
+                creator: node(reader, "creator")?,
+                first: reader.varint("first")?,
+                last: reader.varint("last")?,
+                owner: node(reader, "owner")?,
+            },
+            6 => Command::NameRegister {
+                name: string(reader, "name", NAME_BYTES_MAX)?,
+                cid: ChunkId::from_raw(reader.u64_le("cid")?),
+            },
+            7 => Command::NameRemove {
+                name: string(reader, "name", NAME_BYTES_MAX)?,
+            },
+            8 => Command::BarrierAlloc {
+                size: reader.u32("size")?,
+            },
+            9 => Command::BarrierSignOn {
+                id: reader.u32("barrier")?,
+                node: node(reader, "node")?,
+                value: reader.u64_le("value")?,
+            },
+            10 => Command::BarrierResize {
+                id: reader.u32("barrier")?,
+                size: reader.u32("size")?,
+            },
+            11 => Command::BarrierFree {
+                id: reader.u32("barrier")?,
+            },
+            12 => Command::TmpPut {
+                name: string(reader, "tmp name", NAME_BYTES_MAX)?,
+                data: reader.bytes("tmp data", TMP_BLOB_BYTES_MAX)?.to_vec(),
+                create_only: reader.bool("create only")?,
+            },
+            13 => Command::TmpRemove {
+                name: string(reader, "tmp name", NAME_BYTES_MAX)?,
+            },
+            14 => {
+                let owner = node(reader, "owner")?;
+                let zone = reader.u32("zone")?;
+                let count = reader.count("backups", 1, BACKUPS_PER_ZONE_MAX)?;
+                let mut backups = Vec::with_capacity(count);
+                for _ in 0..count {
+                    backups.push(node(reader, "backup")?);
+                }
+                Command::ZoneSet {
+                    owner,
+                    zone,
+                    backups,
+                }
+            }
+            15 => Command::ZoneRemove {
+                owner: node(reader, "owner")?,
+                zone: reader.u32("zone")?,
+            },
+            tag => {
+                return Err(DecodeError::UnknownTag {
+                    what: "command",
+                    tag: u64::from(tag),
+                })
+            }
+        })
+    }
+}
+
+impl MetaError {
+    fn encode(&self, out: &mut Writer) {
+        match self {
+            MetaError::NodeIdsExhausted => out.u8(1),
+            MetaError::UnknownNode(id) => {
+                out.u8(2);
+                out.varint(u64::from(id.0));
+            }
+            MetaError::NodeNotAlive(id) => {
+                out.u8(3);
+                out.varint(u64::from(id.0));
+            }
+            MetaError::NodeAlive(id) => {
+                out.u8(4);
+                out.varint(u64::from(id.0));
+            }
+            MetaError::ReclaimRefused(id) => {
+                out.u8(5);
+                out.varint(u64::from(id.0));
+            }
+            MetaError::InvalidArgument(text) => {
+                out.u8(6);
+                out.str(text);
+            }
+            MetaError::NameNotFound(name) => {
+                out.u8(7);
+                out.str(name);
+            }
+            MetaError::NamesFull => out.u8(8),
+            MetaError::BarrierNotFound(id) => {
+                out.u8(9);
+                out.varint(u64::from(*id));
+            }
+            MetaError::BarriersFull => out.u8(10),
+            MetaError::AlreadySignedOn(id) => {
+                out.u8(11);
+                out.varint(u64::from(id.0));
+            }
+            MetaError::TmpNotFound(name) => {
+                out.u8(12);
+                out.str(name);
+            }
+            MetaError::TmpExists(name) => {
+                out.u8(13);
+                out.str(name);
+            }
+            MetaError::TmpFull => out.u8(14),
+            MetaError::ZoneNotFound { owner, zone } => {
+                out.u8(15);
+                out.varint(u64::from(owner.0));
+                out.varint(u64::from(*zone));
+            }
+        }
+    }
+
+    fn decode(reader: &mut Reader<'_>) -> Result<MetaError, DecodeError> {
+        const TEXT_MAX: usize = 4096;
+        Ok(match reader.u8("error tag")? {
+            1 => MetaError::NodeIdsExhausted,
+            2 => MetaError::UnknownNode(node(reader, "node")?),
+            3 => MetaError::NodeNotAlive(node(reader, "node")?),
+            4 => MetaError::NodeAlive(node(reader, "node")?),
+            5 => MetaError::ReclaimRefused(node(reader, "node")?),
+            6 => MetaError::InvalidArgument(string(reader, "text", TEXT_MAX)?),
+            7 => MetaError::NameNotFound(string(reader, "name", TEXT_MAX)?),
+            8 => MetaError::NamesFull,
+            9 => MetaError::BarrierNotFound(reader.u32("barrier")?),
+            10 => MetaError::BarriersFull,
+            11 => MetaError::AlreadySignedOn(node(reader, "node")?),
+            12 => MetaError::TmpNotFound(string(reader, "name", TEXT_MAX)?),
+            13 => MetaError::TmpExists(string(reader, "name", TEXT_MAX)?),
+            14 => MetaError::TmpFull,
+            15 => MetaError::ZoneNotFound {
+                owner: node(reader, "owner")?,
+                zone: reader.u32("zone")?,
+            },
+            tag => {
+                return Err(DecodeError::UnknownTag {
+                    what: "error",
+                    tag: u64::from(tag),
+                })
+            }
+        })
+    }
+}
+
+impl Response {
+    /// Appends the encoding of this response.
+    pub fn encode(&self, out: &mut Writer) {
+        match self {
+            Response::Done => out.u8(1),
+            Response::Joined {
+                id,
+                incarnation,
+                epoch,
+            } => {
+                out.u8(2);
+                out.varint(u64::from(id.0));
+                out.varint(u64::from(*incarnation));
+                out.varint(*epoch);
+            }
+            Response::Epoch(epoch) => {
+                out.u8(3);
+                out.varint(*epoch);
+            }
+            Response::BarrierAllocated(id) => {
+                out.u8(4);
+                out.varint(u64::from(*id));
+            }
+            Response::Barrier(outcome) => {
+                out.u8(5);
+                out.varint(outcome.round);
+                out.varint(u64::from(outcome.signed));
+                out.varint(u64::from(outcome.size));
+                match &outcome.released {
+                    Some(values) => {
+                        out.u8(1);
+                        out.varint(values.len() as u64);
+                        for (node, value) in values {
+                            out.varint(u64::from(node.0));
+                            out.u64_le(*value);
+                        }
+                    }
+                    None => out.u8(0),
+                }
+            }
+            Response::Error(error) => {
+                out.u8(6);
+                error.encode(out);
+            }
+        }
+    }
+
+    /// The encoding as a new byte vector.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut writer = Writer::new();
+        self.encode(&mut writer);
+        writer.into_bytes()
+    }
+
+    /// Decodes a response that fills all of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Response, DecodeError> {
+        let mut reader = Reader::new(bytes);
+        let response = Response::decode(&mut reader)?;
+        reader.finish()?;
+        Ok(response)
+    }
+
+    /// Decodes one response.
+    pub fn decode(reader: &mut Reader<'_>) -> Result<Response, DecodeError> {
+        Ok(match reader.u8("response tag")? {
+            1 => Response::Done,
+            2 => Response::Joined {
+                id: node(reader, "node")?,
+                incarnation: reader.u32("incarnation")?,
+                epoch: reader.varint("epoch")?,
+            },
+            3 => Response::Epoch(reader.varint("epoch")?),
+            4 => Response::BarrierAllocated(reader.u32("barrier")?),
+            5 => {
+                let round = reader.varint("round")?;
+                let signed = reader.u32("signed")?;
+                let size = reader.u32("size")?;
+                let released = if reader.bool("released flag")? {
+                    let count = reader.count("values", 9, BARRIER_SIZE_MAX as usize)?;
+                    let mut values = Vec::with_capacity(count);
+                    for _ in 0..count {
+                        values.push((node(reader, "node")?, reader.u64_le("value")?));
+                    }
+                    Some(values)
+                } else {
+                    None
+                };
+                Response::Barrier(BarrierOutcome {
+                    round,
+                    signed,
+                    size,
+                    released,
+                })
+            }
+            6 => Response::Error(MetaError::decode(reader)?),
+            tag => {
+                return Err(DecodeError::UnknownTag {
+                    what: "response",
+                    tag: u64::from(tag),
+                })
+            }
+        })
+    }
+}

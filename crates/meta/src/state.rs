@@ -1,0 +1,697 @@
+//! The replicated state machine: every superpeer applies the same [`Command`]s in the same
+//! order to a [`MetaState`] and so holds the same metadata.
+//!
+//! Invariants: applying is deterministic (no clock, no randomness, ordered maps only); a
+//! refused command changes nothing; every collection is bounded by [`crate::limits`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use myriad_mem::{ChunkId, NodeId, LOCAL_ID_MAX};
+
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::command::{BarrierOutcome, Command, MetaError, Response};
+use crate::limits::*;
+use crate::lookup::{LookupRange, LookupTree};
+use crate::node::{Capabilities, NodeRecord, NodeState, Role};
+
+/// Version byte at the start of a snapshot.
+const SNAPSHOT_VERSION: u8 = 1;
+
+/// One barrier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Barrier {
+    /// Participants per round.
+    pub size: u32,
+    /// Rounds released so far.
+    pub round: u64,
+    /// Sign-ons of the current round.
+    pub signed: BTreeMap<NodeId, u64>,
+    /// The values of the last released round.
+    pub last_released: Vec<(NodeId, u64)>,
+}
+
+/// The whole cluster metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetaState {
+    epoch: u64,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+    lookup: BTreeMap<NodeId, LookupTree>,
+    names: BTreeMap<String, ChunkId>,
+    barriers: BTreeMap<u32, Barrier>,
+    next_barrier: u32,
+    tmp: BTreeMap<String, Vec<u8>>,
+    tmp_bytes: usize,
+    zones: BTreeMap<(NodeId, u32), Vec<NodeId>>,
+}
+
+fn check_name(name: &str) -> Result<(), MetaError> {
+    if name.is_empty() || name.len() > NAME_BYTES_MAX {
+        return Err(MetaError::InvalidArgument(format!(
+            "names have 1 to {NAME_BYTES_MAX} bytes, got {}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+impl MetaState {
+    /// An empty cluster in epoch 0.
+    pub fn new() -> MetaState {
+        MetaState::default()
+    }
+
+    /// Applies one command; a refused command leaves the state unchanged.
+    pub fn apply(&mut self, command: &Command) -> Response {
+        let result = match command {
+            Command::Join {
+                role,
+                address,
+                capabilities,
+                rack,
+                switch,
+                reclaim,
+            } => self.join(*role, address, *capabilities, *rack, *switch, *reclaim),
+            Command::Leave { node } => self.set_gone(*node, NodeState::Left),
+            Command::Fail { node } => self.set_gone(
+                *node,
+                NodeState::Failed {
+                    epoch: self.epoch + 1,
+                },
+            ),
+            Command::ReleaseId { node } => self.release_id(*node),
+            Command::SetOwner {
+                creator,
+                first,
+                last,
+                owner,
+            } => self.set_owner(*creator, *first, *last, *owner),
+            Command::NameRegister { name, cid } => self.name_register(name, *cid),
+            Command::NameRemove { name } => match self.names.remove(name) {
+                Some(_) => Ok(Response::Done),
+                None => Err(MetaError::NameNotFound(name.clone())),
+            },
+            Command::BarrierAlloc { size } => self.barrier_alloc(*size),
+            Command::BarrierSignOn { id, node, value } => self.barrier_sign_on(*id, *node, *value),
+            Command::BarrierResize { id, size } => self.barrier_resize(*id, *size),
+            Command::BarrierFree { id } => match self.barriers.remove(id) {
+                Some(_) => Ok(Response::Done),
+                None => Err(MetaError::BarrierNotFound(*id)),
+            },
+            Command::TmpPut {
+                name,
+                data,
+                create_only,
+            } => self.tmp_put(name, data, *create_only),
+            Command::TmpRemove { name } => match self.tmp.remove(name) {
+                Some(data) => {
+                    self.tmp_bytes -= data.len();
+                    Ok(Response::Done)
+                }
+                None => Err(MetaError::TmpNotFound(name.clone())),
+            },
+            Command::ZoneSet {
+                owner,
+                zone,
+                backups,
+            } => self.zone_set(*owner, *zone, backups),
+            Command::ZoneRemove { owner, zone } => match self.zones.remove(&(*owner, *zone)) {
+                Some(_) => Ok(Response::Done),
+                None => Err(MetaError::ZoneNotFound {
+                    owner: *owner,
+                    zone: *zone,
+                }),
+            },
+        };
+        result.unwrap_or_else(Response::Error)
+    }
+
+    // ----- nodes ---------------------------------------------------------------------------
+
+    fn join(
+        &mut self,
+        role: Role,
+        address: &str,
+        capabilities: Capabilities,
+        rack: u16,
+        switch: u16,
+        reclaim: Option<NodeId>,
+    ) -> Result<Response, MetaError> {
+        if address.is_empty() || address.len() > ADDRESS_BYTES_MAX {
+            return Err(MetaError::InvalidArgument(format!(
+                "addresses have 1 to {ADDRESS_BYTES_MAX} bytes"
+            )));
+        }
+        let (id, incarnation) = match reclaim {
+            Some(id) => match self.nodes.get(&id) {
+                // The same node coming back (restart with its data directory, or a
+                // superpeer with a configured ID). A still-alive record means its previous
+                // incarnation died unnoticed; the new epoch fences that incarnation.
+                Some(record) if record.role == role => (id, record.incarnation.saturating_add(1)),
+                Some(record) if record.reusable() => (id, record.incarnation.saturating_add(1)),
+                Some(_) => return Err(MetaError::ReclaimRefused(id)),
+                None if id.0 != 0 && id.0 <= NODE_ID_MAX => (id, 1),
+                None => return Err(MetaError::ReclaimRefused(id)),
+            },
+            None => {
+                let free = (1..=u16::MAX)
+                    .map(NodeId)
+                    .find(|id| self.nodes.get(id).is_none_or(|record| record.reusable()));
+                let id = free.ok_or(MetaError::NodeIdsExhausted)?;
+                let incarnation = self
+                    .nodes
+                    .get(&id)
+                    .map_or(1, |record| record.incarnation.saturating_add(1));
+                (id, incarnation)
+            }
+        };
+        self.epoch += 1;
+        self.nodes.insert(
+            id,
+            NodeRecord {
+                id,
+                role,
+                address: address.to_owned(),
+                capabilities,
+                rack,
+                switch,
+                state: NodeState::Alive,
+                incarnation,
+                joined_epoch: self.epoch,
+                released: false,
+            },
+        );
+        Ok(Response::Joined {
+            id,
+            incarnation,
+            epoch: self.epoch,
+        })
+    }
+
+    fn set_gone(&mut self, node: NodeId, state: NodeState) -> Result<Response, MetaError> {
+        let record = self
+            .nodes
+            .get_mut(&node)
+            .ok_or(MetaError::UnknownNode(node))?;
+        if record.state != NodeState::Alive {
+            return Err(MetaError::NodeNotAlive(node));
+        }
+        self.epoch += 1;
+        record.state = state;
+        Ok(Response::Epoch(self.epoch))
+    }
+
+    fn release_id(&mut self, node: NodeId) -> Result<Response, MetaError> {
+        let record = self
+            .nodes
+            .get_mut(&node)
+            .ok_or(MetaError::UnknownNode(node))?;
+        if record.state == NodeState::Alive {
+            return Err(MetaError::NodeAlive(node));
+        }
+        record.released = true;
+        Ok(Response::Done)
+    }
+
+    /// The current cluster epoch (raised by every join, leave and failure).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// One node's record.
+    pub fn node(&self, id: NodeId) -> Option<&NodeRecord> {
+        self.nodes.get(&id)
+    }
+
+    /// Every node the cluster has known, by ID.
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeRecord> {
+        self.nodes.values()
+    }
+
+    // ----- lookup --------------------------------------------------------------------------
+
+    fn set_owner(
+        &mut self,
+        creator: NodeId,
+        first: u64,
+        last: u64,
+        owner: NodeId,
+    ) -> Result<Response, MetaError> {
+        if first > last || last > LOCAL_ID_MAX {
+            return Err(MetaError::InvalidArgument(format!(
+                "LID range {first}..={last} is empty or beyond {LOCAL_ID_MAX}"
+            )));
+        }
+        if !self.nodes.contains_key(&owner) {
+            return Err(MetaError::UnknownNode(owner));
+        }
+        let tree = self.lookup.entry(creator).or_default();
+        tree.set_owner(creator, first, last, owner);
+        if tree.is_empty() {
+            self.lookup.remove(&creator);
+        }
+        Ok(Response::Done)
+    }
+
+    /// Where `cid` lives, as the maximal range of its creator's LIDs with the same owner.
+    pub fn lookup(&self, cid: ChunkId) -> LookupRange {
+        let creator = cid.creator();
+        match self.lookup.get(&creator) {
+            Some(tree) => tree.lookup(creator, cid.local_id()),
+            None => LookupRange {
+                creator,
+                first: 0,
+                last: LOCAL_ID_MAX,
+                owner: creator,
+            },
+        }
+    }
+
+    /// The exception ranges of one creator (chunks that live elsewhere).
+    pub fn lookup_tree(&self, creator: NodeId) -> Option<&LookupTree> {
+        self.lookup.get(&creator)
+    }
+
+    // ----- nameservice ---------------------------------------------------------------------
+
+    fn name_register(&mut self, name: &str, cid: ChunkId) -> Result<Response, MetaError> {
+        check_name(name)?;
+        if !self.names.contains_key(name) && self.names.len() >= NAMES_MAX {
+            return Err(MetaError::NamesFull);
+        }
+        self.names.insert(name.to_owned(), cid);
+        Ok(Response::Done)
+    }
+
+    /// The chunk bound to `name`.
+    pub fn name_get(&self, name: &str) -> Option<ChunkId> {
+        self.names.get(name).copied()
+    }
+
+    /// Every binding, by name.
+    pub fn names(&self) -> impl Iterator<Item = (&str, ChunkId)> {
+        self.names.iter().map(|(name, &cid)| (name.as_str(), cid))
+    }
+
+    // ----- barriers ------------------------------------------------------------------------
+
+    fn check_barrier_size(size: u32) -> Result<(), MetaError> {
+        if size == 0 || size > BARRIER_SIZE_MAX {
+            return Err(MetaError::InvalidArgument(format!(
+                "barriers have 1 to {BARRIER_SIZE_MAX} participants, got {size}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn barrier_alloc(&mut self, size: u32) -> Result<Response, MetaError> {
+        Self::check_barrier_size(size)?;
+        if self.barriers.len() >= BARRIERS_MAX {
+            return Err(MetaError::BarriersFull);
+        }
+        // IDs count up and wrap, skipping IDs in use; with at most BARRIERS_MAX in use a
+        // free one is found within BARRIERS_MAX + 1 steps.
+        let mut id = self.next_barrier;
+        while self.barriers.contains_key(&id) {
+            id = id.wrapping_add(1);
+        }
+        self.next_barrier = id.wrapping_add(1);
+        self.barriers.insert(
+            id,
+            Barrier {
+                size,
+                round: 0,
+                signed: BTreeMap::new(),
+                last_released: Vec::new(),
+            },
+        );
+        Ok(Response::BarrierAllocated(id))
+    }
+
+    fn barrier_sign_on(
+        &mut self,
+        id: u32,
+        node: NodeId,
+        value: u64,
+    ) -> Result<Response, MetaError> {
+        let barrier = self
+            .barriers
+            .get_mut(&id)
+            .ok_or(MetaError::BarrierNotFound(id))?;
+        if barrier.signed.contains_key(&node) {
+            return Err(MetaError::AlreadySignedOn(node));
+        }
+        barrier.signed.insert(node, value);
+        Ok(Response::Barrier(Self::maybe_release(barrier)))
+    }
+
+    fn barrier_resize(&mut self, id: u32, size: u32) -> Result<Response, MetaError> {
+        Self::check_barrier_size(size)?;
+        let barrier = self
+            .barriers
+            .get_mut(&id)
+            .ok_or(MetaError::BarrierNotFound(id))?;
+        barrier.size = size;
+        Ok(Response::Barrier(Self::maybe_release(barrier)))
+    }
+
+    fn maybe_release(barrier: &mut Barrier) -> BarrierOutcome {
+        let round = barrier.round;
+        let signed = barrier.signed.len() as u32;
+        let size = barrier.size;
+        let released = if signed >= size {
+            let values: Vec<(NodeId, u64)> =
+                std::mem::take(&mut barrier.signed).into_iter().collect();
+            barrier.round += 1;
+            barrier.last_released = values.clone();
+            Some(values)
+        } else {
+            None
+        };
+        BarrierOutcome {
+            round,
+            signed,
+            size,
+            released,
+        }
+    }
+
+    /// One barrier's state.
+    pub fn barrier(&self, id: u32) -> Option<&Barrier> {
+        self.barriers.get(&id)
+    }
+
+    /// Every allocated barrier, by ID.
+    pub fn barriers(&self) -> impl Iterator<Item = (u32, &Barrier)> {
+        self.barriers.iter().map(|(&id, barrier)| (id, barrier))
+    }
+
+    // ----- temporary storage ---------------------------------------------------------------
+
+    fn tmp_put(
+        &mut self,
+        name: &str,
+        data: &[u8],
+        create_only: bool,
+    ) -> Result<Response, MetaError> {
+        check_name(name)?;
+        if data.len() > TMP_BLOB_BYTES_MAX {
+            return Err(MetaError::InvalidArgument(format!(
+                "temporary blobs hold at most {TMP_BLOB_BYTES_MAX} bytes, got {}",
+                data.len()
+            )));
+        }
+        let previous = self.tmp.get(name).map(Vec::len);
+        if previous.is_some() && create_only {
+            return Err(MetaError::TmpExists(name.to_owned()));
+        }
+        let total = self.tmp_bytes - previous.unwrap_or(0) + data.len();
+        if total > TMP_TOTAL_BYTES_MAX {
+            return Err(MetaError::TmpFull);
+        }
+        self.tmp_bytes = total;
+        self.tmp.insert(name.to_owned(), data.to_vec());
+        Ok(Response::Done)
+    }
+
+    /// A blob from temporary storage.
+    pub fn tmp_get(&self, name: &str) -> Option<&[u8]> {
+        self.tmp.get(name).map(Vec::as_slice)
+    }
+
+    /// Every blob's name and size, by name.
+    pub fn tmp_list(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.tmp
+            .iter()
+            .map(|(name, data)| (name.as_str(), data.len()))
+    }
+
+    // ----- backup zones --------------------------------------------------------------------
+
+    fn zone_set(
+        &mut self,
+        owner: NodeId,
+        zone: u32,
+        backups: &[NodeId],
+    ) -> Result<Response, MetaError> {
+        if backups.len() > BACKUPS_PER_ZONE_MAX {
+            return Err(MetaError::InvalidArgument(format!(
+                "a zone has at most {BACKUPS_PER_ZONE_MAX} backups"
+            )));
+        }
+        let distinct: BTreeSet<NodeId> = backups.iter().copied().collect();
+        if distinct.len() != backups.len() || distinct.contains(&owner) {
+            return Err(MetaError::InvalidArgument(
+                "a zone's backups are distinct and never its owner".to_owned(),
+            ));
+        }
+        for node in backups.iter().chain(std::iter::once(&owner)) {
+            if !self.nodes.contains_key(node) {
+                return Err(MetaError::UnknownNode(*node));
+            }
+        }
+        let is_new = !self.zones.contains_key(&(owner, zone));
+        if is_new && self.zones.range((owner, 0)..=(owner, u32::MAX)).count() >= ZONES_PER_NODE_MAX
+        {
+            return Err(MetaError::InvalidArgument(format!(
+                "a peer has at most {ZONES_PER_NODE_MAX} zones"
+            )));
+        }
+        self.zones.insert((owner, zone), backups.to_vec());
+        Ok(Response::Done)
+    }
+
+    /// The backups of one zone, first backup first.
+    pub fn zone(&self, owner: NodeId, zone: u32) -> Option<&[NodeId]> {
+        self.zones.get(&(owner, zone)).map(Vec::as_slice)
+    }
+
+    /// Every zone of `owner` with its backups, by zone number.
+    pub fn zones_of(&self, owner: NodeId) -> impl Iterator<Item = (u32, &[NodeId])> {
+        self.zones
+            .range((owner, 0)..=(owner, u32::MAX))
+            .map(|(&(_, zone), backups)| (zone, backups.as_slice()))
+    }
+
+    // ----- snapshots -----------------------------------------------------------------------
+
+    /// The whole state as bytes (deterministic: equal states encode equally).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut out = Writer::new();
+        out.u8(SNAPSHOT_VERSION);
+        out.varint(self.epoch);
+        out.varint(self.nodes.len() as u64);
+        for record in self.nodes.values() {
+            out.varint(u64::from(record.id.0));
+            out.u8(record.role.code());
+            out.str(&record.address);
+            out.u8(record.capabilities.0);
+            out.varint(u64::from(record.rack));
+            out.varint(u64::from(record.switch));
+            match record.state {
+                NodeState::Alive => out.u8(0),
+                NodeState::Failed { epoch } => {
+                    out.u8(1);
+                    out.varint(epoch);
+                }
+                NodeState::Left => out.u8(2),
+            }
+            out.varint(u64::from(record.incarnation));
+            out.varint(record.joined_epoch);
+            out.bool(record.released);
+        }
+        out.varint(self.lookup.len() as u64);
+        for (creator, tree) in &self.lookup {
+            out.varint(u64::from(creator.0));
+            out.varint(tree.len() as u64);
+            for (first, last, owner) in tree.exceptions() {
+                out.varint(first);
+                out.varint(last);
+                out.varint(u64::from(owner.0));
+            }
+        }
+        out.varint(self.names.len() as u64);
+        for (name, cid) in &self.names {
+            out.str(name);
+            out.u64_le(cid.raw());
+        }
+        out.varint(u64::from(self.next_barrier));
+        out.varint(self.barriers.len() as u64);
+        for (id, barrier) in &self.barriers {
+            out.varint(u64::from(*id));
+            out.varint(u64::from(barrier.size));
+            out.varint(barrier.round);
+            for list in [
+                &barrier
+                    .signed
+                    .iter()
+                    .map(|(&n, &v)| (n, v))
+                    .collect::<Vec<_>>(),
+                &barrier.last_released,
+            ] {
+                out.varint(list.len() as u64);
+                for (node, value) in list {
+                    out.varint(u64::from(node.0));
+                    out.u64_le(*value);
+                }
+            }
+        }
+        out.varint(self.tmp.len() as u64);
+        for (name, data) in &self.tmp {
+            out.str(name);
+            out.bytes(data);
+        }
+        out.varint(self.zones.len() as u64);
+        for ((owner, zone), backups) in &self.zones {
+            out.varint(u64::from(owner.0));
+            out.varint(u64::from(*zone));
+            out.varint(backups.len() as u64);
+            for backup in backups {
+                out.varint(u64::from(backup.0));
+            }
+        }
+        out.into_bytes()
+    }
+
+    /// Rebuilds a state from [`snapshot`](Self::snapshot) bytes, checking every invariant.
+    pub fn from_snapshot(bytes: &[u8]) -> Result<MetaState, DecodeError> {
+        let mut input = Reader::new(bytes);
+        let version = input.u8("snapshot version")?;
+        if version != SNAPSHOT_VERSION {
+            return Err(DecodeError::UnknownTag {
+                what: "snapshot version",
+                tag: u64::from(version),
+            });
+        }
+        let mut state = MetaState {
+            epoch: input.varint("epoch")?,
+            ..MetaState::default()
+        };
+        let count = input.count("nodes", 8, usize::from(u16::MAX))?;
+        for _ in 0..count {
+            let id = NodeId(input.u16("node")?);
+            let code = input.u8("role")?;
+            let role = Role::from_code(code).ok_or(DecodeError::UnknownTag {
+                what: "role",
+                tag: u64::from(code),
+            })?;
+            let address = input.str("address", ADDRESS_BYTES_MAX)?.to_owned();
+            let capabilities = Capabilities(input.u8("capabilities")?);
+            let rack = input.u16("rack")?;
+            let switch = input.u16("switch")?;
+            let state_tag = input.u8("node state")?;
+            let node_state = match state_tag {
+                0 => NodeState::Alive,
+                1 => NodeState::Failed {
+                    epoch: input.varint("failed epoch")?,
+                },
+                2 => NodeState::Left,
+                tag => {
+                    return Err(DecodeError::UnknownTag {
+                        what: "node state",
+                        tag: u64::from(tag),
+                    })
+                }
+            };
+            let record = NodeRecord {
+                id,
+                role,
+                address,
+                capabilities,
+                rack,
+                switch,
+                state: node_state,
+                incarnation: input.u32("incarnation")?,
+                joined_epoch: input.varint("joined epoch")?,
+                released: input.bool("released")?,
+            };
+            if state.nodes.insert(id, record).is_some() {
+                return Err(DecodeError::Invalid("duplicate node"));
+            }
+        }
+        let count = input.count("lookup trees", 2, usize::from(u16::MAX) + 1)?;
+        for _ in 0..count {
+            let creator = NodeId(input.u16("creator")?);
+            let ranges = input.count("lookup ranges", 3, usize::MAX)?;
+            let mut tree = LookupTree::default();
+            for _ in 0..ranges {
+                let first = input.varint("first")?;
+                let last = input.varint("last")?;
+                let owner = NodeId(input.u16("owner")?);
+                tree.insert_raw(first, last, owner);
+            }
+            if tree.len() != ranges || tree.is_empty() {
+                return Err(DecodeError::Invalid("duplicate or empty lookup ranges"));
+            }
+            tree.check(creator).map_err(DecodeError::Invalid)?;
+            if state.lookup.insert(creator, tree).is_some() {
+                return Err(DecodeError::Invalid("duplicate lookup tree"));
+            }
+        }
+        let count = input.count("names", 9, NAMES_MAX)?;
+        for _ in 0..count {
+            let name = input.str("name", NAME_BYTES_MAX)?.to_owned();
+            let cid = ChunkId::from_raw(input.u64_le("cid")?);
+            if name.is_empty() || state.names.insert(name, cid).is_some() {
+                return Err(DecodeError::Invalid("empty or duplicate name"));
+            }
+        }
+        state.next_barrier = input.u32("next barrier")?;
+        let count = input.count("barriers", 5, BARRIERS_MAX)?;
+        for _ in 0..count {
+            let id = input.u32("barrier")?;
+            let size = input.u32("barrier size")?;
+            if size == 0 || size > BARRIER_SIZE_MAX {
+                return Err(DecodeError::Invalid("barrier size"));
+            }
+            let round = input.varint("round")?;
+            let mut lists: [Vec<(NodeId, u64)>; 2] = [Vec::new(), Vec::new()];
+            for list in &mut lists {
+                let entries = input.count("barrier values", 9, BARRIER_SIZE_MAX as usize)?;
+                for _ in 0..entries {
+                    list.push((NodeId(input.u16("node")?), input.u64_le("value")?));
+                }
+            }
+            let [signed_list, last_released] = lists;
+            let signed: BTreeMap<NodeId, u64> = signed_list.iter().copied().collect();
+            if signed.len() != signed_list.len() || signed.len() >= size as usize {
+                return Err(DecodeError::Invalid("barrier sign-ons"));
+            }
+            let barrier = Barrier {
+                size,
+                round,
+                signed,
+                last_released,
+            };
+            if state.barriers.insert(id, barrier).is_some() {
+                return Err(DecodeError::Invalid("duplicate barrier"));
+            }
+        }
+        let count = input.count("tmp blobs", 2, TMP_TOTAL_BYTES_MAX)?;
+        for _ in 0..count {
+            let name = input.str("tmp name", NAME_BYTES_MAX)?.to_owned();
+            let data = input.bytes("tmp data", TMP_BLOB_BYTES_MAX)?.to_vec();
+            state.tmp_bytes += data.len();
+            if name.is_empty()
+                || state.tmp_bytes > TMP_TOTAL_BYTES_MAX
+                || state.tmp.insert(name, data).is_some()
+            {
+                return Err(DecodeError::Invalid("tmp storage"));
+            }
+        }
+        let count = input.count("zones", 3, usize::MAX)?;
+        for _ in 0..count {
+            let owner = NodeId(input.u16("owner")?);
+            let zone = input.u32("zone")?;
+            let backups_count = input.count("backups", 1, BACKUPS_PER_ZONE_MAX)?;
+            let mut backups = Vec::with_capacity(backups_count);
+            for _ in 0..backups_count {
+                backups.push(NodeId(input.u16("backup")?));
+            }
+            if state.zones.insert((owner, zone), backups).is_some() {
+                return Err(DecodeError::Invalid("duplicate zone"));
+            }
+        }
+        input.finish()?;
+        Ok(state)
+    }
+}

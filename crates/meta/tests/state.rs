@@ -1,0 +1,431 @@
+//! The metadata state machine: scenario tests for each service and a model-based property
+//! test over random command sequences (snapshots, encodings, refusals).
+
+use myriad_mem::{ChunkId, NodeId};
+use myriad_meta::limits::*;
+use myriad_meta::*;
+use proptest::prelude::*;
+
+fn join(state: &mut MetaState, role: Role, reclaim: Option<NodeId>) -> Response {
+    state.apply(&Command::Join {
+        role,
+        address: "127.0.0.1:7000".to_owned(),
+        capabilities: Capabilities::ALL,
+        rack: 0,
+        switch: 0,
+        reclaim,
+    })
+}
+
+fn joined_id(response: Response) -> NodeId {
+    match response {
+        Response::Joined { id, .. } => id,
+        other => panic!("expected a join, got {other:?}"),
+    }
+}
+
+#[test]
+fn client_ids_are_reused_only_after_the_client_is_gone() {
+    let mut state = MetaState::new();
+    let first = joined_id(join(&mut state, Role::Client, None));
+    let second = joined_id(join(&mut state, Role::Client, None));
+    assert_ne!(first, second);
+    assert_eq!(
+        state.apply(&Command::Leave { node: first }),
+        Response::Epoch(3)
+    );
+    let third = joined_id(join(&mut state, Role::Client, None));
+    assert_eq!(third, first, "a gone client's ID goes to the next node");
+    assert_eq!(state.node(third).map(|r| r.incarnation), Some(2));
+}
+
+#[test]
+fn peer_ids_stay_reserved_for_their_chunks_until_released() {
+    let mut state = MetaState::new();
+    let peer = joined_id(join(&mut state, Role::Peer, None));
+    assert!(matches!(
+        state.apply(&Command::Fail { node: peer }),
+        Response::Epoch(_)
+    ));
+    assert!(matches!(
+        state.node(peer).map(|r| r.state),
+        Some(NodeState::Failed { .. })
+    ));
+    let stranger = joined_id(join(&mut state, Role::Client, None));
+    assert_ne!(
+        stranger, peer,
+        "chunks created by the failed peer keep its ID"
+    );
+    // The peer itself comes back with its data directory and gets its ID again.
+    let back = joined_id(join(&mut state, Role::Peer, Some(peer)));
+    assert_eq!(back, peer);
+    assert_eq!(state.node(peer).map(|r| r.incarnation), Some(2));
+    // After an orderly leave and an operator's release, the ID is free for anyone.
+    state.apply(&Command::Leave { node: peer });
+    assert_eq!(
+        state.apply(&Command::ReleaseId { node: peer }),
+        Response::Done
+    );
+    let next = joined_id(join(&mut state, Role::Client, None));
+    assert_eq!(next, peer);
+}
+
+#[test]
+fn a_reclaim_by_another_role_is_refused_and_changes_nothing() {
+    let mut state = MetaState::new();
+    let peer = joined_id(join(&mut state, Role::Peer, None));
+    let before = state.clone();
+    assert_eq!(
+        join(&mut state, Role::Client, Some(peer)),
+        Response::Error(MetaError::ReclaimRefused(peer))
+    );
+    assert_eq!(state, before);
+}
+
+#[test]
+fn failures_raise_the_epoch_once() {
+    let mut state = MetaState::new();
+    let peer = joined_id(join(&mut state, Role::Peer, None));
+    let epoch = state.epoch();
+    assert_eq!(
+        state.apply(&Command::Fail { node: peer }),
+        Response::Epoch(epoch + 1)
+    );
+    assert_eq!(
+        state.apply(&Command::Fail { node: peer }),
+        Response::Error(MetaError::NodeNotAlive(peer))
+    );
+    assert_eq!(state.epoch(), epoch + 1);
+}
+
+#[test]
+fn lookup_follows_recovered_ranges() {
+    let mut state = MetaState::new();
+    let dead = joined_id(join(&mut state, Role::Peer, None));
+    let restorer = joined_id(join(&mut state, Role::Peer, None));
+    let cid = ChunkId::new(dead, 5000).unwrap();
+    assert_eq!(state.lookup(cid).owner, dead);
+    state.apply(&Command::SetOwner {
+        creator: dead,
+        first: 0,
+        last: 9999,
+        owner: restorer,
+    });
+    let range = state.lookup(cid);
+    assert_eq!((range.first, range.last, range.owner), (0, 9999, restorer));
+    assert_eq!(
+        state.lookup(ChunkId::new(dead, 10_000).unwrap()).owner,
+        dead
+    );
+    assert!(matches!(
+        state.apply(&Command::SetOwner {
+            creator: dead,
+            first: 10,
+            last: 5,
+            owner: restorer
+        }),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        state.apply(&Command::SetOwner {
+            creator: dead,
+            first: 0,
+            last: 5,
+            owner: NodeId(999)
+        }),
+        Response::Error(MetaError::UnknownNode(NodeId(999)))
+    );
+}
+
+#[test]
+fn nameservice_keeps_long_names() {
+    let mut state = MetaState::new();
+    let name = "social-graph/vertex-index/partition-0042/replica-primary-ab";
+    assert!(name.len() > 5);
+    let cid = ChunkId::new(NodeId(3), 77).unwrap();
+    assert_eq!(
+        state.apply(&Command::NameRegister {
+            name: name.to_owned(),
+            cid
+        }),
+        Response::Done
+    );
+    assert_eq!(state.name_get(name), Some(cid));
+    let too_long = "x".repeat(NAME_BYTES_MAX + 1);
+    assert!(matches!(
+        state.apply(&Command::NameRegister {
+            name: too_long,
+            cid
+        }),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        state.apply(&Command::NameRemove {
+            name: "missing".to_owned()
+        }),
+        Response::Error(MetaError::NameNotFound("missing".to_owned()))
+    );
+}
+
+#[test]
+fn barrier_releases_every_value_when_the_last_participant_signs_on() {
+    let mut state = MetaState::new();
+    let Response::BarrierAllocated(id) = state.apply(&Command::BarrierAlloc { size: 3 }) else {
+        panic!("no barrier");
+    };
+    for (node, value) in [(1u16, 10u64), (2, 20)] {
+        let Response::Barrier(outcome) = state.apply(&Command::BarrierSignOn {
+            id,
+            node: NodeId(node),
+            value,
+        }) else {
+            panic!("sign-on refused");
+        };
+        assert_eq!(outcome.released, None);
+    }
+    assert_eq!(
+        state.apply(&Command::BarrierSignOn {
+            id,
+            node: NodeId(2),
+            value: 0
+        }),
+        Response::Error(MetaError::AlreadySignedOn(NodeId(2)))
+    );
+    let Response::Barrier(outcome) = state.apply(&Command::BarrierSignOn {
+        id,
+        node: NodeId(3),
+        value: 30,
+    }) else {
+        panic!("sign-on refused");
+    };
+    assert_eq!(
+        outcome.released,
+        Some(vec![(NodeId(1), 10), (NodeId(2), 20), (NodeId(3), 30)])
+    );
+    let barrier = state.barrier(id).unwrap();
+    assert_eq!((barrier.round, barrier.signed.len()), (1, 0));
+    // Shrinking the barrier below the sign-ons releases the round at once.
+    state.apply(&Command::BarrierSignOn {
+        id,
+        node: NodeId(1),
+        value: 1,
+    });
+    let Response::Barrier(outcome) = state.apply(&Command::BarrierResize { id, size: 1 }) else {
+        panic!("resize refused");
+    };
+    assert_eq!(outcome.released, Some(vec![(NodeId(1), 1)]));
+    assert_eq!(state.apply(&Command::BarrierFree { id }), Response::Done);
+    assert_eq!(
+        state.apply(&Command::BarrierFree { id }),
+        Response::Error(MetaError::BarrierNotFound(id))
+    );
+}
+
+#[test]
+fn tmp_storage_is_bounded() {
+    let mut state = MetaState::new();
+    let blob = vec![7u8; TMP_BLOB_BYTES_MAX];
+    let fits = TMP_TOTAL_BYTES_MAX / TMP_BLOB_BYTES_MAX;
+    for index in 0..fits {
+        assert_eq!(
+            state.apply(&Command::TmpPut {
+                name: format!("blob-{index}"),
+                data: blob.clone(),
+                create_only: true
+            }),
+            Response::Done
+        );
+    }
+    assert_eq!(
+        state.apply(&Command::TmpPut {
+            name: "one-more".to_owned(),
+            data: vec![1],
+            create_only: false
+        }),
+        Response::Error(MetaError::TmpFull)
+    );
+    assert_eq!(
+        state.apply(&Command::TmpPut {
+            name: "blob-0".to_owned(),
+            data: vec![1],
+            create_only: true
+        }),
+        Response::Error(MetaError::TmpExists("blob-0".to_owned()))
+    );
+    // Replacing a blob with a smaller one frees room.
+    state.apply(&Command::TmpPut {
+        name: "blob-0".to_owned(),
+        data: vec![1],
+        create_only: false,
+    });
+    assert_eq!(
+        state.apply(&Command::TmpPut {
+            name: "one-more".to_owned(),
+            data: vec![1],
+            create_only: false
+        }),
+        Response::Done
+    );
+    assert_eq!(state.tmp_get("blob-0"), Some(&[1u8][..]));
+}
+
+#[test]
+fn zones_need_known_distinct_backups() {
+    let mut state = MetaState::new();
+    let owner = joined_id(join(&mut state, Role::Peer, None));
+    let a = joined_id(join(&mut state, Role::Peer, None));
+    let b = joined_id(join(&mut state, Role::Peer, None));
+    assert_eq!(
+        state.apply(&Command::ZoneSet {
+            owner,
+            zone: 0,
+            backups: vec![a, b]
+        }),
+        Response::Done
+    );
+    assert!(matches!(
+        state.apply(&Command::ZoneSet {
+            owner,
+            zone: 1,
+            backups: vec![a, a]
+        }),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        state.apply(&Command::ZoneSet {
+            owner,
+            zone: 1,
+            backups: vec![owner]
+        }),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(state.zone(owner, 0), Some(&[a, b][..]));
+    assert_eq!(state.zones_of(owner).count(), 1);
+}
+
+fn node_id() -> impl Strategy<Value = NodeId> {
+    (0u16..6).prop_map(NodeId)
+}
+
+fn name() -> impl Strategy<Value = String> {
+    prop_oneof![Just(String::new()), "[a-c]{1,3}".prop_map(String::from)]
+}
+
+fn command() -> impl Strategy<Value = Command> {
+    prop_oneof![
+        (1u8..4, prop::option::of(node_id())).prop_map(|(role, reclaim)| Command::Join {
+            role: [Role::Superpeer, Role::Peer, Role::Client][usize::from(role - 1)],
+            address: format!("10.0.0.{role}:22221"),
+            capabilities: Capabilities(role),
+            rack: u16::from(role),
+            switch: 1,
+            reclaim,
+        }),
+        node_id().prop_map(|node| Command::Leave { node }),
+        node_id().prop_map(|node| Command::Fail { node }),
+        node_id().prop_map(|node| Command::ReleaseId { node }),
+        (node_id(), 0u64..100, 0u64..100, node_id()).prop_map(|(creator, a, b, owner)| {
+            Command::SetOwner {
+                creator,
+                first: a,
+                last: b,
+                owner,
+            }
+        }),
+        (name(), any::<u64>()).prop_map(|(name, raw)| Command::NameRegister {
+            name,
+            cid: ChunkId::from_raw(raw)
+        }),
+        name().prop_map(|name| Command::NameRemove { name }),
+        (0u32..4).prop_map(|size| Command::BarrierAlloc { size }),
+        (0u32..3, node_id(), any::<u64>()).prop_map(|(id, node, value)| Command::BarrierSignOn {
+            id,
+            node,
+            value
+        }),
+        (0u32..3, 0u32..4).prop_map(|(id, size)| Command::BarrierResize { id, size }),
+        (0u32..3).prop_map(|id| Command::BarrierFree { id }),
+        (
+            name(),
+            prop::collection::vec(any::<u8>(), 0..16),
+            any::<bool>()
+        )
+            .prop_map(|(name, data, create_only)| Command::TmpPut {
+                name,
+                data,
+                create_only
+            }),
+        name().prop_map(|name| Command::TmpRemove { name }),
+        (node_id(), 0u32..3, prop::collection::vec(node_id(), 0..4)).prop_map(
+            |(owner, zone, backups)| Command::ZoneSet {
+                owner,
+                zone,
+                backups
+            }
+        ),
+        (node_id(), 0u32..3).prop_map(|(owner, zone)| Command::ZoneRemove { owner, zone }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Every command and response survives its encoding; a refused command changes nothing;
+    /// after every step the snapshot decodes to an equal state, and a replica that applies
+    /// the decoded commands ends equal (byte-equal snapshots).
+    #[test]
+    fn random_commands_keep_replicas_and_snapshots_equal(
+        commands in prop::collection::vec(command(), 1..60)
+    ) {
+        let mut leader = MetaState::new();
+        let mut replica = MetaState::new();
+        for command in &commands {
+            let bytes = command.to_bytes();
+            let decoded = Command::from_bytes(&bytes).expect("own encoding decodes");
+            prop_assert_eq!(&decoded, command);
+            let before = leader.clone();
+            let response = leader.apply(command);
+            let decoded_response = Response::from_bytes(&response.to_bytes());
+            prop_assert_eq!(decoded_response, Ok(response.clone()));
+            if matches!(response, Response::Error(_)) {
+                prop_assert_eq!(&leader, &before);
+            }
+            prop_assert_eq!(replica.apply(&decoded), response);
+            let snapshot = leader.snapshot();
+            let restored = MetaState::from_snapshot(&snapshot).expect("own snapshot decodes");
+            prop_assert_eq!(&restored, &leader);
+        }
+        prop_assert_eq!(leader.snapshot(), replica.snapshot());
+    }
+
+    /// Decoders return errors, never panic, on arbitrary or truncated input.
+    #[test]
+    fn decoders_survive_garbage(bytes in prop::collection::vec(any::<u8>(), 0..256)) {
+        let _ = Command::from_bytes(&bytes);
+        let _ = Response::from_bytes(&bytes);
+        let _ = MetaState::from_snapshot(&bytes);
+    }
+
+    /// Every strict prefix of a valid encoding is refused.
+    #[test]
+    fn truncated_commands_are_refused(command in command()) {
+        let bytes = command.to_bytes();
+        for cut in 0..bytes.len() {
+            prop_assert!(Command::from_bytes(&bytes[..cut]).is_err());
+        }
+    }
+}
+
+#[test]
+fn provisional_ids_are_never_assigned_or_reclaimed() {
+    let mut state = MetaState::new();
+    assert_eq!(
+        join(&mut state, Role::Peer, Some(NodeId(NODE_ID_MAX + 1))),
+        Response::Error(MetaError::ReclaimRefused(NodeId(NODE_ID_MAX + 1)))
+    );
+    assert_eq!(
+        join(&mut state, Role::Peer, Some(NodeId(0))),
+        Response::Error(MetaError::ReclaimRefused(NodeId(0)))
+    );
+    assert_eq!(joined_id(join(&mut state, Role::Peer, None)), NodeId(1));
+}
