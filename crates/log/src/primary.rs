@@ -1,0 +1,203 @@
+//! The primary log: one file per engine that makes small batches durable at once.
+//!
+//! Job: when a zone's batch in one flush is smaller than its secondary-log buffer, the
+//! batch is kept in that buffer (RAM) and written here, together with every other small
+//! batch of the flush, in one sequential write. It is read only when the engine reopens
+//! after a crash, to move what was still in secondary-log buffers into the secondary logs.
+//!
+//! Layout (byte by byte in `docs/log-format.md`): a 16-byte header (magic, generation,
+//! CRC) at offset 0, then blocks `[type 0xB1, 0, owner u16, zone u16, 0 u16, bytes u32,
+//! CRC u32]` each followed by `bytes` of entries, then a 0 byte. Block and entry checksums
+//! are XORed with the generation, which changes every time the log starts over, so blocks
+//! of an earlier round are never replayed.
+//!
+//! Invariants: written sequentially from the front, never reorganized; it starts over only
+//! after every secondary-log buffer was written to its secondary log and synced.
+//!
+//! Callers: the engine's flusher (append, reset) and reopen (scan).
+
+use crate::error::{io_context, LogResult};
+use crate::header;
+use crate::seclog::walk_batch;
+use crate::storage::{round_up_to_page, AlignedBuf, LogFile, PAGE_BYTES};
+use crate::ZoneId;
+
+const PRIMARY_MAGIC: u32 = 0x4952_504D; // "MPRI" little-endian
+const HEADER_BYTES: usize = 16;
+/// Bytes of a block header.
+pub const BLOCK_HEADER_BYTES: usize = 16;
+const BLOCK_TYPE: u8 = 0xB1;
+
+/// The primary log. See the module docs.
+#[derive(Debug)]
+pub struct PrimaryLog {
+    file: Box<dyn LogFile>,
+    generation: u32,
+    /// Offset of the end marker (where the next block goes).
+    end: usize,
+    /// Bytes from the last page boundary to `end`.
+    tail: Vec<u8>,
+    bytes_written: u64,
+}
+
+/// A valid block found by [`PrimaryLog::scan`]: its zone and its entries, re-based to
+/// generation 0 (write-buffer form).
+pub type ReplayBlock = (ZoneId, Vec<u8>);
+
+fn encode_file_header(generation: u32, out: &mut [u8]) {
+    out[0..4].copy_from_slice(&PRIMARY_MAGIC.to_le_bytes());
+    out[4..8].copy_from_slice(&generation.to_le_bytes());
+    out[8..12].copy_from_slice(&[0; 4]);
+    let crc = crc32c::crc32c(&out[0..12]);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn word(b: &[u8], i: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?))
+}
+
+impl PrimaryLog {
+    /// Opens the primary log over `file`, returning the blocks of its current round
+    /// (for replay) and a log that starts a new round only after [`PrimaryLog::reset`].
+    pub fn open(
+        file: Box<dyn LogFile>,
+        payload_max: u32,
+        owner_of: impl Fn(ZoneId) -> bool,
+    ) -> LogResult<(PrimaryLog, Vec<ReplayBlock>)> {
+        let len = file.len() as usize;
+        let mut image = AlignedBuf::zeroed(len);
+        file.read_at(&mut image[..len / PAGE_BYTES * PAGE_BYTES], 0)
+            .map_err(io_context("reading primary log"))?;
+        let mut blocks = Vec::new();
+        let valid_header = word(&image, 0) == Some(PRIMARY_MAGIC)
+            && word(&image, 12) == Some(crc32c::crc32c(&image[0..12]));
+        let generation = if valid_header {
+            word(&image, 4).unwrap_or(0)
+        } else {
+            0
+        };
+        if valid_header {
+            let mut at = HEADER_BYTES;
+            while let Some(h) = image.get(at..at + BLOCK_HEADER_BYTES) {
+                if h[0] != BLOCK_TYPE
+                    || word(h, 12) != Some(crc32c::crc32c(&h[..12]) ^ generation)
+                {
+                    break;
+                }
+                let zone = ZoneId {
+                    owner: u16::from_le_bytes([h[2], h[3]]),
+                    zone: u16::from_le_bytes([h[4], h[5]]),
+                };
+                let bytes = word(h, 8).unwrap_or(0) as usize;
+                let Some(body) = image.get(at + BLOCK_HEADER_BYTES..at + BLOCK_HEADER_BYTES + bytes)
+                else {
+                    break;
+                };
+                let mut entries = Vec::with_capacity(bytes);
+                let mut pos = 0;
+                let mut intact = true;
+                while pos < body.len() {
+                    match header::decode(&body[pos..], zone.owner, payload_max) {
+                        Ok(e) if e.verify(generation) => {
+                            let start = entries.len();
+                            entries.extend_from_slice(&body[pos..pos + e.header.entry_bytes()]);
+                            header::rebase_crc(&mut entries[start..], &e.header, generation, 0);
+                            pos += e.header.entry_bytes();
+                        }
+                        _ => {
+                            intact = false;
+                            break;
+                        }
+                    }
+                }
+                if owner_of(zone) && !entries.is_empty() {
+                    blocks.push((zone, entries));
+                }
+                if !intact {
+                    break;
+                }
+                at += BLOCK_HEADER_BYTES + bytes;
+            }
+        }
+        let log = PrimaryLog {
+            file,
+            generation,
+            end: HEADER_BYTES,
+            tail: Vec::new(),
+            bytes_written: 0,
+        };
+        Ok((log, blocks))
+    }
+
+    /// Bytes written since open.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
+    }
+
+    /// Starts a new round: next generation, empty log, synced.
+    pub fn reset(&mut self) -> LogResult<()> {
+        self.generation = self.generation.wrapping_add(1);
+        let mut page = AlignedBuf::zeroed(PAGE_BYTES);
+        encode_file_header(self.generation, &mut page[..HEADER_BYTES]);
+        self.file
+            .write_at(&page, 0)
+            .map_err(io_context("resetting primary log"))?;
+        self.file.sync().map_err(io_context("syncing primary log"))?;
+        self.end = HEADER_BYTES;
+        self.tail = page[..HEADER_BYTES].to_vec();
+        self.bytes_written += PAGE_BYTES as u64;
+        Ok(())
+    }
+
+    /// True if blocks of `bytes` entries in `blocks` blocks fit behind the end.
+    pub fn fits(&self, blocks: usize, bytes: usize) -> bool {
+        self.end + blocks * BLOCK_HEADER_BYTES + bytes < self.file.len() as usize
+    }
+
+    /// Writes the blocks (entries in write-buffer form) in one write; the caller checked
+    /// [`PrimaryLog::fits`]. Not synced.
+    pub fn append(&mut self, blocks: &[(ZoneId, &[u8])], payload_max: u32) -> LogResult<()> {
+        let bytes: usize = blocks
+            .iter()
+            .map(|(_, b)| BLOCK_HEADER_BYTES + b.len())
+            .sum();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let page_start = self.end / PAGE_BYTES * PAGE_BYTES;
+        let end = self.end + bytes;
+        let mut buf = AlignedBuf::zeroed(round_up_to_page(end + 1 - page_start));
+        buf[..self.tail.len()].copy_from_slice(&self.tail);
+        let mut at = self.end - page_start;
+        for (zone, entries) in blocks {
+            let h = &mut buf[at..at + BLOCK_HEADER_BYTES];
+            h[0] = BLOCK_TYPE;
+            h[2..4].copy_from_slice(&zone.owner.to_le_bytes());
+            h[4..6].copy_from_slice(&zone.zone.to_le_bytes());
+            h[8..12].copy_from_slice(&(entries.len() as u32).to_le_bytes());
+            let crc = crc32c::crc32c(&h[..12]) ^ self.generation;
+            h[12..16].copy_from_slice(&crc.to_le_bytes());
+            at += BLOCK_HEADER_BYTES;
+            buf[at..at + entries.len()].copy_from_slice(entries);
+            let headers = walk_batch(entries, zone.owner, payload_max)
+                .map_err(|e| crate::error::LogError::Failed(format!("internal: {e}")))?;
+            for (offset, h) in headers {
+                header::rebase_crc(&mut buf[at + offset..], &h, 0, self.generation);
+            }
+            at += entries.len();
+        }
+        self.file
+            .write_at(&buf, page_start as u64)
+            .map_err(io_context("writing primary log"))?;
+        self.bytes_written += buf.len() as u64;
+        self.end = end;
+        let tail_from = end / PAGE_BYTES * PAGE_BYTES - page_start;
+        self.tail = buf[tail_from..end - page_start].to_vec();
+        Ok(())
+    }
+
+    /// Makes the written blocks durable.
+    pub fn sync(&self) -> LogResult<()> {
+        self.file.sync().map_err(io_context("syncing primary log"))
+    }
+}
