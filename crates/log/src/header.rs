@@ -91,16 +91,18 @@ impl Entry<'_> {
     }
 }
 
-/// Bytes needed for `value` in the smallest of the widths `widths` (ascending), with the
-/// index of the width chosen.
+/// The smallest of the widths `widths` (ascending, in bytes) that holds `value`, with its
+/// index; the last width if none does (callers pass value ranges the last width holds).
 fn width_for(value: u64, widths: &[usize]) -> (u8, usize) {
-    for (code, &w) in widths.iter().enumerate() {
-        if w >= 8 || value < (1u64 << (8 * w)) {
-            return (code as u8, w);
-        }
-    }
-    // The last width always fits by construction of the callers.
-    ((widths.len() - 1) as u8, widths[widths.len() - 1])
+    fits_in(value, widths).unwrap_or(((widths.len() - 1) as u8, widths[widths.len() - 1]))
+}
+
+fn fits_in(value: u64, widths: &[usize]) -> Option<(u8, usize)> {
+    widths
+        .iter()
+        .enumerate()
+        .find(|(_, &w)| w >= 8 || value < (1u64 << (8 * w)))
+        .map(|(code, &w)| (code as u8, w))
 }
 
 const CID_WIDTHS: [usize; 4] = [1, 2, 4, 8];
@@ -133,9 +135,8 @@ pub fn encoded_header_bytes(args: &EncodeArgs, payload_bytes: usize) -> usize {
 
 fn cid_width(args: &EncodeArgs) -> (u8, usize) {
     if (args.cid >> 48) as u16 == args.zone_owner {
-        let (code, w) = width_for(args.cid & ((1 << 48) - 1), &CID_WIDTHS[..3]);
-        if w <= 4 {
-            return (code, w);
+        if let Some(short) = fits_in(args.cid & ((1 << 48) - 1), &CID_WIDTHS[..3]) {
+            return short;
         }
     }
     (3, 8)

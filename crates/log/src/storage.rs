@@ -54,10 +54,10 @@ impl AlignedBuf {
             .unwrap_or_else(|_| std::alloc::handle_alloc_error(std::alloc::Layout::new::<u8>()))
     }
 
-    /// A zeroed buffer of at least `bytes`, rounded up to whole pages.
+    /// A zeroed buffer of at least `bytes` (at least one page), rounded up to whole pages.
     pub fn zeroed(bytes: usize) -> AlignedBuf {
         assert!(bytes <= isize::MAX as usize / 2, "buffer too large");
-        let len = round_up_to_page(bytes);
+        let len = round_up_to_page(bytes.max(1));
         let layout = Self::layout(len);
         // SAFETY: `layout` has a non-zero size (at least one page).
         let raw = unsafe { std::alloc::alloc_zeroed(layout) };
