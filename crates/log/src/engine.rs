@@ -307,6 +307,7 @@ impl LogEngine {
                 };
                 segments
             ],
+            None,
         );
         let (mut vlog, old) = VersionLog::open(inner.storage.clone(), &vlog_base(zone))?;
         if !old.is_empty() {
@@ -706,6 +707,21 @@ impl Inner {
         (wb.next_seq - 1, vm.epoch(), table)
     }
 
+    /// Makes every append of `zone` so far durable in its secondary log (write buffer,
+    /// then secondary-log buffer) and returns the zone's RAM versions as of then.
+    pub(crate) fn flush_zone(&self, zone: &Zone) -> LogResult<HashMap<u64, VersionState>> {
+        let (seq, _, ram) = self.snapshot_versions(zone);
+        if seq > 0 {
+            self.wait_durable(seq, self.config.wait_timeout)?;
+        }
+        let pending = std::mem::take(&mut zone.log.lock().sec_buffer);
+        if !pending.is_empty() {
+            self.write_secondary(zone, &pending)?;
+        }
+        zone.log.lock().seclog.sync()?;
+        Ok(ram)
+    }
+
     pub(crate) fn durable_now(&self) -> Seq {
         self.durability.lock().durable_seq
     }
@@ -818,7 +834,7 @@ impl Inner {
             }
         }
         let two_level = self.config.secondary_buffer_bytes > 0;
-        let mut primary_blocks: Vec<(ZoneId, Vec<u8>)> = Vec::new();
+        let mut primary_blocks: Vec<(ZoneId, u8, Vec<u8>)> = Vec::new();
         let mut touched: HashSet<ZoneId> = HashSet::new();
         for (zone_id, (entries, removes)) in &groups {
             let Ok(zone) = self.zone(*zone_id) else {
@@ -853,15 +869,24 @@ impl Inner {
                     self.write_secondary(&zone, &full)?;
                     touched.insert(*zone_id);
                 }
-                zone.log.lock().sec_buffer.extend_from_slice(entries);
-                primary_blocks.push((*zone_id, entries.clone()));
+                let flags = {
+                    let mut log = zone.log.lock();
+                    let empty = log.sec_buffer.is_empty();
+                    log.sec_buffer.extend_from_slice(entries);
+                    if empty {
+                        crate::primary::BLOCK_FLAG_BUFFER_START
+                    } else {
+                        0
+                    }
+                };
+                primary_blocks.push((*zone_id, flags, entries.clone()));
             }
             if !removes.is_empty() {
                 zone.log.lock().vlog.append(removes)?;
             }
         }
         if !primary_blocks.is_empty() {
-            let bytes: usize = primary_blocks.iter().map(|b| b.1.len()).sum();
+            let bytes: usize = primary_blocks.iter().map(|b| b.2.len()).sum();
             let mut primary = self.primary.lock();
             let p = primary
                 .as_mut()
@@ -886,9 +911,9 @@ impl Inner {
                 p.reset()?;
                 primary_blocks.clear();
             }
-            let refs: Vec<(ZoneId, &[u8])> = primary_blocks
+            let refs: Vec<(ZoneId, u8, &[u8])> = primary_blocks
                 .iter()
-                .map(|(z, b)| (*z, b.as_slice()))
+                .map(|(z, f, b)| (*z, *f, b.as_slice()))
                 .collect();
             p.append(&refs, payload_max)?;
             p.sync()?;
@@ -926,7 +951,7 @@ impl Inner {
             let (result, utilization, written) = {
                 let mut log = zone.log.lock();
                 let before = log.seclog.used_bytes();
-                let r = log.seclog.append(rest);
+                let r = log.seclog.append(rest, false);
                 let after = log.seclog.used_bytes();
                 (r, log.seclog.utilization_percent(), after.saturating_sub(before))
             };
@@ -997,7 +1022,7 @@ fn encode_record(out: &mut Vec<u8>, zone: ZoneId, cid: u64, v: Version, record: 
 /// error.
 fn append_all(config: &LogConfig, log: &mut SecondaryLog, batch: &[u8], zone: ZoneId) -> LogResult<()> {
     let _ = config;
-    match log.append(batch) {
+    match log.append(batch, true) {
         Ok(()) => Ok(()),
         Err(PlaceError::Io(e)) => Err(e),
         Err(PlaceError::NoSpace { .. }) => Err(LogError::LogFull(zone)),
@@ -1117,6 +1142,8 @@ fn reopen_zone(
     let file: Arc<dyn crate::storage::LogFile> = Arc::from(file);
     let mut segments = Vec::with_capacity(count);
     let mut buf = AlignedBuf::zeroed(segment_bytes);
+    // The youngest segment with room becomes the active one again, with its last page.
+    let mut active: Option<(u32, usize, Vec<u8>)> = None;
     for index in 0..count {
         SecondaryLog::read_segment(file.as_ref(), segment_bytes, index, segment_bytes, &mut buf)?;
         let info = match seclog::decode_segment_header(&buf) {
@@ -1130,6 +1157,10 @@ fn reopen_zone(
                     true,
                     |_, _| {},
                 );
+                if end + 1 < segment_bytes && active.as_ref().is_none_or(|a| generation > a.0) {
+                    let from = end / crate::storage::PAGE_BYTES * crate::storage::PAGE_BYTES;
+                    active = Some((generation, index, buf[from..end].to_vec()));
+                }
                 SegmentInfo {
                     used: end as u32,
                     generation,
@@ -1144,7 +1175,8 @@ fn reopen_zone(
     }
     let (vlog, records) = VersionLog::open(storage.clone(), &vlog_base(zone))?;
     let (table, chains) = durable_versions(file.as_ref(), &segments, config, zone, &records)?;
-    let seclog = SecondaryLog::new(file, zone.owner, segment_bytes, payload_max, segments);
+    let active = active.map(|(_, index, tail)| (index, tail));
+    let seclog = SecondaryLog::new(file, zone.owner, segment_bytes, payload_max, segments, active);
     Ok((
         ZoneLog {
             seclog,

@@ -40,9 +40,12 @@ pub struct PrimaryLog {
     bytes_written: u64,
 }
 
-/// A valid block found by [`PrimaryLog::scan`]: its zone and its entries, re-based to
-/// generation 0 (write-buffer form).
+/// Entries of one zone to replay, re-based to generation 0 (write-buffer form).
 pub type ReplayBlock = (ZoneId, Vec<u8>);
+
+/// Block flag: the zone's secondary-log buffer was empty before this block, so the
+/// blocks of the zone before it are in its secondary log already.
+pub const BLOCK_FLAG_BUFFER_START: u8 = 1;
 
 fn encode_file_header(generation: u32, out: &mut [u8]) {
     out[0..4].copy_from_slice(&PRIMARY_MAGIC.to_le_bytes());
@@ -57,8 +60,10 @@ fn word(b: &[u8], i: usize) -> Option<u32> {
 }
 
 impl PrimaryLog {
-    /// Opens the primary log over `file`, returning the blocks of its current round
-    /// (for replay) and a log that starts a new round only after [`PrimaryLog::reset`].
+    /// Opens the primary log over `file`, returning per zone the entries that were only
+    /// in its secondary-log buffer (the blocks of the current round from the zone's last
+    /// block flagged [`BLOCK_FLAG_BUFFER_START`] on), and a log that starts a new round
+    /// only after [`PrimaryLog::reset`].
     pub fn open(
         file: Box<dyn LogFile>,
         payload_max: u32,
@@ -110,8 +115,13 @@ impl PrimaryLog {
                         }
                     }
                 }
-                if owner_of(zone) && !entries.is_empty() {
-                    blocks.push((zone, entries));
+                if owner_of(zone) {
+                    if h[1] & BLOCK_FLAG_BUFFER_START != 0 {
+                        blocks.retain(|(z, _)| *z != zone);
+                    }
+                    if !entries.is_empty() {
+                        blocks.push((zone, entries));
+                    }
                 }
                 if !intact {
                     break;
@@ -156,10 +166,10 @@ impl PrimaryLog {
 
     /// Writes the blocks (entries in write-buffer form) in one write; the caller checked
     /// [`PrimaryLog::fits`]. Not synced.
-    pub fn append(&mut self, blocks: &[(ZoneId, &[u8])], payload_max: u32) -> LogResult<()> {
+    pub fn append(&mut self, blocks: &[(ZoneId, u8, &[u8])], payload_max: u32) -> LogResult<()> {
         let bytes: usize = blocks
             .iter()
-            .map(|(_, b)| BLOCK_HEADER_BYTES + b.len())
+            .map(|(_, _, b)| BLOCK_HEADER_BYTES + b.len())
             .sum();
         if bytes == 0 {
             return Ok(());
@@ -169,9 +179,10 @@ impl PrimaryLog {
         let mut buf = AlignedBuf::zeroed(round_up_to_page(end + 1 - page_start));
         buf[..self.tail.len()].copy_from_slice(&self.tail);
         let mut at = self.end - page_start;
-        for (zone, entries) in blocks {
+        for (zone, flags, entries) in blocks {
             let h = &mut buf[at..at + BLOCK_HEADER_BYTES];
             h[0] = BLOCK_TYPE;
+            h[1] = *flags;
             h[2..4].copy_from_slice(&zone.owner.to_le_bytes());
             h[4..6].copy_from_slice(&zone.zone.to_le_bytes());
             h[8..12].copy_from_slice(&(entries.len() as u32).to_le_bytes());

@@ -98,8 +98,10 @@ struct Assembly {
 impl LogEngine {
     /// Reads zone `zone` back: calls `sink` (from several threads at once) with batches of
     /// the current version of every chunk, each exactly once. Flushes first, so every
-    /// append acknowledged before the call is included; reorganization of the zone pauses
-    /// for the duration. The zone keeps its logs (see [`LogEngine::remove_zone`]).
+    /// append made before the call is included; reorganization of the zone pauses for the
+    /// duration. A chunk appended to while the call runs may be missing from the result
+    /// (the caller fences the zone's owner first). The zone keeps its logs (see
+    /// [`LogEngine::remove_zone`]).
     pub fn recover_zone(
         &self,
         zone: ZoneId,
@@ -114,19 +116,15 @@ impl LogEngine {
             ));
         }
         let z = inner.zone(zone)?;
+        // Everything appended so far goes to the secondary log while cleaning may still
+        // make room for it. Then cleaning stops and the versions are taken. Appends that
+        // come in meanwhile (none when the zone's owner is fenced, as in a recovery) may
+        // be missing from the result: waiting for them here could wait for cleaning.
+        inner.flush_zone(&z)?;
         let _no_cleaning = z.reorg_lock.lock();
-        // Versions first, then make every append they name durable.
-        let (seq, _, ram) = inner.snapshot_versions(&z);
-        if seq > 0 {
-            inner.wait_durable(seq, inner.config.wait_timeout)?;
-        }
-        let pending = std::mem::take(&mut z.log.lock().sec_buffer);
-        if !pending.is_empty() {
-            inner.write_secondary(&z, &pending)?;
-        }
+        let (_, _, ram) = inner.snapshot_versions(&z);
         let (file, segments, records) = {
             let log = z.log.lock();
-            log.seclog.sync()?;
             (log.seclog.file(), log.seclog.segments(), log.vlog.load()?)
         };
         let mut versions = table_from_records(&records);

@@ -142,11 +142,30 @@ impl Inner {
         let segment_bytes = config.segment_bytes as usize;
         let payload_max = config.entry_payload_bytes_max();
         let all = matches!(mode, Mode::Urgent | Mode::EonVisit);
+        // Candidates first, versions second: every entry in a candidate was appended
+        // before the versions are taken, so the table knows a version at least as new as
+        // each of them and an entry is dropped only for a newer durable one.
+        let (file, segments, candidates) = {
+            let mut log = zone.log.lock();
+            if all {
+                log.seclog.close_active();
+            }
+            let active = log.seclog.active();
+            let segments = log.seclog.segments();
+            let mut c: Vec<(usize, seclog::SegmentInfo)> = segments
+                .iter()
+                .copied()
+                .enumerate()
+                .filter(|(i, s)| s.used > 0 && Some(*i) != active)
+                .collect();
+            c.sort_by_key(|(_, s)| s.generation);
+            if !all {
+                c.truncate(config.reorg_segments_per_pass);
+            }
+            (log.seclog.file(), segments, c)
+        };
         let (mut table, snapshot_epoch) = if mode == Mode::Urgent {
-            let (file, segments, records) = {
-                let log = zone.log.lock();
-                (log.seclog.file(), log.seclog.segments(), log.vlog.load()?)
-            };
+            let records = zone.log.lock().vlog.load()?;
             let (mut table, chains) =
                 durable_versions(file.as_ref(), &segments, config, zone.id, &records)?;
             chains.finish(&mut table);
@@ -164,29 +183,11 @@ impl Inner {
             }
         };
         let visit_epoch = zone.versions.lock().epoch();
-        let (file, candidates) = {
-            let mut log = zone.log.lock();
-            if all {
-                log.seclog.close_active();
-            }
-            let active = log.seclog.active();
-            let mut c: Vec<(usize, seclog::SegmentInfo)> = log
-                .seclog
-                .segments()
-                .into_iter()
-                .enumerate()
-                .filter(|(i, s)| s.used > 0 && Some(*i) != active)
-                .collect();
-            c.sort_by_key(|(_, s)| s.generation);
-            if !all {
-                c.truncate(config.reorg_segments_per_pass);
-            }
-            (log.seclog.file(), c)
-        };
         let restamp_age = config.eon_visit_epochs;
         let mut restamp_failed = false;
         let room = segment_bytes - SEGMENT_HEADER_BYTES - 1;
         let mut out: Vec<u8> = Vec::with_capacity(segment_bytes);
+        // Sources whose valid entries are all in `out` (or written already).
         let mut pending: Vec<usize> = Vec::new();
         let mut buf = AlignedBuf::zeroed(segment_bytes);
         for (index, info) in candidates {
@@ -251,16 +252,25 @@ impl Inner {
                     header::rebase_crc(&mut valid[start..], &h, info.generation, 0);
                 },
             );
-            if out.len() + valid.len() > room {
-                self.write_out(zone, &mut out, &mut pending)?;
+            // Fill output segments entry by entry; a source is freed once all its valid
+            // entries are in written segments.
+            let headers = seclog::walk_batch(&valid, zone.id.owner, payload_max)
+                .map_err(|e| crate::error::LogError::Failed(format!("internal: {e}")))?;
+            for (offset, h) in headers {
+                let bytes = h.entry_bytes();
+                if out.len() + bytes > room && !self.write_out(zone, &mut out, &mut pending)? {
+                    return Ok(()); // no free segment: keep every source
+                }
+                out.extend_from_slice(&valid[offset..offset + bytes]);
             }
-            out.extend_from_slice(&valid);
             pending.push(index);
             self.counters
                 .reorg_segments_cleaned
                 .fetch_add(1, Ordering::Relaxed);
         }
-        self.write_out(zone, &mut out, &mut pending)?;
+        if !self.write_out(zone, &mut out, &mut pending)? {
+            return Ok(());
+        }
         if mode == Mode::EonVisit {
             // Old removes get a fresh version too, so a later write of the chunk compares
             // newer than its remove.
@@ -288,18 +298,18 @@ impl Inner {
     }
 
     /// Writes the collected valid entries to a fresh segment, syncs, then frees the
-    /// segments they came from.
-    fn write_out(&self, zone: &Zone, out: &mut Vec<u8>, pending: &mut Vec<usize>) -> LogResult<()> {
+    /// segments whose entries are all written. False if no segment was free (nothing is
+    /// freed then; the pass must stop).
+    fn write_out(
+        &self,
+        zone: &Zone,
+        out: &mut Vec<u8>,
+        pending: &mut Vec<usize>,
+    ) -> LogResult<bool> {
         let mut log = zone.log.lock();
         if !out.is_empty() {
-            match log.seclog.write_closed(out)? {
-                Some(_) => {}
-                None => {
-                    // No free segment at all: keep the sources, try again later.
-                    out.clear();
-                    pending.clear();
-                    return Ok(());
-                }
+            if log.seclog.write_closed(out)?.is_none() {
+                return Ok(false);
             }
             log.seclog.sync()?;
             self.counters
@@ -311,7 +321,7 @@ impl Inner {
         }
         out.clear();
         pending.clear();
-        Ok(())
+        Ok(true)
     }
 
     /// Rewrites the version log with one record per chunk when it holds many more.

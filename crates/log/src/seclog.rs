@@ -142,6 +142,7 @@ impl SecondaryLog {
         segment_bytes: usize,
         payload_max: u32,
         segments: Vec<SegmentInfo>,
+        active: Option<(usize, Vec<u8>)>,
     ) -> SecondaryLog {
         let next_generation = segments
             .iter()
@@ -155,8 +156,8 @@ impl SecondaryLog {
             segment_bytes,
             payload_max,
             segments,
-            active: None,
-            tail: Vec::new(),
+            active: active.as_ref().map(|a| a.0),
+            tail: active.map(|a| a.1).unwrap_or_default(),
             next_generation,
         }
     }
@@ -271,7 +272,7 @@ impl SecondaryLog {
     /// segment while they fit; a batch of at least 3/4 of a segment starts a new one. On
     /// [`PlaceError::NoSpace`] the caller asks for reorganization and retries with the
     /// rest of the batch.
-    pub fn append(&mut self, batch: &[u8]) -> Result<(), PlaceError> {
+    pub fn append(&mut self, batch: &[u8], use_reserve: bool) -> Result<(), PlaceError> {
         let headers = walk_batch(batch, self.zone_owner, self.payload_max).map_err(|e| {
             PlaceError::Io(crate::error::LogError::Failed(format!(
                 "internal: batch does not decode: {e}"
@@ -284,7 +285,7 @@ impl SecondaryLog {
         while i < headers.len() {
             let index = match self.active {
                 Some(a) => a,
-                None => match self.take_free(false) {
+                None => match self.take_free(use_reserve) {
                     Some((a, tail)) => {
                         self.active = Some(a);
                         self.tail = tail;

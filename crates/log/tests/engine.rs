@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{decode_payload, open, payload, read_zone, read_zone_with, temp_dir};
+use common::{assert_same, decode_payload, open, payload, read_zone, read_zone_with, temp_dir};
 use myriad_log::{
     DiskStorage, IoMode, LogConfig, LogEngine, LogError, MemStorage, RecoveryOptions, Storage,
     ZoneId,
@@ -53,7 +53,7 @@ fn model_random_puts_and_removes_match_recovery_before_and_after_restart() {
             }
             if op % 1000 == 999 {
                 for z in zones {
-                    assert_eq!(read_zone(&engine, z), model[&z], "seed {seed} op {op} zone {z}");
+                    assert_same(&read_zone(&engine, z), &model[&z], &format!("seed {seed} op {op} zone {z}"));
                 }
             }
         }
@@ -61,7 +61,7 @@ fn model_random_puts_and_removes_match_recovery_before_and_after_restart() {
         let engine = open(&storage, &config);
         assert_eq!(engine.zones(), zones.to_vec());
         for z in zones {
-            assert_eq!(read_zone(&engine, z), model[&z], "after restart, seed {seed}");
+            assert_same(&read_zone(&engine, z), &model[&z], &format!("after restart, seed {seed}"));
         }
         // And it keeps working after the restart.
         let c = cid(1, 7);
@@ -169,7 +169,7 @@ fn reorganization_under_concurrent_writes_keeps_every_latest_version() {
     let stats = engine.stats();
     assert!(stats.reorg_passes > 0 && stats.reorg_segments_cleaned > 0, "{stats:?}");
     for (z, model) in zones.iter().zip(&models) {
-        assert_eq!(&read_zone(&engine, *z), model, "zone {z}");
+        assert_same(&read_zone(&engine, *z), model, &format!("zone {z}"));
     }
     for z in &stats.zones {
         assert!(z.memory_bytes > 0 && z.used_bytes <= z.capacity_bytes);
@@ -177,7 +177,7 @@ fn reorganization_under_concurrent_writes_keeps_every_latest_version() {
     drop(engine);
     let engine = open(&storage, &config);
     for (z, model) in zones.iter().zip(&models) {
-        assert_eq!(&read_zone(&engine, *z), model, "after restart, zone {z}");
+        assert_same(&read_zone(&engine, *z), model, &format!("after restart, zone {z}"));
     }
 }
 
@@ -214,10 +214,10 @@ fn eon_visits_restamp_cold_chunks_and_keep_them() {
         }
         engine.flush().unwrap();
     }
-    assert_eq!(read_zone(&engine, z), model);
+    assert_same(&read_zone(&engine, z), &model, "eon");
     drop(engine);
     let engine = open(&storage, &config);
-    assert_eq!(read_zone(&engine, z), model);
+    assert_same(&read_zone(&engine, z), &model, "eon");
 }
 
 #[test]
@@ -271,15 +271,15 @@ fn disk_storage_in_both_io_modes_round_trips_through_restart() {
         engine.create_zone(z).unwrap();
         let mut model = HashMap::new();
         for op in 0..3000u64 {
-            let c = cid(7, op % 300);
+            let c = cid(7, op % 200);
             let p = payload(c, op, 24 + (op as usize % 500));
             engine.append(z, c, &p).unwrap();
             model.insert(c, p);
         }
-        assert_eq!(read_zone(&engine, z), model, "{mode:?}");
+        assert_same(&read_zone(&engine, z), &model, &format!("{mode:?}"));
         engine.shutdown().unwrap();
         let engine = open(&storage, &config);
-        assert_eq!(read_zone(&engine, z), model, "{mode:?} after restart");
+        assert_same(&read_zone(&engine, z), &model, &format!("{mode:?} after restart"));
         drop(engine);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -71,3 +71,35 @@ pub fn decode_payload(cid: u64, bytes: &[u8]) -> Option<u64> {
     let op: u64 = std::str::from_utf8(text.get(1)?).ok()?.parse().ok()?;
     (c == cid && payload(cid, op, bytes.len()) == bytes).then_some(op)
 }
+
+/// Compares a recovered zone with the model, describing the first differences briefly.
+pub fn assert_same(got: &HashMap<u64, Vec<u8>>, want: &HashMap<u64, Vec<u8>>, context: &str) {
+    if got == want {
+        return;
+    }
+    let mut lines = Vec::new();
+    for (cid, v) in want {
+        match got.get(cid) {
+            None => lines.push(format!("missing {cid:#x} (want op {:?})", decode_payload(*cid, v))),
+            Some(g) if g != v => lines.push(format!(
+                "{cid:#x}: got op {:?}, want op {:?}",
+                decode_payload(*cid, g),
+                decode_payload(*cid, v)
+            )),
+            _ => {}
+        }
+    }
+    for (cid, g) in got {
+        if !want.contains_key(cid) {
+            lines.push(format!("extra {cid:#x} (op {:?})", decode_payload(*cid, g)));
+        }
+    }
+    lines.sort();
+    lines.truncate(12);
+    panic!(
+        "{context}: got {} chunks, want {}; {}",
+        got.len(),
+        want.len(),
+        lines.join("; ")
+    );
+}
