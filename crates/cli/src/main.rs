@@ -25,6 +25,8 @@ enum Command {
 enum BenchCommand {
     /// The memory manager under the DXMem workloads.
     Mem(myriad_bench::mem::MemArgs),
+    /// The backup-side log engine: append rate, recovery read, disk baseline.
+    Log(myriad_bench::log::LogArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +35,9 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => demo::run(),
         Command::Bench(BenchCommand::Mem(args)) => {
             myriad_bench::mem::run(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Log(args)) => {
+            myriad_bench::log::run(&args).map_err(anyhow::Error::msg)
         }
     }
 }

@@ -114,8 +114,7 @@ impl LogConfig {
 
     /// Version-buffer entries at which the epoch ends.
     pub fn version_seal_entries(&self) -> usize {
-        (self.version_buffer_entries_max as u64 * u64::from(self.version_buffer_seal_percent)
-            / 100)
+        (self.version_buffer_entries_max as u64 * u64::from(self.version_buffer_seal_percent) / 100)
             .max(1) as usize
     }
 
@@ -138,7 +137,8 @@ impl LogConfig {
             return bad("secondary_buffer_bytes must be at most half a segment");
         }
         if self.secondary_buffer_bytes > 0
-            && (self.primary_log_bytes < 4 * round_up_to_page(self.write_buffer_bytes as usize / 2) as u64
+            && (self.primary_log_bytes
+                < 4 * round_up_to_page(self.write_buffer_bytes as usize / 2) as u64
                 || self.primary_log_bytes > 1 << 40)
         {
             return bad("primary_log_bytes must be at least 2 write buffers");

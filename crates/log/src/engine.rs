@@ -30,7 +30,7 @@ use crate::primary::PrimaryLog;
 use crate::seclog::{self, PlaceError, SecondaryLog, SegmentInfo};
 use crate::storage::{round_up_to_page, AlignedBuf, Storage};
 use crate::version::{
-    merge, table_from_records, AssignBlocked, Version, VersionLog, VersionManager,
+    merge, table_from_records, AssignBlocked, CidMap, Version, VersionLog, VersionManager,
     VersionRecord, VersionState,
 };
 use crate::ZoneId;
@@ -130,6 +130,8 @@ pub(crate) struct Inner {
     pub reorg: Mutex<ReorgRequests>,
     pub reorg_cv: Condvar,
     pub shutdown: AtomicBool,
+    /// Set once `durability.failed` is (read on every append without a lock).
+    failed: AtomicBool,
     pub counters: Counters,
 }
 
@@ -169,7 +171,7 @@ impl LogEngine {
             .list()
             .map_err(io_context("listing the log directory"))?;
         let mut zones = HashMap::new();
-        let mut rebuilt: HashMap<ZoneId, (ZoneLog, HashMap<u64, VersionState>, ChainTracker)> =
+        let mut rebuilt: HashMap<ZoneId, (ZoneLog, CidMap<VersionState>, ChainTracker)> =
             HashMap::new();
         for zone in names.iter().filter_map(|n| parse_sec_name(n)) {
             if rebuilt.len() >= config.zones_max {
@@ -180,7 +182,10 @@ impl LogEngine {
         }
         // The primary log: what was only in secondary-log buffers goes to the logs now.
         let primary_file = storage
-            .open(PRIMARY_NAME, round_up_to_page(config.primary_log_bytes as usize) as u64)
+            .open(
+                PRIMARY_NAME,
+                round_up_to_page(config.primary_log_bytes as usize) as u64,
+            )
             .map_err(io_context("opening primary log"))?;
         let payload_max = config.entry_payload_bytes_max();
         let (mut primary, blocks) =
@@ -203,10 +208,13 @@ impl LogEngine {
                 .iter()
                 .map(|(&cid, &state)| VersionRecord { cid, state })
                 .collect();
-            let newest = records
-                .iter()
-                .map(|r| r.state.version)
-                .reduce(|a, b| if b.is_newer_than(a) { b } else { a });
+            let newest = records.iter().map(|r| r.state.version).reduce(|a, b| {
+                if b.is_newer_than(a) {
+                    b
+                } else {
+                    a
+                }
+            });
             log.vlog.compact(&records)?;
             let epoch = newest.map_or(0, |v| v.epoch.wrapping_add(1));
             let versions = VersionManager::new(
@@ -244,6 +252,7 @@ impl LogEngine {
             reorg: Mutex::new(ReorgRequests::default()),
             reorg_cv: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
             counters: Counters::default(),
             config,
         });
@@ -382,7 +391,15 @@ impl LogEngine {
         let z = inner.zone(zone)?;
         let link_bytes = inner.config.entry_payload_bytes_max() as usize;
         if payload.len() <= link_bytes {
-            return inner.push(&z, cid, Record::Put { payload, chain: None }, None);
+            return inner.push(
+                &z,
+                cid,
+                Record::Put {
+                    payload,
+                    chain: None,
+                },
+                None,
+            );
         }
         let count = payload.len().div_ceil(link_bytes);
         let mut first: Option<AppendTicket> = None;
@@ -406,6 +423,34 @@ impl LogEngine {
             }));
         }
         first.ok_or_else(|| LogError::Failed("internal: empty chain".into()))
+    }
+
+    /// Appends writes of several chunks of one zone (one log message of the owner) with
+    /// one lock round trip for as many as fit in the write buffer; as [`LogEngine::append`]
+    /// otherwise. Returns the sequence number of the last one (all earlier ones are
+    /// durable when it is). An empty batch returns the last sequence number issued.
+    pub fn append_batch(&self, zone: ZoneId, chunks: &[(u64, &[u8])]) -> LogResult<Seq> {
+        let inner = &self.inner;
+        let z = inner.zone(zone)?;
+        let link_bytes = inner.config.entry_payload_bytes_max() as usize;
+        let mut last = inner.wb.lock().next_seq - 1;
+        let mut start = 0;
+        while start < chunks.len() {
+            // Runs of small chunks go in together; a large one goes alone (chained).
+            let run = chunks[start..]
+                .iter()
+                .position(|(_, p)| p.len() > link_bytes)
+                .unwrap_or(chunks.len() - start);
+            if run > 0 {
+                last = inner.push_many(&z, &chunks[start..start + run])?;
+                start += run;
+            } else {
+                let (cid, payload) = chunks[start];
+                last = self.append(zone, cid, payload)?.seq;
+                start += 1;
+            }
+        }
+        Ok(last)
     }
 
     /// Removes chunk `cid` from `zone`: a new version flagged deleted, made durable in the
@@ -601,8 +646,10 @@ impl Inner {
     }
 
     fn check_failed(&self) -> LogResult<()> {
-        if let Some(msg) = &self.durability.lock().failed {
-            return Err(LogError::Failed(msg.clone()));
+        if self.failed.load(Ordering::Relaxed) {
+            if let Some(msg) = &self.durability.lock().failed {
+                return Err(LogError::Failed(msg.clone()));
+            }
         }
         if self.shutdown.load(Ordering::Relaxed) {
             return Err(LogError::ShutDown);
@@ -621,10 +668,12 @@ impl Inner {
     ) -> LogResult<AppendTicket> {
         let half = (self.config.write_buffer_bytes / 2) as usize;
         let bytes = match &record {
-            Record::Put { payload, .. } => RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX + payload.len(),
+            Record::Put { payload, .. } => {
+                RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX + payload.len()
+            }
             Record::Remove => REMOVE_RECORD_BYTES,
         };
-        let deadline = Instant::now() + self.config.wait_timeout;
+        let mut deadline = None;
         let mut wb = self.wb.lock();
         loop {
             self.check_failed()?;
@@ -645,7 +694,9 @@ impl Inner {
                         wb.next_seq += 1;
                         encode_record(&mut wb.active, zone.id, cid, v, &record);
                         if let Record::Put { payload, .. } = record {
-                            self.counters.appended_entries.fetch_add(1, Ordering::Relaxed);
+                            self.counters
+                                .appended_entries
+                                .fetch_add(1, Ordering::Relaxed);
                             self.counters
                                 .appended_payload_bytes
                                 .fetch_add(payload.len() as u64, Ordering::Relaxed);
@@ -664,10 +715,68 @@ impl Inner {
                 wb.wake_now = true;
             }
             self.wb_cv.notify_all();
-            if self.wb_cv.wait_until(&mut wb, deadline).timed_out() {
+            let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
+            if self.wb_cv.wait_until(&mut wb, until).timed_out() {
                 return Err(LogError::Timeout("room in the write or version buffer"));
             }
         }
+    }
+
+    /// Puts writes of whole (unchained) chunks of one zone into the write buffer, taking
+    /// the buffer and version locks once for as many as fit. Returns the last sequence
+    /// number.
+    fn push_many(&self, zone: &Zone, items: &[(u64, &[u8])]) -> LogResult<Seq> {
+        let half = (self.config.write_buffer_bytes / 2) as usize;
+        let mut deadline = None;
+        let mut done = 0;
+        let mut last = 0;
+        let mut payload_bytes = 0u64;
+        let mut wb = self.wb.lock();
+        while done < items.len() {
+            self.check_failed()?;
+            {
+                let mut vm = zone.versions.lock();
+                for &(cid, payload) in &items[done..] {
+                    let bytes = RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX + payload.len();
+                    if wb.active.len() + bytes > half {
+                        wb.wake_now = true;
+                        break;
+                    }
+                    let Ok(v) = vm.assign_put(cid, wb.next_seq) else {
+                        wb.wake_now = true;
+                        break;
+                    };
+                    last = wb.next_seq;
+                    wb.next_seq += 1;
+                    let record = Record::Put {
+                        payload,
+                        chain: None,
+                    };
+                    encode_record(&mut wb.active, zone.id, cid, v, &record);
+                    payload_bytes += payload.len() as u64;
+                    done += 1;
+                }
+            }
+            if done < items.len() {
+                self.wb_cv.notify_all();
+                let until =
+                    *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
+                if self.wb_cv.wait_until(&mut wb, until).timed_out() {
+                    return Err(LogError::Timeout("room in the write or version buffer"));
+                }
+            }
+        }
+        if wb.active.len() >= half / 2 {
+            self.wb_cv.notify_all();
+        }
+        drop(wb);
+        self.counters
+            .appended_entries
+            .fetch_add(items.len() as u64, Ordering::Relaxed);
+        self.counters
+            .appended_payload_bytes
+            .fetch_add(payload_bytes, Ordering::Relaxed);
+        Ok(last)
     }
 
     pub(crate) fn wait_durable(&self, seq: Seq, timeout: Duration) -> LogResult<()> {
@@ -675,7 +784,9 @@ impl Inner {
         {
             let mut wb = self.wb.lock();
             if seq >= wb.next_seq {
-                return Err(LogError::Failed(format!("sequence number {seq} not issued")));
+                return Err(LogError::Failed(format!(
+                    "sequence number {seq} not issued"
+                )));
             }
             if seq > self.durability.lock().durable_seq {
                 wb.flush_wanted = wb.flush_wanted.max(seq);
@@ -699,17 +810,17 @@ impl Inner {
 
     /// The next sequence number to be issued minus one, with a snapshot of `zone`'s
     /// version state in RAM taken atomically with it.
-    pub(crate) fn snapshot_versions(&self, zone: &Zone) -> (Seq, u16, HashMap<u64, VersionState>) {
+    pub(crate) fn snapshot_versions(&self, zone: &Zone) -> (Seq, u16, CidMap<VersionState>) {
         let wb = self.wb.lock();
         let vm = zone.versions.lock();
-        let mut table = HashMap::with_capacity(vm.buffered());
+        let mut table = CidMap::with_capacity_and_hasher(vm.buffered(), Default::default());
         vm.snapshot_into(&mut table);
         (wb.next_seq - 1, vm.epoch(), table)
     }
 
     /// Makes every append of `zone` so far durable in its secondary log (write buffer,
     /// then secondary-log buffer) and returns the zone's RAM versions as of then.
-    pub(crate) fn flush_zone(&self, zone: &Zone) -> LogResult<HashMap<u64, VersionState>> {
+    pub(crate) fn flush_zone(&self, zone: &Zone) -> LogResult<CidMap<VersionState>> {
         let (seq, _, ram) = self.snapshot_versions(zone);
         if seq > 0 {
             self.wait_durable(seq, self.config.wait_timeout)?;
@@ -737,6 +848,7 @@ impl Inner {
         if d.failed.is_none() {
             d.failed = Some(msg);
         }
+        self.failed.store(true, Ordering::SeqCst);
         self.durable_cv.notify_all();
         drop(d);
         self.wb_cv.notify_all();
@@ -953,7 +1065,11 @@ impl Inner {
                 let before = log.seclog.used_bytes();
                 let r = log.seclog.append(rest, false);
                 let after = log.seclog.used_bytes();
-                (r, log.seclog.utilization_percent(), after.saturating_sub(before))
+                (
+                    r,
+                    log.seclog.utilization_percent(),
+                    after.saturating_sub(before),
+                )
             };
             self.counters
                 .secondary_bytes_written
@@ -1020,7 +1136,12 @@ fn encode_record(out: &mut Vec<u8>, zone: ZoneId, cid: u64, v: Version, record: 
 
 /// Appends a batch at reopen, where no reorganizer runs yet: a log without room is an
 /// error.
-fn append_all(config: &LogConfig, log: &mut SecondaryLog, batch: &[u8], zone: ZoneId) -> LogResult<()> {
+fn append_all(
+    config: &LogConfig,
+    log: &mut SecondaryLog,
+    batch: &[u8],
+    zone: ZoneId,
+) -> LogResult<()> {
     let _ = config;
     match log.append(batch, true) {
         Ok(()) => Ok(()),
@@ -1040,7 +1161,7 @@ impl ChainTracker {
     /// chain is complete, in [`ChainTracker::finish`]).
     pub fn observe(
         &mut self,
-        table: &mut HashMap<u64, VersionState>,
+        table: &mut CidMap<VersionState>,
         cid: u64,
         epoch: u16,
         version: u32,
@@ -1068,7 +1189,7 @@ impl ChainTracker {
     }
 
     /// Adds the versions of complete chains to `table`.
-    pub fn finish(self, table: &mut HashMap<u64, VersionState>) {
+    pub fn finish(self, table: &mut CidMap<VersionState>) {
         for ((cid, version), (count, seen)) in self.links {
             if seen.len() == usize::from(count) {
                 merge(
@@ -1092,10 +1213,10 @@ pub(crate) fn durable_versions(
     config: &LogConfig,
     zone: ZoneId,
     vlog_records: &[VersionRecord],
-) -> LogResult<(HashMap<u64, VersionState>, ChainTracker)> {
+) -> LogResult<(CidMap<VersionState>, ChainTracker)> {
     let segment_bytes = config.segment_bytes as usize;
     let payload_max = config.entry_payload_bytes_max();
-    let mut table: HashMap<u64, VersionState> = HashMap::new();
+    let mut table: CidMap<VersionState> = CidMap::default();
     let mut chains = ChainTracker::default();
     let mut buf = AlignedBuf::zeroed(segment_bytes);
     for (index, info) in segments.iter().enumerate() {
@@ -1132,7 +1253,7 @@ fn reopen_zone(
     config: &LogConfig,
     storage: &Arc<dyn Storage>,
     zone: ZoneId,
-) -> LogResult<(ZoneLog, HashMap<u64, VersionState>, ChainTracker)> {
+) -> LogResult<(ZoneLog, CidMap<VersionState>, ChainTracker)> {
     let segment_bytes = config.segment_bytes as usize;
     let payload_max = config.entry_payload_bytes_max();
     let count = config.segments_per_log() as usize;
@@ -1176,7 +1297,14 @@ fn reopen_zone(
     let (vlog, records) = VersionLog::open(storage.clone(), &vlog_base(zone))?;
     let (table, chains) = durable_versions(file.as_ref(), &segments, config, zone, &records)?;
     let active = active.map(|(_, index, tail)| (index, tail));
-    let seclog = SecondaryLog::new(file, zone.owner, segment_bytes, payload_max, segments, active);
+    let seclog = SecondaryLog::new(
+        file,
+        zone.owner,
+        segment_bytes,
+        payload_max,
+        segments,
+        active,
+    );
     Ok((
         ZoneLog {
             seclog,

@@ -85,7 +85,10 @@ pub struct Entry<'a> {
 impl Entry<'_> {
     /// True if the stored checksum matches the header and payload for `generation`.
     pub fn verify(&self, generation: u32) -> bool {
-        let before_crc = self.header_raw.get(..self.header.crc_offset()).unwrap_or(&[]);
+        let before_crc = self
+            .header_raw
+            .get(..self.header.crc_offset())
+            .unwrap_or(&[]);
         let crc = crc32c::crc32c_append(crc32c::crc32c(before_crc), self.payload);
         crc ^ generation == self.header.crc
     }
@@ -358,7 +361,10 @@ mod tests {
 
     #[test]
     fn zero_is_end_of_data_and_small_entry_is_small() {
-        assert_eq!(decode(&[0, 1, 2], 0, 100).unwrap_err(), DecodeError::EndOfData);
+        assert_eq!(
+            decode(&[0, 1, 2], 0, 100).unwrap_err(),
+            DecodeError::EndOfData
+        );
         let a = EncodeArgs {
             cid: (7 << 48) | 200,
             zone_owner: 7,

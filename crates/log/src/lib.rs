@@ -55,16 +55,16 @@ mod seclog;
 mod storage;
 mod version;
 
-pub use config::{LogConfig, SEGMENTS_PER_LOG_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, ZONES_MAX};
+pub use config::{
+    LogConfig, SEGMENTS_PER_LOG_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, ZONES_MAX,
+};
 pub use engine::{AppendTicket, EngineStats, LogEngine, Seq, ZoneStats};
 pub use error::{DecodeError, LogError, LogResult};
 pub use recovery::{RecoveredChunk, RecoveryOptions, RecoveryReport};
 pub use storage::{
     round_up_to_page, AlignedBuf, DiskStorage, IoMode, LogFile, MemStorage, Storage, PAGE_BYTES,
 };
-pub use version::{
-    Version, VersionLog, VersionManager, VersionRecord, VersionState, EON_EPOCHS,
-};
+pub use version::{Version, VersionLog, VersionManager, VersionRecord, VersionState, EON_EPOCHS};
 
 use std::fmt;
 

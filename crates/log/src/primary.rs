@@ -19,7 +19,7 @@
 use crate::error::{io_context, LogResult};
 use crate::header;
 use crate::seclog::walk_batch;
-use crate::storage::{round_up_to_page, AlignedBuf, LogFile, PAGE_BYTES};
+use crate::storage::{with_write_scratch, AlignedBuf, LogFile, PAGE_BYTES};
 use crate::ZoneId;
 
 const PRIMARY_MAGIC: u32 = 0x4952_504D; // "MPRI" little-endian
@@ -84,8 +84,7 @@ impl PrimaryLog {
         if valid_header {
             let mut at = HEADER_BYTES;
             while let Some(h) = image.get(at..at + BLOCK_HEADER_BYTES) {
-                if h[0] != BLOCK_TYPE
-                    || word(h, 12) != Some(crc32c::crc32c(&h[..12]) ^ generation)
+                if h[0] != BLOCK_TYPE || word(h, 12) != Some(crc32c::crc32c(&h[..12]) ^ generation)
                 {
                     break;
                 }
@@ -94,7 +93,8 @@ impl PrimaryLog {
                     zone: u16::from_le_bytes([h[4], h[5]]),
                 };
                 let bytes = word(h, 8).unwrap_or(0) as usize;
-                let Some(body) = image.get(at + BLOCK_HEADER_BYTES..at + BLOCK_HEADER_BYTES + bytes)
+                let Some(body) =
+                    image.get(at + BLOCK_HEADER_BYTES..at + BLOCK_HEADER_BYTES + bytes)
                 else {
                     break;
                 };
@@ -152,7 +152,9 @@ impl PrimaryLog {
         self.file
             .write_at(&page, 0)
             .map_err(io_context("resetting primary log"))?;
-        self.file.sync().map_err(io_context("syncing primary log"))?;
+        self.file
+            .sync()
+            .map_err(io_context("syncing primary log"))?;
         self.end = HEADER_BYTES;
         self.tail = page[..HEADER_BYTES].to_vec();
         self.bytes_written += PAGE_BYTES as u64;
@@ -176,34 +178,41 @@ impl PrimaryLog {
         }
         let page_start = self.end / PAGE_BYTES * PAGE_BYTES;
         let end = self.end + bytes;
-        let mut buf = AlignedBuf::zeroed(round_up_to_page(end + 1 - page_start));
-        buf[..self.tail.len()].copy_from_slice(&self.tail);
-        let mut at = self.end - page_start;
-        for (zone, flags, entries) in blocks {
-            let h = &mut buf[at..at + BLOCK_HEADER_BYTES];
-            h[0] = BLOCK_TYPE;
-            h[1] = *flags;
-            h[2..4].copy_from_slice(&zone.owner.to_le_bytes());
-            h[4..6].copy_from_slice(&zone.zone.to_le_bytes());
-            h[8..12].copy_from_slice(&(entries.len() as u32).to_le_bytes());
-            let crc = crc32c::crc32c(&h[..12]) ^ self.generation;
-            h[12..16].copy_from_slice(&crc.to_le_bytes());
-            at += BLOCK_HEADER_BYTES;
-            buf[at..at + entries.len()].copy_from_slice(entries);
-            let headers = walk_batch(entries, zone.owner, payload_max)
-                .map_err(|e| crate::error::LogError::Failed(format!("internal: {e}")))?;
-            for (offset, h) in headers {
-                header::rebase_crc(&mut buf[at + offset..], &h, 0, self.generation);
-            }
-            at += entries.len();
-        }
-        self.file
-            .write_at(&buf, page_start as u64)
-            .map_err(io_context("writing primary log"))?;
-        self.bytes_written += buf.len() as u64;
+        let generation = self.generation;
+        let tail = std::mem::take(&mut self.tail);
+        let file = &self.file;
+        let (written, new_tail) =
+            with_write_scratch(end + 1 - page_start, |buf| -> LogResult<(u64, Vec<u8>)> {
+                buf[..tail.len()].copy_from_slice(&tail);
+                let mut at = self.end - page_start;
+                for (zone, flags, entries) in blocks {
+                    let h = &mut buf[at..at + BLOCK_HEADER_BYTES];
+                    h.fill(0);
+                    h[0] = BLOCK_TYPE;
+                    h[1] = *flags;
+                    h[2..4].copy_from_slice(&zone.owner.to_le_bytes());
+                    h[4..6].copy_from_slice(&zone.zone.to_le_bytes());
+                    h[8..12].copy_from_slice(&(entries.len() as u32).to_le_bytes());
+                    let crc = crc32c::crc32c(&h[..12]) ^ generation;
+                    h[12..16].copy_from_slice(&crc.to_le_bytes());
+                    at += BLOCK_HEADER_BYTES;
+                    buf[at..at + entries.len()].copy_from_slice(entries);
+                    let headers = walk_batch(entries, zone.owner, payload_max)
+                        .map_err(|e| crate::error::LogError::Failed(format!("internal: {e}")))?;
+                    for (offset, h) in headers {
+                        header::rebase_crc(&mut buf[at + offset..], &h, 0, generation);
+                    }
+                    at += entries.len();
+                }
+                buf[at..].fill(0);
+                file.write_at(buf, page_start as u64)
+                    .map_err(io_context("writing primary log"))?;
+                let tail_from = end / PAGE_BYTES * PAGE_BYTES - page_start;
+                Ok((buf.len() as u64, buf[tail_from..end - page_start].to_vec()))
+            })?;
+        self.bytes_written += written;
         self.end = end;
-        let tail_from = end / PAGE_BYTES * PAGE_BYTES - page_start;
-        self.tail = buf[tail_from..end - page_start].to_vec();
+        self.tail = new_tail;
         Ok(())
     }
 

@@ -14,7 +14,6 @@
 //! Callers: the node's recovery of a failed peer's zone and the full-restart path (after
 //! `LogEngine::open`); `myriad bench log`.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,7 @@ use crate::engine::LogEngine;
 use crate::error::{LogError, LogResult};
 use crate::seclog::{self, SecondaryLog};
 use crate::storage::AlignedBuf;
-use crate::version::{merge, table_from_records, Version, VersionState};
+use crate::version::{merge, table_from_records, CidMap, Version, VersionState};
 use crate::ZoneId;
 
 /// One recovered chunk, borrowing its payload from a read buffer.
@@ -131,7 +130,7 @@ impl LogEngine {
         for (cid, state) in ram {
             merge(&mut versions, cid, state);
         }
-        let table: HashMap<u64, Slot> = versions
+        let table: CidMap<Slot> = versions
             .into_iter()
             .filter(|(_, s)| !s.deleted)
             .map(|(cid, state)| {
@@ -155,7 +154,7 @@ impl LogEngine {
         let payload_max = inner.config.entry_payload_bytes_max();
         let next = AtomicUsize::new(0);
         let error: Mutex<Option<LogError>> = Mutex::new(None);
-        let assemblies: Mutex<HashMap<u64, Assembly>> = Mutex::new(HashMap::new());
+        let assemblies: Mutex<CidMap<Assembly>> = Mutex::new(CidMap::default());
         let completed: Mutex<Vec<(u64, Vec<u8>)>> = Mutex::new(Vec::new());
         let counters = [(); 7].map(|_| AtomicU64::new(0));
         let [chunks, payload_bytes, segments_read, bytes_read, seen, skipped, corrupt] = &counters;
@@ -232,7 +231,9 @@ impl LogEngine {
                                         });
                                         let slot_link = asm.links.get_mut(usize::from(link.index));
                                         match slot_link {
-                                            Some(l @ None) if asm.count == link.count && asm.version == v => {
+                                            Some(l @ None)
+                                                if asm.count == link.count && asm.version == v =>
+                                            {
                                                 *l = Some(e.payload.to_vec());
                                                 asm.have += 1;
                                             }

@@ -27,7 +27,6 @@
 //!
 //! Callers: the engine's reorganizer thread; `LogEngine::reorganize_now` for tests.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,7 +36,7 @@ use crate::error::LogResult;
 use crate::header::{self, EncodeArgs};
 use crate::seclog::{self, SecondaryLog, SEGMENT_HEADER_BYTES};
 use crate::storage::AlignedBuf;
-use crate::version::{merge, table_from_records, Version, VersionRecord, VersionState};
+use crate::version::{merge, table_from_records, CidMap, Version, VersionRecord, VersionState};
 use crate::ZoneId;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -92,8 +91,8 @@ impl Inner {
                 let log = z.log.lock();
                 (log.seclog.used_bytes(), log.seclog.utilization_percent())
             };
-            let grown = used
-                > z.used_after_pass.load(Ordering::Relaxed) + self.config.segment_bytes / 2;
+            let grown =
+                used > z.used_after_pass.load(Ordering::Relaxed) + self.config.segment_bytes / 2;
             if utilization >= self.config.reorg_activation_percent
                 && grown
                 && best.is_none_or(|(u, _)| used > u)
@@ -113,7 +112,7 @@ impl Inner {
     /// Versions whose entries are durable: the version log plus a snapshot of the RAM
     /// part, after waiting until the snapshot's appends are durable. `None` if an urgent
     /// request came in meanwhile (the pass gives way to it).
-    fn durable_snapshot(&self, zone: &Zone) -> LogResult<Option<(HashMap<u64, VersionState>, u16)>> {
+    fn durable_snapshot(&self, zone: &Zone) -> LogResult<Option<(CidMap<VersionState>, u16)>> {
         let (seq, epoch, ram) = self.snapshot_versions(zone);
         self.request_flush(seq);
         let deadline = Instant::now() + self.config.wait_timeout;
@@ -191,7 +190,13 @@ impl Inner {
         let mut pending: Vec<usize> = Vec::new();
         let mut buf = AlignedBuf::zeroed(segment_bytes);
         for (index, info) in candidates {
-            SecondaryLog::read_segment(file.as_ref(), segment_bytes, index, info.used as usize, &mut buf)?;
+            SecondaryLog::read_segment(
+                file.as_ref(),
+                segment_bytes,
+                index,
+                info.used as usize,
+                &mut buf,
+            )?;
             let mut valid: Vec<u8> = Vec::new();
             seclog::scan_segment(
                 &buf,
@@ -277,7 +282,8 @@ impl Inner {
             if let Some(se) = snapshot_epoch {
                 let mut vm = zone.versions.lock();
                 for (&cid, &state) in &table {
-                    if state.deleted && visit_epoch.wrapping_sub(state.version.epoch) >= restamp_age {
+                    if state.deleted && visit_epoch.wrapping_sub(state.version.epoch) >= restamp_age
+                    {
                         if vm.restamp(cid, state, se).is_none() {
                             restamp_failed = true;
                         }

@@ -23,7 +23,7 @@
 
 use crate::error::{io_context, DecodeError, LogResult};
 use crate::header::{self, EntryHeader};
-use crate::storage::{round_up_to_page, AlignedBuf, LogFile, PAGE_BYTES};
+use crate::storage::{round_up_to_page, with_write_scratch, AlignedBuf, LogFile, PAGE_BYTES};
 
 /// Bytes of the segment header.
 pub const SEGMENT_HEADER_BYTES: usize = 16;
@@ -237,24 +237,26 @@ impl SecondaryLog {
         let end = start + entries.len();
         // Whole pages from the page holding `start` to the one holding the end marker.
         let len = round_up_to_page(end + 1 - page_start).min(self.segment_bytes - page_start);
-        let mut buf = AlignedBuf::zeroed(len);
-        buf[..tail.len()].copy_from_slice(tail);
-        let into = start - page_start;
-        buf[into..into + entries.len()].copy_from_slice(entries);
-        for (offset, h) in headers {
-            let at = into + offset - base;
-            header::rebase_crc(&mut buf[at..], h, 0, info.generation);
-        }
-        // The end marker is the 0 byte already in the buffer after the last entry (or the
-        // segment's end).
-        let offset = (index * self.segment_bytes + page_start) as u64;
-        self.file
-            .write_at(&buf, offset)
-            .map_err(io_context("writing secondary log"))?;
+        let file = &self.file;
+        with_write_scratch(len, |buf| {
+            buf[..tail.len()].copy_from_slice(tail);
+            let into = start - page_start;
+            buf[into..into + entries.len()].copy_from_slice(entries);
+            // The end marker and the padding: zeros after the last entry.
+            buf[into + entries.len()..].fill(0);
+            for (offset, h) in headers {
+                let at = into + offset - base;
+                header::rebase_crc(&mut buf[at..], h, 0, info.generation);
+            }
+            let offset = (index * self.segment_bytes + page_start) as u64;
+            file.write_at(buf, offset)
+                .map_err(io_context("writing secondary log"))?;
+            let tail_from = end / PAGE_BYTES * PAGE_BYTES - page_start;
+            tail.clear();
+            tail.extend_from_slice(&buf[tail_from..end - page_start]);
+            Ok::<(), crate::error::LogError>(())
+        })?;
         self.segments[index].used = end as u32;
-        let tail_from = end / PAGE_BYTES * PAGE_BYTES - page_start;
-        tail.clear();
-        tail.extend_from_slice(&buf[tail_from..end - page_start]);
         Ok(())
     }
 
@@ -313,7 +315,8 @@ impl SecondaryLog {
             let first = headers[i].0;
             let end = headers[j - 1].0 + headers[j - 1].1.entry_bytes();
             let mut tail = std::mem::take(&mut self.tail);
-            let result = self.write_into(index, &mut tail, &batch[first..end], &headers[i..j], first);
+            let result =
+                self.write_into(index, &mut tail, &batch[first..end], &headers[i..j], first);
             self.tail = tail;
             result.map_err(PlaceError::Io)?;
             i = j;
@@ -374,11 +377,19 @@ impl SecondaryLog {
 
     /// Makes everything written durable.
     pub fn sync(&self) -> LogResult<()> {
-        self.file.sync().map_err(io_context("syncing secondary log"))
+        self.file
+            .sync()
+            .map_err(io_context("syncing secondary log"))
     }
 
     /// Reads segment `index` up to `used` bytes (rounded up to pages) into `buf`.
-    pub fn read_segment(file: &dyn LogFile, segment_bytes: usize, index: usize, used: usize, buf: &mut AlignedBuf) -> LogResult<usize> {
+    pub fn read_segment(
+        file: &dyn LogFile,
+        segment_bytes: usize,
+        index: usize,
+        used: usize,
+        buf: &mut AlignedBuf,
+    ) -> LogResult<usize> {
         let len = round_up_to_page(used).min(segment_bytes).min(buf.len());
         file.read_at(&mut buf[..len], (index * segment_bytes) as u64)
             .map_err(io_context("reading segment"))?;

@@ -108,6 +108,32 @@ impl fmt::Debug for AlignedBuf {
     }
 }
 
+/// Runs `f` with this thread's scratch buffer for writes: page-aligned, exactly
+/// `round_up_to_page(bytes)` long, with arbitrary content (the caller fills all of it).
+/// One buffer per writing thread (flusher, reorganizer, recovery callers), grown to the
+/// largest write it made, at most one segment; it saves an allocation and page faults per
+/// write.
+pub(crate) fn with_write_scratch<R>(bytes: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Option<AlignedBuf>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let len = round_up_to_page(bytes.max(1));
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut slot) => {
+            if slot.as_ref().is_none_or(|b| b.len() < len) {
+                *slot = Some(AlignedBuf::zeroed(len));
+            }
+            match slot.as_mut() {
+                Some(buf) => f(&mut buf[..len]),
+                None => f(&mut AlignedBuf::zeroed(len)),
+            }
+        }
+        // Not expected (no nested writes); stay correct anyway.
+        Err(_) => f(&mut AlignedBuf::zeroed(len)),
+    })
+}
+
 /// One preallocated file. Offsets and lengths passed in are multiples of [`PAGE_BYTES`]
 /// and buffers come from [`AlignedBuf`].
 pub trait LogFile: Send + Sync + fmt::Debug {
@@ -345,7 +371,13 @@ impl MemStorage {
         self.files
             .lock()
             .values()
-            .map(|f| f.lock().unsynced.iter().map(|w| w.1.len() as u64).sum::<u64>())
+            .map(|f| {
+                f.lock()
+                    .unsynced
+                    .iter()
+                    .map(|w| w.1.len() as u64)
+                    .sum::<u64>()
+            })
             .sum()
     }
 }
@@ -436,7 +468,10 @@ impl LogFile for MemFile {
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         let end = start.saturating_add(buf.len());
         if end > f.current.len() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "write past end"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "write past end",
+            ));
         }
         f.current[start..start + transfer].copy_from_slice(&buf[..transfer]);
         if transfer > 0 {
@@ -504,7 +539,10 @@ mod tests {
             s2.crash(seed);
             let mut buf = vec![0u8; 2 * PAGE_BYTES];
             g.read_at(&mut buf, 0).unwrap();
-            assert!(buf[..PAGE_BYTES].iter().all(|&x| x == 1), "synced data kept");
+            assert!(
+                buf[..PAGE_BYTES].iter().all(|&x| x == 1),
+                "synced data kept"
+            );
             dropped |= buf[PAGE_BYTES..].iter().all(|&x| x == 0);
         }
         assert!(dropped);
@@ -524,10 +562,8 @@ mod tests {
     }
 
     fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "myriad-log-storage-{name}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("myriad-log-storage-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }

@@ -24,7 +24,11 @@ fn workload_op(op: u64, zones: usize) -> (usize, u64, Option<Vec<u8>>) {
     if rng.gen_bool(0.1) {
         (z, cid, None)
     } else {
-        let len = if rng.gen_bool(0.02) { 9000 } else { rng.gen_range(24..300) };
+        let len = if rng.gen_bool(0.02) {
+            9000
+        } else {
+            rng.gen_range(24..300)
+        };
         (z, cid, Some(payload(cid, op, len)))
     }
 }
@@ -149,7 +153,9 @@ fn crash_child_writer() {
         };
         println!("ISSUED {}", op + 1);
         if op % 50 == 0 {
-            engine.wait_durable(ticket.seq, Duration::from_secs(10)).unwrap();
+            engine
+                .wait_durable(ticket.seq, Duration::from_secs(10))
+                .unwrap();
             println!("ACKED {}", op + 1);
         }
     }
@@ -164,7 +170,12 @@ fn process_killed_with_sigkill_mid_write_reopens_to_an_acknowledged_prefix() {
     for round in 0..2u64 {
         let dir = temp_dir(&format!("sigkill-{round}"));
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "crash_child_writer", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "crash_child_writer",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(CHILD_ENV, &dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -41,7 +41,10 @@ fn model_random_puts_and_removes_match_recovery_before_and_after_restart() {
             let z = zones[rng.gen_range(0..zones.len())];
             // Some CIDs of another creator (migrated chunks) use the full-CID form.
             let owner = if rng.gen_bool(0.1) { 9 } else { z.owner };
-            let c = cid(owner, rng.gen_range(0..150u64) * if rng.gen_bool(0.05) { 1 << 33 } else { 1 });
+            let c = cid(
+                owner,
+                rng.gen_range(0..150u64) * if rng.gen_bool(0.05) { 1 << 33 } else { 1 },
+            );
             let m = model.entry(z).or_default();
             if rng.gen_bool(0.15) {
                 engine.remove(z, c).unwrap();
@@ -53,7 +56,11 @@ fn model_random_puts_and_removes_match_recovery_before_and_after_restart() {
             }
             if op % 1000 == 999 {
                 for z in zones {
-                    assert_same(&read_zone(&engine, z), &model[&z], &format!("seed {seed} op {op} zone {z}"));
+                    assert_same(
+                        &read_zone(&engine, z),
+                        &model[&z],
+                        &format!("seed {seed} op {op} zone {z}"),
+                    );
                 }
             }
         }
@@ -61,7 +68,11 @@ fn model_random_puts_and_removes_match_recovery_before_and_after_restart() {
         let engine = open(&storage, &config);
         assert_eq!(engine.zones(), zones.to_vec());
         for z in zones {
-            assert_same(&read_zone(&engine, z), &model[&z], &format!("after restart, seed {seed}"));
+            assert_same(
+                &read_zone(&engine, z),
+                &model[&z],
+                &format!("after restart, seed {seed}"),
+            );
         }
         // And it keeps working after the restart.
         let c = cid(1, 7);
@@ -82,7 +93,9 @@ fn large_chunks_are_chained_and_reassembled() {
     let exact = payload(cid(3, 2), 2, link);
     engine.append(z, cid(3, 1), &big).unwrap();
     engine.append(z, cid(3, 2), &exact).unwrap();
-    engine.append(z, cid(3, 3), b"small chunk next to big ones").unwrap();
+    engine
+        .append(z, cid(3, 3), b"small chunk next to big ones")
+        .unwrap();
     let newer = payload(cid(3, 1), 4, 2 * link + 1);
     engine.append(z, cid(3, 1), &newer).unwrap();
     for threads in [1, 3] {
@@ -167,7 +180,10 @@ fn reorganization_under_concurrent_writes_keeps_every_latest_version() {
         writers.into_iter().map(|w| w.join().unwrap()).collect();
     stop.store(true, Ordering::Relaxed);
     let stats = engine.stats();
-    assert!(stats.reorg_passes > 0 && stats.reorg_segments_cleaned > 0, "{stats:?}");
+    assert!(
+        stats.reorg_passes > 0 && stats.reorg_segments_cleaned > 0,
+        "{stats:?}"
+    );
     for (z, model) in zones.iter().zip(&models) {
         assert_same(&read_zone(&engine, *z), model, &format!("zone {z}"));
     }
@@ -177,7 +193,11 @@ fn reorganization_under_concurrent_writes_keeps_every_latest_version() {
     drop(engine);
     let engine = open(&storage, &config);
     for (z, model) in zones.iter().zip(&models) {
-        assert_same(&read_zone(&engine, *z), model, &format!("after restart, zone {z}"));
+        assert_same(
+            &read_zone(&engine, *z),
+            model,
+            &format!("after restart, zone {z}"),
+        );
     }
 }
 
@@ -230,7 +250,10 @@ fn durability_levels_and_errors() {
     let engine = open(&storage, &config);
     let z = zone(6, 0);
     engine.create_zone(z).unwrap();
-    assert!(matches!(engine.create_zone(z), Err(LogError::ZoneExists(_))));
+    assert!(matches!(
+        engine.create_zone(z),
+        Err(LogError::ZoneExists(_))
+    ));
     assert!(matches!(
         engine.append(zone(6, 9), 1, b"x"),
         Err(LogError::UnknownZone(_))
@@ -240,15 +263,23 @@ fn durability_levels_and_errors() {
     assert!(t2.seq > t1.seq && t2.version.is_newer_than(t1.version));
     // With an hour-long interval nothing is durable until someone waits for it.
     assert!(engine.durable_seq() < t1.seq);
-    engine.wait_durable(t2.seq, Duration::from_secs(10)).unwrap();
+    engine
+        .wait_durable(t2.seq, Duration::from_secs(10))
+        .unwrap();
     assert!(engine.durable_seq() >= t2.seq);
-    assert!(engine.wait_durable(t2.seq + 100, Duration::from_millis(10)).is_err());
+    assert!(engine
+        .wait_durable(t2.seq + 100, Duration::from_millis(10))
+        .is_err());
     engine.remove_zone(z).unwrap();
     assert!(matches!(
         engine.append(z, 1, b"x"),
         Err(LogError::UnknownZone(_))
     ));
-    assert!(storage.list().unwrap().iter().all(|n| !n.starts_with("zone-0006-0000")));
+    assert!(storage
+        .list()
+        .unwrap()
+        .iter()
+        .all(|n| !n.starts_with("zone-0006-0000")));
     let bad = LogConfig {
         segment_bytes: 3000,
         ..LogConfig::small_for_tests()
@@ -279,7 +310,11 @@ fn disk_storage_in_both_io_modes_round_trips_through_restart() {
         assert_same(&read_zone(&engine, z), &model, &format!("{mode:?}"));
         engine.shutdown().unwrap();
         let engine = open(&storage, &config);
-        assert_same(&read_zone(&engine, z), &model, &format!("{mode:?} after restart"));
+        assert_same(
+            &read_zone(&engine, z),
+            &model,
+            &format!("{mode:?} after restart"),
+        );
         drop(engine);
         let _ = std::fs::remove_dir_all(&dir);
     }

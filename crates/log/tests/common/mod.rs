@@ -56,7 +56,9 @@ pub fn payload(cid: u64, op: u64, len: usize) -> Vec<u8> {
     let mut p = format!("{cid}:{op}:").into_bytes();
     let mut x = cid.wrapping_mul(31).wrapping_add(op);
     while p.len() < len {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         p.push((x >> 56) as u8);
     }
     p.truncate(len.max(1));
@@ -80,7 +82,10 @@ pub fn assert_same(got: &HashMap<u64, Vec<u8>>, want: &HashMap<u64, Vec<u8>>, co
     let mut lines = Vec::new();
     for (cid, v) in want {
         match got.get(cid) {
-            None => lines.push(format!("missing {cid:#x} (want op {:?})", decode_payload(*cid, v))),
+            None => lines.push(format!(
+                "missing {cid:#x} (want op {:?})",
+                decode_payload(*cid, v)
+            )),
             Some(g) if g != v => lines.push(format!(
                 "{cid:#x}: got op {:?}, want op {:?}",
                 decode_payload(*cid, g),
