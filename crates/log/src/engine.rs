@@ -1237,14 +1237,19 @@ pub(crate) fn durable_versions(
             },
         );
     }
-    // Removes: only those newer than the newest entry matter.
+    merge_removes(&mut table, vlog_records);
+    Ok((table, chains))
+}
+
+/// Adds the removes of the version log to a table of durable entries: only those newer
+/// than a chunk's newest entry matter.
+fn merge_removes(table: &mut CidMap<VersionState>, vlog_records: &[VersionRecord]) {
     let removes = table_from_records(vlog_records);
     for (cid, state) in removes {
         if state.deleted {
-            merge(&mut table, cid, state);
+            merge(table, cid, state);
         }
     }
-    Ok((table, chains))
 }
 
 /// Reopens one zone's files: scans every segment (verifying checksums) to find each one's
@@ -1265,6 +1270,9 @@ fn reopen_zone(
     let mut buf = AlignedBuf::zeroed(segment_bytes);
     // The youngest segment with room becomes the active one again, with its last page.
     let mut active: Option<(u32, usize, Vec<u8>)> = None;
+    // One pass finds each segment's end and each chunk's newest durable entry.
+    let mut table: CidMap<VersionState> = CidMap::default();
+    let mut chains = ChainTracker::default();
     for index in 0..count {
         SecondaryLog::read_segment(file.as_ref(), segment_bytes, index, segment_bytes, &mut buf)?;
         let info = match seclog::decode_segment_header(&buf) {
@@ -1276,7 +1284,10 @@ fn reopen_zone(
                     payload_max,
                     generation,
                     true,
-                    |_, _| {},
+                    |offset, e| {
+                        let h = e.header;
+                        chains.observe(&mut table, h.cid, h.epoch, h.version, h.chain, offset);
+                    },
                 );
                 if end + 1 < segment_bytes && active.as_ref().is_none_or(|a| generation > a.0) {
                     let from = end / crate::storage::PAGE_BYTES * crate::storage::PAGE_BYTES;
@@ -1295,7 +1306,7 @@ fn reopen_zone(
         segments.push(info);
     }
     let (vlog, records) = VersionLog::open(storage.clone(), &vlog_base(zone))?;
-    let (table, chains) = durable_versions(file.as_ref(), &segments, config, zone, &records)?;
+    merge_removes(&mut table, &records);
     let active = active.map(|(_, index, tail)| (index, tail));
     let seclog = SecondaryLog::new(
         file,

@@ -152,7 +152,6 @@ fn cid_width(args: &EncodeArgs) -> (u8, usize) {
 pub fn encode(args: &EncodeArgs, payload: &[u8], out: &mut Vec<u8>) {
     assert!(args.version <= VERSION_IN_EPOCH_MAX, "version out of range");
     assert!(u32::try_from(payload.len()).is_ok(), "payload too large");
-    let start = out.len();
     let (cid_code, cid_w) = cid_width(args);
     let (len_code, len_w) = width_for(payload.len() as u64, &LENGTH_WIDTHS);
     let (ver_code, ver_w) = width_for(u64::from(args.version), &VERSION_WIDTHS);
@@ -161,22 +160,33 @@ pub fn encode(args: &EncodeArgs, payload: &[u8], out: &mut Vec<u8>) {
     } else {
         KIND_WHOLE
     };
-    out.push(kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6));
+    // Built on the stack, appended with two copies.
+    let mut h = [0u8; HEADER_BYTES_MAX];
+    h[0] = kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6);
+    let mut at = 1;
     if let Some(link) = args.chain {
-        out.push(link.index);
-        out.push(link.count);
+        h[1] = link.index;
+        h[2] = link.count;
+        at = 3;
     }
     let cid_field = if cid_w == 8 {
         args.cid
     } else {
         args.cid & ((1 << 48) - 1)
     };
-    out.extend_from_slice(&cid_field.to_le_bytes()[..cid_w]);
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes()[..len_w]);
-    out.extend_from_slice(&args.epoch.to_le_bytes());
-    out.extend_from_slice(&args.version.to_le_bytes()[..ver_w]);
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[start..]), payload);
-    out.extend_from_slice(&crc.to_le_bytes());
+    h[at..at + cid_w].copy_from_slice(&cid_field.to_le_bytes()[..cid_w]);
+    at += cid_w;
+    h[at..at + len_w].copy_from_slice(&(payload.len() as u64).to_le_bytes()[..len_w]);
+    at += len_w;
+    h[at..at + 2].copy_from_slice(&args.epoch.to_le_bytes());
+    at += 2;
+    h[at..at + ver_w].copy_from_slice(&args.version.to_le_bytes()[..ver_w]);
+    at += ver_w;
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..at]), payload);
+    h[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    at += 4;
+    out.reserve(at + payload.len());
+    out.extend_from_slice(&h[..at]);
     out.extend_from_slice(payload);
 }
 

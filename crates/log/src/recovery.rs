@@ -23,7 +23,7 @@ use crate::engine::LogEngine;
 use crate::error::{LogError, LogResult};
 use crate::seclog::{self, SecondaryLog};
 use crate::storage::AlignedBuf;
-use crate::version::{merge, table_from_records, CidMap, Version, VersionState};
+use crate::version::{CidMap, Version, VersionRecord, VersionState};
 use crate::ZoneId;
 
 /// One recovered chunk, borrowing its payload from a read buffer.
@@ -82,9 +82,111 @@ pub struct RecoveryReport {
     pub total_time: Duration,
 }
 
+/// One chunk's current version in a [`RecoveryTable`]; 8 bytes.
 struct Slot {
-    state: VersionState,
+    version: u32,
+    epoch: u16,
+    /// 0 = no version known, 1 = written, 2 = removed.
+    state: u8,
     claimed: AtomicBool,
+}
+
+impl Slot {
+    const EMPTY: u8 = 0;
+    const LIVE: u8 = 1;
+    const REMOVED: u8 = 2;
+
+    fn empty() -> Slot {
+        Slot {
+            version: 0,
+            epoch: 0,
+            state: Slot::EMPTY,
+            claimed: AtomicBool::new(false),
+        }
+    }
+
+    fn version(&self) -> Version {
+        Version {
+            epoch: self.epoch,
+            version: self.version,
+        }
+    }
+
+    fn merge(&mut self, state: VersionState) {
+        if self.state == Slot::EMPTY || state.version.is_newer_than(self.version()) {
+            self.version = state.version.version;
+            self.epoch = state.version.epoch;
+            self.state = if state.deleted {
+                Slot::REMOVED
+            } else {
+                Slot::LIVE
+            };
+        }
+    }
+}
+
+/// The versions of a recovery read: a dense array over the zone owner's main CID range
+/// plus a hash table for the rest (migrated chunks, outliers), as DXRAM does (Beineke
+/// §3.4). Local IDs are handed out densely, so the array is the common case: one
+/// indexed load per entry instead of a hash lookup.
+struct RecoveryTable {
+    base: u64,
+    dense: Vec<Slot>,
+    sparse: CidMap<Slot>,
+}
+
+impl RecoveryTable {
+    fn build(owner: u16, records: &[VersionRecord], ram: &CidMap<VersionState>) -> RecoveryTable {
+        let own = |cid: u64| (cid >> 48) as u16 == owner;
+        let cids = records.iter().map(|r| r.cid).chain(ram.keys().copied());
+        let (mut min, mut max, mut count) = (u64::MAX, 0u64, 0u64);
+        for cid in cids.filter(|&c| own(c)) {
+            min = min.min(cid);
+            max = max.max(cid);
+            count += 1;
+        }
+        let span = max.saturating_sub(min).saturating_add(1);
+        let (base, len) = if count > 0 && span <= 2 * count + 4096 {
+            (min, span as usize)
+        } else {
+            (0, 0)
+        };
+        let mut table = RecoveryTable {
+            base,
+            dense: (0..len).map(|_| Slot::empty()).collect(),
+            sparse: CidMap::default(),
+        };
+        for r in records {
+            table.slot_mut(r.cid).merge(r.state);
+        }
+        for (&cid, &state) in ram {
+            table.slot_mut(cid).merge(state);
+        }
+        table
+    }
+
+    fn slot_mut(&mut self, cid: u64) -> &mut Slot {
+        match cid
+            .checked_sub(self.base)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| i < self.dense.len())
+        {
+            Some(i) => &mut self.dense[i],
+            None => self.sparse.entry(cid).or_insert_with(Slot::empty),
+        }
+    }
+
+    /// The slot of a chunk whose current version is a write.
+    fn live(&self, cid: u64) -> Option<&Slot> {
+        let slot = match cid
+            .checked_sub(self.base)
+            .and_then(|i| usize::try_from(i).ok())
+        {
+            Some(i) if i < self.dense.len() => self.dense.get(i),
+            _ => self.sparse.get(&cid),
+        }?;
+        (slot.state == Slot::LIVE).then_some(slot)
+    }
 }
 
 struct Assembly {
@@ -126,23 +228,8 @@ impl LogEngine {
             let log = z.log.lock();
             (log.seclog.file(), log.seclog.segments(), log.vlog.load()?)
         };
-        let mut versions = table_from_records(&records);
-        for (cid, state) in ram {
-            merge(&mut versions, cid, state);
-        }
-        let table: CidMap<Slot> = versions
-            .into_iter()
-            .filter(|(_, s)| !s.deleted)
-            .map(|(cid, state)| {
-                (
-                    cid,
-                    Slot {
-                        state,
-                        claimed: AtomicBool::new(false),
-                    },
-                )
-            })
-            .collect();
+        let table = RecoveryTable::build(zone.owner, &records, &ram);
+        drop(records);
         let versions_time = started.elapsed();
 
         let used: Vec<(usize, seclog::SegmentInfo)> = segments
@@ -202,11 +289,11 @@ impl LogEngine {
                                     epoch: h.epoch,
                                     version: h.version,
                                 };
-                                let Some(slot) = table.get(&h.cid) else {
+                                let Some(slot) = table.live(h.cid) else {
                                     skipped.fetch_add(1, Ordering::Relaxed);
                                     return;
                                 };
-                                if slot.state.version != v {
+                                if slot.version() != v {
                                     skipped.fetch_add(1, Ordering::Relaxed);
                                     return;
                                 }

@@ -243,17 +243,34 @@ impl VersionManager {
     }
 
     fn assign(&mut self, cid: u64, deleted: bool, seq: u64) -> Result<Version, AssignBlocked> {
-        let mut previous = self.buffer.get(&cid).map(|&(v, _)| v);
-        let overflow = previous == Some(VERSION_IN_EPOCH_MAX);
-        if overflow || (previous.is_none() && self.buffer.len() >= self.entries_max) {
-            if !self.seal() {
-                return Err(AssignBlocked::SealPending);
+        let full = self.buffer.len() >= self.entries_max;
+        // One hash lookup in the common case (room left, no overflow).
+        let version = match self.buffer.entry(cid) {
+            std::collections::hash_map::Entry::Occupied(mut e)
+                if e.get().0 < VERSION_IN_EPOCH_MAX =>
+            {
+                let v = e.get().0 + 1;
+                *e.get_mut() = (v, deleted);
+                Some(v)
             }
-            self.hold = false;
-            previous = None;
-        }
-        let version = previous.map_or(0, |v| v + 1);
-        self.buffer.insert(cid, (version, deleted));
+            std::collections::hash_map::Entry::Vacant(e) if !full => {
+                e.insert((0, deleted));
+                Some(0)
+            }
+            _ => None,
+        };
+        let version = match version {
+            Some(v) => v,
+            None => {
+                // Version overflow, or a new chunk with the buffer full: end the epoch.
+                if !self.seal() {
+                    return Err(AssignBlocked::SealPending);
+                }
+                self.hold = false;
+                self.buffer.insert(cid, (0, deleted));
+                0
+            }
+        };
         self.epoch_last_seq = self.epoch_last_seq.max(seq);
         let assigned = Version {
             epoch: self.epoch,
