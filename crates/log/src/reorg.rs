@@ -282,11 +282,11 @@ impl Inner {
             if let Some(se) = snapshot_epoch {
                 let mut vm = zone.versions.lock();
                 for (&cid, &state) in &table {
-                    if state.deleted && visit_epoch.wrapping_sub(state.version.epoch) >= restamp_age
+                    if state.deleted
+                        && visit_epoch.wrapping_sub(state.version.epoch) >= restamp_age
+                        && vm.restamp(cid, state, se).is_none()
                     {
-                        if vm.restamp(cid, state, se).is_none() {
-                            restamp_failed = true;
-                        }
+                        restamp_failed = true;
                     }
                 }
             }

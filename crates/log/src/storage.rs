@@ -139,6 +139,10 @@ pub(crate) fn with_write_scratch<R>(bytes: usize, f: impl FnOnce(&mut [u8]) -> R
 pub trait LogFile: Send + Sync + fmt::Debug {
     /// The file's length in bytes.
     fn len(&self) -> u64;
+    /// True for a zero-length file.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// Fills `buf` from `offset`; an error if the file ends before.
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     /// Writes all of `buf` at `offset` (not durable before [`LogFile::sync`]).
@@ -272,11 +276,11 @@ impl LogFile for DiskFile {
         self.file.metadata().map_or(0, |m| m.len())
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        debug_assert!(!self.direct || (buf.as_ptr() as usize) % PAGE_BYTES == 0);
+        debug_assert!(!self.direct || (buf.as_ptr() as usize).is_multiple_of(PAGE_BYTES));
         self.file.read_exact_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        debug_assert!(!self.direct || (buf.as_ptr() as usize) % PAGE_BYTES == 0);
+        debug_assert!(!self.direct || (buf.as_ptr() as usize).is_multiple_of(PAGE_BYTES));
         self.file.write_all_at(buf, offset)
     }
     fn sync(&self) -> io::Result<()> {
@@ -424,7 +428,7 @@ struct MemFile {
 }
 
 fn check_aligned(buf_len: usize, offset: u64) -> io::Result<()> {
-    if buf_len % PAGE_BYTES != 0 || offset % PAGE_BYTES as u64 != 0 {
+    if !buf_len.is_multiple_of(PAGE_BYTES) || !offset.is_multiple_of(PAGE_BYTES as u64) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "unaligned I/O (the engine must issue whole pages)",
@@ -510,7 +514,7 @@ mod tests {
         for bytes in [0, 1, 4095, 4096, 4097, 3 << 20] {
             let mut b = AlignedBuf::zeroed(bytes);
             assert_eq!(b.as_ptr() as usize % PAGE_BYTES, 0);
-            assert!(b.len() >= bytes && b.len() % PAGE_BYTES == 0 && !b.is_empty());
+            assert!(b.len() >= bytes && b.len().is_multiple_of(PAGE_BYTES) && !b.is_empty());
             assert!(b.iter().all(|&x| x == 0));
             let n = b.len();
             b[n - 1] = 7;

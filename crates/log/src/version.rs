@@ -693,7 +693,7 @@ mod tests {
             }
             model.current.insert(cid, (mv, remove));
             // Visiting every "log" once per eon: re-stamp chunks whose version is old.
-            if ops % 97 == 0 {
+            if ops.is_multiple_of(97) {
                 let snapshot_epoch = vm.epoch();
                 for (&c, &((e, ver), deleted)) in model.current.clone().iter() {
                     if !deleted && model.epoch - e > 1000 {

@@ -80,7 +80,7 @@ fn writes_cut_at_random_points_reopen_to_an_acknowledged_prefix() {
         let mem = MemStorage::new();
         let storage: Arc<dyn Storage> = Arc::new(mem.clone());
         let mut config = LogConfig::small_for_tests();
-        if seed % 3 == 0 {
+        if seed.is_multiple_of(3) {
             config.secondary_buffer_bytes = 0; // one-level logging
         }
         let engine = open(&storage, &config);
@@ -103,7 +103,7 @@ fn writes_cut_at_random_points_reopen_to_an_acknowledged_prefix() {
             };
             let Ok(ticket) = ticket else { break };
             issued = op + 1;
-            if op % 37 == 0 || op + 1 == cut_after_op {
+            if op.is_multiple_of(37) || op + 1 == cut_after_op {
                 match engine.wait_durable(ticket.seq, Duration::from_secs(10)) {
                     Ok(()) => acked = op + 1,
                     Err(_) => break,
@@ -152,7 +152,7 @@ fn crash_child_writer() {
             None => engine.remove(zones[z], cid).unwrap(),
         };
         println!("ISSUED {}", op + 1);
-        if op % 50 == 0 {
+        if op.is_multiple_of(50) {
             engine
                 .wait_durable(ticket.seq, Duration::from_secs(10))
                 .unwrap();

@@ -158,7 +158,7 @@ fn reorganization_under_concurrent_writes_keeps_every_latest_version() {
                     written += p.len();
                     engine.append(z, c, &p).unwrap();
                     model.insert(c, p);
-                    if op % 500 == 0 {
+                    if op.is_multiple_of(500) {
                         engine.flush().unwrap();
                     }
                 }
