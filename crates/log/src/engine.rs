@@ -173,11 +173,25 @@ impl LogEngine {
         let mut zones = HashMap::new();
         let mut rebuilt: HashMap<ZoneId, (ZoneLog, CidMap<VersionState>, ChainTracker)> =
             HashMap::new();
-        for zone in names.iter().filter_map(|n| parse_sec_name(n)) {
-            if rebuilt.len() >= config.zones_max {
-                return Err(LogError::TooManyZones(config.zones_max));
+        let found: Vec<ZoneId> = names.iter().filter_map(|n| parse_sec_name(n)).collect();
+        if found.len() > config.zones_max {
+            return Err(LogError::TooManyZones(config.zones_max));
+        }
+        // Zones are independent: scan them with `recovery_threads` threads.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results = Mutex::new(Vec::with_capacity(found.len()));
+        std::thread::scope(|scope| {
+            for _ in 0..config.recovery_threads.min(found.len()) {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&zone) = found.get(i) else { break };
+                    let result = reopen_zone(&config, &storage, zone);
+                    results.lock().push((zone, result));
+                });
             }
-            let (log, table, chains) = reopen_zone(&config, &storage, zone)?;
+        });
+        for (zone, result) in results.into_inner() {
+            let (log, table, chains) = result?;
             rebuilt.insert(zone, (log, table, chains));
         }
         // The primary log: what was only in secondary-log buffers goes to the logs now.
@@ -1274,8 +1288,20 @@ fn reopen_zone(
     let mut table: CidMap<VersionState> = CidMap::default();
     let mut chains = ChainTracker::default();
     for index in 0..count {
-        SecondaryLog::read_segment(file.as_ref(), segment_bytes, index, segment_bytes, &mut buf)?;
-        let info = match seclog::decode_segment_header(&buf) {
+        // The header page first: free segments need no more.
+        let page = crate::storage::PAGE_BYTES;
+        SecondaryLog::read_segment(file.as_ref(), segment_bytes, index, page, &mut buf)?;
+        let header = seclog::decode_segment_header(&buf);
+        if header.is_some() {
+            SecondaryLog::read_segment(
+                file.as_ref(),
+                segment_bytes,
+                index,
+                segment_bytes,
+                &mut buf,
+            )?;
+        }
+        let info = match header {
             Some(generation) => {
                 let end = seclog::scan_segment(
                     &buf,
