@@ -416,6 +416,13 @@ impl LogEngine {
             );
         }
         let count = payload.len().div_ceil(link_bytes);
+        let chain_bytes = count * (RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX) + payload.len();
+        if chain_bytes <= (inner.config.write_buffer_bytes / 2) as usize {
+            // The whole chain in one go: it lands in one flush, so no epoch naming its
+            // version reaches the version log before every link is durable.
+            return inner.push_chain(&z, cid, payload, link_bytes, chain_bytes);
+        }
+        // Larger than half the write buffer: link by link (see docs/log-format.md).
         let mut first: Option<AppendTicket> = None;
         for (index, part) in payload.chunks(link_bytes).enumerate() {
             let chain = Some(ChainLink {
@@ -693,7 +700,10 @@ impl Inner {
             self.check_failed()?;
             if wb.active.len() + bytes <= half {
                 let assigned = match version {
-                    Some(v) => Ok(v),
+                    Some(v) => {
+                        zone.versions.lock().note_seq(v.epoch, wb.next_seq);
+                        Ok(v)
+                    }
                     None => {
                         let mut vm = zone.versions.lock();
                         match record {
@@ -728,6 +738,62 @@ impl Inner {
             } else {
                 wb.wake_now = true;
             }
+            self.wb_cv.notify_all();
+            let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
+            if self.wb_cv.wait_until(&mut wb, until).timed_out() {
+                return Err(LogError::Timeout("room in the write or version buffer"));
+            }
+        }
+    }
+
+    /// Puts all links of a chained chunk into the write buffer under one lock hold, once
+    /// `chain_bytes` fit.
+    fn push_chain(
+        &self,
+        zone: &Zone,
+        cid: u64,
+        payload: &[u8],
+        link_bytes: usize,
+        chain_bytes: usize,
+    ) -> LogResult<AppendTicket> {
+        let half = (self.config.write_buffer_bytes / 2) as usize;
+        let count = payload.len().div_ceil(link_bytes);
+        let mut deadline = None;
+        let mut wb = self.wb.lock();
+        loop {
+            self.check_failed()?;
+            if wb.active.len() + chain_bytes <= half {
+                let mut vm = zone.versions.lock();
+                if let Ok(v) = vm.assign_put(cid, wb.next_seq) {
+                    let mut last = 0;
+                    for (index, part) in payload.chunks(link_bytes).enumerate() {
+                        let record = Record::Put {
+                            payload: part,
+                            chain: Some(ChainLink {
+                                index: index as u8,
+                                count: count as u8,
+                            }),
+                        };
+                        last = wb.next_seq;
+                        wb.next_seq += 1;
+                        encode_record(&mut wb.active, zone.id, cid, v, &record);
+                    }
+                    vm.note_seq(v.epoch, last);
+                    drop(vm);
+                    self.counters
+                        .appended_entries
+                        .fetch_add(count as u64, Ordering::Relaxed);
+                    self.counters
+                        .appended_payload_bytes
+                        .fetch_add(payload.len() as u64, Ordering::Relaxed);
+                    self.wb_cv.notify_all();
+                    return Ok(AppendTicket {
+                        seq: last,
+                        version: v,
+                    });
+                }
+            }
+            wb.wake_now = true;
             self.wb_cv.notify_all();
             let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
             if self.wb_cv.wait_until(&mut wb, until).timed_out() {

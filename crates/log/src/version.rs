@@ -286,6 +286,17 @@ impl VersionManager {
         Ok(assigned)
     }
 
+    /// Records that the append with sequence number `seq` carries a version assigned
+    /// earlier in `epoch` (the later links of a chained chunk), so that epoch is not
+    /// written to the version log before that append is durable.
+    pub fn note_seq(&mut self, epoch: u16, seq: u64) {
+        if epoch == self.epoch {
+            self.epoch_last_seq = self.epoch_last_seq.max(seq);
+        } else if let Some(sealed) = self.sealed.as_mut().filter(|s| s.epoch == epoch) {
+            sealed.last_seq = sealed.last_seq.max(seq);
+        }
+    }
+
     /// A new version for a write of `cid`, the append with sequence number `seq`.
     pub fn assign_put(&mut self, cid: u64, seq: u64) -> Result<Version, AssignBlocked> {
         self.assign(cid, false, seq)
