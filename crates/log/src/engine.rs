@@ -202,21 +202,22 @@ impl LogEngine {
             )
             .map_err(io_context("opening primary log"))?;
         let payload_max = config.entry_payload_bytes_max();
-        let (mut primary, blocks) =
+        let (primary, replay) =
             PrimaryLog::open(primary_file, payload_max, |z| rebuilt.contains_key(&z))?;
-        for (zone, entries) in blocks {
-            let Some((log, table, chains)) = rebuilt.get_mut(&zone) else {
+        // Their versions count now; the entries go to the secondary logs once the
+        // reorganizer runs (a full log may need cleaning first). The primary log keeps
+        // them until then.
+        for (zone, entries) in &replay {
+            let Some((_, table, chains)) = rebuilt.get_mut(zone) else {
                 continue;
             };
-            for (offset, h) in seclog::walk_batch(&entries, zone.owner, payload_max)
+            for (offset, h) in seclog::walk_batch(entries, zone.owner, payload_max)
                 .map_err(|e| LogError::Failed(format!("internal: {e}")))?
             {
                 chains.observe(table, h.cid, h.epoch, h.version, h.chain, offset);
             }
-            append_all(&config, &mut log.seclog, &entries, zone)?;
         }
         for (zone, (mut log, mut table, chains)) in rebuilt {
-            log.seclog.sync()?;
             chains.finish(&mut table);
             let records: Vec<VersionRecord> = table
                 .iter()
@@ -247,7 +248,6 @@ impl LogEngine {
                 }),
             );
         }
-        primary.reset()?;
         let half = (config.write_buffer_bytes / 2) as usize;
         let inner = Arc::new(Inner {
             storage,
@@ -284,10 +284,22 @@ impl LogEngine {
                 .spawn(move || inner.reorganizer_loop())
                 .map_err(io_context("spawning the reorganizer"))?
         };
-        Ok(LogEngine {
+        let engine = LogEngine {
             inner,
             threads: vec![flusher, reorganizer],
-        })
+        };
+        // Replay, then start the primary log over.
+        for (zone, entries) in &replay {
+            let z = engine.inner.zone(*zone)?;
+            engine.inner.write_secondary(&z, entries)?;
+        }
+        for z in engine.inner.zones.read().values() {
+            z.log.lock().seclog.sync()?;
+        }
+        if let Some(p) = engine.inner.primary.lock().as_mut() {
+            p.reset()?;
+        }
+        Ok(engine)
     }
 
     /// The configuration in effect.
@@ -1211,22 +1223,6 @@ fn encode_record(out: &mut Vec<u8>, zone: ZoneId, cid: u64, v: Version, record: 
             out.extend_from_slice(&v.epoch.to_le_bytes());
             out.extend_from_slice(&v.version.to_le_bytes());
         }
-    }
-}
-
-/// Appends a batch at reopen, where no reorganizer runs yet: a log without room is an
-/// error.
-fn append_all(
-    config: &LogConfig,
-    log: &mut SecondaryLog,
-    batch: &[u8],
-    zone: ZoneId,
-) -> LogResult<()> {
-    let _ = config;
-    match log.append(batch, true) {
-        Ok(()) => Ok(()),
-        Err(PlaceError::Io(e)) => Err(e),
-        Err(PlaceError::NoSpace { .. }) => Err(LogError::LogFull(zone)),
     }
 }
 

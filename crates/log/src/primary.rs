@@ -59,6 +59,59 @@ fn word(b: &[u8], i: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?))
 }
 
+/// Reads a file front to back in steps of a few MiB, keeping only a window of it.
+struct Reader<'a> {
+    file: &'a dyn LogFile,
+    len: u64,
+    /// File offset of `data[0]`.
+    start: u64,
+    data: Vec<u8>,
+    chunk: AlignedBuf,
+}
+
+impl<'a> Reader<'a> {
+    const STEP_BYTES: usize = 8 << 20;
+
+    fn new(file: &'a dyn LogFile) -> Reader<'a> {
+        let len = file.len() / PAGE_BYTES as u64 * PAGE_BYTES as u64;
+        Reader {
+            file,
+            len,
+            start: 0,
+            data: Vec::new(),
+            chunk: AlignedBuf::zeroed(Self::STEP_BYTES.min(len as usize)),
+        }
+    }
+
+    /// Bytes `at..at + n` of the file; `None` past its end. `at` never goes backwards
+    /// beyond what was asked before.
+    fn get(&mut self, at: u64, n: usize) -> LogResult<Option<&[u8]>> {
+        let end = at.saturating_add(n as u64);
+        if end > self.len || at < self.start {
+            return Ok(None);
+        }
+        let consumed = (at - self.start) as usize;
+        if consumed >= Self::STEP_BYTES {
+            self.data.drain(..consumed);
+            self.start = at;
+        }
+        // The loaded end stays page-aligned: only whole steps are read.
+        while self.start + (self.data.len() as u64) < end {
+            let offset = self.start + self.data.len() as u64;
+            let want = (self.len - offset).min(self.chunk.len() as u64) as usize;
+            if want == 0 {
+                return Ok(None);
+            }
+            self.file
+                .read_at(&mut self.chunk[..want], offset)
+                .map_err(io_context("reading primary log"))?;
+            self.data.extend_from_slice(&self.chunk[..want]);
+        }
+        let from = (at - self.start) as usize;
+        Ok(self.data.get(from..from + n))
+    }
+}
+
 impl PrimaryLog {
     /// Opens the primary log over `file`, returning per zone the entries that were only
     /// in its secondary-log buffer (the blocks of the current round from the zone's last
@@ -69,22 +122,29 @@ impl PrimaryLog {
         payload_max: u32,
         owner_of: impl Fn(ZoneId) -> bool,
     ) -> LogResult<(PrimaryLog, Vec<ReplayBlock>)> {
-        let len = file.len() as usize;
-        let mut image = AlignedBuf::zeroed(len);
-        file.read_at(&mut image[..len / PAGE_BYTES * PAGE_BYTES], 0)
-            .map_err(io_context("reading primary log"))?;
         let mut blocks = Vec::new();
-        let valid_header = word(&image, 0) == Some(PRIMARY_MAGIC)
-            && word(&image, 12) == Some(crc32c::crc32c(&image[0..12]));
-        let generation = if valid_header {
-            word(&image, 4).unwrap_or(0)
-        } else {
-            0
+        let mut reader = Reader::new(file.as_ref());
+        let header: Option<[u8; HEADER_BYTES]> =
+            reader.get(0, HEADER_BYTES)?.and_then(|h| h.try_into().ok());
+        let generation = match header {
+            Some(h)
+                if word(&h, 0) == Some(PRIMARY_MAGIC)
+                    && word(&h, 12) == Some(crc32c::crc32c(&h[0..12])) =>
+            {
+                word(&h, 4)
+            }
+            _ => None,
         };
-        if valid_header {
-            let mut at = HEADER_BYTES;
-            while let Some(h) = image.get(at..at + BLOCK_HEADER_BYTES) {
-                if h[0] != BLOCK_TYPE || word(h, 12) != Some(crc32c::crc32c(&h[..12]) ^ generation)
+        if let Some(generation) = generation {
+            let mut at = HEADER_BYTES as u64;
+            loop {
+                let Some(h) = reader
+                    .get(at, BLOCK_HEADER_BYTES)?
+                    .and_then(|h| <[u8; BLOCK_HEADER_BYTES]>::try_from(h).ok())
+                else {
+                    break;
+                };
+                if h[0] != BLOCK_TYPE || word(&h, 12) != Some(crc32c::crc32c(&h[..12]) ^ generation)
                 {
                     break;
                 }
@@ -92,20 +152,19 @@ impl PrimaryLog {
                     owner: u16::from_le_bytes([h[2], h[3]]),
                     zone: u16::from_le_bytes([h[4], h[5]]),
                 };
-                let bytes = word(h, 8).unwrap_or(0) as usize;
-                let Some(body) =
-                    image.get(at + BLOCK_HEADER_BYTES..at + BLOCK_HEADER_BYTES + bytes)
-                else {
+                let bytes = word(&h, 8).unwrap_or(0) as usize;
+                let Some(body) = reader.get(at + BLOCK_HEADER_BYTES as u64, bytes)? else {
                     break;
                 };
                 let mut entries = Vec::with_capacity(bytes);
                 let mut pos = 0;
                 let mut intact = true;
-                while pos < body.len() {
-                    match header::decode(&body[pos..], zone.owner, payload_max) {
+                while let Some(rest) = body.get(pos..).filter(|r| !r.is_empty()) {
+                    match header::decode(rest, zone.owner, payload_max) {
                         Ok(e) if e.verify(generation) => {
                             let start = entries.len();
-                            entries.extend_from_slice(&body[pos..pos + e.header.entry_bytes()]);
+                            entries.extend_from_slice(e.header_raw);
+                            entries.extend_from_slice(e.payload);
                             header::rebase_crc(&mut entries[start..], &e.header, generation, 0);
                             pos += e.header.entry_bytes();
                         }
@@ -126,9 +185,10 @@ impl PrimaryLog {
                 if !intact {
                     break;
                 }
-                at += BLOCK_HEADER_BYTES + bytes;
+                at += (BLOCK_HEADER_BYTES + bytes) as u64;
             }
         }
+        let generation = generation.unwrap_or(0);
         let log = PrimaryLog {
             file,
             generation,

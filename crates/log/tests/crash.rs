@@ -234,3 +234,40 @@ fn process_killed_with_sigkill_mid_write_reopens_to_an_acknowledged_prefix() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn failed_sync_is_never_acknowledged_and_stops_the_engine() {
+    let mem = MemStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(mem.clone());
+    let config = LogConfig::small_for_tests();
+    let engine = open(&storage, &config);
+    let z = ZoneId { owner: 2, zone: 0 };
+    engine.create_zone(z).unwrap();
+    let before = engine
+        .append(z, (2u64 << 48) | 1, b"durable before the fault")
+        .unwrap();
+    engine
+        .wait_durable(before.seq, Duration::from_secs(10))
+        .unwrap();
+    mem.set_fail_sync(true);
+    let after = engine
+        .append(z, (2u64 << 48) | 2, b"never durable")
+        .unwrap();
+    assert!(engine
+        .wait_durable(after.seq, Duration::from_secs(10))
+        .is_err());
+    assert!(engine.durable_seq() < after.seq);
+    assert!(
+        engine.append(z, (2u64 << 48) | 3, b"refused").is_err(),
+        "a failed engine refuses appends"
+    );
+    drop(engine);
+    mem.crash(7);
+    let engine = open(&storage, &config);
+    let got = read_zone(&engine, z);
+    assert_eq!(
+        got.get(&((2u64 << 48) | 1)).map(Vec::as_slice),
+        Some(&b"durable before the fault"[..])
+    );
+    assert!(!got.contains_key(&((2u64 << 48) | 3)));
+}
