@@ -219,6 +219,9 @@ impl LogEngine {
         }
         for (zone, (mut log, mut table, chains)) in rebuilt {
             chains.finish(&mut table);
+            if log.seclog.free_segments() < 2 {
+                free_redundant_segments(&config, zone, &mut log.seclog, &table)?;
+            }
             let records: Vec<VersionRecord> = table
                 .iter()
                 .map(|(&cid, &state)| VersionRecord { cid, state })
@@ -1224,6 +1227,71 @@ fn encode_record(out: &mut Vec<u8>, zone: ZoneId, cid: u64, v: Version, record: 
             out.extend_from_slice(&v.version.to_le_bytes());
         }
     }
+}
+
+/// Frees the segments that hold no entry anyone needs: after a crash between a
+/// reorganization pass's output and the freeing of its sources, both are on disk and the
+/// log may have no free segment left for cleaning. Visits segments newest first; an
+/// entry is needed if it is the current version of its chunk and no newer segment holds
+/// it already. Segments with chain links are kept.
+fn free_redundant_segments(
+    config: &LogConfig,
+    zone: ZoneId,
+    seclog: &mut SecondaryLog,
+    table: &CidMap<VersionState>,
+) -> LogResult<()> {
+    let segment_bytes = config.segment_bytes as usize;
+    let payload_max = config.entry_payload_bytes_max();
+    let file = seclog.file();
+    let mut order: Vec<(usize, SegmentInfo)> = seclog
+        .segments()
+        .into_iter()
+        .enumerate()
+        .filter(|(_, s)| s.used > 0)
+        .collect();
+    order.sort_by_key(|(_, s)| std::cmp::Reverse(s.generation));
+    let mut claimed: CidMap<()> = CidMap::default();
+    let mut buf = AlignedBuf::zeroed(segment_bytes);
+    for (index, info) in order {
+        SecondaryLog::read_segment(
+            file.as_ref(),
+            segment_bytes,
+            index,
+            info.used as usize,
+            &mut buf,
+        )?;
+        let mut needed = false;
+        seclog::scan_segment(
+            &buf,
+            info.used as usize,
+            zone.owner,
+            payload_max,
+            info.generation,
+            true,
+            |_, e| {
+                let h = e.header;
+                if h.chain.is_some() {
+                    needed = true;
+                    return;
+                }
+                let current = table.get(&h.cid).is_some_and(|s| {
+                    !s.deleted
+                        && s.version
+                            == Version {
+                                epoch: h.epoch,
+                                version: h.version,
+                            }
+                });
+                if current && claimed.insert(h.cid, ()).is_none() {
+                    needed = true;
+                }
+            },
+        );
+        if !needed {
+            seclog.free(index)?;
+        }
+    }
+    seclog.sync()
 }
 
 /// Tracks links of chained chunks so only complete chains count as a version.

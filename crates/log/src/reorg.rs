@@ -325,6 +325,11 @@ impl Inner {
         for &p in pending.iter() {
             log.seclog.free(p)?;
         }
+        if !pending.is_empty() {
+            // Freed segments must stay free after a crash, or a log without free
+            // segments could not be cleaned at reopen.
+            log.seclog.sync()?;
+        }
         out.clear();
         pending.clear();
         Ok(true)
