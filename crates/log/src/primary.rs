@@ -137,13 +137,10 @@ impl PrimaryLog {
         };
         if let Some(generation) = generation {
             let mut at = HEADER_BYTES as u64;
-            loop {
-                let Some(h) = reader
-                    .get(at, BLOCK_HEADER_BYTES)?
-                    .and_then(|h| <[u8; BLOCK_HEADER_BYTES]>::try_from(h).ok())
-                else {
-                    break;
-                };
+            while let Some(h) = reader
+                .get(at, BLOCK_HEADER_BYTES)?
+                .and_then(|h| <[u8; BLOCK_HEADER_BYTES]>::try_from(h).ok())
+            {
                 if h[0] != BLOCK_TYPE || word(&h, 12) != Some(crc32c::crc32c(&h[..12]) ^ generation)
                 {
                     break;
