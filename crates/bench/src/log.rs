@@ -239,13 +239,14 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
                    "bytes_written_per_payload_byte": written_per_payload}),
             format!(
                 "append {entry_bytes:>5} B x {entries} (batch {batch:>2}): into buffer {:.2} M entries/s ({:.0} MB/s); \
-                 durable {:.2} M entries/s ({mb:.0} MB/s payload, {:.0} MB/s to disk = {:.0}% of baseline); \
+                 durable {:.2} M entries/s ({mb:.0} MB/s payload, {:.0} MB/s to disk = {:.0}% of baseline{}); \
                  {written_per_payload:.2} bytes written per payload byte",
                 rate(buffered) / 1e6,
                 mb_per_sec(payload_bytes, buffered),
                 rate(durable) / 1e6,
                 mb_per_sec(written, durable),
                 100.0 * mb_per_sec(written, durable) / disk_write,
+                fio.map_or(String::new(), |f| format!(", {:.0}% of fio", 100.0 * mb_per_sec(written, durable) / f)),
             ),
         );
             drop(engine);
