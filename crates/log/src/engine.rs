@@ -646,7 +646,8 @@ pub struct EngineStats {
     pub appended_payload_bytes: u64,
     /// Removes.
     pub removes: u64,
-    /// Bytes written to secondary logs by the flusher (whole pages).
+    /// Bytes of entries the flusher placed in secondary logs (page padding and the
+    /// rewritten partial page of each append not counted).
     pub secondary_bytes_written: u64,
     /// Bytes written to the primary log.
     pub primary_bytes_written: u64,

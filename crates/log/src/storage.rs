@@ -111,8 +111,8 @@ impl fmt::Debug for AlignedBuf {
 /// Runs `f` with this thread's scratch buffer for writes: page-aligned, exactly
 /// `round_up_to_page(bytes)` long, with arbitrary content (the caller fills all of it).
 /// One buffer per writing thread (flusher, reorganizer, recovery callers), grown to the
-/// largest write it made, at most one segment; it saves an allocation and page faults per
-/// write.
+/// largest write it made: at most one segment, or for the flusher half the write buffer
+/// (a primary-log write); it saves an allocation and page faults per write.
 pub(crate) fn with_write_scratch<R>(bytes: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
     thread_local! {
         static SCRATCH: std::cell::RefCell<Option<AlignedBuf>> =
