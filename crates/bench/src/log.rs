@@ -8,8 +8,9 @@
 //! 2. **Append rate** per entry size: one thread appends `--append-mb` of payload
 //!    round-robin over 4 zones as fast as it can. "Into the write buffer" is the rate of
 //!    the append calls; "to disk" includes the final flush until everything is durable.
-//!    Bytes written per payload byte counts entry headers, block headers, primary-log
-//!    copies and page padding (what the storage layer actually wrote).
+//!    Bytes written per payload byte is what the storage layer was handed: entry
+//!    headers, primary-log copies of small batches, block headers, page padding and the
+//!    partial last page every append rewrites.
 //! 3. **Recovery read** of one zone of `--zone-mb` of 64-byte chunks (default 256 MiB,
 //!    about 4.2 M chunks), with O_DIRECT reads (cold: no page cache), `--threads` threads
 //!    validating checksums; the callback only sums the bytes (inserting into the memory
@@ -223,7 +224,7 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
             let durable = started.elapsed();
             let stats = engine.stats();
             let payload_bytes = entries * entry_bytes as u64;
-            let written = stats.secondary_bytes_written + stats.primary_bytes_written;
+            let written = stats.secondary_device_bytes_written + stats.primary_bytes_written;
             let written_per_payload = written as f64 / payload_bytes as f64;
             let rate = |t: Duration| entries as f64 / t.as_secs_f64().max(1e-9);
             let mb = mb_per_sec(payload_bytes, durable);

@@ -542,6 +542,12 @@ impl LogEngine {
             })
             .collect();
         zones.sort_by_key(|z| z.zone);
+        let secondary_device_bytes_written = inner
+            .zones
+            .read()
+            .values()
+            .map(|z| z.log.lock().seclog.device_bytes_written())
+            .sum();
         let c = &inner.counters;
         let primary_bytes_written = inner
             .primary
@@ -558,6 +564,7 @@ impl LogEngine {
             removes: c.removes.load(Ordering::Relaxed),
             secondary_bytes_written: c.secondary_bytes_written.load(Ordering::Relaxed),
             primary_bytes_written,
+            secondary_device_bytes_written,
             flushes: c.flushes.load(Ordering::Relaxed),
             reorg_passes: c.reorg_passes.load(Ordering::Relaxed),
             reorg_segments_cleaned: c.reorg_segments_cleaned.load(Ordering::Relaxed),
@@ -651,6 +658,9 @@ pub struct EngineStats {
     pub secondary_bytes_written: u64,
     /// Bytes written to the primary log.
     pub primary_bytes_written: u64,
+    /// Bytes handed to the storage for the secondary logs of the current zones, by the
+    /// flusher and the reorganizer (whole pages, rewritten partial pages included).
+    pub secondary_device_bytes_written: u64,
     /// Flushes of the write buffer.
     pub flushes: u64,
     /// Reorganization passes.

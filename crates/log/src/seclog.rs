@@ -131,6 +131,8 @@ pub struct SecondaryLog {
     /// The active segment's bytes from the start of its last partial page to `used`.
     tail: Vec<u8>,
     next_generation: u32,
+    /// Bytes handed to the storage (whole pages, rewritten partial pages included).
+    device_bytes_written: u64,
 }
 
 impl SecondaryLog {
@@ -159,6 +161,7 @@ impl SecondaryLog {
             active: active.as_ref().map(|a| a.0),
             tail: active.map(|a| a.1).unwrap_or_default(),
             next_generation,
+            device_bytes_written: 0,
         }
     }
 
@@ -185,6 +188,12 @@ impl SecondaryLog {
     /// Total bytes of the log.
     pub fn capacity_bytes(&self) -> u64 {
         (self.segments.len() * self.segment_bytes) as u64
+    }
+
+    /// Bytes handed to the storage since open (whole pages, including the partial page
+    /// each append rewrites and the reorganizer's output).
+    pub fn device_bytes_written(&self) -> u64 {
+        self.device_bytes_written
     }
 
     /// Used bytes in percent of the capacity.
@@ -257,6 +266,7 @@ impl SecondaryLog {
             Ok::<(), crate::error::LogError>(())
         })?;
         self.segments[index].used = end as u32;
+        self.device_bytes_written += len as u64;
         Ok(())
     }
 
