@@ -293,7 +293,12 @@ impl Inner {
                 }
             }
             let mut vm = zone.versions.lock();
-            if !restamp_failed {
+            if restamp_failed {
+                // Retry after an eighth of the interval, not at once: a visit is a pass
+                // over the whole log.
+                let backoff = (restamp_age / 8).max(1);
+                vm.full_visit_started(visit_epoch.wrapping_sub(restamp_age - backoff));
+            } else {
                 vm.full_visit_started(visit_epoch);
             }
             vm.hold_epoch(false);
