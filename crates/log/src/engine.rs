@@ -35,6 +35,9 @@ use crate::version::{
 };
 use crate::ZoneId;
 
+/// The flusher's per-zone sorting buffers: entries and removes of one flush.
+type Groups = BTreeMap<ZoneId, (Vec<u8>, Vec<VersionRecord>)>;
+
 /// Position of an append in the engine's single order of appends (starts at 1).
 pub type Seq = u64;
 
@@ -964,6 +967,7 @@ impl Inner {
         let interval = self.config.flush_interval;
         let half = (self.config.write_buffer_bytes / 2) as usize;
         let mut last = Instant::now();
+        let mut groups = Groups::new();
         loop {
             let (batch, last_seq) = {
                 let mut wb = self.wb.lock();
@@ -988,7 +992,7 @@ impl Inner {
             };
             last = Instant::now();
             if self.durability.lock().failed.is_none() {
-                let result = self.flush_batch(&batch, last_seq);
+                let result = self.flush_batch(&batch, last_seq, &mut groups);
                 match result {
                     Ok(()) => {
                         let mut d = self.durability.lock();
@@ -1012,10 +1016,19 @@ impl Inner {
     }
 
     /// Writes one half of the write buffer. See the module docs.
-    fn flush_batch(&self, batch: &[u8], last_seq: Seq) -> LogResult<()> {
+    fn flush_batch(&self, batch: &[u8], last_seq: Seq, groups: &mut Groups) -> LogResult<()> {
         let payload_max = self.config.entry_payload_bytes_max();
-        // Sort by zone, keeping each zone's order.
-        let mut groups: BTreeMap<ZoneId, (Vec<u8>, Vec<VersionRecord>)> = BTreeMap::new();
+        // Sort by zone, keeping each zone's order. The group buffers are kept from flush
+        // to flush (no allocation and page faults per flush) while they hold at most
+        // half the write buffer together.
+        let retained: usize = groups.values().map(|g| g.0.capacity()).sum();
+        if retained > (self.config.write_buffer_bytes / 2) as usize {
+            groups.clear();
+        }
+        for group in groups.values_mut() {
+            group.0.clear();
+            group.1.clear();
+        }
         let mut at = 0;
         while at < batch.len() {
             let bad = || LogError::Failed("internal: write buffer record does not parse".into());
@@ -1054,7 +1067,7 @@ impl Inner {
         let two_level = self.config.secondary_buffer_bytes > 0;
         let mut primary_blocks: Vec<(ZoneId, u8, Vec<u8>)> = Vec::new();
         let mut touched: HashSet<ZoneId> = HashSet::new();
-        for (zone_id, (entries, removes)) in &groups {
+        for (zone_id, (entries, removes)) in groups.iter() {
             let Ok(zone) = self.zone(*zone_id) else {
                 // Removed while its appends were buffered: nothing to keep.
                 continue;
