@@ -30,8 +30,8 @@ pub struct LogConfig {
     /// above half a segment are chained.
     pub segment_bytes: u64,
     /// Write buffer size, in two halves: appends fill one half while the flusher drains the
-    /// other; the flusher takes a half once it holds a quarter of the buffer, or after
-    /// `flush_interval`, or when someone waits for durability. Default 32 MiB; at least 2
+    /// other; the flusher takes a half once the buffer is about half full (the half
+    /// 15/16 full), or after `flush_interval`, or when someone waits for durability. Default 32 MiB; at least 2
     /// segments (a half must hold the largest entry), at most 16 GiB.
     pub write_buffer_bytes: u64,
     /// Flush the write buffer at least this often. Default 100 ms.

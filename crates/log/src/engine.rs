@@ -754,7 +754,7 @@ impl Inner {
                                 .appended_payload_bytes
                                 .fetch_add(payload.len() as u64, Ordering::Relaxed);
                         }
-                        if wb.active.len() >= half / 2 {
+                        if wb.active.len() >= flush_threshold(half) {
                             self.wb_cv.notify_all();
                         }
                         return Ok(AppendTicket { seq, version: v });
@@ -875,7 +875,7 @@ impl Inner {
                 }
             }
         }
-        if wb.active.len() >= half / 2 {
+        if wb.active.len() >= flush_threshold(half) {
             self.wb_cv.notify_all();
         }
         drop(wb);
@@ -975,7 +975,7 @@ impl Inner {
                     let due = self.shutdown.load(Ordering::Relaxed)
                         || wb.wake_now
                         || wb.flush_wanted > self.durable_now()
-                        || wb.active.len() >= half / 2
+                        || wb.active.len() >= flush_threshold(half)
                         || last.elapsed() >= interval;
                     if due {
                         break;
@@ -1217,6 +1217,12 @@ impl Inner {
             }
         }
     }
+}
+
+/// Fill level of the active half at which the flusher takes it: the write buffer is then
+/// about half full (DXRAM's threshold), and the other half takes appends meanwhile.
+fn flush_threshold(half: usize) -> usize {
+    half - half / 16
 }
 
 fn encode_record(out: &mut Vec<u8>, zone: ZoneId, cid: u64, v: Version, record: &Record<'_>) {
