@@ -70,7 +70,9 @@ pub struct LogConfig {
     /// How long an append waits for room in the write buffer or version buffer, and a
     /// write for room in a secondary log, before failing. Default 10 s.
     pub wait_timeout: Duration,
-    /// Threads reading segments during a recovery read. Default 4 (DXRAM's best).
+    /// Threads reading segments during a recovery read (see
+    /// `RecoveryOptions::from_config`) and zones scanned at once when reopening. Default
+    /// 4 (DXRAM's best).
     pub recovery_threads: usize,
     /// Verify checksums during a recovery read. Default true. Reopen after a crash always
     /// verifies.

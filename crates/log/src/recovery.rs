@@ -46,6 +46,17 @@ pub struct RecoveryOptions {
     pub batch_chunks_max: usize,
 }
 
+impl RecoveryOptions {
+    /// The options a configuration asks for (`recovery_threads`, `recovery_verify_crc`).
+    pub fn from_config(config: &crate::LogConfig) -> RecoveryOptions {
+        RecoveryOptions {
+            threads: config.recovery_threads,
+            verify_crc: config.recovery_verify_crc,
+            ..RecoveryOptions::default()
+        }
+    }
+}
+
 impl Default for RecoveryOptions {
     fn default() -> Self {
         RecoveryOptions {

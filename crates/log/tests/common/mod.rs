@@ -15,7 +15,7 @@ pub fn open(storage: &Arc<dyn Storage>, config: &LogConfig) -> LogEngine {
 
 /// Reads a zone back through the recovery API; panics if a chunk is delivered twice.
 pub fn read_zone(engine: &LogEngine, zone: ZoneId) -> HashMap<u64, Vec<u8>> {
-    read_zone_with(engine, zone, &RecoveryOptions::default())
+    read_zone_with(engine, zone, &RecoveryOptions::from_config(engine.config()))
 }
 
 /// As [`read_zone`] with options.
