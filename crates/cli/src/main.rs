@@ -30,6 +30,8 @@ enum BenchCommand {
     /// The server half of `bench net` (started by it).
     #[command(hide = true)]
     NetServer(myriad_bench::net::NetServerArgs),
+    /// The backup-side log engine: append rate, recovery read, disk baseline.
+    Log(myriad_bench::log::LogArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -44,6 +46,9 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::NetServer(args)) => {
             myriad_bench::net::serve(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Log(args)) => {
+            myriad_bench::log::run(&args).map_err(anyhow::Error::msg)
         }
     }
 }

@@ -1,0 +1,1514 @@
+//! The log engine: zones, the write buffer, the flusher thread, durability, reopen.
+//!
+//! Job: accept appends and removes for (owner, zone) pairs, give each a version and a
+//! sequence number, keep them in the bounded write buffer, and have the flusher write
+//! them to secondary logs (large batches) or the primary log plus secondary-log buffers
+//! (small batches); report durability by sequence number.
+//!
+//! Invariants:
+//! - Sequence numbers are assigned in write-buffer order, under the same lock as versions:
+//!   `durable_seq = s` means every append with a sequence number `<= s` is on disk (synced),
+//!   including the version-log records of removes.
+//! - The flusher is the only writer of secondary logs besides the reorganizer; both hold
+//!   the zone's log lock while they write.
+//! - Lock order: write buffer → zone versions; zone reorganization lock → zone log → zone
+//!   versions. Nobody waits for the flusher while holding a zone log lock.
+//! - Every wait is bounded by `wait_timeout` and ends early on an engine failure.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::config::LogConfig;
+use crate::error::{io_context, LogError, LogResult};
+use crate::header::{self, ChainLink, EncodeArgs};
+use crate::primary::PrimaryLog;
+use crate::seclog::{self, PlaceError, SecondaryLog, SegmentInfo};
+use crate::storage::{round_up_to_page, AlignedBuf, Storage};
+use crate::version::{
+    merge, table_from_records, AssignBlocked, CidMap, Version, VersionLog, VersionManager,
+    VersionRecord, VersionState,
+};
+use crate::ZoneId;
+
+/// The flusher's per-zone sorting buffers: entries and removes of one flush.
+type Groups = BTreeMap<ZoneId, (Vec<u8>, Vec<VersionRecord>)>;
+
+/// Position of an append in the engine's single order of appends (starts at 1).
+pub type Seq = u64;
+
+/// What an append returns: where it is in the order, and the version it got.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AppendTicket {
+    /// Sequence number; the append is durable once [`LogEngine::durable_seq`] reaches it.
+    pub seq: Seq,
+    /// The version the backup assigned.
+    pub version: Version,
+}
+
+const RECORD_ENTRY: u8 = 1;
+const RECORD_REMOVE: u8 = 2;
+const RECORD_HEADER_BYTES: usize = 9;
+const REMOVE_RECORD_BYTES: usize = 1 + 4 + 8 + 2 + 4;
+
+/// Counters of the whole engine.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub appended_entries: AtomicU64,
+    pub appended_payload_bytes: AtomicU64,
+    pub removes: AtomicU64,
+    pub secondary_bytes_written: AtomicU64,
+    pub flushes: AtomicU64,
+    pub reorg_passes: AtomicU64,
+    pub reorg_segments_cleaned: AtomicU64,
+    pub reorg_bytes_written: AtomicU64,
+    pub reorg_entries_restamped: AtomicU64,
+}
+
+/// The log-side state of one zone.
+#[derive(Debug)]
+pub(crate) struct ZoneLog {
+    pub seclog: SecondaryLog,
+    /// Small batches waiting for the secondary log (also in the primary log).
+    pub sec_buffer: Vec<u8>,
+    pub vlog: VersionLog,
+}
+
+/// One zone.
+#[derive(Debug)]
+pub(crate) struct Zone {
+    pub id: ZoneId,
+    pub versions: Mutex<VersionManager>,
+    pub log: Mutex<ZoneLog>,
+    /// Held by a reorganization pass and by a recovery read of this zone.
+    pub reorg_lock: Mutex<()>,
+    /// Used bytes of the log after its last reorganization pass (a periodic pass is
+    /// worth it only after new writes).
+    pub used_after_pass: AtomicU64,
+}
+
+#[derive(Debug)]
+struct WriteBuffer {
+    active: Vec<u8>,
+    spare: Option<Vec<u8>>,
+    /// Sequence number the next record gets.
+    next_seq: Seq,
+    /// Flush everything up to this sequence number as soon as possible.
+    flush_wanted: Seq,
+    /// Flush now even if everything is durable (a sealed epoch must reach the disk).
+    wake_now: bool,
+}
+
+#[derive(Debug, Default)]
+struct Durability {
+    durable_seq: Seq,
+    failed: Option<String>,
+}
+
+/// Reorganization requests.
+#[derive(Debug, Default)]
+pub(crate) struct ReorgRequests {
+    pub urgent: BTreeMap<ZoneId, ()>,
+    pub prompt: BTreeMap<ZoneId, ()>,
+    /// Bumped after every pass (writers waiting for space watch it).
+    pub passes_done: u64,
+}
+
+/// Shared state of the engine and its threads.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub config: LogConfig,
+    pub storage: Arc<dyn Storage>,
+    pub zones: RwLock<HashMap<ZoneId, Arc<Zone>>>,
+    wb: Mutex<WriteBuffer>,
+    /// Producers wait here for room; the flusher waits here for work.
+    wb_cv: Condvar,
+    durability: Mutex<Durability>,
+    durable_cv: Condvar,
+    primary: Mutex<Option<PrimaryLog>>,
+    pub reorg: Mutex<ReorgRequests>,
+    pub reorg_cv: Condvar,
+    pub shutdown: AtomicBool,
+    /// Set once `durability.failed` is (read on every append without a lock).
+    failed: AtomicBool,
+    pub counters: Counters,
+}
+
+/// The backup-side log engine. See the crate documentation.
+#[derive(Debug)]
+pub struct LogEngine {
+    pub(crate) inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn sec_name(zone: ZoneId) -> String {
+    format!("zone-{:04x}-{:04x}.sec", zone.owner, zone.zone)
+}
+
+fn vlog_base(zone: ZoneId) -> String {
+    format!("zone-{:04x}-{:04x}.ver", zone.owner, zone.zone)
+}
+
+fn parse_sec_name(name: &str) -> Option<ZoneId> {
+    let rest = name.strip_prefix("zone-")?.strip_suffix(".sec")?;
+    let (owner, zone) = rest.split_once('-')?;
+    Some(ZoneId {
+        owner: u16::from_str_radix(owner, 16).ok()?,
+        zone: u16::from_str_radix(zone, 16).ok()?,
+    })
+}
+
+const PRIMARY_NAME: &str = "primary.log";
+
+impl LogEngine {
+    /// Opens the engine over `storage`: reopens every zone found there (after a crash or a
+    /// clean stop alike), replays the primary log into the secondary logs, rebuilds each
+    /// zone's versions from what is durable, and starts the flusher and reorganizer.
+    pub fn open(config: LogConfig, storage: Arc<dyn Storage>) -> LogResult<LogEngine> {
+        config.validate()?;
+        let names = storage
+            .list()
+            .map_err(io_context("listing the log directory"))?;
+        let mut zones = HashMap::new();
+        let mut rebuilt: HashMap<ZoneId, (ZoneLog, CidMap<VersionState>, ChainTracker)> =
+            HashMap::new();
+        let found: Vec<ZoneId> = names.iter().filter_map(|n| parse_sec_name(n)).collect();
+        if found.len() > config.zones_max {
+            return Err(LogError::TooManyZones(config.zones_max));
+        }
+        // Zones are independent: scan them with `recovery_threads` threads.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results = Mutex::new(Vec::with_capacity(found.len()));
+        std::thread::scope(|scope| {
+            for _ in 0..config.recovery_threads.min(found.len()) {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&zone) = found.get(i) else { break };
+                    let result = reopen_zone(&config, &storage, zone);
+                    results.lock().push((zone, result));
+                });
+            }
+        });
+        for (zone, result) in results.into_inner() {
+            let (log, table, chains) = result?;
+            rebuilt.insert(zone, (log, table, chains));
+        }
+        // The primary log: what was only in secondary-log buffers goes to the logs now.
+        let primary_file = storage
+            .open(
+                PRIMARY_NAME,
+                round_up_to_page(config.primary_log_bytes as usize) as u64,
+            )
+            .map_err(io_context("opening primary log"))?;
+        let payload_max = config.entry_payload_bytes_max();
+        let (primary, replay) =
+            PrimaryLog::open(primary_file, payload_max, |z| rebuilt.contains_key(&z))?;
+        // Their versions count now; the entries go to the secondary logs once the
+        // reorganizer runs (a full log may need cleaning first). The primary log keeps
+        // them until then.
+        for (zone, entries) in &replay {
+            let Some((_, table, chains)) = rebuilt.get_mut(zone) else {
+                continue;
+            };
+            for (offset, h) in seclog::walk_batch(entries, zone.owner, payload_max)
+                .map_err(|e| LogError::Failed(format!("internal: {e}")))?
+            {
+                chains.observe(table, h.cid, h.epoch, h.version, h.chain, offset);
+            }
+        }
+        for (zone, (mut log, mut table, chains)) in rebuilt {
+            chains.finish(&mut table);
+            if log.seclog.free_segments() < 2 {
+                free_redundant_segments(&config, zone, &mut log.seclog, &table)?;
+            }
+            let records: Vec<VersionRecord> = table
+                .iter()
+                .map(|(&cid, &state)| VersionRecord { cid, state })
+                .collect();
+            let newest = records.iter().map(|r| r.state.version).reduce(|a, b| {
+                if b.is_newer_than(a) {
+                    b
+                } else {
+                    a
+                }
+            });
+            log.vlog.compact(&records)?;
+            let epoch = newest.map_or(0, |v| v.epoch.wrapping_add(1));
+            let versions = VersionManager::new(
+                epoch,
+                config.version_seal_entries(),
+                config.version_buffer_entries_max,
+            );
+            zones.insert(
+                zone,
+                Arc::new(Zone {
+                    id: zone,
+                    versions: Mutex::new(versions),
+                    log: Mutex::new(log),
+                    reorg_lock: Mutex::new(()),
+                    used_after_pass: AtomicU64::new(0),
+                }),
+            );
+        }
+        let half = (config.write_buffer_bytes / 2) as usize;
+        let inner = Arc::new(Inner {
+            storage,
+            zones: RwLock::new(zones),
+            wb: Mutex::new(WriteBuffer {
+                active: Vec::with_capacity(half),
+                spare: Some(Vec::with_capacity(half)),
+                next_seq: 1,
+                flush_wanted: 0,
+                wake_now: false,
+            }),
+            wb_cv: Condvar::new(),
+            durability: Mutex::new(Durability::default()),
+            durable_cv: Condvar::new(),
+            primary: Mutex::new(Some(primary)),
+            reorg: Mutex::new(ReorgRequests::default()),
+            reorg_cv: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            counters: Counters::default(),
+            config,
+        });
+        let flusher = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("log-flusher".into())
+                .spawn(move || inner.flusher_loop())
+                .map_err(io_context("spawning the flusher"))?
+        };
+        let reorganizer = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("log-reorganizer".into())
+                .spawn(move || inner.reorganizer_loop())
+                .map_err(io_context("spawning the reorganizer"))?
+        };
+        let engine = LogEngine {
+            inner,
+            threads: vec![flusher, reorganizer],
+        };
+        // Replay, then start the primary log over.
+        for (zone, entries) in &replay {
+            let z = engine.inner.zone(*zone)?;
+            engine.inner.write_secondary(&z, entries)?;
+        }
+        for z in engine.inner.zones.read().values() {
+            z.log.lock().seclog.sync()?;
+        }
+        if let Some(p) = engine.inner.primary.lock().as_mut() {
+            p.reset()?;
+        }
+        Ok(engine)
+    }
+
+    /// The configuration in effect.
+    pub fn config(&self) -> &LogConfig {
+        &self.inner.config
+    }
+
+    /// Creates the secondary log, version log and buffers of a new zone.
+    pub fn create_zone(&self, zone: ZoneId) -> LogResult<()> {
+        let inner = &self.inner;
+        let mut zones = inner.zones.write();
+        if zones.contains_key(&zone) {
+            return Err(LogError::ZoneExists(zone));
+        }
+        if zones.len() >= inner.config.zones_max {
+            return Err(LogError::TooManyZones(inner.config.zones_max));
+        }
+        let config = &inner.config;
+        let segments = config.segments_per_log() as usize;
+        let file = inner
+            .storage
+            .open(&sec_name(zone), segments as u64 * config.segment_bytes)
+            .map_err(io_context(format!("creating log of zone {zone}")))?;
+        // A reused name may hold an old log: clear every segment header.
+        let zero = AlignedBuf::zeroed(crate::storage::PAGE_BYTES);
+        for s in 0..segments {
+            file.write_at(&zero, s as u64 * config.segment_bytes)
+                .map_err(io_context("clearing segment headers"))?;
+        }
+        file.sync().map_err(io_context("syncing new log"))?;
+        let seclog = SecondaryLog::new(
+            Arc::from(file),
+            zone.owner,
+            config.segment_bytes as usize,
+            config.entry_payload_bytes_max(),
+            vec![
+                SegmentInfo {
+                    used: 0,
+                    generation: 0
+                };
+                segments
+            ],
+            None,
+        );
+        let (mut vlog, old) = VersionLog::open(inner.storage.clone(), &vlog_base(zone))?;
+        if !old.is_empty() {
+            vlog.compact(&[])?;
+        }
+        zones.insert(
+            zone,
+            Arc::new(Zone {
+                id: zone,
+                versions: Mutex::new(VersionManager::new(
+                    0,
+                    config.version_seal_entries(),
+                    config.version_buffer_entries_max,
+                )),
+                log: Mutex::new(ZoneLog {
+                    seclog,
+                    sec_buffer: Vec::new(),
+                    vlog,
+                }),
+                reorg_lock: Mutex::new(()),
+                used_after_pass: AtomicU64::new(0),
+            }),
+        );
+        Ok(())
+    }
+
+    /// Deletes a zone and its files (after it was recovered elsewhere or handed over).
+    /// Appends of it still in the write buffer are flushed first.
+    pub fn remove_zone(&self, zone: ZoneId) -> LogResult<()> {
+        self.flush()?;
+        let z = self
+            .inner
+            .zones
+            .write()
+            .remove(&zone)
+            .ok_or(LogError::UnknownZone(zone))?;
+        let _reorg = z.reorg_lock.lock();
+        let storage = &self.inner.storage;
+        for name in [
+            sec_name(zone),
+            format!("{}.0", vlog_base(zone)),
+            format!("{}.1", vlog_base(zone)),
+        ] {
+            storage
+                .remove(&name)
+                .map_err(io_context(format!("removing {name}")))?;
+        }
+        Ok(())
+    }
+
+    /// The zones of this engine, sorted.
+    pub fn zones(&self) -> Vec<ZoneId> {
+        let mut z: Vec<ZoneId> = self.inner.zones.read().keys().copied().collect();
+        z.sort();
+        z
+    }
+
+    /// Appends a write of chunk `cid` with `payload` to `zone`'s log: assigns the next
+    /// version, copies the entry into the write buffer and returns at once (the data is
+    /// then held in memory: the `replicated` durability level). Chunks above half a
+    /// segment are split into chained entries. Waits (bounded) while the write buffer is
+    /// full.
+    pub fn append(&self, zone: ZoneId, cid: u64, payload: &[u8]) -> LogResult<AppendTicket> {
+        let inner = &self.inner;
+        let max = inner.config.chunk_bytes_max;
+        if payload.len() as u64 > max {
+            return Err(LogError::ChunkTooLarge {
+                bytes: payload.len() as u64,
+                max,
+            });
+        }
+        let z = inner.zone(zone)?;
+        let link_bytes = inner.config.entry_payload_bytes_max() as usize;
+        if payload.len() <= link_bytes {
+            return inner.push(
+                &z,
+                cid,
+                Record::Put {
+                    payload,
+                    chain: None,
+                },
+                None,
+            );
+        }
+        let count = payload.len().div_ceil(link_bytes);
+        let chain_bytes = count * (RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX) + payload.len();
+        if chain_bytes <= (inner.config.write_buffer_bytes / 2) as usize {
+            // The whole chain in one go: it lands in one flush, so no epoch naming its
+            // version reaches the version log before every link is durable.
+            return inner.push_chain(&z, cid, payload, link_bytes, chain_bytes);
+        }
+        // Larger than half the write buffer: link by link (see docs/log-format.md).
+        let mut first: Option<AppendTicket> = None;
+        for (index, part) in payload.chunks(link_bytes).enumerate() {
+            let chain = Some(ChainLink {
+                index: index as u8,
+                count: count as u8,
+            });
+            let t = inner.push(
+                &z,
+                cid,
+                Record::Put {
+                    payload: part,
+                    chain,
+                },
+                first.map(|t| t.version),
+            )?;
+            first = Some(first.map_or(t, |f| AppendTicket {
+                seq: t.seq,
+                version: f.version,
+            }));
+        }
+        first.ok_or_else(|| LogError::Failed("internal: empty chain".into()))
+    }
+
+    /// Appends writes of several chunks of one zone (one log message of the owner) with
+    /// one lock round trip for as many as fit in the write buffer; as [`LogEngine::append`]
+    /// otherwise. Returns the sequence number of the last one (all earlier ones are
+    /// durable when it is). An empty batch returns the last sequence number issued.
+    pub fn append_batch(&self, zone: ZoneId, chunks: &[(u64, &[u8])]) -> LogResult<Seq> {
+        let inner = &self.inner;
+        let z = inner.zone(zone)?;
+        let link_bytes = inner.config.entry_payload_bytes_max() as usize;
+        let mut last = inner.wb.lock().next_seq - 1;
+        let mut start = 0;
+        while start < chunks.len() {
+            // Runs of small chunks go in together; a large one goes alone (chained).
+            let run = chunks[start..]
+                .iter()
+                .position(|(_, p)| p.len() > link_bytes)
+                .unwrap_or(chunks.len() - start);
+            if run > 0 {
+                last = inner.push_many(&z, &chunks[start..start + run])?;
+                start += run;
+            } else {
+                let (cid, payload) = chunks[start];
+                last = self.append(zone, cid, payload)?.seq;
+                start += 1;
+            }
+        }
+        Ok(last)
+    }
+
+    /// Removes chunk `cid` from `zone`: a new version flagged deleted, made durable in the
+    /// zone's version log by the next flush (no entry in the data log).
+    pub fn remove(&self, zone: ZoneId, cid: u64) -> LogResult<AppendTicket> {
+        let z = self.inner.zone(zone)?;
+        self.inner.counters.removes.fetch_add(1, Ordering::Relaxed);
+        self.inner.push(&z, cid, Record::Remove, None)
+    }
+
+    /// Everything appended up to this sequence number is durable.
+    pub fn durable_seq(&self) -> Seq {
+        self.inner.durability.lock().durable_seq
+    }
+
+    /// Waits until append `seq` is durable (the `durable` level), at most `timeout`.
+    /// Asks the flusher to flush now rather than at its next interval.
+    pub fn wait_durable(&self, seq: Seq, timeout: Duration) -> LogResult<()> {
+        self.inner.wait_durable(seq, timeout)
+    }
+
+    /// Flushes everything appended so far and waits until it is durable.
+    pub fn flush(&self) -> LogResult<()> {
+        let seq = self.inner.wb.lock().next_seq - 1;
+        self.inner.wait_durable(seq, self.inner.config.wait_timeout)
+    }
+
+    /// Memory use and fill levels, per zone and in total.
+    pub fn stats(&self) -> EngineStats {
+        let inner = &self.inner;
+        let mut zones: Vec<ZoneStats> = inner
+            .zones
+            .read()
+            .values()
+            .map(|z| {
+                let log = z.log.lock();
+                let vm = z.versions.lock();
+                let segments = log.seclog.segments().len() as u64;
+                ZoneStats {
+                    zone: z.id,
+                    used_bytes: log.seclog.used_bytes(),
+                    capacity_bytes: log.seclog.capacity_bytes(),
+                    free_segments: log.seclog.free_segments(),
+                    secondary_buffer_bytes: log.sec_buffer.len() as u64,
+                    version_buffer_entries: vm.buffered() as u64,
+                    epoch: vm.epoch(),
+                    version_log_records: log.vlog.records(),
+                    memory_bytes: log.sec_buffer.capacity() as u64
+                        + vm.memory_bytes()
+                        + segments * std::mem::size_of::<SegmentInfo>() as u64
+                        + crate::storage::PAGE_BYTES as u64,
+                }
+            })
+            .collect();
+        zones.sort_by_key(|z| z.zone);
+        let secondary_device_bytes_written = inner
+            .zones
+            .read()
+            .values()
+            .map(|z| z.log.lock().seclog.device_bytes_written())
+            .sum();
+        let c = &inner.counters;
+        let primary_bytes_written = inner
+            .primary
+            .lock()
+            .as_ref()
+            .map_or(0, |p| p.bytes_written());
+        EngineStats {
+            write_buffer_capacity_bytes: inner.config.write_buffer_bytes,
+            memory_bytes: inner.config.write_buffer_bytes
+                + zones.iter().map(|z| z.memory_bytes).sum::<u64>(),
+            zones,
+            appended_entries: c.appended_entries.load(Ordering::Relaxed),
+            appended_payload_bytes: c.appended_payload_bytes.load(Ordering::Relaxed),
+            removes: c.removes.load(Ordering::Relaxed),
+            secondary_bytes_written: c.secondary_bytes_written.load(Ordering::Relaxed),
+            primary_bytes_written,
+            secondary_device_bytes_written,
+            flushes: c.flushes.load(Ordering::Relaxed),
+            reorg_passes: c.reorg_passes.load(Ordering::Relaxed),
+            reorg_segments_cleaned: c.reorg_segments_cleaned.load(Ordering::Relaxed),
+            reorg_bytes_written: c.reorg_bytes_written.load(Ordering::Relaxed),
+            reorg_entries_restamped: c.reorg_entries_restamped.load(Ordering::Relaxed),
+            durable_seq: self.durable_seq(),
+        }
+    }
+
+    /// Flushes, stops the threads and closes the files.
+    pub fn shutdown(mut self) -> LogResult<()> {
+        let result = self.flush();
+        self.stop();
+        result
+    }
+
+    fn stop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::SeqCst);
+        self.inner.wb_cv.notify_all();
+        self.inner.reorg_cv.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+
+    /// Requests a reorganization pass of `zone` now (as a prompt request) and waits until
+    /// the reorganizer finished a pass. For tests and tools.
+    pub fn reorganize_now(&self, zone: ZoneId) -> LogResult<()> {
+        self.inner.zone(zone)?;
+        let mut r = self.inner.reorg.lock();
+        r.prompt.insert(zone, ());
+        let target = r.passes_done + 1;
+        self.inner.reorg_cv.notify_all();
+        let deadline = Instant::now() + self.inner.config.wait_timeout;
+        while r.passes_done < target || r.prompt.contains_key(&zone) {
+            if self.inner.reorg_cv.wait_until(&mut r, deadline).timed_out() {
+                return Err(LogError::Timeout("reorganization"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LogEngine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Per-zone figures of [`LogEngine::stats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneStats {
+    /// The zone.
+    pub zone: ZoneId,
+    /// Bytes used in its secondary log (valid and outdated entries).
+    pub used_bytes: u64,
+    /// Size of its secondary log.
+    pub capacity_bytes: u64,
+    /// Free segments.
+    pub free_segments: usize,
+    /// Bytes waiting in its secondary-log buffer.
+    pub secondary_buffer_bytes: u64,
+    /// Chunks in its version buffer.
+    pub version_buffer_entries: u64,
+    /// Its current epoch.
+    pub epoch: u16,
+    /// Records in its version log file.
+    pub version_log_records: u64,
+    /// RAM this zone holds: secondary-log buffer, version buffer and sealed epoch, segment
+    /// table, segment tail.
+    pub memory_bytes: u64,
+}
+
+/// Figures of [`LogEngine::stats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Per zone.
+    pub zones: Vec<ZoneStats>,
+    /// Write buffer size.
+    pub write_buffer_capacity_bytes: u64,
+    /// RAM of the write buffer plus every zone's `memory_bytes`.
+    pub memory_bytes: u64,
+    /// Entries appended (links of chained chunks count one each).
+    pub appended_entries: u64,
+    /// Payload bytes appended.
+    pub appended_payload_bytes: u64,
+    /// Removes.
+    pub removes: u64,
+    /// Bytes of entries the flusher placed in secondary logs (page padding and the
+    /// rewritten partial page of each append not counted).
+    pub secondary_bytes_written: u64,
+    /// Bytes written to the primary log.
+    pub primary_bytes_written: u64,
+    /// Bytes handed to the storage for the secondary logs of the current zones, by the
+    /// flusher and the reorganizer (whole pages, rewritten partial pages included).
+    pub secondary_device_bytes_written: u64,
+    /// Flushes of the write buffer.
+    pub flushes: u64,
+    /// Reorganization passes.
+    pub reorg_passes: u64,
+    /// Segments cleaned by them.
+    pub reorg_segments_cleaned: u64,
+    /// Bytes they wrote.
+    pub reorg_bytes_written: u64,
+    /// Entries moved into the current eon.
+    pub reorg_entries_restamped: u64,
+    /// Everything up to this sequence number is durable.
+    pub durable_seq: Seq,
+}
+
+enum Record<'a> {
+    Put {
+        payload: &'a [u8],
+        chain: Option<ChainLink>,
+    },
+    Remove,
+}
+
+impl Inner {
+    pub(crate) fn zone(&self, zone: ZoneId) -> LogResult<Arc<Zone>> {
+        self.zones
+            .read()
+            .get(&zone)
+            .cloned()
+            .ok_or(LogError::UnknownZone(zone))
+    }
+
+    fn check_failed(&self) -> LogResult<()> {
+        if self.failed.load(Ordering::Relaxed) {
+            if let Some(msg) = &self.durability.lock().failed {
+                return Err(LogError::Failed(msg.clone()));
+            }
+        }
+        if self.shutdown.load(Ordering::Relaxed) {
+            return Err(LogError::ShutDown);
+        }
+        Ok(())
+    }
+
+    /// Puts one record into the write buffer. `version` is given for the links after the
+    /// first of a chain (they share the first link's version).
+    fn push(
+        &self,
+        zone: &Zone,
+        cid: u64,
+        record: Record<'_>,
+        version: Option<Version>,
+    ) -> LogResult<AppendTicket> {
+        let half = (self.config.write_buffer_bytes / 2) as usize;
+        let bytes = match &record {
+            Record::Put { payload, .. } => {
+                RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX + payload.len()
+            }
+            Record::Remove => REMOVE_RECORD_BYTES,
+        };
+        let mut deadline = None;
+        let mut wb = self.wb.lock();
+        loop {
+            self.check_failed()?;
+            if wb.active.len() + bytes <= half {
+                let assigned = match version {
+                    Some(v) => {
+                        zone.versions.lock().note_seq(v.epoch, wb.next_seq);
+                        Ok(v)
+                    }
+                    None => {
+                        let mut vm = zone.versions.lock();
+                        match record {
+                            Record::Put { .. } => vm.assign_put(cid, wb.next_seq),
+                            Record::Remove => vm.assign_remove(cid, wb.next_seq),
+                        }
+                    }
+                };
+                match assigned {
+                    Ok(v) => {
+                        let seq = wb.next_seq;
+                        wb.next_seq += 1;
+                        encode_record(&mut wb.active, zone.id, cid, v, &record);
+                        if let Record::Put { payload, .. } = record {
+                            self.counters
+                                .appended_entries
+                                .fetch_add(1, Ordering::Relaxed);
+                            self.counters
+                                .appended_payload_bytes
+                                .fetch_add(payload.len() as u64, Ordering::Relaxed);
+                        }
+                        if wb.active.len() >= flush_threshold(half) {
+                            self.wb_cv.notify_all();
+                        }
+                        return Ok(AppendTicket { seq, version: v });
+                    }
+                    Err(AssignBlocked::SealPending) => {
+                        // The flusher writes the sealed epoch at its next flush.
+                        wb.wake_now = true;
+                    }
+                }
+            } else {
+                wb.wake_now = true;
+            }
+            self.wb_cv.notify_all();
+            let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
+            if self.wb_cv.wait_until(&mut wb, until).timed_out() {
+                return Err(LogError::Timeout("room in the write or version buffer"));
+            }
+        }
+    }
+
+    /// Puts all links of a chained chunk into the write buffer under one lock hold, once
+    /// `chain_bytes` fit.
+    fn push_chain(
+        &self,
+        zone: &Zone,
+        cid: u64,
+        payload: &[u8],
+        link_bytes: usize,
+        chain_bytes: usize,
+    ) -> LogResult<AppendTicket> {
+        let half = (self.config.write_buffer_bytes / 2) as usize;
+        let count = payload.len().div_ceil(link_bytes);
+        let mut deadline = None;
+        let mut wb = self.wb.lock();
+        loop {
+            self.check_failed()?;
+            if wb.active.len() + chain_bytes <= half {
+                let mut vm = zone.versions.lock();
+                if let Ok(v) = vm.assign_put(cid, wb.next_seq) {
+                    let mut last = 0;
+                    for (index, part) in payload.chunks(link_bytes).enumerate() {
+                        let record = Record::Put {
+                            payload: part,
+                            chain: Some(ChainLink {
+                                index: index as u8,
+                                count: count as u8,
+                            }),
+                        };
+                        last = wb.next_seq;
+                        wb.next_seq += 1;
+                        encode_record(&mut wb.active, zone.id, cid, v, &record);
+                    }
+                    vm.note_seq(v.epoch, last);
+                    drop(vm);
+                    self.counters
+                        .appended_entries
+                        .fetch_add(count as u64, Ordering::Relaxed);
+                    self.counters
+                        .appended_payload_bytes
+                        .fetch_add(payload.len() as u64, Ordering::Relaxed);
+                    self.wb_cv.notify_all();
+                    return Ok(AppendTicket {
+                        seq: last,
+                        version: v,
+                    });
+                }
+            }
+            wb.wake_now = true;
+            self.wb_cv.notify_all();
+            let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
+            if self.wb_cv.wait_until(&mut wb, until).timed_out() {
+                return Err(LogError::Timeout("room in the write or version buffer"));
+            }
+        }
+    }
+
+    /// Puts writes of whole (unchained) chunks of one zone into the write buffer, taking
+    /// the buffer and version locks once for as many as fit. Returns the last sequence
+    /// number.
+    fn push_many(&self, zone: &Zone, items: &[(u64, &[u8])]) -> LogResult<Seq> {
+        let half = (self.config.write_buffer_bytes / 2) as usize;
+        let mut deadline = None;
+        let mut done = 0;
+        let mut last = 0;
+        let mut payload_bytes = 0u64;
+        let mut wb = self.wb.lock();
+        while done < items.len() {
+            self.check_failed()?;
+            {
+                let mut vm = zone.versions.lock();
+                for &(cid, payload) in &items[done..] {
+                    let bytes = RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX + payload.len();
+                    if wb.active.len() + bytes > half {
+                        wb.wake_now = true;
+                        break;
+                    }
+                    let Ok(v) = vm.assign_put(cid, wb.next_seq) else {
+                        wb.wake_now = true;
+                        break;
+                    };
+                    last = wb.next_seq;
+                    wb.next_seq += 1;
+                    let record = Record::Put {
+                        payload,
+                        chain: None,
+                    };
+                    encode_record(&mut wb.active, zone.id, cid, v, &record);
+                    payload_bytes += payload.len() as u64;
+                    done += 1;
+                }
+            }
+            if done < items.len() {
+                self.wb_cv.notify_all();
+                let until =
+                    *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
+                if self.wb_cv.wait_until(&mut wb, until).timed_out() {
+                    return Err(LogError::Timeout("room in the write or version buffer"));
+                }
+            }
+        }
+        if wb.active.len() >= flush_threshold(half) {
+            self.wb_cv.notify_all();
+        }
+        drop(wb);
+        self.counters
+            .appended_entries
+            .fetch_add(items.len() as u64, Ordering::Relaxed);
+        self.counters
+            .appended_payload_bytes
+            .fetch_add(payload_bytes, Ordering::Relaxed);
+        Ok(last)
+    }
+
+    pub(crate) fn wait_durable(&self, seq: Seq, timeout: Duration) -> LogResult<()> {
+        let deadline = Instant::now() + timeout;
+        {
+            let mut wb = self.wb.lock();
+            if seq >= wb.next_seq {
+                return Err(LogError::Failed(format!(
+                    "sequence number {seq} not issued"
+                )));
+            }
+            if seq > self.durability.lock().durable_seq {
+                wb.flush_wanted = wb.flush_wanted.max(seq);
+                self.wb_cv.notify_all();
+            }
+        }
+        let mut d = self.durability.lock();
+        while d.durable_seq < seq {
+            if let Some(msg) = &d.failed {
+                return Err(LogError::Failed(msg.clone()));
+            }
+            if self.shutdown.load(Ordering::Relaxed) {
+                return Err(LogError::ShutDown);
+            }
+            if self.durable_cv.wait_until(&mut d, deadline).timed_out() {
+                return Err(LogError::Timeout("durability"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The next sequence number to be issued minus one, with a snapshot of `zone`'s
+    /// version state in RAM taken atomically with it.
+    pub(crate) fn snapshot_versions(&self, zone: &Zone) -> (Seq, u16, CidMap<VersionState>) {
+        let wb = self.wb.lock();
+        let vm = zone.versions.lock();
+        let mut table = CidMap::with_capacity_and_hasher(vm.buffered(), Default::default());
+        vm.snapshot_into(&mut table);
+        (wb.next_seq - 1, vm.epoch(), table)
+    }
+
+    /// Makes every append of `zone` so far durable in its secondary log (write buffer,
+    /// then secondary-log buffer) and returns the zone's RAM versions as of then.
+    pub(crate) fn flush_zone(&self, zone: &Zone) -> LogResult<CidMap<VersionState>> {
+        let (seq, _, ram) = self.snapshot_versions(zone);
+        if seq > 0 {
+            self.wait_durable(seq, self.config.wait_timeout)?;
+        }
+        let pending = std::mem::take(&mut zone.log.lock().sec_buffer);
+        if !pending.is_empty() {
+            self.write_secondary(zone, &pending)?;
+        }
+        zone.log.lock().seclog.sync()?;
+        Ok(ram)
+    }
+
+    pub(crate) fn durable_now(&self) -> Seq {
+        self.durability.lock().durable_seq
+    }
+
+    pub(crate) fn request_flush(&self, seq: Seq) {
+        let mut wb = self.wb.lock();
+        wb.flush_wanted = wb.flush_wanted.max(seq);
+        self.wb_cv.notify_all();
+    }
+
+    pub(crate) fn fail(&self, msg: String) {
+        let mut d = self.durability.lock();
+        if d.failed.is_none() {
+            d.failed = Some(msg);
+        }
+        self.failed.store(true, Ordering::SeqCst);
+        self.durable_cv.notify_all();
+        drop(d);
+        self.wb_cv.notify_all();
+    }
+
+    fn flusher_loop(self: Arc<Self>) {
+        let interval = self.config.flush_interval;
+        let half = (self.config.write_buffer_bytes / 2) as usize;
+        let mut last = Instant::now();
+        let mut groups = Groups::new();
+        loop {
+            let (batch, last_seq) = {
+                let mut wb = self.wb.lock();
+                loop {
+                    let due = self.shutdown.load(Ordering::Relaxed)
+                        || wb.wake_now
+                        || wb.flush_wanted > self.durable_now()
+                        || wb.active.len() >= flush_threshold(half)
+                        || last.elapsed() >= interval;
+                    if due {
+                        break;
+                    }
+                    let wake = last + interval;
+                    self.wb_cv.wait_until(&mut wb, wake);
+                }
+                wb.wake_now = false;
+                let spare = wb.spare.take().unwrap_or_default();
+                let batch = std::mem::replace(&mut wb.active, spare);
+                let last_seq = wb.next_seq - 1;
+                self.wb_cv.notify_all();
+                (batch, last_seq)
+            };
+            last = Instant::now();
+            if self.durability.lock().failed.is_none() {
+                let result = self.flush_batch(&batch, last_seq, &mut groups);
+                match result {
+                    Ok(()) => {
+                        let mut d = self.durability.lock();
+                        d.durable_seq = d.durable_seq.max(last_seq);
+                        self.durable_cv.notify_all();
+                    }
+                    Err(e) => self.fail(e.to_string()),
+                }
+            }
+            let mut batch = batch;
+            batch.clear();
+            {
+                let mut wb = self.wb.lock();
+                wb.spare = Some(batch);
+                self.wb_cv.notify_all();
+            }
+            if self.shutdown.load(Ordering::Relaxed) && self.wb.lock().active.is_empty() {
+                return;
+            }
+        }
+    }
+
+    /// Writes one half of the write buffer. See the module docs.
+    fn flush_batch(&self, batch: &[u8], last_seq: Seq, groups: &mut Groups) -> LogResult<()> {
+        let payload_max = self.config.entry_payload_bytes_max();
+        // Sort by zone, keeping each zone's order. The group buffers are kept from flush
+        // to flush (no allocation and page faults per flush) while they hold at most
+        // half the write buffer together.
+        let retained: usize = groups.values().map(|g| g.0.capacity()).sum();
+        if retained > (self.config.write_buffer_bytes / 2) as usize {
+            groups.clear();
+        }
+        for group in groups.values_mut() {
+            group.0.clear();
+            group.1.clear();
+        }
+        let mut at = 0;
+        while at < batch.len() {
+            let bad = || LogError::Failed("internal: write buffer record does not parse".into());
+            let h = batch.get(at..at + RECORD_HEADER_BYTES).ok_or_else(bad)?;
+            let zone = ZoneId {
+                owner: u16::from_le_bytes([h[1], h[2]]),
+                zone: u16::from_le_bytes([h[3], h[4]]),
+            };
+            let group = groups.entry(zone).or_default();
+            match h[0] {
+                RECORD_ENTRY => {
+                    let len = u32::from_le_bytes([h[5], h[6], h[7], h[8]]) as usize;
+                    let entry = batch
+                        .get(at + RECORD_HEADER_BYTES..at + RECORD_HEADER_BYTES + len)
+                        .ok_or_else(bad)?;
+                    group.0.extend_from_slice(entry);
+                    at += RECORD_HEADER_BYTES + len;
+                }
+                RECORD_REMOVE => {
+                    let r = batch.get(at..at + REMOVE_RECORD_BYTES).ok_or_else(bad)?;
+                    let cid = u64::from_le_bytes(r[5..13].try_into().map_err(|_| bad())?);
+                    let epoch = u16::from_le_bytes([r[13], r[14]]);
+                    let version = u32::from_le_bytes([r[15], r[16], r[17], r[18]]);
+                    group.1.push(VersionRecord {
+                        cid,
+                        state: VersionState {
+                            version: Version { epoch, version },
+                            deleted: true,
+                        },
+                    });
+                    at += REMOVE_RECORD_BYTES;
+                }
+                _ => return Err(bad()),
+            }
+        }
+        let two_level = self.config.secondary_buffer_bytes > 0;
+        let mut primary_blocks: Vec<(ZoneId, u8, Vec<u8>)> = Vec::new();
+        let mut touched: HashSet<ZoneId> = HashSet::new();
+        for (zone_id, (entries, removes)) in groups.iter() {
+            let Ok(zone) = self.zone(*zone_id) else {
+                // Removed while its appends were buffered: nothing to keep.
+                continue;
+            };
+            if entries.is_empty() && removes.is_empty() {
+                continue;
+            }
+            if !two_level || entries.len() as u64 >= self.config.secondary_buffer_bytes {
+                let pending = {
+                    let mut log = zone.log.lock();
+                    std::mem::take(&mut log.sec_buffer)
+                };
+                if !pending.is_empty() {
+                    self.write_secondary(&zone, &pending)?;
+                }
+                self.write_secondary(&zone, entries)?;
+                touched.insert(*zone_id);
+            } else if !entries.is_empty() {
+                let full = {
+                    let mut log = zone.log.lock();
+                    if log.sec_buffer.len() + entries.len()
+                        > self.config.secondary_buffer_bytes as usize
+                    {
+                        Some(std::mem::take(&mut log.sec_buffer))
+                    } else {
+                        None
+                    }
+                };
+                if let Some(full) = full {
+                    self.write_secondary(&zone, &full)?;
+                    touched.insert(*zone_id);
+                }
+                let flags = {
+                    let mut log = zone.log.lock();
+                    let empty = log.sec_buffer.is_empty();
+                    log.sec_buffer.extend_from_slice(entries);
+                    if empty {
+                        crate::primary::BLOCK_FLAG_BUFFER_START
+                    } else {
+                        0
+                    }
+                };
+                primary_blocks.push((*zone_id, flags, entries.clone()));
+            }
+            if !removes.is_empty() {
+                zone.log.lock().vlog.append(removes)?;
+            }
+        }
+        if !primary_blocks.is_empty() {
+            let bytes: usize = primary_blocks.iter().map(|b| b.2.len()).sum();
+            let mut primary = self.primary.lock();
+            let p = primary
+                .as_mut()
+                .ok_or_else(|| LogError::Failed("primary log closed".into()))?;
+            if !p.fits(primary_blocks.len(), bytes) {
+                // Start over: everything the old round protects goes to the secondary logs.
+                let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
+                for zone in zones {
+                    let pending = {
+                        let mut log = zone.log.lock();
+                        let mut pending = std::mem::take(&mut log.sec_buffer);
+                        // Batches of this flush are already in the buffer; they go to the
+                        // secondary log now, so they need no primary block.
+                        pending.shrink_to_fit();
+                        pending
+                    };
+                    if !pending.is_empty() {
+                        self.write_secondary(&zone, &pending)?;
+                        zone.log.lock().seclog.sync()?;
+                    }
+                }
+                p.reset()?;
+                primary_blocks.clear();
+            }
+            let refs: Vec<(ZoneId, u8, &[u8])> = primary_blocks
+                .iter()
+                .map(|(z, f, b)| (*z, *f, b.as_slice()))
+                .collect();
+            p.append(&refs, payload_max)?;
+            p.sync()?;
+        }
+        for zone_id in &touched {
+            if let Ok(zone) = self.zone(*zone_id) {
+                zone.log.lock().seclog.sync()?;
+            }
+        }
+        // Sealed epochs go to the version logs (not needed for durability: entries carry
+        // their versions; needed before the manager may seal again).
+        let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
+        for zone in zones {
+            let sealed = zone
+                .versions
+                .lock()
+                .sealed()
+                .filter(|s| s.last_seq <= last_seq)
+                .cloned();
+            if let Some(sealed) = sealed {
+                zone.log.lock().vlog.append(&sealed.records)?;
+                zone.versions.lock().sealed_written(sealed.epoch);
+            }
+        }
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes a batch to the zone's secondary log, waiting for urgent reorganization when
+    /// the log has no free segment left. Registers a prompt request above the threshold.
+    pub(crate) fn write_secondary(&self, zone: &Zone, batch: &[u8]) -> LogResult<()> {
+        let deadline = Instant::now() + self.config.wait_timeout;
+        let mut rest = batch;
+        loop {
+            let (result, utilization, written) = {
+                let mut log = zone.log.lock();
+                let before = log.seclog.used_bytes();
+                let r = log.seclog.append(rest, false);
+                let after = log.seclog.used_bytes();
+                (
+                    r,
+                    log.seclog.utilization_percent(),
+                    after.saturating_sub(before),
+                )
+            };
+            self.counters
+                .secondary_bytes_written
+                .fetch_add(written, Ordering::Relaxed);
+            if utilization >= self.config.reorg_prompt_percent {
+                self.reorg.lock().prompt.insert(zone.id, ());
+                self.reorg_cv.notify_all();
+            }
+            match result {
+                Ok(()) => return Ok(()),
+                Err(PlaceError::Io(e)) => return Err(e),
+                Err(PlaceError::NoSpace { placed }) => {
+                    rest = rest.get(placed..).unwrap_or(&[]);
+                    let mut r = self.reorg.lock();
+                    r.urgent.insert(zone.id, ());
+                    let seen = r.passes_done;
+                    self.reorg_cv.notify_all();
+                    while r.passes_done == seen {
+                        if self.shutdown.load(Ordering::Relaxed)
+                            || self.reorg_cv.wait_until(&mut r, deadline).timed_out()
+                        {
+                            return Err(LogError::LogFull(zone.id));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Fill level of the active half at which the flusher takes it: the write buffer is then
+/// about half full (DXRAM's threshold), and the other half takes appends meanwhile.
+fn flush_threshold(half: usize) -> usize {
+    half - half / 16
+}
+
+fn encode_record(out: &mut Vec<u8>, zone: ZoneId, cid: u64, v: Version, record: &Record<'_>) {
+    match record {
+        Record::Put { payload, chain } => {
+            out.push(RECORD_ENTRY);
+            out.extend_from_slice(&zone.owner.to_le_bytes());
+            out.extend_from_slice(&zone.zone.to_le_bytes());
+            let len_at = out.len();
+            out.extend_from_slice(&[0; 4]);
+            let start = out.len();
+            header::encode(
+                &EncodeArgs {
+                    cid,
+                    zone_owner: zone.owner,
+                    epoch: v.epoch,
+                    version: v.version,
+                    chain: *chain,
+                },
+                payload,
+                out,
+            );
+            let len = (out.len() - start) as u32;
+            out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
+        }
+        Record::Remove => {
+            out.push(RECORD_REMOVE);
+            out.extend_from_slice(&zone.owner.to_le_bytes());
+            out.extend_from_slice(&zone.zone.to_le_bytes());
+            out.extend_from_slice(&cid.to_le_bytes());
+            out.extend_from_slice(&v.epoch.to_le_bytes());
+            out.extend_from_slice(&v.version.to_le_bytes());
+        }
+    }
+}
+
+/// Frees the segments that hold no entry anyone needs: after a crash between a
+/// reorganization pass's output and the freeing of its sources, both are on disk and the
+/// log may have no free segment left for cleaning. Visits segments newest first; an
+/// entry is needed if it is the current version of its chunk and no newer segment holds
+/// it already. Segments with chain links are kept.
+fn free_redundant_segments(
+    config: &LogConfig,
+    zone: ZoneId,
+    seclog: &mut SecondaryLog,
+    table: &CidMap<VersionState>,
+) -> LogResult<()> {
+    let segment_bytes = config.segment_bytes as usize;
+    let payload_max = config.entry_payload_bytes_max();
+    let file = seclog.file();
+    let mut order: Vec<(usize, SegmentInfo)> = seclog
+        .segments()
+        .into_iter()
+        .enumerate()
+        .filter(|(_, s)| s.used > 0)
+        .collect();
+    order.sort_by_key(|(_, s)| std::cmp::Reverse(s.generation));
+    let mut claimed: CidMap<()> = CidMap::default();
+    let mut buf = AlignedBuf::zeroed(segment_bytes);
+    for (index, info) in order {
+        SecondaryLog::read_segment(
+            file.as_ref(),
+            segment_bytes,
+            index,
+            info.used as usize,
+            &mut buf,
+        )?;
+        let mut needed = false;
+        seclog::scan_segment(
+            &buf,
+            info.used as usize,
+            zone.owner,
+            payload_max,
+            info.generation,
+            true,
+            |_, e| {
+                let h = e.header;
+                if h.chain.is_some() {
+                    needed = true;
+                    return;
+                }
+                let current = table.get(&h.cid).is_some_and(|s| {
+                    !s.deleted
+                        && s.version
+                            == Version {
+                                epoch: h.epoch,
+                                version: h.version,
+                            }
+                });
+                if current && claimed.insert(h.cid, ()).is_none() {
+                    needed = true;
+                }
+            },
+        );
+        if !needed {
+            seclog.free(index)?;
+        }
+    }
+    seclog.sync()
+}
+
+/// Tracks links of chained chunks so only complete chains count as a version.
+#[derive(Debug, Default)]
+pub(crate) struct ChainTracker {
+    links: HashMap<(u64, Version), (u8, HashSet<u8>)>,
+}
+
+impl ChainTracker {
+    /// Records one entry's version for `table` (whole chunks at once, links when their
+    /// chain is complete, in [`ChainTracker::finish`]).
+    pub fn observe(
+        &mut self,
+        table: &mut CidMap<VersionState>,
+        cid: u64,
+        epoch: u16,
+        version: u32,
+        chain: Option<ChainLink>,
+        _offset: usize,
+    ) {
+        let v = Version { epoch, version };
+        match chain {
+            None => merge(
+                table,
+                cid,
+                VersionState {
+                    version: v,
+                    deleted: false,
+                },
+            ),
+            Some(link) => {
+                let e = self
+                    .links
+                    .entry((cid, v))
+                    .or_insert_with(|| (link.count, HashSet::new()));
+                e.1.insert(link.index);
+            }
+        }
+    }
+
+    /// Adds the versions of complete chains to `table`.
+    pub fn finish(self, table: &mut CidMap<VersionState>) {
+        for ((cid, version), (count, seen)) in self.links {
+            if seen.len() == usize::from(count) {
+                merge(
+                    table,
+                    cid,
+                    VersionState {
+                        version,
+                        deleted: false,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// Rebuilds the durable version state of a log from its segments and version log: the
+/// newest complete entry of each chunk, and removes newer than it.
+pub(crate) fn durable_versions(
+    file: &dyn crate::storage::LogFile,
+    segments: &[SegmentInfo],
+    config: &LogConfig,
+    zone: ZoneId,
+    vlog_records: &[VersionRecord],
+) -> LogResult<(CidMap<VersionState>, ChainTracker)> {
+    let segment_bytes = config.segment_bytes as usize;
+    let payload_max = config.entry_payload_bytes_max();
+    let mut table: CidMap<VersionState> = CidMap::default();
+    let mut chains = ChainTracker::default();
+    let mut buf = AlignedBuf::zeroed(segment_bytes);
+    for (index, info) in segments.iter().enumerate() {
+        if info.used == 0 {
+            continue;
+        }
+        SecondaryLog::read_segment(file, segment_bytes, index, info.used as usize, &mut buf)?;
+        seclog::scan_segment(
+            &buf,
+            info.used as usize,
+            zone.owner,
+            payload_max,
+            info.generation,
+            true,
+            |offset, e| {
+                let h = e.header;
+                chains.observe(&mut table, h.cid, h.epoch, h.version, h.chain, offset);
+            },
+        );
+    }
+    merge_removes(&mut table, vlog_records);
+    Ok((table, chains))
+}
+
+/// Adds the removes of the version log to a table of durable entries: only those newer
+/// than a chunk's newest entry matter.
+fn merge_removes(table: &mut CidMap<VersionState>, vlog_records: &[VersionRecord]) {
+    let removes = table_from_records(vlog_records);
+    for (cid, state) in removes {
+        if state.deleted {
+            merge(table, cid, state);
+        }
+    }
+}
+
+/// Reopens one zone's files: scans every segment (verifying checksums) to find each one's
+/// end of data and the newest entry of every chunk.
+fn reopen_zone(
+    config: &LogConfig,
+    storage: &Arc<dyn Storage>,
+    zone: ZoneId,
+) -> LogResult<(ZoneLog, CidMap<VersionState>, ChainTracker)> {
+    let segment_bytes = config.segment_bytes as usize;
+    let payload_max = config.entry_payload_bytes_max();
+    let count = config.segments_per_log() as usize;
+    let file = storage
+        .open(&sec_name(zone), (count * segment_bytes) as u64)
+        .map_err(io_context(format!("opening log of zone {zone}")))?;
+    let file: Arc<dyn crate::storage::LogFile> = Arc::from(file);
+    let mut segments = Vec::with_capacity(count);
+    let mut buf = AlignedBuf::zeroed(segment_bytes);
+    // The youngest segment with room becomes the active one again, with its last page.
+    let mut active: Option<(u32, usize, Vec<u8>)> = None;
+    // One pass finds each segment's end and each chunk's newest durable entry.
+    let mut table: CidMap<VersionState> = CidMap::default();
+    let mut chains = ChainTracker::default();
+    for index in 0..count {
+        // The header page first: free segments need no more.
+        let page = crate::storage::PAGE_BYTES;
+        SecondaryLog::read_segment(file.as_ref(), segment_bytes, index, page, &mut buf)?;
+        let header = seclog::decode_segment_header(&buf);
+        if header.is_some() {
+            SecondaryLog::read_segment(
+                file.as_ref(),
+                segment_bytes,
+                index,
+                segment_bytes,
+                &mut buf,
+            )?;
+        }
+        let info = match header {
+            Some(generation) => {
+                let end = seclog::scan_segment(
+                    &buf,
+                    segment_bytes,
+                    zone.owner,
+                    payload_max,
+                    generation,
+                    true,
+                    |offset, e| {
+                        let h = e.header;
+                        chains.observe(&mut table, h.cid, h.epoch, h.version, h.chain, offset);
+                    },
+                );
+                if end + 1 < segment_bytes && active.as_ref().is_none_or(|a| generation > a.0) {
+                    let from = end / crate::storage::PAGE_BYTES * crate::storage::PAGE_BYTES;
+                    active = Some((generation, index, buf[from..end].to_vec()));
+                }
+                SegmentInfo {
+                    used: end as u32,
+                    generation,
+                }
+            }
+            None => SegmentInfo {
+                used: 0,
+                generation: 0,
+            },
+        };
+        segments.push(info);
+    }
+    let (vlog, records) = VersionLog::open(storage.clone(), &vlog_base(zone))?;
+    merge_removes(&mut table, &records);
+    let active = active.map(|(_, index, tail)| (index, tail));
+    let seclog = SecondaryLog::new(
+        file,
+        zone.owner,
+        segment_bytes,
+        payload_max,
+        segments,
+        active,
+    );
+    Ok((
+        ZoneLog {
+            seclog,
+            sec_buffer: Vec::new(),
+            vlog,
+        },
+        table,
+        chains,
+    ))
+}

@@ -1,0 +1,84 @@
+//! # myriad-log: the backup-side log engine
+//!
+//! Every chunk lives in RAM on its owner and, as a replica, in logs on the disks of R
+//! backup peers. This crate is the backup's half: it takes the stream of writes and
+//! removes for the owner's *backup zones*, makes them durable on disk with few, large,
+//! sequential writes, keeps the logs clean, and reads a zone back for recovery (the
+//! two-level logging of the DXRAM system, Beineke ch. 4–6).
+//!
+//! ## Parts
+//! - **Storage boundary** (`storage`): [`Storage`] and [`LogFile`]; [`DiskStorage`] with
+//!   O_DIRECT (detected per file, buffered fallback) and [`MemStorage`], an in-memory
+//!   backend that injects torn writes, failing syncs and crashes for tests.
+//! - **Entry header** (`header`): self-describing, variable-width, CRC32C-checked.
+//! - **Write buffer and flusher** (`engine`): appends go into a bounded buffer; a flusher
+//!   thread sorts them by zone and writes each zone's batch straight to its secondary log
+//!   (large batches) or to the primary log plus the zone's secondary-log buffer (small
+//!   ones).
+//! - **Secondary logs** (`seclog`): one preallocated file per zone in fixed segments.
+//! - **Primary log** (`primary`): the durable home of small batches until their zone's
+//!   buffer is written; read only when reopening after a crash.
+//! - **Versions** (`version`): per zone a version buffer (current epoch) and a version log;
+//!   epochs and eons; a remove is a version, not a log entry.
+//! - **Reorganization** (`reorg`): a thread that cleans the fullest logs.
+//! - **Recovery reads** (`recovery`): a zone's current chunks, validated by several
+//!   threads, handed out as slices of the read buffers.
+//!
+//! ## Durability levels
+//! [`LogEngine::append`] returns an [`AppendTicket`] as soon as the write is in the write
+//! buffer: the data is then held in this backup's memory (the issue's `replicated` level).
+//! [`LogEngine::wait_durable`] with the ticket's sequence number returns once it is on disk
+//! (`durable`); [`LogEngine::durable_seq`] can be polled instead. Sequence numbers are one
+//! order over all zones, so "everything up to n" is one number.
+//!
+//! ## Invariants
+//! - Never touches the network, and no other Myriad crate: plain integers at the API
+//!   (CIDs as `u64`, zones as [`ZoneId`]).
+//! - Every buffer, pool and wait is bounded by a [`LogConfig`] field.
+//! - No disk content makes it panic: everything read is bounds-checked and checksummed;
+//!   what does not verify ends the data of its segment.
+//! - After a crash, reopening yields for every chunk its newest entry that was durable, or
+//!   nothing if its newest durable change was a remove (see `docs/log-format.md`).
+//!
+//! ## Who calls it
+//! The node (its ordered backup-message handler appends; recovery reads zones), and
+//! `myriad bench log`.
+
+mod config;
+mod engine;
+mod error;
+pub mod header;
+mod primary;
+mod recovery;
+mod reorg;
+mod seclog;
+mod storage;
+mod version;
+
+pub use config::{
+    LogConfig, SEGMENTS_PER_LOG_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, ZONES_MAX,
+};
+pub use engine::{AppendTicket, EngineStats, LogEngine, Seq, ZoneStats};
+pub use error::{DecodeError, LogError, LogResult};
+pub use recovery::{RecoveredChunk, RecoveryOptions, RecoveryReport};
+pub use storage::{
+    round_up_to_page, AlignedBuf, DiskStorage, IoMode, LogFile, MemStorage, Storage, PAGE_BYTES,
+};
+pub use version::{Version, VersionLog, VersionManager, VersionRecord, VersionState, EON_EPOCHS};
+
+use std::fmt;
+
+/// A backup zone: the owner's node ID and the zone's number among the owner's zones.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ZoneId {
+    /// The node that owns the zone's chunks (normally their creator).
+    pub owner: u16,
+    /// The zone's number at its owner.
+    pub zone: u16,
+}
+
+impl fmt::Display for ZoneId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0x{:04x}/{}", self.owner, self.zone)
+    }
+}

@@ -1,0 +1,521 @@
+//! The secondary log of one zone: a preallocated file of fixed-size segments.
+//!
+//! Job: place batches of entries into segments (an entry never spans segments), keep each
+//! segment's fill level and generation in RAM, free and reuse segments for the
+//! reorganizer, and scan segments back (recovery, reorganization, reopen).
+//!
+//! Layout (byte by byte in `docs/log-format.md`): every used segment starts with a 16-byte
+//! header (magic, generation, CRC); entries follow back to back; after the last entry comes
+//! a 0 byte (end of data). Each entry's checksum is XORed with its segment's generation, so
+//! entries of an older use of the segment never verify.
+//!
+//! Invariants:
+//! - Writes are whole pages at page offsets: appending to a segment rewrites its partial
+//!   last page from the copy kept in RAM (`tail`), so O_DIRECT works without a read.
+//! - Only the *active* segment is appended to; closed segments are immutable until the
+//!   reorganizer frees them, which it does only after their valid entries are durable
+//!   elsewhere. A freed segment gets a zero header page before it is reused.
+//! - One segment stays free for the reorganizer: ordinary writes fail with
+//!   [`PlaceError::NoSpace`] instead of taking it.
+//!
+//! Callers: the engine's flusher (append), the reorganizer (write cleaned segments, free
+//! old ones), recovery and reopen (scan).
+
+use crate::error::{io_context, DecodeError, LogResult};
+use crate::header::{self, EntryHeader};
+use crate::storage::{round_up_to_page, with_write_scratch, AlignedBuf, LogFile, PAGE_BYTES};
+
+/// Bytes of the segment header.
+pub const SEGMENT_HEADER_BYTES: usize = 16;
+const SEGMENT_MAGIC: u32 = 0x4745_534D; // "MSEG" little-endian
+
+/// Fill state of one segment.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Bytes used including the segment header; 0 for a free segment.
+    pub used: u32,
+    /// Generation of the current use (entry checksums are XORed with it).
+    pub generation: u32,
+}
+
+/// Why a batch could not be placed completely.
+#[derive(Debug)]
+pub enum PlaceError {
+    /// No free segment is left for ordinary writes; `placed` bytes of the batch were
+    /// written (whole entries).
+    NoSpace {
+        /// Bytes of the batch placed before running out.
+        placed: usize,
+    },
+    /// A disk error.
+    Io(crate::error::LogError),
+}
+
+/// Encodes a segment header.
+pub fn encode_segment_header(generation: u32, out: &mut [u8]) {
+    out[0..4].copy_from_slice(&SEGMENT_MAGIC.to_le_bytes());
+    out[4..8].copy_from_slice(&generation.to_le_bytes());
+    out[8..12].copy_from_slice(&[0; 4]);
+    let crc = crc32c::crc32c(&out[0..12]);
+    out[12..16].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Decodes a segment header: the generation, or `None` for a free or torn one.
+pub fn decode_segment_header(bytes: &[u8]) -> Option<u32> {
+    let h = bytes.get(..SEGMENT_HEADER_BYTES)?;
+    let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    if word(0) != SEGMENT_MAGIC || crc32c::crc32c(&h[0..12]) != word(12) {
+        return None;
+    }
+    Some(word(4))
+}
+
+/// Walks the entries of `segment` (the segment's bytes from its start) up to `limit`
+/// bytes, calling `f(offset, entry)` for each. Stops at the end-of-data marker, at the
+/// first entry that does not decode, or — when `verify` — at the first entry whose
+/// checksum does not match `generation`. Returns the end offset of the last good entry.
+pub fn scan_segment<'a>(
+    segment: &'a [u8],
+    limit: usize,
+    zone_owner: u16,
+    payload_max: u32,
+    generation: u32,
+    verify: bool,
+    mut f: impl FnMut(usize, &header::Entry<'a>),
+) -> usize {
+    let data = segment.get(..limit.min(segment.len())).unwrap_or(&[]);
+    let mut at = SEGMENT_HEADER_BYTES;
+    while at < data.len() {
+        let Some(rest) = data.get(at..) else { break };
+        let entry = match header::decode(rest, zone_owner, payload_max) {
+            Ok(e) => e,
+            Err(_) => break,
+        };
+        if verify && !entry.verify(generation) {
+            break;
+        }
+        f(at, &entry);
+        at += entry.header.entry_bytes();
+    }
+    at
+}
+
+/// Walks a batch of entries in write-buffer form (generation 0), returning each entry's
+/// header and its offset. A batch the engine built itself always decodes; a decode error
+/// here is a bug, reported as such.
+pub fn walk_batch(
+    batch: &[u8],
+    zone_owner: u16,
+    payload_max: u32,
+) -> Result<Vec<(usize, EntryHeader)>, DecodeError> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < batch.len() {
+        let rest = batch.get(at..).unwrap_or(&[]);
+        let h = header::decode_header(rest, zone_owner, payload_max)?;
+        out.push((at, h));
+        at += h.entry_bytes();
+    }
+    Ok(out)
+}
+
+/// One zone's secondary log. See the module docs.
+#[derive(Debug)]
+pub struct SecondaryLog {
+    file: std::sync::Arc<dyn LogFile>,
+    zone_owner: u16,
+    segment_bytes: usize,
+    payload_max: u32,
+    segments: Vec<SegmentInfo>,
+    active: Option<usize>,
+    /// The active segment's bytes from the start of its last partial page to `used`.
+    tail: Vec<u8>,
+    next_generation: u32,
+    /// Bytes handed to the storage (whole pages, rewritten partial pages included).
+    device_bytes_written: u64,
+}
+
+impl SecondaryLog {
+    /// A log over `file` whose segments are described by `segments` (all free for a new
+    /// log; from a scan for a reopened one).
+    pub fn new(
+        file: std::sync::Arc<dyn LogFile>,
+        zone_owner: u16,
+        segment_bytes: usize,
+        payload_max: u32,
+        segments: Vec<SegmentInfo>,
+        active: Option<(usize, Vec<u8>)>,
+    ) -> SecondaryLog {
+        let next_generation = segments
+            .iter()
+            .filter(|s| s.used > 0)
+            .map(|s| s.generation)
+            .max()
+            .map_or(1, |g| g.wrapping_add(1));
+        SecondaryLog {
+            file,
+            zone_owner,
+            segment_bytes,
+            payload_max,
+            segments,
+            active: active.as_ref().map(|a| a.0),
+            tail: active.map(|a| a.1).unwrap_or_default(),
+            next_generation,
+            device_bytes_written: 0,
+        }
+    }
+
+    /// The file (for reads by recovery and reorganization).
+    pub fn file(&self) -> std::sync::Arc<dyn LogFile> {
+        self.file.clone()
+    }
+
+    /// A copy of the segment table.
+    pub fn segments(&self) -> Vec<SegmentInfo> {
+        self.segments.clone()
+    }
+
+    /// The active segment, if any.
+    pub fn active(&self) -> Option<usize> {
+        self.active
+    }
+
+    /// Bytes used in all segments (valid and outdated entries alike).
+    pub fn used_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| u64::from(s.used)).sum()
+    }
+
+    /// Total bytes of the log.
+    pub fn capacity_bytes(&self) -> u64 {
+        (self.segments.len() * self.segment_bytes) as u64
+    }
+
+    /// Bytes handed to the storage since open (whole pages, including the partial page
+    /// each append rewrites and the reorganizer's output).
+    pub fn device_bytes_written(&self) -> u64 {
+        self.device_bytes_written
+    }
+
+    /// Used bytes in percent of the capacity.
+    pub fn utilization_percent(&self) -> u32 {
+        (self.used_bytes() * 100 / self.capacity_bytes().max(1)) as u32
+    }
+
+    /// Free segments.
+    pub fn free_segments(&self) -> usize {
+        self.segments.iter().filter(|s| s.used == 0).count()
+    }
+
+    fn take_free(&mut self, for_reorg: bool) -> Option<(usize, Vec<u8>)> {
+        let reserve = if for_reorg { 0 } else { 1 };
+        if self.free_segments() <= reserve {
+            return None;
+        }
+        let index = self.segments.iter().position(|s| s.used == 0)?;
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        self.segments[index] = SegmentInfo {
+            used: SEGMENT_HEADER_BYTES as u32,
+            generation,
+        };
+        let mut tail = vec![0u8; SEGMENT_HEADER_BYTES];
+        encode_segment_header(generation, &mut tail);
+        Some((index, tail))
+    }
+
+    /// Writes `entries` (whole entries in write-buffer form, at `headers` whose offsets
+    /// count from `base`) at the end of segment `index`, followed by the end marker.
+    /// `tail` holds the segment's bytes from its last page boundary to its end and is
+    /// updated.
+    fn write_into(
+        &mut self,
+        index: usize,
+        tail: &mut Vec<u8>,
+        entries: &[u8],
+        headers: &[(usize, EntryHeader)],
+        base: usize,
+    ) -> LogResult<()> {
+        let info = self.segments[index];
+        let start = info.used as usize;
+        let page_start = start / PAGE_BYTES * PAGE_BYTES;
+        if tail.len() != start - page_start {
+            return Err(crate::error::LogError::Failed(
+                "internal: segment tail out of step".into(),
+            ));
+        }
+        let end = start + entries.len();
+        // Whole pages from the page holding `start` to the one holding the end marker.
+        let len = round_up_to_page(end + 1 - page_start).min(self.segment_bytes - page_start);
+        let file = &self.file;
+        with_write_scratch(len, |buf| {
+            buf[..tail.len()].copy_from_slice(tail);
+            let into = start - page_start;
+            buf[into..into + entries.len()].copy_from_slice(entries);
+            // The end marker and the padding: zeros after the last entry.
+            buf[into + entries.len()..].fill(0);
+            for (offset, h) in headers {
+                let at = into + offset - base;
+                header::rebase_crc(&mut buf[at..], h, 0, info.generation);
+            }
+            let offset = (index * self.segment_bytes + page_start) as u64;
+            file.write_at(buf, offset)
+                .map_err(io_context("writing secondary log"))?;
+            let tail_from = end / PAGE_BYTES * PAGE_BYTES - page_start;
+            tail.clear();
+            tail.extend_from_slice(&buf[tail_from..end - page_start]);
+            Ok::<(), crate::error::LogError>(())
+        })?;
+        self.segments[index].used = end as u32;
+        self.device_bytes_written += len as u64;
+        Ok(())
+    }
+
+    /// Entries `i..j` of `headers` that fit in `room` bytes, as the end index `j`.
+    fn fitting(headers: &[(usize, EntryHeader)], i: usize, room: usize) -> usize {
+        let first = headers[i].0;
+        let mut j = i;
+        while j < headers.len() && headers[j].0 + headers[j].1.entry_bytes() - first <= room {
+            j += 1;
+        }
+        j
+    }
+
+    /// Appends a batch of whole entries (write-buffer form). Entries go to the active
+    /// segment while they fit; a batch of at least 3/4 of a segment starts a new one. On
+    /// [`PlaceError::NoSpace`] the caller asks for reorganization and retries with the
+    /// rest of the batch.
+    pub fn append(&mut self, batch: &[u8], use_reserve: bool) -> Result<(), PlaceError> {
+        let headers = walk_batch(batch, self.zone_owner, self.payload_max).map_err(|e| {
+            PlaceError::Io(crate::error::LogError::Failed(format!(
+                "internal: batch does not decode: {e}"
+            )))
+        })?;
+        if batch.len() >= self.segment_bytes * 3 / 4 {
+            self.active = None;
+        }
+        let mut i = 0;
+        while i < headers.len() {
+            let index = match self.active {
+                Some(a) => a,
+                None => match self.take_free(use_reserve) {
+                    Some((a, tail)) => {
+                        self.active = Some(a);
+                        self.tail = tail;
+                        a
+                    }
+                    None => {
+                        return Err(PlaceError::NoSpace {
+                            placed: headers[i].0,
+                        })
+                    }
+                },
+            };
+            // Keep one byte of room for the end marker.
+            let room = self.segment_bytes - self.segments[index].used as usize - 1;
+            let j = Self::fitting(&headers, i, room);
+            if j == i {
+                if self.segments[index].used as usize == SEGMENT_HEADER_BYTES {
+                    return Err(PlaceError::Io(crate::error::LogError::Failed(
+                        "internal: entry larger than a segment".into(),
+                    )));
+                }
+                self.active = None;
+                continue;
+            }
+            let first = headers[i].0;
+            let end = headers[j - 1].0 + headers[j - 1].1.entry_bytes();
+            let mut tail = std::mem::take(&mut self.tail);
+            let result =
+                self.write_into(index, &mut tail, &batch[first..end], &headers[i..j], first);
+            self.tail = tail;
+            result.map_err(PlaceError::Io)?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    /// Writes a batch of whole entries into fresh segments, closed afterwards (the
+    /// reorganizer's output; may use the reserved segment). Returns the segments written,
+    /// or `None` if no free segment was left (those written so far stay used; the caller
+    /// frees its sources only for what was written).
+    pub fn write_closed(&mut self, batch: &[u8]) -> LogResult<Option<Vec<usize>>> {
+        let headers = walk_batch(batch, self.zone_owner, self.payload_max)
+            .map_err(|e| crate::error::LogError::Failed(format!("internal: {e}")))?;
+        let mut written = Vec::new();
+        let mut i = 0;
+        while i < headers.len() {
+            let Some((index, mut tail)) = self.take_free(true) else {
+                return Ok(None);
+            };
+            let room = self.segment_bytes - SEGMENT_HEADER_BYTES - 1;
+            let j = Self::fitting(&headers, i, room);
+            if j == i {
+                return Err(crate::error::LogError::Failed(
+                    "internal: entry larger than a segment".into(),
+                ));
+            }
+            let first = headers[i].0;
+            let end = headers[j - 1].0 + headers[j - 1].1.entry_bytes();
+            self.write_into(index, &mut tail, &batch[first..end], &headers[i..j], first)?;
+            written.push(index);
+            i = j;
+        }
+        Ok(Some(written))
+    }
+
+    /// Frees segment `index` (its valid entries must be durable elsewhere): writes a zero
+    /// page over its header and marks it free.
+    pub fn free(&mut self, index: usize) -> LogResult<()> {
+        let zero = AlignedBuf::zeroed(PAGE_BYTES);
+        self.file
+            .write_at(&zero, (index * self.segment_bytes) as u64)
+            .map_err(io_context("freeing segment"))?;
+        if self.active == Some(index) {
+            self.active = None;
+        }
+        self.segments[index] = SegmentInfo {
+            used: 0,
+            generation: 0,
+        };
+        Ok(())
+    }
+
+    /// Closes the active segment: later writes start a new one.
+    pub fn close_active(&mut self) {
+        self.active = None;
+    }
+
+    /// Makes everything written durable.
+    pub fn sync(&self) -> LogResult<()> {
+        self.file
+            .sync()
+            .map_err(io_context("syncing secondary log"))
+    }
+
+    /// Reads segment `index` up to `used` bytes (rounded up to pages) into `buf`.
+    pub fn read_segment(
+        file: &dyn LogFile,
+        segment_bytes: usize,
+        index: usize,
+        used: usize,
+        buf: &mut AlignedBuf,
+    ) -> LogResult<usize> {
+        let len = round_up_to_page(used).min(segment_bytes).min(buf.len());
+        file.read_at(&mut buf[..len], (index * segment_bytes) as u64)
+            .map_err(io_context("reading segment"))?;
+        Ok(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::{encode, EncodeArgs};
+    use crate::storage::{MemStorage, Storage};
+
+    const SEGMENT: usize = 16384;
+
+    fn log(segments: usize) -> SecondaryLog {
+        let storage = MemStorage::new();
+        let file = storage.open("s", (segments * SEGMENT) as u64).unwrap();
+        SecondaryLog::new(
+            std::sync::Arc::from(file),
+            1,
+            SEGMENT,
+            (SEGMENT / 2 - 64) as u32,
+            vec![
+                SegmentInfo {
+                    used: 0,
+                    generation: 0
+                };
+                segments
+            ],
+            None,
+        )
+    }
+
+    fn batch(first_cid: u64, count: usize, payload: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..count as u64 {
+            let args = EncodeArgs {
+                cid: (1 << 48) | (first_cid + i),
+                zone_owner: 1,
+                epoch: 0,
+                version: 0,
+                chain: None,
+            };
+            encode(&args, &vec![i as u8; payload], &mut out);
+        }
+        out
+    }
+
+    /// Every used segment parses to exactly its fill level with verified checksums.
+    fn entries_on_disk(log: &SecondaryLog) -> usize {
+        let mut total = 0;
+        let mut buf = AlignedBuf::zeroed(SEGMENT);
+        for (i, s) in log.segments().iter().enumerate() {
+            if s.used == 0 {
+                continue;
+            }
+            SecondaryLog::read_segment(log.file().as_ref(), SEGMENT, i, SEGMENT, &mut buf).unwrap();
+            assert_eq!(decode_segment_header(&buf), Some(s.generation));
+            let end = scan_segment(&buf, SEGMENT, 1, u32::MAX, s.generation, true, |_, _| {
+                total += 1
+            });
+            assert_eq!(end, s.used as usize, "segment {i} ends where RAM says");
+        }
+        total
+    }
+
+    #[test]
+    fn entries_never_span_segments_and_appends_share_the_active_segment() {
+        let mut l = log(6);
+        for round in 0..10 {
+            l.append(&batch(round * 100, 20, 200), false).unwrap();
+        }
+        assert_eq!(entries_on_disk(&l), 200);
+        // 200 entries of ~210 bytes fill about 3 segments, not 10.
+        assert!(l.free_segments() >= 2, "{:?}", l.segments());
+        // A batch of 3/4 of a segment or more starts a new segment.
+        let active = l.active();
+        l.append(&batch(5000, 60, 200), false).unwrap();
+        assert_ne!(l.active(), active);
+        assert_eq!(entries_on_disk(&l), 260);
+    }
+
+    #[test]
+    fn the_last_free_segment_is_kept_for_reorganization() {
+        let mut l = log(3);
+        let big = batch(0, 170, 200); // more than two segments
+        match l.append(&big, false) {
+            Err(PlaceError::NoSpace { placed }) => {
+                assert!(placed > 0 && placed < big.len());
+                assert_eq!(l.free_segments(), 1);
+                // The reorganizer may use it.
+                let rest = &big[placed..];
+                let written = l.write_closed(rest).unwrap().unwrap();
+                assert_eq!(written.len(), 1);
+                assert_eq!(l.free_segments(), 0);
+            }
+            other => panic!("expected NoSpace, got {other:?}"),
+        }
+        assert_eq!(entries_on_disk(&l), 170);
+        // A freed segment reads as free and its old entries never verify again.
+        let index = l.segments().iter().position(|s| s.used > 0).unwrap();
+        let old_generation = l.segments()[index].generation;
+        l.free(index).unwrap();
+        let mut buf = AlignedBuf::zeroed(SEGMENT);
+        SecondaryLog::read_segment(l.file().as_ref(), SEGMENT, index, SEGMENT, &mut buf).unwrap();
+        assert_eq!(decode_segment_header(&buf), None);
+        let end = scan_segment(
+            &buf,
+            SEGMENT,
+            1,
+            u32::MAX,
+            old_generation + 100,
+            true,
+            |_, _| {},
+        );
+        assert_eq!(end, SEGMENT_HEADER_BYTES);
+    }
+}

@@ -1,0 +1,798 @@
+//! Backup-side versions: the version manager of one zone and its version log on disk.
+//!
+//! Job: give every write of a chunk a unique, ordered version without keeping one version
+//! per chunk in RAM, and tell reorganization and recovery which log entry of a chunk is the
+//! current one and which chunks were removed.
+//!
+//! - A version is `(epoch, version in epoch)`. Each zone counts its own 16-bit epochs; the
+//!   top epoch bit is the *eon*. The first write of a chunk in an epoch gets version 0, the
+//!   next 1, and so on (24 bits).
+//! - The **version buffer** (a hash table, current epoch only) holds the chunks written in
+//!   this epoch. When it is `seal_entries` full the epoch ends: the buffer is *sealed*
+//!   (kept in RAM until the flusher appends it to the version log) and a new epoch starts
+//!   with an empty buffer. A chunk written 2^24 − 1 times in one epoch ends it early.
+//! - A **remove** is a new version flagged deleted, not an entry in the data log.
+//! - Newer-than compares epochs as serial numbers (RFC 1982): epoch `a` is after `b` when
+//!   `a − b mod 2^16` is in `1..2^15`. That is exact as long as no current version is more
+//!   than half the epoch space old, which reorganization guarantees by visiting every log
+//!   at least once per `eon_visit_epochs` and re-stamping old valid entries with a fresh
+//!   version ([`VersionManager::restamp`]).
+//!
+//! Invariants: at most one sealed epoch waits for the disk (a producer that would need a
+//! second waits for the flusher); the buffer never exceeds its maximum; the manager does
+//! no I/O (the engine persists sealed epochs with [`VersionLog`]).
+//!
+//! Callers: the engine's append path (assign), its flusher (persist), reorganization and
+//! recovery (snapshot, restamp), reopen (rebuild).
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::error::{io_context, LogResult};
+use crate::header::VERSION_IN_EPOCH_MAX;
+use crate::storage::{round_up_to_page, AlignedBuf, LogFile, Storage, PAGE_BYTES};
+
+/// A hasher for CIDs. Local IDs are handed out densely, and chunks written together have
+/// neighbouring IDs, so the low bits keep the ID's order (folded with its higher bits so
+/// that strided IDs still spread over the table): neighbours land in neighbouring
+/// buckets, and a burst of writes touches a few cache lines instead of one per chunk.
+/// The top 7 bits, which the table uses as a tag within a bucket group, are mixed. CIDs
+/// come from the zone's owner, a trusted peer, so no DoS-resistant hash is needed
+/// (SipHash cost a third of the append path).
+#[derive(Default, Clone, Copy, Debug)]
+pub struct CidHasher(u64);
+
+impl Hasher for CidHasher {
+    fn finish(&self) -> u64 {
+        let x = self.0;
+        let low = x ^ (x >> 19) ^ (x >> 37) ^ (x >> 53);
+        let mixed = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (low & ((1 << 57) - 1)) | (mixed & !((1 << 57) - 1))
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+}
+
+/// A hash map keyed by CID.
+pub type CidMap<V> = HashMap<u64, V, BuildHasherDefault<CidHasher>>;
+
+/// A chunk's unique version.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Version {
+    /// Epoch of the zone in which it was assigned.
+    pub epoch: u16,
+    /// Number within the epoch (24 bits).
+    pub version: u32,
+}
+
+/// Half the epoch space: the eon length.
+pub const EON_EPOCHS: u16 = 1 << 15;
+
+impl Version {
+    /// True if `self` was assigned after `other` (serial-number order on epochs).
+    pub fn is_newer_than(self, other: Version) -> bool {
+        let ahead = self.epoch.wrapping_sub(other.epoch);
+        if ahead == 0 {
+            self.version > other.version
+        } else {
+            ahead < EON_EPOCHS
+        }
+    }
+
+    /// The eon (top epoch bit) of this version.
+    pub fn eon(self) -> u16 {
+        self.epoch >> 15
+    }
+}
+
+/// The current version of one chunk and whether that version is a remove.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct VersionState {
+    /// The version.
+    pub version: Version,
+    /// True if the chunk was removed with this version.
+    pub deleted: bool,
+}
+
+/// A record of the version log: one chunk's version.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct VersionRecord {
+    /// The chunk.
+    pub cid: u64,
+    /// Its version state.
+    pub state: VersionState,
+}
+
+/// An ended epoch waiting to be appended to the version log.
+#[derive(Debug, Clone)]
+pub struct SealedEpoch {
+    /// The epoch that ended.
+    pub epoch: u16,
+    /// Its records.
+    pub records: Vec<VersionRecord>,
+    /// The highest engine sequence number of an append that got a version in it: the
+    /// epoch may be written to the version log only once that append is durable, so the
+    /// version log never names a version whose entry could still be lost.
+    pub last_seq: u64,
+}
+
+/// Why a version could not be assigned now.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AssignBlocked {
+    /// The buffer is full and the previous sealed epoch is not on disk yet: wait for the
+    /// flusher, then retry.
+    SealPending,
+}
+
+/// Version buffer and epoch counter of one zone (no I/O). See the module docs.
+#[derive(Debug)]
+pub struct VersionManager {
+    epoch: u16,
+    buffer: CidMap<(u32, bool)>,
+    sealed: Option<SealedEpoch>,
+    /// Highest sequence number assigned in the current epoch.
+    epoch_last_seq: u64,
+    seal_entries: usize,
+    entries_max: usize,
+    /// Epoch at which the last full visit of the log started.
+    last_full_visit_epoch: u16,
+    /// While set (during an eon visit of the log), the epoch ends only when the buffer is
+    /// completely full, not at the seal threshold, so re-stamping stays possible.
+    hold: bool,
+}
+
+impl VersionManager {
+    /// A manager starting in `epoch` with an empty buffer.
+    pub fn new(epoch: u16, seal_entries: usize, entries_max: usize) -> VersionManager {
+        VersionManager {
+            epoch,
+            buffer: CidMap::default(),
+            sealed: None,
+            epoch_last_seq: 0,
+            seal_entries: seal_entries.clamp(1, entries_max.max(1)),
+            entries_max: entries_max.max(1),
+            last_full_visit_epoch: epoch,
+            hold: false,
+        }
+    }
+
+    /// Holds the epoch (see the field) or releases it, ending it now if it is due.
+    pub fn hold_epoch(&mut self, hold: bool) {
+        self.hold = hold;
+        if !hold && self.buffer.len() >= self.seal_entries {
+            self.seal();
+        }
+    }
+
+    /// The current epoch.
+    pub fn epoch(&self) -> u16 {
+        self.epoch
+    }
+
+    /// Chunks in the buffer.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Bytes of RAM the buffer and the sealed epoch use (approximate, by capacity).
+    pub fn memory_bytes(&self) -> u64 {
+        let per = (std::mem::size_of::<(u64, (u32, bool))>() + 1) as u64;
+        self.buffer.capacity() as u64 * per
+            + self.sealed.as_ref().map_or(0, |s| {
+                s.records.capacity() as u64 * std::mem::size_of::<VersionRecord>() as u64
+            })
+    }
+
+    /// Epochs since the last full visit started.
+    pub fn epochs_since_full_visit(&self) -> u16 {
+        self.epoch.wrapping_sub(self.last_full_visit_epoch)
+    }
+
+    /// Records that a full visit of the log started at epoch `epoch`.
+    pub fn full_visit_started(&mut self, epoch: u16) {
+        self.last_full_visit_epoch = epoch;
+    }
+
+    /// Ends the current epoch now if the buffer is not empty and no sealed epoch waits.
+    /// Returns false if a sealed epoch is still waiting.
+    pub fn seal(&mut self) -> bool {
+        if self.sealed.is_some() {
+            return false;
+        }
+        if self.buffer.is_empty() {
+            return true;
+        }
+        let records = self
+            .buffer
+            .drain()
+            .map(|(cid, (version, deleted))| VersionRecord {
+                cid,
+                state: VersionState {
+                    version: Version {
+                        epoch: self.epoch,
+                        version,
+                    },
+                    deleted,
+                },
+            })
+            .collect();
+        self.sealed = Some(SealedEpoch {
+            epoch: self.epoch,
+            records,
+            last_seq: self.epoch_last_seq,
+        });
+        self.epoch_last_seq = 0;
+        self.epoch = self.epoch.wrapping_add(1);
+        true
+    }
+
+    /// The sealed epoch waiting for the disk, if any.
+    pub fn sealed(&self) -> Option<&SealedEpoch> {
+        self.sealed.as_ref()
+    }
+
+    /// Called once the sealed epoch of `epoch` is durable in the version log.
+    pub fn sealed_written(&mut self, epoch: u16) {
+        if self.sealed.as_ref().is_some_and(|s| s.epoch == epoch) {
+            self.sealed = None;
+        }
+    }
+
+    fn assign(&mut self, cid: u64, deleted: bool, seq: u64) -> Result<Version, AssignBlocked> {
+        let full = self.buffer.len() >= self.entries_max;
+        // One hash lookup in the common case (room left, no overflow).
+        let version = match self.buffer.entry(cid) {
+            std::collections::hash_map::Entry::Occupied(mut e)
+                if e.get().0 < VERSION_IN_EPOCH_MAX =>
+            {
+                let v = e.get().0 + 1;
+                *e.get_mut() = (v, deleted);
+                Some(v)
+            }
+            std::collections::hash_map::Entry::Vacant(e) if !full => {
+                e.insert((0, deleted));
+                Some(0)
+            }
+            _ => None,
+        };
+        let version = match version {
+            Some(v) => v,
+            None => {
+                // Version overflow, or a new chunk with the buffer full: end the epoch.
+                if !self.seal() {
+                    return Err(AssignBlocked::SealPending);
+                }
+                self.hold = false;
+                self.buffer.insert(cid, (0, deleted));
+                0
+            }
+        };
+        self.epoch_last_seq = self.epoch_last_seq.max(seq);
+        let assigned = Version {
+            epoch: self.epoch,
+            version,
+        };
+        if self.buffer.len() >= self.seal_entries && !self.hold {
+            // Best effort: if the previous seal is still pending the buffer keeps filling
+            // up to `entries_max`.
+            self.seal();
+        }
+        Ok(assigned)
+    }
+
+    /// Records that the append with sequence number `seq` carries a version assigned
+    /// earlier in `epoch` (the later links of a chained chunk), so that epoch is not
+    /// written to the version log before that append is durable.
+    pub fn note_seq(&mut self, epoch: u16, seq: u64) {
+        if epoch == self.epoch {
+            self.epoch_last_seq = self.epoch_last_seq.max(seq);
+        } else if let Some(sealed) = self.sealed.as_mut().filter(|s| s.epoch == epoch) {
+            sealed.last_seq = sealed.last_seq.max(seq);
+        }
+    }
+
+    /// A new version for a write of `cid`, the append with sequence number `seq`.
+    pub fn assign_put(&mut self, cid: u64, seq: u64) -> Result<Version, AssignBlocked> {
+        self.assign(cid, false, seq)
+    }
+
+    /// A new version that removes `cid`, the append with sequence number `seq`.
+    pub fn assign_remove(&mut self, cid: u64, seq: u64) -> Result<Version, AssignBlocked> {
+        self.assign(cid, true, seq)
+    }
+
+    /// The version state in RAM (buffer, then sealed epoch), `None` if the chunk was not
+    /// written since the last sealed epoch reached the disk.
+    pub fn lookup(&self, cid: u64) -> Option<VersionState> {
+        if let Some(&(version, deleted)) = self.buffer.get(&cid) {
+            return Some(VersionState {
+                version: Version {
+                    epoch: self.epoch,
+                    version,
+                },
+                deleted,
+            });
+        }
+        let sealed = self.sealed.as_ref()?;
+        // Sealed epochs are small enough to search linearly only during reorganization's
+        // snapshot, which copies them into a table instead; see `snapshot_into`.
+        sealed
+            .records
+            .iter()
+            .find(|r| r.cid == cid)
+            .map(|r| r.state)
+    }
+
+    /// Adds the RAM part (sealed epoch, then buffer) to `table`, newest wins.
+    pub fn snapshot_into(&self, table: &mut CidMap<VersionState>) {
+        if let Some(sealed) = &self.sealed {
+            for r in &sealed.records {
+                merge(table, r.cid, r.state);
+            }
+        }
+        for (&cid, &(version, deleted)) in &self.buffer {
+            merge(
+                table,
+                cid,
+                VersionState {
+                    version: Version {
+                        epoch: self.epoch,
+                        version,
+                    },
+                    deleted,
+                },
+            );
+        }
+    }
+
+    /// Gives `cid`, whose current state the caller saw as `expected` in a snapshot taken
+    /// in epoch `snapshot_epoch`, a fresh version in the current epoch with the same
+    /// deleted flag (moving an old entry or remove into the current eon). `None` if the
+    /// chunk changed since, or the epoch ended since the snapshot (then the caller cannot
+    /// tell; it retries on a later pass).
+    pub fn restamp(
+        &mut self,
+        cid: u64,
+        expected: VersionState,
+        snapshot_epoch: u16,
+    ) -> Option<Version> {
+        if self.epoch != snapshot_epoch {
+            return None;
+        }
+        match self.buffer.get(&cid) {
+            Some(&(v, deleted))
+                if VersionState {
+                    version: Version {
+                        epoch: self.epoch,
+                        version: v,
+                    },
+                    deleted,
+                } == expected => {}
+            Some(_) => return None,
+            None => {}
+        }
+        self.assign(cid, expected.deleted, 0).ok()
+    }
+}
+
+/// Inserts `state` for `cid` unless the table has a newer one.
+pub fn merge(table: &mut CidMap<VersionState>, cid: u64, state: VersionState) {
+    table
+        .entry(cid)
+        .and_modify(|old| {
+            if state.version.is_newer_than(old.version) {
+                *old = state;
+            }
+        })
+        .or_insert(state);
+}
+
+// ----- the version log on disk ----------------------------------------------------------
+
+const BLOCK_MAGIC: u32 = 0x424C_564D; // "MVLB" little-endian
+const BLOCK_HEADER_BYTES: usize = 16;
+/// Bytes of one version-log record: CID (8), epoch (2), version | deleted << 31 (4).
+pub const RECORD_BYTES: usize = 14;
+/// Records per block, so a block stays below 1 MiB.
+const BLOCK_RECORDS_MAX: usize = 65_536;
+
+fn encode_record(r: &VersionRecord, out: &mut [u8]) {
+    out[..8].copy_from_slice(&r.cid.to_le_bytes());
+    out[8..10].copy_from_slice(&r.state.version.epoch.to_le_bytes());
+    let v = r.state.version.version | (u32::from(r.state.deleted) << 31);
+    out[10..14].copy_from_slice(&v.to_le_bytes());
+}
+
+fn decode_record(raw: &[u8]) -> Option<VersionRecord> {
+    let cid = u64::from_le_bytes(raw.get(..8)?.try_into().ok()?);
+    let epoch = u16::from_le_bytes(raw.get(8..10)?.try_into().ok()?);
+    let v = u32::from_le_bytes(raw.get(10..14)?.try_into().ok()?);
+    Some(VersionRecord {
+        cid,
+        state: VersionState {
+            version: Version {
+                epoch,
+                version: v & VERSION_IN_EPOCH_MAX,
+            },
+            deleted: v >> 31 == 1,
+        },
+    })
+}
+
+/// Encodes `records` as page-padded blocks of generation `generation`.
+fn encode_blocks(records: &[VersionRecord], generation: u32) -> AlignedBuf {
+    let chunks: Vec<&[VersionRecord]> = if records.is_empty() {
+        vec![&[][..]]
+    } else {
+        records.chunks(BLOCK_RECORDS_MAX).collect()
+    };
+    let total: usize = chunks
+        .iter()
+        .map(|c| round_up_to_page(BLOCK_HEADER_BYTES + c.len() * RECORD_BYTES))
+        .sum();
+    let mut buf = AlignedBuf::zeroed(total);
+    let mut at = 0;
+    for chunk in chunks {
+        let body = BLOCK_HEADER_BYTES + chunk.len() * RECORD_BYTES;
+        let block = &mut buf[at..at + body];
+        block[0..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
+        block[4..8].copy_from_slice(&generation.to_le_bytes());
+        block[8..12].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
+        for (i, r) in chunk.iter().enumerate() {
+            let o = BLOCK_HEADER_BYTES + i * RECORD_BYTES;
+            encode_record(r, &mut block[o..o + RECORD_BYTES]);
+        }
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&block[..12]), &block[16..]);
+        block[12..16].copy_from_slice(&crc.to_le_bytes());
+        at += round_up_to_page(body);
+    }
+    buf
+}
+
+/// Reads the valid blocks of one version-log file: `(generation, end offset, records)`, or
+/// `None` if its first block is not valid.
+fn read_file(file: &dyn LogFile) -> LogResult<Option<(u32, u64, Vec<VersionRecord>)>> {
+    let len = file.len();
+    let mut records = Vec::new();
+    let mut at = 0u64;
+    let mut generation = None;
+    let mut page = AlignedBuf::zeroed(PAGE_BYTES);
+    while at + PAGE_BYTES as u64 <= len {
+        file.read_at(&mut page, at)
+            .map_err(io_context("reading version log"))?;
+        let word = |i: usize| u32::from_le_bytes([page[i], page[i + 1], page[i + 2], page[i + 3]]);
+        let count = word(8) as usize;
+        if word(0) != BLOCK_MAGIC
+            || generation.is_some_and(|g| g != word(4))
+            || count > BLOCK_RECORDS_MAX
+        {
+            break;
+        }
+        let body = BLOCK_HEADER_BYTES + count * RECORD_BYTES;
+        let padded = round_up_to_page(body) as u64;
+        if at + padded > len {
+            break;
+        }
+        let mut block = AlignedBuf::zeroed(padded as usize);
+        file.read_at(&mut block, at)
+            .map_err(io_context("reading version log"))?;
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&block[..12]), &block[16..body]);
+        if crc != word(12) {
+            break;
+        }
+        generation = Some(word(4));
+        records.extend(
+            block[BLOCK_HEADER_BYTES..body]
+                .chunks_exact(RECORD_BYTES)
+                .filter_map(decode_record),
+        );
+        at += padded;
+    }
+    Ok(generation.map(|g| (g, at, records)))
+}
+
+/// The version log of one zone: two files used in turn. Appends go to the active one;
+/// compaction writes the whole table to the other one with the next generation, and
+/// reopening picks the valid file of the newer generation, so a torn compaction leaves the
+/// old file in charge.
+#[derive(Debug)]
+pub struct VersionLog {
+    storage: std::sync::Arc<dyn Storage>,
+    names: [String; 2],
+    files: [Box<dyn LogFile>; 2],
+    active: usize,
+    generation: u32,
+    end: u64,
+    /// Records in the active file (compaction is due when it is much larger than needed).
+    records: u64,
+}
+
+impl VersionLog {
+    /// Opens (or creates) the version log `base`.0/1 and loads every record in it.
+    pub fn open(
+        storage: std::sync::Arc<dyn Storage>,
+        base: &str,
+    ) -> LogResult<(VersionLog, Vec<VersionRecord>)> {
+        let names = [format!("{base}.0"), format!("{base}.1")];
+        let open = |name: &str| {
+            storage
+                .open(name, PAGE_BYTES as u64)
+                .map_err(io_context(format!("opening {name}")))
+        };
+        let files = [open(&names[0])?, open(&names[1])?];
+        let a = read_file(files[0].as_ref())?;
+        let b = read_file(files[1].as_ref())?;
+        let (active, generation, end, records) = match (a, b) {
+            (Some(a), Some(b)) => {
+                if b.0.wrapping_sub(a.0) as i32 > 0 {
+                    (1, b.0, b.1, b.2)
+                } else {
+                    (0, a.0, a.1, a.2)
+                }
+            }
+            (Some(a), None) => (0, a.0, a.1, a.2),
+            (None, Some(b)) => (1, b.0, b.1, b.2),
+            (None, None) => (0, 0, 0, Vec::new()),
+        };
+        let mut log = VersionLog {
+            storage,
+            names,
+            files,
+            active,
+            generation,
+            end,
+            records: records.len() as u64,
+        };
+        if end == 0 {
+            // A fresh log: write an empty first block so the file has a generation.
+            log.append(&[])?;
+        }
+        Ok((log, records))
+    }
+
+    /// Records in the active file.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    fn ensure_len(&mut self, index: usize, needed: u64) -> LogResult<()> {
+        let len = self.files[index].len();
+        if needed > len {
+            let name = &self.names[index];
+            let grown = needed.max(len.saturating_mul(2));
+            self.files[index] = self
+                .storage
+                .open(name, grown)
+                .map_err(io_context(format!("growing {name}")))?;
+        }
+        Ok(())
+    }
+
+    /// Appends `records` as one block and syncs.
+    pub fn append(&mut self, records: &[VersionRecord]) -> LogResult<()> {
+        let buf = encode_blocks(records, self.generation);
+        let index = self.active;
+        self.ensure_len(index, self.end + buf.len() as u64)?;
+        self.files[index]
+            .write_at(&buf, self.end)
+            .map_err(io_context("appending to version log"))?;
+        self.files[index]
+            .sync()
+            .map_err(io_context("syncing version log"))?;
+        self.end += buf.len() as u64;
+        self.records += records.len() as u64;
+        Ok(())
+    }
+
+    /// Loads every record of the active file.
+    pub fn load(&self) -> LogResult<Vec<VersionRecord>> {
+        Ok(read_file(self.files[self.active].as_ref())?.map_or_else(Vec::new, |r| r.2))
+    }
+
+    /// Replaces the log by `records` (one per chunk): writes them to the other file with
+    /// the next generation, syncs, and switches to it.
+    pub fn compact(&mut self, records: &[VersionRecord]) -> LogResult<()> {
+        let other = 1 - self.active;
+        let generation = self.generation.wrapping_add(1);
+        let buf = encode_blocks(records, generation);
+        self.ensure_len(other, buf.len() as u64 + PAGE_BYTES as u64)?;
+        // Zero the page after the new content first so stale blocks of generation + 1
+        // cannot follow it (generations are 32-bit; this is belt and braces).
+        self.files[other]
+            .write_at(&buf, 0)
+            .map_err(io_context("compacting version log"))?;
+        if self.files[other].len() >= buf.len() as u64 + PAGE_BYTES as u64 {
+            let zero = AlignedBuf::zeroed(PAGE_BYTES);
+            self.files[other]
+                .write_at(&zero, buf.len() as u64)
+                .map_err(io_context("compacting version log"))?;
+        }
+        self.files[other]
+            .sync()
+            .map_err(io_context("syncing compacted version log"))?;
+        self.active = other;
+        self.generation = generation;
+        self.end = buf.len() as u64;
+        self.records = records.len() as u64;
+        Ok(())
+    }
+}
+
+/// Folds records into a table, newest version per chunk.
+pub fn table_from_records(records: &[VersionRecord]) -> CidMap<VersionState> {
+    let mut table = CidMap::with_capacity_and_hasher(records.len(), Default::default());
+    for r in records {
+        merge(&mut table, r.cid, r.state);
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemStorage;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+    use std::sync::Arc;
+
+    /// Model: unbounded epoch counter, every assignment is a (u64 epoch, version).
+    #[derive(Default)]
+    struct Model {
+        epoch: u64,
+        current: HashMap<u64, ((u64, u32), bool)>,
+    }
+
+    #[test]
+    fn version_manager_matches_model_across_epoch_and_eon_wrap() {
+        let mut rng = SmallRng::seed_from_u64(5);
+        // Start just before the eon boundary and run across two full wraps of the 16-bit
+        // epoch with a tiny buffer so epochs end every few operations.
+        let start_epoch: u16 = u16::MAX - 50;
+        let mut vm = VersionManager::new(start_epoch, 3, 4);
+        let mut model = Model {
+            epoch: u64::from(start_epoch),
+            ..Model::default()
+        };
+        let mut persisted: CidMap<VersionState> = CidMap::default();
+        let mut ops = 0u64;
+        while model.epoch < u64::from(start_epoch) + 2 * 65_536 + 100 {
+            ops += 1;
+            let cid = rng.gen_range(0..6u64);
+            let remove = rng.gen_bool(0.2);
+            let assigned = if remove {
+                vm.assign_remove(cid, ops)
+            } else {
+                vm.assign_put(cid, ops)
+            };
+            let v = match assigned {
+                Ok(v) => v,
+                Err(AssignBlocked::SealPending) => {
+                    // The flusher persists the sealed epoch, then the append retries.
+                    let sealed = vm.sealed().cloned().unwrap();
+                    for r in &sealed.records {
+                        merge(&mut persisted, r.cid, r.state);
+                    }
+                    vm.sealed_written(sealed.epoch);
+                    if remove {
+                        vm.assign_remove(cid, ops).unwrap()
+                    } else {
+                        vm.assign_put(cid, ops).unwrap()
+                    }
+                }
+            };
+            // Model: epochs advance in lock step with the manager.
+            let vm_epoch_of_v = u64::from(v.epoch);
+            while (model.epoch & 0xFFFF) != vm_epoch_of_v {
+                model.epoch += 1;
+            }
+            let mv = (model.epoch, v.version);
+            if let Some((old, _)) = model.current.get(&cid) {
+                assert!(mv > *old, "model order");
+                // The manager's serial order agrees with the model's total order.
+                let old_v = Version {
+                    epoch: old.0 as u16,
+                    version: old.1,
+                };
+                if model.epoch - old.0 < u64::from(EON_EPOCHS) {
+                    assert!(v.is_newer_than(old_v), "{v:?} newer than {old_v:?}");
+                    assert!(!old_v.is_newer_than(v));
+                }
+            }
+            model.current.insert(cid, (mv, remove));
+            // Visiting every "log" once per eon: re-stamp chunks whose version is old.
+            if ops.is_multiple_of(97) {
+                let snapshot_epoch = vm.epoch();
+                for (&c, &((e, ver), deleted)) in model.current.clone().iter() {
+                    if !deleted && model.epoch - e > 1000 {
+                        let expected = Version {
+                            epoch: e as u16,
+                            version: ver,
+                        };
+                        let state = VersionState {
+                            version: expected,
+                            deleted: false,
+                        };
+                        if let Some(nv) = vm.restamp(c, state, snapshot_epoch) {
+                            assert!(nv.is_newer_than(expected));
+                            assert_eq!(u64::from(nv.epoch), model.epoch & 0xFFFF);
+                            model.current.insert(c, ((model.epoch, nv.version), false));
+                        }
+                    }
+                }
+            }
+            // The persisted log plus the RAM part always name the model's current version.
+            let mut table = persisted.clone();
+            vm.snapshot_into(&mut table);
+            for (&c, &((e, ver), deleted)) in &model.current {
+                let got = table.get(&c).copied().unwrap();
+                assert_eq!(got.version.epoch, e as u16, "cid {c}");
+                assert_eq!(got.version.version, ver);
+                assert_eq!(got.deleted, deleted);
+            }
+        }
+        assert!(vm.epoch() > start_epoch.wrapping_add(100) || vm.epoch() < 1000);
+    }
+
+    #[test]
+    fn version_overflow_ends_the_epoch_early() {
+        let mut vm = VersionManager::new(7, 1000, 1000);
+        vm.buffer.insert(1, (VERSION_IN_EPOCH_MAX - 1, false));
+        let a = vm.assign_put(1, 1).unwrap();
+        assert_eq!(a.version, VERSION_IN_EPOCH_MAX);
+        let b = vm.assign_put(1, 1).unwrap();
+        assert_eq!((b.epoch, b.version), (8, 0));
+        assert!(b.is_newer_than(a));
+        // A second overflow while the first seal is pending blocks.
+        vm.buffer.insert(2, (VERSION_IN_EPOCH_MAX, false));
+        assert_eq!(vm.assign_put(2, 2), Err(AssignBlocked::SealPending));
+        vm.sealed_written(7);
+        assert_eq!(vm.assign_put(2, 2).unwrap().epoch, 9);
+    }
+
+    #[test]
+    fn version_log_survives_reopen_and_torn_compaction() {
+        let storage = MemStorage::new();
+        let s: Arc<dyn Storage> = Arc::new(storage.clone());
+        let rec = |cid, epoch, version, deleted| VersionRecord {
+            cid,
+            state: VersionState {
+                version: Version { epoch, version },
+                deleted,
+            },
+        };
+        let (mut log, loaded) = VersionLog::open(s.clone(), "v").unwrap();
+        assert!(loaded.is_empty());
+        log.append(&[rec(1, 0, 0, false), rec(2, 0, 3, true)])
+            .unwrap();
+        log.append(&[rec(1, 1, 0, false)]).unwrap();
+        drop(log);
+        let (mut log, loaded) = VersionLog::open(s.clone(), "v").unwrap();
+        let t = table_from_records(&loaded);
+        assert_eq!(
+            t[&1].version,
+            Version {
+                epoch: 1,
+                version: 0
+            }
+        );
+        assert!(t[&2].deleted);
+        // Compaction cut partway: the old file stays in charge.
+        let many: Vec<_> = (0..1000).map(|c| rec(c, 2, 0, false)).collect();
+        storage.set_write_budget(Some(3000));
+        assert!(log.compact(&many).is_err());
+        storage.crash(1);
+        let (mut log, loaded) = VersionLog::open(s.clone(), "v").unwrap();
+        assert_eq!(table_from_records(&loaded), t);
+        log.compact(&many).unwrap();
+        log.append(&[rec(5000, 3, 1, true)]).unwrap();
+        drop(log);
+        let (_, loaded) = VersionLog::open(s, "v").unwrap();
+        assert_eq!(loaded.len(), 1001);
+    }
+}

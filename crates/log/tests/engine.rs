@@ -1,0 +1,321 @@
+//! Scenario and model tests of the log engine through its public API.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{assert_same, decode_payload, open, payload, read_zone, read_zone_with, temp_dir};
+use myriad_log::{
+    DiskStorage, IoMode, LogConfig, LogEngine, LogError, MemStorage, RecoveryOptions, Storage,
+    ZoneId,
+};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+fn zone(owner: u16, zone: u16) -> ZoneId {
+    ZoneId { owner, zone }
+}
+
+fn cid(owner: u16, local: u64) -> u64 {
+    (u64::from(owner) << 48) | local
+}
+
+/// Random puts and removes over several zones against a HashMap per zone, each zone read
+/// back through the recovery API, then again after a clean restart.
+#[test]
+fn model_random_puts_and_removes_match_recovery_before_and_after_restart() {
+    for seed in 0..3u64 {
+        let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+        let config = LogConfig::small_for_tests();
+        let engine = open(&storage, &config);
+        let zones = [zone(1, 0), zone(1, 1), zone(2, 0)];
+        for z in zones {
+            engine.create_zone(z).unwrap();
+        }
+        let mut model: HashMap<ZoneId, HashMap<u64, Vec<u8>>> = HashMap::new();
+        let mut rng = SmallRng::seed_from_u64(seed);
+        for op in 0..4000u64 {
+            let z = zones[rng.gen_range(0..zones.len())];
+            // Some CIDs of another creator (migrated chunks) use the full-CID form.
+            let owner = if rng.gen_bool(0.1) { 9 } else { z.owner };
+            let c = cid(
+                owner,
+                rng.gen_range(0..150u64) * if rng.gen_bool(0.05) { 1 << 33 } else { 1 },
+            );
+            let m = model.entry(z).or_default();
+            if rng.gen_bool(0.15) {
+                engine.remove(z, c).unwrap();
+                m.remove(&c);
+            } else {
+                let p = payload(c, op, rng.gen_range(24..400));
+                engine.append(z, c, &p).unwrap();
+                m.insert(c, p);
+            }
+            if op % 1000 == 999 {
+                for z in zones {
+                    assert_same(
+                        &read_zone(&engine, z),
+                        &model[&z],
+                        &format!("seed {seed} op {op} zone {z}"),
+                    );
+                }
+            }
+        }
+        engine.shutdown().unwrap();
+        let engine = open(&storage, &config);
+        assert_eq!(engine.zones(), zones.to_vec());
+        for z in zones {
+            assert_same(
+                &read_zone(&engine, z),
+                &model[&z],
+                &format!("after restart, seed {seed}"),
+            );
+        }
+        // And it keeps working after the restart.
+        let c = cid(1, 7);
+        engine.append(zones[0], c, b"after restart").unwrap();
+        assert_eq!(read_zone(&engine, zones[0])[&c], b"after restart");
+    }
+}
+
+#[test]
+fn large_chunks_are_chained_and_reassembled() {
+    let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let config = LogConfig::small_for_tests();
+    let engine = open(&storage, &config);
+    let z = zone(3, 1);
+    engine.create_zone(z).unwrap();
+    let link = config.entry_payload_bytes_max() as usize;
+    let big = payload(cid(3, 1), 1, 3 * link + 17);
+    let exact = payload(cid(3, 2), 2, link);
+    engine.append(z, cid(3, 1), &big).unwrap();
+    engine.append(z, cid(3, 2), &exact).unwrap();
+    engine
+        .append(z, cid(3, 3), b"small chunk next to big ones")
+        .unwrap();
+    let newer = payload(cid(3, 1), 4, 2 * link + 1);
+    engine.append(z, cid(3, 1), &newer).unwrap();
+    for threads in [1, 3] {
+        let got = read_zone_with(
+            &engine,
+            z,
+            &RecoveryOptions {
+                threads,
+                verify_crc: threads == 1,
+                batch_chunks_max: 1,
+            },
+        );
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[&cid(3, 1)], newer);
+        assert_eq!(got[&cid(3, 2)], exact);
+    }
+    assert!(matches!(
+        engine.append(z, 5, &vec![0; config.chunk_bytes_max as usize + 1]),
+        Err(LogError::ChunkTooLarge { .. })
+    ));
+    engine.shutdown().unwrap();
+    let engine = open(&storage, &config);
+    assert_eq!(read_zone(&engine, z)[&cid(3, 1)], newer);
+}
+
+/// Many overwrites of few chunks write several times the log's size: only reorganization
+/// keeps the log from filling up, and it must keep every latest version, while a writer
+/// keeps writing and recovery reads check the state.
+#[test]
+fn reorganization_under_concurrent_writes_keeps_every_latest_version() {
+    let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let config = LogConfig::small_for_tests();
+    let engine = Arc::new(open(&storage, &config));
+    let zones = [zone(4, 0), zone(4, 1)];
+    for z in zones {
+        engine.create_zone(z).unwrap();
+    }
+    let capacity = config.secondary_log_bytes as usize;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = zones
+        .iter()
+        .enumerate()
+        .map(|(i, &z)| {
+            let engine = engine.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(i as u64);
+                let mut model = HashMap::new();
+                let mut written = 0usize;
+                let mut op = 0u64;
+                while written < 4 * capacity && !stop.load(Ordering::Relaxed) {
+                    op += 1;
+                    let c = cid(4, rng.gen_range(0..200));
+                    if rng.gen_bool(0.05) {
+                        engine.remove(z, c).unwrap();
+                        model.remove(&c);
+                        continue;
+                    }
+                    let p = payload(c, op, rng.gen_range(24..200));
+                    written += p.len();
+                    engine.append(z, c, &p).unwrap();
+                    model.insert(c, p);
+                    if op.is_multiple_of(500) {
+                        engine.flush().unwrap();
+                    }
+                }
+                model
+            })
+        })
+        .collect();
+    // Recovery reads of a zone while its writer runs: every delivered value is one that
+    // was written for that chunk.
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(20));
+        for z in zones {
+            for (c, v) in read_zone(&engine, z) {
+                assert!(decode_payload(c, &v).is_some());
+            }
+        }
+    }
+    let models: Vec<HashMap<u64, Vec<u8>>> =
+        writers.into_iter().map(|w| w.join().unwrap()).collect();
+    stop.store(true, Ordering::Relaxed);
+    let stats = engine.stats();
+    assert!(
+        stats.reorg_passes > 0 && stats.reorg_segments_cleaned > 0,
+        "{stats:?}"
+    );
+    for (z, model) in zones.iter().zip(&models) {
+        assert_same(&read_zone(&engine, *z), model, &format!("zone {z}"));
+    }
+    for z in &stats.zones {
+        assert!(z.memory_bytes > 0 && z.used_bytes <= z.capacity_bytes);
+    }
+    drop(engine);
+    let engine = open(&storage, &config);
+    for (z, model) in zones.iter().zip(&models) {
+        assert_same(
+            &read_zone(&engine, *z),
+            model,
+            &format!("after restart, zone {z}"),
+        );
+    }
+}
+
+/// Cold chunks written once stay recoverable while hot ones advance the epoch past the
+/// eon-visit interval many times: eon visits re-stamp them.
+#[test]
+fn eon_visits_restamp_cold_chunks_and_keep_them() {
+    let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let config = LogConfig {
+        eon_visit_epochs: 4,
+        version_buffer_entries_max: 16,
+        ..LogConfig::small_for_tests()
+    };
+    let engine = open(&storage, &config);
+    let z = zone(5, 0);
+    engine.create_zone(z).unwrap();
+    let mut model = HashMap::new();
+    for c in 0..20u64 {
+        let p = payload(cid(5, c), c, 40);
+        engine.append(z, cid(5, c), &p).unwrap();
+        model.insert(cid(5, c), p);
+    }
+    engine.remove(z, cid(5, 19)).unwrap();
+    model.remove(&cid(5, 19));
+    let mut op = 100;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while engine.stats().reorg_entries_restamped == 0 || engine.stats().zones[0].epoch < 200 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", engine.stats());
+        for c in 1000..1012u64 {
+            op += 1;
+            let p = payload(cid(5, c), op, 30);
+            engine.append(z, cid(5, c), &p).unwrap();
+            model.insert(cid(5, c), p);
+        }
+        engine.flush().unwrap();
+    }
+    assert_same(&read_zone(&engine, z), &model, "eon");
+    drop(engine);
+    let engine = open(&storage, &config);
+    assert_same(&read_zone(&engine, z), &model, "eon");
+}
+
+#[test]
+fn durability_levels_and_errors() {
+    let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let config = LogConfig {
+        flush_interval: Duration::from_secs(3600),
+        ..LogConfig::small_for_tests()
+    };
+    let engine = open(&storage, &config);
+    let z = zone(6, 0);
+    engine.create_zone(z).unwrap();
+    assert!(matches!(
+        engine.create_zone(z),
+        Err(LogError::ZoneExists(_))
+    ));
+    assert!(matches!(
+        engine.append(zone(6, 9), 1, b"x"),
+        Err(LogError::UnknownZone(_))
+    ));
+    let t1 = engine.append(z, cid(6, 1), b"one").unwrap();
+    let t2 = engine.append(z, cid(6, 1), b"two").unwrap();
+    assert!(t2.seq > t1.seq && t2.version.is_newer_than(t1.version));
+    // With an hour-long interval nothing is durable until someone waits for it.
+    assert!(engine.durable_seq() < t1.seq);
+    engine
+        .wait_durable(t2.seq, Duration::from_secs(10))
+        .unwrap();
+    assert!(engine.durable_seq() >= t2.seq);
+    assert!(engine
+        .wait_durable(t2.seq + 100, Duration::from_millis(10))
+        .is_err());
+    engine.remove_zone(z).unwrap();
+    assert!(matches!(
+        engine.append(z, 1, b"x"),
+        Err(LogError::UnknownZone(_))
+    ));
+    assert!(storage
+        .list()
+        .unwrap()
+        .iter()
+        .all(|n| !n.starts_with("zone-0006-0000")));
+    let bad = LogConfig {
+        segment_bytes: 3000,
+        ..LogConfig::small_for_tests()
+    };
+    assert!(matches!(
+        LogEngine::open(bad, storage.clone()),
+        Err(LogError::InvalidConfig(_))
+    ));
+}
+
+/// The same workload on a real file system, with O_DIRECT where supported and buffered.
+#[test]
+fn disk_storage_in_both_io_modes_round_trips_through_restart() {
+    for mode in [IoMode::Auto, IoMode::Buffered] {
+        let dir = temp_dir(&format!("disk-{mode:?}"));
+        let storage: Arc<dyn Storage> = Arc::new(DiskStorage::new(&dir, mode).unwrap());
+        let config = LogConfig::small_for_tests();
+        let engine = open(&storage, &config);
+        let z = zone(7, 2);
+        engine.create_zone(z).unwrap();
+        let mut model = HashMap::new();
+        for op in 0..3000u64 {
+            let c = cid(7, op % 200);
+            let p = payload(c, op, 24 + (op as usize % 500));
+            engine.append(z, c, &p).unwrap();
+            model.insert(c, p);
+        }
+        assert_same(&read_zone(&engine, z), &model, &format!("{mode:?}"));
+        engine.shutdown().unwrap();
+        let engine = open(&storage, &config);
+        assert_same(
+            &read_zone(&engine, z),
+            &model,
+            &format!("{mode:?} after restart"),
+        );
+        drop(engine);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
