@@ -345,7 +345,9 @@ impl RpcRequest {
         let mut reader = Reader::new(bytes);
         check_version(&mut reader)?;
         let request = match reader.u8("request kind")? {
-            REQUEST_APPEND_ENTRIES => RpcRequest::AppendEntries(decode_append_request(&mut reader)?),
+            REQUEST_APPEND_ENTRIES => {
+                RpcRequest::AppendEntries(decode_append_request(&mut reader)?)
+            }
             REQUEST_VOTE => RpcRequest::Vote(decode_vote_request(&mut reader)?),
             REQUEST_PRE_VOTE => RpcRequest::PreVote(decode_vote_request(&mut reader)?),
             REQUEST_INSTALL_SNAPSHOT => {
@@ -417,7 +419,9 @@ impl RpcReply {
                         AppendEntriesResponse::PartialSuccess(decode_option_log_id(&mut reader)?)
                     }
                     APPEND_CONFLICT => AppendEntriesResponse::Conflict,
-                    APPEND_HIGHER_VOTE => AppendEntriesResponse::HigherVote(decode_vote(&mut reader)?),
+                    APPEND_HIGHER_VOTE => {
+                        AppendEntriesResponse::HigherVote(decode_vote(&mut reader)?)
+                    }
                     tag => {
                         return Err(DecodeError::UnknownTag {
                             what: "append outcome",

@@ -270,7 +270,9 @@ impl LogIndex {
                 }
                 let next = self.next_index();
                 if index > next {
-                    return Err(format!("append at index {index} leaves a hole before it (next is {next})"));
+                    return Err(format!(
+                        "append at index {index} leaves a hole before it (next is {next})"
+                    ));
                 }
                 if index < next {
                     self.drop_from(index);
@@ -394,7 +396,8 @@ impl Inner {
     }
 
     fn should_compact(&self) -> bool {
-        self.file_bytes > self.compact_bytes && self.file_bytes > 2 * (self.index.entry_bytes + 4096)
+        self.file_bytes > self.compact_bytes
+            && self.file_bytes > 2 * (self.index.entry_bytes + 4096)
     }
 
     /// Rewrites the file from the index: temp file, fsync, rename, directory fsync.
@@ -519,11 +522,9 @@ impl LogStore {
                         offset: offset as u64,
                         reason,
                     };
-                    let record =
-                        LogRecord::from_bytes(record).map_err(|error| corrupt(error.to_string()))?;
-                    index
-                        .apply(record, frame_bytes as u64)
-                        .map_err(corrupt)?;
+                    let record = LogRecord::from_bytes(record)
+                        .map_err(|error| corrupt(error.to_string()))?;
+                    index.apply(record, frame_bytes as u64).map_err(corrupt)?;
                     offset += frame_bytes;
                 }
             }
@@ -606,7 +607,10 @@ fn flusher(shared: Shared, requests: Receiver<IOFlushed<TypeConfig>>) {
         };
         let result = file.and_then(|file| file.sync_data());
         if let Err(error) = &result {
-            shared.lock().failed.get_or_insert_with(|| error.to_string());
+            shared
+                .lock()
+                .failed
+                .get_or_insert_with(|| error.to_string());
         }
         for callback in batch {
             match &result {
@@ -685,12 +689,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         Ok(self.shared.lock().index.committed)
     }
 
-    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: IOFlushed<TypeConfig>,
+    ) -> Result<(), io::Error>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        self.shared.lock().write_appends(entries.into_iter().collect())?;
+        self.shared
+            .lock()
+            .write_appends(entries.into_iter().collect())?;
         self.flush_queue
             .send(callback)
             .map_err(|_| io::Error::other("the Raft log's fsync thread is gone"))

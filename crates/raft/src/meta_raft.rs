@@ -20,7 +20,10 @@ use std::time::Duration;
 use myriad_meta::limits::ADDRESS_BYTES_MAX;
 use myriad_meta::{Command, MetaState, Response};
 use openraft::async_runtime::WatchReceiver;
-use openraft::errors::{ClientWriteError, InitializeError, LinearizableReadError, RaftError};
+use openraft::errors::{
+    ClientWriteError, ForwardReason, InitializeError, LinearizableReadError, RaftError,
+};
+use openraft::raft::AppendEntriesRequest;
 use openraft::{ReadPolicy, ServerState, SnapshotPolicy};
 use thiserror::Error;
 
@@ -29,7 +32,7 @@ use crate::limits::*;
 use crate::log_store::{LogOpenError, LogStore, LOG_COMPACT_BYTES_DEFAULT};
 use crate::network::{NetworkFactory, RaftTransport};
 use crate::state_machine::{MetaStateReader, SnapshotOpenError, StateMachineStore};
-use crate::types::{Raft, Snapshot, SuperpeerNode};
+use crate::types::{Raft, Snapshot, SuperpeerNode, TypeConfig};
 
 /// Name of the Raft cluster in openraft's logs.
 const CLUSTER_NAME: &str = "myriad-superpeers";
@@ -65,7 +68,11 @@ pub struct RaftConfig {
 impl RaftConfig {
     /// A configuration with defaults for a LAN: elections after 300–600 ms of silence,
     /// heartbeats every 100 ms, a snapshot every 10,000 entries keeping 1,000 behind it.
-    pub fn new(node_id: u64, dir: impl Into<PathBuf>, members: BTreeMap<u64, String>) -> RaftConfig {
+    pub fn new(
+        node_id: u64,
+        dir: impl Into<PathBuf>,
+        members: BTreeMap<u64, String>,
+    ) -> RaftConfig {
         RaftConfig {
             node_id,
             dir: dir.into(),
@@ -81,7 +88,10 @@ impl RaftConfig {
 
     fn check(&self) -> Result<(), String> {
         if self.node_id == 0 || self.node_id > NODE_ID_MAX {
-            return Err(format!("node ID {} is not in 1..={NODE_ID_MAX}", self.node_id));
+            return Err(format!(
+                "node ID {} is not in 1..={NODE_ID_MAX}",
+                self.node_id
+            ));
         }
         if !self.members.contains_key(&self.node_id) {
             return Err(format!("node {} is not among the members", self.node_id));
@@ -94,7 +104,9 @@ impl RaftConfig {
                 return Err(format!("member ID {id} is not in 1..={NODE_ID_MAX}"));
             }
             if address.is_empty() || address.len() > ADDRESS_BYTES_MAX {
-                return Err(format!("member {id}'s address has 1 to {ADDRESS_BYTES_MAX} bytes"));
+                return Err(format!(
+                    "member {id}'s address has 1 to {ADDRESS_BYTES_MAX} bytes"
+                ));
             }
         }
         if self.heartbeat_ms == 0 || self.request_timeout_ms == 0 {
@@ -157,6 +169,10 @@ pub enum RaftWriteError {
         /// The leader as far as this superpeer knows.
         leader: Option<u64>,
     },
+    /// This superpeer leads but no quorum acknowledged it recently (it may be cut off), up
+    /// to the deadline; the command was not applied.
+    #[error("the leader has no recent quorum acknowledgement")]
+    NoQuorum,
     /// The encoded command exceeds [`COMMAND_BYTES_MAX`]; it was not applied.
     #[error("command of {bytes} bytes exceeds the limit of {COMMAND_BYTES_MAX}")]
     TooLarge {
@@ -235,6 +251,7 @@ struct Inner {
     raft: Raft,
     reader: MetaStateReader,
     request_timeout: Duration,
+    heartbeat: Duration,
 }
 
 /// One superpeer's member of the Raft group. Cheap to clone.
@@ -268,9 +285,15 @@ impl MetaRaft {
         let network = NetworkFactory {
             transport: Arc::new(transport),
         };
-        let raft = Raft::new(config.node_id, raft_config, network, log_store, state_machine)
-            .await
-            .map_err(|error| StartError::Raft(error.to_string()))?;
+        let raft = Raft::new(
+            config.node_id,
+            raft_config,
+            network,
+            log_store,
+            state_machine,
+        )
+        .await
+        .map_err(|error| StartError::Raft(error.to_string()))?;
         let initialized = raft
             .is_initialized()
             .await
@@ -285,7 +308,12 @@ impl MetaRaft {
                 Ok(()) => {}
                 // Another member's proposal reached us first.
                 Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                Err(error) => return Err(StartError::Raft(error.to_string())),
+                Err(error) => {
+                    if let Err(shutdown) = raft.shutdown().await {
+                        tracing::warn!(%shutdown, "Raft shutdown after a failed start");
+                    }
+                    return Err(StartError::Raft(error.to_string()));
+                }
             }
         }
         Ok(MetaRaft {
@@ -294,6 +322,7 @@ impl MetaRaft {
                 raft,
                 reader,
                 request_timeout: Duration::from_millis(config.request_timeout_ms),
+                heartbeat: Duration::from_millis(config.heartbeat_ms),
             }),
         })
     }
@@ -310,14 +339,35 @@ impl MetaRaft {
         if bytes > COMMAND_BYTES_MAX {
             return Err(RaftWriteError::TooLarge { bytes });
         }
-        let write = self.inner.raft.client_write(command);
-        match tokio::time::timeout(self.inner.request_timeout, write).await {
-            Err(_) => Err(RaftWriteError::OutcomeUnknown {
-                reason: format!("no outcome within {:?}", self.inner.request_timeout),
-                leader: self.leader(),
-            }),
-            Ok(Ok(response)) => Ok(response.data),
-            Ok(Err(RaftError::APIError(error))) => Err(match error {
+        let deadline = tokio::time::Instant::now() + self.inner.request_timeout;
+        loop {
+            let write = self.inner.raft.client_write(command.clone());
+            let error = match tokio::time::timeout_at(deadline, write).await {
+                Err(_) => {
+                    return Err(RaftWriteError::OutcomeUnknown {
+                        reason: format!("no outcome within {:?}", self.inner.request_timeout),
+                        leader: self.leader(),
+                    })
+                }
+                Ok(Ok(response)) => return Ok(response.data),
+                Ok(Err(RaftError::Fatal(fatal))) => {
+                    return Err(RaftWriteError::Stopped(fatal.to_string()))
+                }
+                Ok(Err(RaftError::APIError(error))) => error,
+            };
+            return Err(match error {
+                // A leader refuses writes until a quorum has acknowledged it recently: just
+                // after its election, or while it is cut off. The command was not appended.
+                ClientWriteError::ForwardToLeader(forward)
+                    if forward.reason == ForwardReason::LeaseExpired =>
+                {
+                    let retry_at = tokio::time::Instant::now() + self.inner.heartbeat;
+                    if retry_at < deadline {
+                        tokio::time::sleep_until(retry_at).await;
+                        continue;
+                    }
+                    RaftWriteError::NoQuorum
+                }
                 ClientWriteError::ForwardToLeader(forward) => RaftWriteError::ForwardToLeader {
                     leader: forward.leader_id,
                 },
@@ -329,8 +379,7 @@ impl MetaRaft {
                     reason: other.to_string(),
                     leader: self.leader(),
                 },
-            }),
-            Ok(Err(RaftError::Fatal(fatal))) => Err(RaftWriteError::Stopped(fatal.to_string())),
+            });
         }
     }
 
@@ -349,11 +398,9 @@ impl MetaRaft {
             ))),
             Ok(Ok(_)) => Ok(self.inner.reader.read(f)),
             Ok(Err(RaftError::APIError(error))) => Err(match error {
-                LinearizableReadError::ForwardToLeader(forward) => {
-                    RaftReadError::ForwardToLeader {
-                        leader: forward.leader_id,
-                    }
-                }
+                LinearizableReadError::ForwardToLeader(forward) => RaftReadError::ForwardToLeader {
+                    leader: forward.leader_id,
+                },
                 LinearizableReadError::QuorumNotEnough(error) => {
                     RaftReadError::NoQuorum(error.to_string())
                 }
@@ -442,9 +489,12 @@ impl MetaRaft {
         let raft = &self.inner.raft;
         let reply = match RpcRequest::from_bytes(request) {
             Err(error) => RpcReply::Refused(format!("undecodable request: {error}")),
-            Ok(RpcRequest::AppendEntries(request)) => match raft.append_entries(request).await {
-                Ok(response) => RpcReply::AppendEntries(response),
-                Err(error) => RpcReply::Refused(error.to_string()),
+            Ok(RpcRequest::AppendEntries(request)) => match check_append(&request) {
+                Err(reason) => RpcReply::Refused(format!("implausible AppendEntries: {reason}")),
+                Ok(()) => match raft.append_entries(request).await {
+                    Ok(response) => RpcReply::AppendEntries(response),
+                    Err(error) => RpcReply::Refused(error.to_string()),
+                },
             },
             Ok(RpcRequest::Vote(request)) => match raft.vote(request).await {
                 Ok(response) => RpcReply::Vote(response),
@@ -501,4 +551,29 @@ impl MetaRaft {
             tracing::warn!(%error, "Raft shutdown reported an error");
         }
     }
+}
+
+/// Checks what openraft assumes of an AppendEntries from a correct leader (it only
+/// debug-asserts these): the entries continue `prev_log_id` with consecutive indexes, their
+/// leader IDs never decrease, and none is beyond the sender's leadership.
+fn check_append(request: &AppendEntriesRequest<TypeConfig>) -> Result<(), &'static str> {
+    let leadership = request.vote.leader_id;
+    let mut previous = request.prev_log_id;
+    if previous.is_some_and(|log_id| log_id.leader_id > leadership) {
+        return Err("previous entry beyond the sender's leadership");
+    }
+    for entry in &request.entries {
+        let expected_index = previous.map_or(Some(0), |log_id| log_id.index.checked_add(1));
+        if Some(entry.log_id.index) != expected_index {
+            return Err("entry indexes are not consecutive");
+        }
+        if previous.is_some_and(|log_id| log_id.leader_id > entry.log_id.leader_id) {
+            return Err("entry leader IDs decrease");
+        }
+        if entry.log_id.leader_id > leadership {
+            return Err("entry beyond the sender's leadership");
+        }
+        previous = Some(entry.log_id);
+    }
+    Ok(())
 }

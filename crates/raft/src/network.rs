@@ -169,7 +169,11 @@ impl RaftNetworkV2<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
         let request = RpcRequest::AppendEntries(rpc);
-        match self.call(&request, option.hard_ttl()).await.map_err(rpc_error)? {
+        match self
+            .call(&request, option.hard_ttl())
+            .await
+            .map_err(rpc_error)?
+        {
             RpcReply::AppendEntries(response) => Ok(response),
             other => Err(rpc_error(self.unexpected(&other))),
         }

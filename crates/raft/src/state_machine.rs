@@ -144,7 +144,9 @@ pub fn encode_snapshot_file(meta: &SnapshotMeta, data: &[u8]) -> io::Result<Vec<
 
 /// Decodes and checks a snapshot file: header, CRC, meta, and that the data is a valid
 /// [`MetaState`] snapshot.
-pub fn decode_snapshot_file(bytes: &[u8]) -> Result<(SnapshotMeta, Vec<u8>, MetaState), DecodeError> {
+pub fn decode_snapshot_file(
+    bytes: &[u8],
+) -> Result<(SnapshotMeta, Vec<u8>, MetaState), DecodeError> {
     let (header, body) = bytes
         .split_at_checked(SNAPSHOT_HEADER_BYTES)
         .ok_or(DecodeError::Truncated("snapshot header"))?;
@@ -309,7 +311,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.builder()
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Vec<u8>) -> Result<(), io::Error> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Vec<u8>,
+    ) -> Result<(), io::Error> {
         let state = MetaState::from_snapshot(&snapshot)
             .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
         self.slot.lock().persist(Snapshot {

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use myriad_meta::{MetaState, Response};
-use myriad_raft::{RaftConfig, RaftReadError, RaftRole, RaftWriteError};
+use myriad_raft::types::{Entry, EntryPayload, LeaderId, LogId, Vote};
+use myriad_raft::{RaftConfig, RaftReadError, RaftRole, RaftWriteError, RpcReply, RpcRequest};
+use openraft::raft::AppendEntriesRequest;
 
 fn snapshot_often(config: &mut RaftConfig) {
     test_config(config);
@@ -101,24 +103,36 @@ async fn lagging_follower_catches_up_through_a_snapshot() {
         .purged_index
         .is_none_or(|purged| purged <= lagging_last)
     {
-        assert!(Instant::now() < deadline, "{:?}", cluster.node(leader).metrics());
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            cluster.node(leader).metrics()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(!cluster.node(lagging).read_local(|state| has_names(state, 60)));
+    assert!(!cluster
+        .node(lagging)
+        .read_local(|state| has_names(state, 60)));
     cluster.cut(lagging, false);
     cluster.wait_converged().await;
     let metrics = cluster.node(lagging).metrics();
     assert!(
-        metrics.snapshot_index.is_some_and(|index| index > lagging_last),
+        metrics
+            .snapshot_index
+            .is_some_and(|index| index > lagging_last),
         "the follower must have installed a snapshot: {metrics:?}"
     );
-    assert!(cluster.node(lagging).read_local(|state| has_names(state, 60)));
+    assert!(cluster
+        .node(lagging)
+        .read_local(|state| has_names(state, 60)));
     let snapshots = cluster.snapshots();
     assert!(snapshots.values().all(|bytes| *bytes == snapshots[&leader]));
     // The installed snapshot was persisted: the follower restarts with the state.
     cluster.kill(lagging).await;
     cluster.start_node(lagging).await;
-    assert!(cluster.node(lagging).read_local(|state| has_names(state, 60)));
+    assert!(cluster
+        .node(lagging)
+        .read_local(|state| has_names(state, 60)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,7 +188,15 @@ async fn cut_off_leader_is_replaced_and_rejoins_as_follower() {
         .await
         .expect("a new leader among the connected nodes");
     assert_ne!(new, old);
-    assert!(cluster.node(new).write(name_command(1)).await.is_ok());
+    let written = cluster.node(new).write(name_command(1)).await;
+    assert!(
+        written.is_ok(),
+        "{written:?} {:?}",
+        cluster
+            .running()
+            .map(|node| node.metrics())
+            .collect::<Vec<_>>()
+    );
     // The cut-off node cannot commit: its write has no outcome (or it already stepped down).
     assert!(cluster.node(old).write(name_command(2)).await.is_err());
     cluster.cut(old, false);
@@ -182,7 +204,11 @@ async fn cut_off_leader_is_replaced_and_rejoins_as_follower() {
     while cluster.node(old).metrics().role == RaftRole::Leader
         || cluster.node(old).leader() != cluster.current_leader().map(|node| node.node_id())
     {
-        assert!(Instant::now() < deadline, "{:?}", cluster.node(old).metrics());
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            cluster.node(old).metrics()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     cluster.write(name_command(3)).await;
@@ -234,9 +260,34 @@ async fn garbage_rpcs_are_refused_without_harm() {
         &[9, 9, 9][..],
         &[1, 4, 1, 1, 1, 0, 0, 0, 0, 5, 1, 2, 3, 4, 5][..],
     ] {
-        let reply = myriad_raft::RpcReply::from_bytes(&node.handle_rpc(garbage).await).unwrap();
-        assert!(matches!(reply, myriad_raft::RpcReply::Refused(_)), "{reply:?}");
+        let reply = RpcReply::from_bytes(&node.handle_rpc(garbage).await).unwrap();
+        assert!(matches!(reply, RpcReply::Refused(_)), "{reply:?}");
+    }
+    // Decodable but implausible AppendEntries: openraft only debug-asserts these.
+    let entry = |term: u64, index: u64| Entry {
+        log_id: LogId {
+            leader_id: LeaderId { term, node_id: 2 },
+            index,
+        },
+        payload: EntryPayload::Blank,
+    };
+    let implausible = [
+        (None, vec![entry(1, 5)]),
+        (None, vec![entry(1, 0), entry(1, 2)]),
+        (None, vec![entry(2, 0), entry(1, 1)]),
+        (None, vec![entry(100, 0)]),
+    ];
+    for (prev_log_id, entries) in implausible {
+        let request = RpcRequest::AppendEntries(AppendEntriesRequest {
+            vote: Vote::new_committed(50, 2),
+            prev_log_id,
+            entries,
+            leader_commit: None,
+        });
+        let reply = RpcReply::from_bytes(&node.handle_rpc(&request.to_bytes()).await).unwrap();
+        assert!(matches!(reply, RpcReply::Refused(_)), "{reply:?}");
     }
     assert_eq!(cluster.write(name_command(0)).await, Response::Done);
     assert_eq!(node.metrics().role, RaftRole::Leader);
+    assert_eq!(node.metrics().term, 1);
 }

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::codec::{Reader, Writer};
 use myriad_meta::{Capabilities, Command, MetaState, Role};
-use myriad_mem::{ChunkId, NodeId};
 use myriad_raft::codec::*;
 use myriad_raft::limits::{APPEND_ENTRIES_MAX, NODE_ID_MAX};
 use myriad_raft::log_store::{read_frame, Frame, LogRecord};
@@ -47,23 +47,29 @@ fn command() -> impl Strategy<Value = Command> {
                 data,
                 create_only,
             }),
-        ("[0-9.:]{1,21}", any::<u16>(), proptest::option::of(any::<u16>())).prop_map(
-            |(address, rack, reclaim)| Command::Join {
+        (
+            "[0-9.:]{1,21}",
+            any::<u16>(),
+            proptest::option::of(any::<u16>())
+        )
+            .prop_map(|(address, rack, reclaim)| Command::Join {
                 role: Role::Peer,
                 address,
                 capabilities: Capabilities::default(),
                 rack,
                 switch: rack / 2,
                 reclaim: reclaim.map(NodeId),
-            }
-        ),
-        (any::<u16>(), any::<u32>(), proptest::collection::vec(any::<u16>(), 0..8)).prop_map(
-            |(owner, zone, backups)| Command::ZoneSet {
+            }),
+        (
+            any::<u16>(),
+            any::<u32>(),
+            proptest::collection::vec(any::<u16>(), 0..8)
+        )
+            .prop_map(|(owner, zone, backups)| Command::ZoneSet {
                 owner: NodeId(owner),
                 zone,
                 backups: backups.into_iter().map(NodeId).collect(),
-            }
-        ),
+            }),
         any::<u16>().prop_map(|node| Command::Fail { node: NodeId(node) }),
     ]
 }
@@ -149,11 +155,13 @@ fn request() -> impl Strategy<Value = RpcRequest> {
             snapshot_meta(),
             proptest::collection::vec(any::<u8>(), 0..200)
         )
-            .prop_map(|(vote, meta, data)| RpcRequest::InstallSnapshot(SnapshotRequest {
-                vote,
-                meta,
-                data
-            })),
+            .prop_map(
+                |(vote, meta, data)| RpcRequest::InstallSnapshot(SnapshotRequest {
+                    vote,
+                    meta,
+                    data
+                })
+            ),
     ]
 }
 
@@ -161,11 +169,13 @@ fn reply() -> impl Strategy<Value = RpcReply> {
     prop_oneof![
         Just(RpcReply::AppendEntries(AppendEntriesResponse::Success)),
         Just(RpcReply::AppendEntries(AppendEntriesResponse::Conflict)),
-        proptest::option::of(log_id())
-            .prop_map(|log_id| RpcReply::AppendEntries(AppendEntriesResponse::PartialSuccess(log_id))),
+        proptest::option::of(log_id()).prop_map(|log_id| RpcReply::AppendEntries(
+            AppendEntriesResponse::PartialSuccess(log_id)
+        )),
         vote().prop_map(|vote| RpcReply::AppendEntries(AppendEntriesResponse::HigherVote(vote))),
-        (vote(), proptest::option::of(log_id()), any::<bool>())
-            .prop_map(|(vote, last, granted)| RpcReply::Vote(VoteResponse::new(vote, last, granted))),
+        (vote(), proptest::option::of(log_id()), any::<bool>()).prop_map(
+            |(vote, last, granted)| RpcReply::Vote(VoteResponse::new(vote, last, granted))
+        ),
         vote().prop_map(|vote| RpcReply::Snapshot(SnapshotResponse::new(vote))),
         "\\PC{0,40}".prop_map(RpcReply::Refused),
     ]
@@ -341,8 +351,15 @@ fn membership_without_a_voter_address_is_refused() {
     out.str("a:1");
     assert!(decode_membership(&mut Reader::new(&out.into_bytes())).is_err());
     let voters: BTreeSet<u64> = [1].into();
-    let ok = Membership::new(vec![voters], BTreeMap::from([(1, SuperpeerNode::new("a:1"))])).unwrap();
+    let ok = Membership::new(
+        vec![voters],
+        BTreeMap::from([(1, SuperpeerNode::new("a:1"))]),
+    )
+    .unwrap();
     let mut out = Writer::new();
     encode_membership(&mut out, &ok);
-    assert_eq!(decode_membership(&mut Reader::new(&out.into_bytes())).unwrap(), ok);
+    assert_eq!(
+        decode_membership(&mut Reader::new(&out.into_bytes())).unwrap(),
+        ok
+    );
 }

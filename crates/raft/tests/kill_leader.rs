@@ -29,7 +29,9 @@ async fn killing_the_leader_of_three_twenty_times_elects_a_new_leader_each_time(
         let new_id = cluster
             .wait_for_leader(None, ELECTION_MAX)
             .await
-            .unwrap_or_else(|| panic!("round {round}: no leader within {ELECTION_MAX:?} after killing {old_id}"));
+            .unwrap_or_else(|| {
+                panic!("round {round}: no leader within {ELECTION_MAX:?} after killing {old_id}")
+            });
         let elected_after = killed_at.elapsed();
         elections.push(elected_after);
         let new = cluster.node(new_id);
@@ -47,11 +49,16 @@ async fn killing_the_leader_of_three_twenty_times_elects_a_new_leader_each_time(
         // The old leader comes back from its directory and catches up.
         cluster.start_node(old_id).await;
         assert!(
-            cluster.node(old_id).read_local(|state| state.names().count()) as u64 >= written - 1,
+            cluster
+                .node(old_id)
+                .read_local(|state| state.names().count()) as u64
+                >= written - 1,
             "round {round}: node {old_id} restarted without its committed state"
         );
         cluster.wait_converged().await;
-        assert!(cluster.node(old_id).read_local(|state| has_names(state, written)));
+        assert!(cluster
+            .node(old_id)
+            .read_local(|state| has_names(state, written)));
     }
     let snapshots = cluster.snapshots();
     assert!(snapshots.values().all(|bytes| *bytes == snapshots[&1]));

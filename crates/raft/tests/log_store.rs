@@ -149,13 +149,21 @@ async fn torn_tail_at_every_byte_of_the_last_record_yields_exactly_the_previous_
         let full = reopen_dump(dir.path()).await;
         let previous_dir = copy_cut(dir.path(), before, |_| {});
         let previous = reopen_dump(previous_dir.path()).await;
-        assert_ne!(previous, full, "the last record {last:?} must change the log");
+        assert_ne!(
+            previous, full,
+            "the last record {last:?} must change the log"
+        );
         for cut in before..full_length {
             let cut_dir = copy_cut(dir.path(), cut, |_| {});
             let dump = reopen_dump(cut_dir.path()).await;
-            assert_eq!(dump, previous, "cut at byte {cut} of a log ending in {last:?}");
+            assert_eq!(
+                dump, previous,
+                "cut at byte {cut} of a log ending in {last:?}"
+            );
             // The torn bytes are gone from the file, so new records follow valid ones.
-            let length = fs::metadata(cut_dir.path().join(LOG_FILE_NAME)).unwrap().len();
+            let length = fs::metadata(cut_dir.path().join(LOG_FILE_NAME))
+                .unwrap()
+                .len();
             assert_eq!(length as usize, before);
         }
     }
@@ -203,8 +211,10 @@ async fn a_record_with_a_valid_crc_that_does_not_decode_refuses_the_open() {
         .open(dir.path().join(LOG_FILE_NAME))
         .unwrap();
     let record = [0xeeu8, 1, 2, 3];
-    file.write_all(&(record.len() as u32).to_le_bytes()).unwrap();
-    file.write_all(&crc32c::crc32c(&record).to_le_bytes()).unwrap();
+    file.write_all(&(record.len() as u32).to_le_bytes())
+        .unwrap();
+    file.write_all(&crc32c::crc32c(&record).to_le_bytes())
+        .unwrap();
     file.write_all(&record).unwrap();
     drop(file);
     assert!(matches!(
@@ -254,14 +264,26 @@ async fn purges_compact_a_grown_file_and_keep_the_state() {
     let mut store = LogStore::open(dir.path(), compact_bytes).unwrap();
     store.save_vote(&Vote::new_committed(4, 2)).await.unwrap();
     for batch in 0..40 {
-        append(&mut store, (batch * 10..batch * 10 + 10).map(|index| entry(4, index)).collect()).await;
-        store.save_committed(Some(log_id(4, batch * 10 + 9))).await.unwrap();
+        append(
+            &mut store,
+            (batch * 10..batch * 10 + 10)
+                .map(|index| entry(4, index))
+                .collect(),
+        )
+        .await;
+        store
+            .save_committed(Some(log_id(4, batch * 10 + 9)))
+            .await
+            .unwrap();
     }
     let grown = store.file_bytes();
     assert!(grown > compact_bytes);
     store.purge(log_id(4, 389)).await.unwrap();
     let compacted = store.file_bytes();
-    assert!(compacted < compact_bytes, "{compacted} bytes after purge, {grown} before");
+    assert!(
+        compacted < compact_bytes,
+        "{compacted} bytes after purge, {grown} before"
+    );
     assert_eq!(
         fs::metadata(dir.path().join(LOG_FILE_NAME)).unwrap().len(),
         compacted

@@ -186,6 +186,7 @@ impl Cluster {
                     Ok(response) => return response,
                     Err(RaftWriteError::ForwardToLeader { .. })
                     | Err(RaftWriteError::OutcomeUnknown { .. })
+                    | Err(RaftWriteError::NoQuorum)
                     | Err(RaftWriteError::Stopped(_)) => {}
                     Err(error) => panic!("write failed: {error}"),
                 }
@@ -195,14 +196,16 @@ impl Cluster {
         }
     }
 
-    /// Waits until every running node applied at least what the leader applied.
+    /// Waits until every running node applied the leader's whole log. (The leader's
+    /// metrics may lag its state by an instant, so its last log index is the target, not its
+    /// reported applied index.)
     pub async fn wait_converged(&self) {
         let leader = self.current_leader().expect("a leader");
-        let applied = leader.metrics().last_applied_index.expect("applied entries");
+        let last = leader.metrics().last_log_index.expect("log entries");
         for node in self.nodes.values() {
             assert!(
-                node.wait_for_applied(applied, WAIT_MAX).await,
-                "node {} did not apply index {applied}: {:?}",
+                node.wait_for_applied(last, WAIT_MAX).await,
+                "node {} did not apply index {last}: {:?}",
                 node.node_id(),
                 node.metrics()
             );
