@@ -21,7 +21,10 @@ fuzz_target!(|data: &[u8]| {
         rest = &rest[length..];
     }
     if let Ok(decoded) = LogRecord::from_bytes(data) {
-        assert_eq!(LogRecord::from_bytes(&decoded.to_bytes()).expect("decodes"), decoded);
+        assert_eq!(
+            LogRecord::from_bytes(&decoded.to_bytes()).expect("decodes"),
+            decoded
+        );
     }
     let _ = decode_snapshot_file(data);
 });
