@@ -44,7 +44,7 @@ pub fn encode_leader_id(out: &mut Writer, leader_id: &LeaderId) {
 
 /// Reads a leader ID.
 pub fn decode_leader_id(reader: &mut Reader<'_>) -> Result<LeaderId, DecodeError> {
-    let term = reader.varint("term")?;
+    let term = reader.varint_max("term", TERM_MAX)?;
     let node_id = node_id(reader, "leader node")?;
     Ok(LeaderId { term, node_id })
 }
@@ -74,7 +74,7 @@ pub fn encode_log_id(out: &mut Writer, log_id: &LogId) {
 /// Reads a log ID.
 pub fn decode_log_id(reader: &mut Reader<'_>) -> Result<LogId, DecodeError> {
     let leader_id = decode_leader_id(reader)?;
-    let index = reader.varint("log index")?;
+    let index = reader.varint_max("log index", LOG_INDEX_MAX)?;
     Ok(LogId { leader_id, index })
 }
 

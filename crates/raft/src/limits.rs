@@ -4,6 +4,13 @@
 /// Largest Raft node ID: superpeer IDs are Myriad's 16-bit node IDs.
 pub const NODE_ID_MAX: u64 = u16::MAX as u64;
 
+/// Largest Raft term accepted from the wire or disk: far beyond any reachable term (one per
+/// election), and low enough that term arithmetic in openraft can never overflow.
+pub const TERM_MAX: u64 = 1 << 62;
+
+/// Largest log index accepted from the wire or disk, for the same reason.
+pub const LOG_INDEX_MAX: u64 = 1 << 62;
+
 /// Most nodes (voters and learners) in one membership. Groups have 1, 3 or 5 voters.
 pub const MEMBERS_MAX: usize = 16;
 

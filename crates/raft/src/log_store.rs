@@ -247,7 +247,8 @@ impl LogIndex {
     }
 
     fn next_index(&self) -> u64 {
-        self.last_log_id().map_or(0, |log_id| log_id.index + 1)
+        self.last_log_id()
+            .map_or(0, |log_id| log_id.index.saturating_add(1))
     }
 
     fn drop_from(&mut self, first: u64) {
@@ -281,10 +282,10 @@ impl LogIndex {
                 self.entry_bytes += frame_bytes;
             }
             LogRecord::TruncateAfter(log_id) => {
-                self.drop_from(log_id.map_or(0, |log_id| log_id.index + 1));
+                self.drop_from(log_id.map_or(0, |log_id| log_id.index.saturating_add(1)));
             }
             LogRecord::Purge(log_id) => {
-                let keep = self.entries.split_off(&(log_id.index + 1));
+                let keep = self.entries.split_off(&log_id.index.saturating_add(1));
                 let removed = std::mem::replace(&mut self.entries, keep);
                 self.entry_bytes -= removed.values().map(|(_, bytes)| bytes).sum::<u64>();
                 if self.last_purged < Some(log_id) {
@@ -370,7 +371,7 @@ impl Inner {
                     format!("append at index {index} does not continue the log (next {next}, purged {purged:?})"),
                 ));
             }
-            next = index + 1;
+            next = index.saturating_add(1);
         }
         let mut buffer = Vec::new();
         let mut records = Vec::with_capacity(entries.len());

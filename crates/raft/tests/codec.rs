@@ -7,7 +7,7 @@ use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::codec::{Reader, Writer};
 use myriad_meta::{Capabilities, Command, MetaState, Role};
 use myriad_raft::codec::*;
-use myriad_raft::limits::{APPEND_ENTRIES_MAX, NODE_ID_MAX};
+use myriad_raft::limits::{APPEND_ENTRIES_MAX, LOG_INDEX_MAX, NODE_ID_MAX, TERM_MAX};
 use myriad_raft::log_store::{read_frame, Frame, LogRecord};
 use myriad_raft::state_machine::{decode_snapshot_file, encode_snapshot_file};
 use myriad_raft::types::*;
@@ -17,7 +17,7 @@ use openraft::raft::{
 use proptest::prelude::*;
 
 fn leader_id() -> impl Strategy<Value = LeaderId> {
-    (any::<u64>(), 0..=NODE_ID_MAX).prop_map(|(term, node_id)| LeaderId { term, node_id })
+    (0..=TERM_MAX, 0..=NODE_ID_MAX).prop_map(|(term, node_id)| LeaderId { term, node_id })
 }
 
 fn vote() -> impl Strategy<Value = Vote> {
@@ -28,7 +28,7 @@ fn vote() -> impl Strategy<Value = Vote> {
 }
 
 fn log_id() -> impl Strategy<Value = LogId> {
-    (leader_id(), any::<u64>()).prop_map(|(leader_id, index)| LogId { leader_id, index })
+    (leader_id(), 0..=LOG_INDEX_MAX).prop_map(|(leader_id, index)| LogId { leader_id, index })
 }
 
 fn command() -> impl Strategy<Value = Command> {
@@ -337,6 +337,16 @@ fn hostile_counts_are_refused_before_allocation() {
     out.varint(7);
     out.varint(NODE_ID_MAX + 1);
     assert!(decode_leader_id(&mut Reader::new(&out.into_bytes())).is_err());
+    // Terms and indexes so large that openraft's arithmetic could overflow.
+    let mut out = Writer::new();
+    out.varint(TERM_MAX + 1);
+    out.varint(1);
+    assert!(decode_leader_id(&mut Reader::new(&out.into_bytes())).is_err());
+    let mut out = Writer::new();
+    out.varint(1);
+    out.varint(1);
+    out.varint(LOG_INDEX_MAX + 1);
+    assert!(decode_log_id(&mut Reader::new(&out.into_bytes())).is_err());
 }
 
 #[test]
