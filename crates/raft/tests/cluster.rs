@@ -291,3 +291,60 @@ async fn garbage_rpcs_are_refused_without_harm() {
     assert_eq!(node.metrics().role, RaftRole::Leader);
     assert_eq!(node.metrics().term, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_configurations_and_oversized_commands_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let members: std::collections::BTreeMap<u64, String> =
+        [(1, "127.0.0.1:1".to_owned()), (2, "127.0.0.1:2".to_owned())].into();
+    let refused = [
+        RaftConfig::new(3, dir.path(), members.clone()),
+        RaftConfig::new(0, dir.path(), [(0, "a:1".to_owned())].into()),
+        RaftConfig::new(70_000, dir.path(), [(70_000, "a:1".to_owned())].into()),
+        RaftConfig::new(1, dir.path(), [(1, String::new())].into()),
+        RaftConfig {
+            election_timeout_ms: 300..200,
+            ..RaftConfig::new(1, dir.path(), members.clone())
+        },
+        RaftConfig {
+            heartbeat_ms: 500,
+            ..RaftConfig::new(1, dir.path(), members.clone())
+        },
+    ];
+    for config in refused {
+        let started = myriad_raft::MetaRaft::start(config.clone(), NoTransport).await;
+        assert!(
+            matches!(started, Err(myriad_raft::StartError::Config(_))),
+            "{config:?}"
+        );
+    }
+    let cluster = Cluster::start(1, test_config).await;
+    cluster.wait_for_leader(None, WAIT_MAX).await.unwrap();
+    let huge = myriad_meta::Command::TmpPut {
+        name: "huge".to_owned(),
+        data: vec![0; myriad_raft::limits::COMMAND_BYTES_MAX + 1],
+        create_only: false,
+    };
+    assert!(matches!(
+        cluster.node(1).write(huge).await,
+        Err(RaftWriteError::TooLarge { .. })
+    ));
+    assert_eq!(cluster.write(name_command(0)).await, Response::Done);
+}
+
+/// A transport for nodes that never need one.
+struct NoTransport;
+
+impl myriad_raft::RaftTransport for NoTransport {
+    async fn call(
+        &self,
+        target: u64,
+        _request: Vec<u8>,
+        _timeout: Duration,
+    ) -> Result<Vec<u8>, myriad_raft::TransportError> {
+        Err(myriad_raft::TransportError::Unreachable {
+            target,
+            reason: "no transport".to_owned(),
+        })
+    }
+}
