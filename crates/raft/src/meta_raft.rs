@@ -48,6 +48,7 @@ pub struct RaftConfig {
     pub dir: PathBuf,
     /// The initial voters and their addresses (1, 3 or 5 for a useful group). Used only on
     /// the first start of a fresh directory; a restart keeps the membership in its log.
+    /// Must be identical on every member (different sets could elect two leaders).
     pub members: BTreeMap<u64, String>,
     /// A follower that hears no leader for a time drawn from this range (anew for every
     /// campaign) starts an election.

@@ -297,6 +297,7 @@ async fn bad_configurations_and_oversized_commands_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let members: std::collections::BTreeMap<u64, String> =
         [(1, "127.0.0.1:1".to_owned()), (2, "127.0.0.1:2".to_owned())].into();
+    #[allow(clippy::reversed_empty_ranges)]
     let refused = [
         RaftConfig::new(3, dir.path(), members.clone()),
         RaftConfig::new(0, dir.path(), [(0, "a:1".to_owned())].into()),
