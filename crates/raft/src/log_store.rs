@@ -28,6 +28,10 @@
 //!   index to `raft-log.tmp`, fsynced and renamed over `raft-log` (then the directory is
 //!   fsynced), so a crash leaves either the old or the new file, both complete.
 //!
+//! **Threads.** Writes are synchronous `write` calls on the caller's Tokio worker; append
+//! fsyncs run on the store's own thread, but `save_vote` and a compaction fsync on the
+//! caller's worker (votes are rare; compactions rarer).
+//!
 //! **Callers.** openraft's core (through [`crate::MetaRaft`]) and the replication tasks
 //! (through [`LogReader`]).
 
