@@ -214,6 +214,63 @@ pub enum MetaError {
     },
 }
 
+/// A short one-line description for logs (names and addresses in full, blob contents by size).
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Join {
+                role,
+                address,
+                reclaim,
+                ..
+            } => match reclaim {
+                Some(id) => write!(f, "join {role:?} {address} reclaiming {id}"),
+                None => write!(f, "join {role:?} {address}"),
+            },
+            Command::Leave { node } => write!(f, "leave {node}"),
+            Command::Fail { node } => write!(f, "fail {node}"),
+            Command::ReleaseId { node } => write!(f, "release-id {node}"),
+            Command::SetOwner {
+                creator,
+                first,
+                last,
+                owner,
+            } => write!(f, "set-owner {creator} {first:#x}..={last:#x} -> {owner}"),
+            Command::NameRegister { name, cid } => write!(f, "name-register {name:?} {cid}"),
+            Command::NameRemove { name } => write!(f, "name-remove {name:?}"),
+            Command::BarrierAlloc { size } => write!(f, "barrier-alloc {size}"),
+            Command::BarrierSignOn { id, node, value } => {
+                write!(f, "barrier-sign-on {id} {node} {value:#x}")
+            }
+            Command::BarrierResize { id, size } => write!(f, "barrier-resize {id} {size}"),
+            Command::BarrierFree { id } => write!(f, "barrier-free {id}"),
+            Command::TmpPut {
+                name,
+                data,
+                create_only,
+            } => write!(
+                f,
+                "tmp-put {name:?} {} bytes{}",
+                data.len(),
+                if *create_only { " create-only" } else { "" }
+            ),
+            Command::TmpRemove { name } => write!(f, "tmp-remove {name:?}"),
+            Command::ZoneSet {
+                owner,
+                zone,
+                backups,
+            } => {
+                write!(f, "zone-set {owner}/{zone} backups")?;
+                for backup in backups {
+                    write!(f, " {backup}")?;
+                }
+                Ok(())
+            }
+            Command::ZoneRemove { owner, zone } => write!(f, "zone-remove {owner}/{zone}"),
+        }
+    }
+}
+
 fn node(reader: &mut Reader<'_>, what: &'static str) -> Result<NodeId, DecodeError> {
     Ok(NodeId(reader.u16(what)?))
 }
