@@ -1,0 +1,27 @@
+//! What chunk routing needs to know of the cluster, as a trait so that routing can be
+//! tested without superpeers.
+
+use std::future::Future;
+
+use myriad_mem::{ChunkId, NodeId};
+use myriad_meta::LookupRange;
+
+use crate::ClientError;
+
+/// Where chunks live and which nodes are up, as far as this node knows.
+///
+/// [`crate::membership::Membership`] implements it with the superpeer group's metadata;
+/// tests implement it with a fixed table.
+pub trait Directory: Send + Sync + 'static {
+    /// This node's ID.
+    fn local_node(&self) -> NodeId;
+
+    /// Asks the superpeer group for the lookup range holding `cid` (never a cached answer:
+    /// callers cache ranges themselves and call this on a miss or a "not owner" reply).
+    fn lookup(&self, cid: ChunkId)
+        -> impl Future<Output = Result<LookupRange, ClientError>> + Send;
+
+    /// Whether `node` is a member that is alive as far as this node knows (joined and not
+    /// failed or gone). Routing fails fast with [`ClientError::NodeUnavailable`] otherwise.
+    fn is_alive(&self, node: NodeId) -> bool;
+}

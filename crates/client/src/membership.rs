@@ -1,0 +1,1 @@
+//! Joining a cluster, the node table, metadata requests to the superpeer group, events.

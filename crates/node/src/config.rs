@@ -1,0 +1,1 @@
+//! The settings of superpeers and peers: TOML file, defaults, command-line overrides.

@@ -1,0 +1,21 @@
+//! Myriad's node processes.
+//!
+//! # Job
+//! - [`superpeer`]: one member of the superpeer group: hosts a `myriad-raft` member over the
+//!   messaging layer, serves metadata requests and joins, watches peers with heartbeats,
+//!   commits failure verdicts and pushes events to every node.
+//! - [`peer`]: stores chunks in a `myriad-mem` memory manager and serves them to remote
+//!   clients (the chunk service of [`myriad_proto::chunk`]).
+//! - [`config`]: the settings of both, from TOML with command-line overrides.
+//!
+//! # Invariants
+//! - A node never trusts a message: every payload is decoded by `myriad-proto` and a bad
+//!   one is answered with an error or dropped, never a panic.
+//! - A superpeer changes cluster metadata only through Raft.
+//!
+//! # Who calls it
+//! The `myriad` binary (`myriad superpeer`, `myriad peer`, `myriad cluster`) and tests.
+
+pub mod config;
+pub mod peer;
+pub mod superpeer;

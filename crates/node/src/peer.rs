@@ -1,0 +1,1 @@
+//! The peer: a memory manager serving chunks to remote clients.

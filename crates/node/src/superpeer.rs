@@ -1,0 +1,1 @@
+//! One member of the superpeer group.

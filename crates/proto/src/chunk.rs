@@ -1,0 +1,1 @@
+//! Chunk access served by peers: requests, replies and their encodings.

@@ -1,0 +1,79 @@
+//! The cluster protocol: every message superpeers, peers and clients exchange, with an
+//! explicit, bounds-checked binary encoding per message.
+//!
+//! # Job
+//! This crate names the message types on the wire ([`types`]) and turns the messages of each
+//! family into bytes and back:
+//! - [`chunk`]: chunk access served by peers (create, get, put, remove, their batch forms,
+//!   offset reads and writes, resize, locks, status and listing, migration).
+//! - [`meta`]: metadata requests served by the superpeer group (Raft writes, lookups,
+//!   nameservice, barriers, temporary storage, node lists), joining, heartbeats, failure
+//!   reports and the events the group pushes to every node.
+//!
+//! # Invariants
+//! - Decoding never panics and never allocates more than the input's length justifies: every
+//!   count and length is checked against the bytes left and against the limits in
+//!   [`limits`]; a bad message yields [`ProtoError`].
+//! - Every message starts with no version byte: the messaging layer's handshake already
+//!   fixes the protocol version of a connection.
+//!
+//! # Who calls it
+//! `myriad-client` (the requesting side) and `myriad-node` (superpeers and peers, the
+//! serving side). It depends on the messaging layer only for its byte codec and node IDs,
+//! and on nothing above it.
+
+pub mod chunk;
+pub mod limits;
+pub mod meta;
+pub mod types;
+
+use thiserror::Error;
+
+pub use myriad_mem::{ChunkId, NodeId};
+
+/// Why bytes could not be decoded into a message.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProtoError {
+    /// The byte codec refused the input (truncated, bad varint, bad UTF-8, trailing bytes).
+    #[error("malformed message: {0}")]
+    Codec(#[from] myriad_net::DecodeError),
+    /// A metadata command or response embedded in the message did not decode.
+    #[error("malformed metadata payload: {0}")]
+    Meta(String),
+    /// A tag byte names no variant.
+    #[error("unknown {what} tag {tag}")]
+    UnknownTag {
+        /// Which enumeration.
+        what: &'static str,
+        /// The tag found.
+        tag: u8,
+    },
+    /// A count or length exceeds its limit.
+    #[error("{what} is {value}, more than the limit {max}")]
+    TooLarge {
+        /// Which field.
+        what: &'static str,
+        /// The value found.
+        value: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A field holds a value outside its domain.
+    #[error("invalid {what}: {detail}")]
+    Invalid {
+        /// Which field.
+        what: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// The messaging layer's ID for a node.
+pub fn net_id(node: NodeId) -> myriad_net::NodeId {
+    myriad_net::NodeId(node.0)
+}
+
+/// The cluster's ID for a node the messaging layer names.
+pub fn node_id(node: myriad_net::NodeId) -> NodeId {
+    NodeId(node.0)
+}

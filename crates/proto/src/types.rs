@@ -1,0 +1,32 @@
+//! The message types of the cluster protocol (type and subtype bytes of the messaging
+//! layer's header). Types below 8 are reserved for the messaging layer's own tests and
+//! benchmarks; `myriad-bench` uses 200 and above.
+//!
+//! Every handler must be registered before other nodes can send that type: a node that
+//! receives a type it has no handler for closes the connection.
+
+use myriad_net::MessageType;
+
+/// Superpeer to superpeer: one Raft RPC (request; the payload is `myriad-raft`'s RPC
+/// encoding, answered with its reply encoding).
+pub const RAFT_RPC: MessageType = MessageType::unordered(10, 0);
+
+/// Any node to any superpeer: a [`crate::meta::MetaRequest`], answered with a
+/// [`crate::meta::MetaReply`].
+pub const META_REQUEST: MessageType = MessageType::unordered(11, 0);
+/// A joining node to any superpeer: [`crate::meta::JoinRequest`] → [`crate::meta::JoinReply`].
+pub const JOIN: MessageType = MessageType::unordered(11, 1);
+/// Superpeer to a node it watches: [`crate::meta::Heartbeat`] → [`crate::meta::HeartbeatReply`].
+pub const HEARTBEAT: MessageType = MessageType::unordered(11, 2);
+/// A node to a superpeer: it lost its connection to another node
+/// ([`crate::meta::FailureReport`], one-way).
+pub const FAILURE_REPORT: MessageType = MessageType::unordered(11, 3);
+/// Superpeer to every node: committed membership and ownership changes, in order
+/// ([`crate::meta::EventPush`], one-way).
+pub const EVENT: MessageType = MessageType::ordered(11, 4);
+/// Superpeer to a barrier's participants: the round they waited for is complete
+/// ([`crate::meta::BarrierReleased`], one-way).
+pub const BARRIER_RELEASED: MessageType = MessageType::unordered(11, 5);
+
+/// Client to peer: [`crate::chunk::ChunkRequest`] → [`crate::chunk::ChunkReply`].
+pub const CHUNK: MessageType = MessageType::unordered(20, 0);
