@@ -25,6 +25,7 @@
 pub mod chunk;
 pub mod limits;
 pub mod meta;
+pub mod migrate;
 pub mod types;
 
 use thiserror::Error;

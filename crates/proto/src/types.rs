@@ -30,3 +30,7 @@ pub const BARRIER_RELEASED: MessageType = MessageType::unordered(11, 5);
 
 /// Client to peer: [`crate::chunk::ChunkRequest`] → [`crate::chunk::ChunkReply`].
 pub const CHUNK: MessageType = MessageType::unordered(20, 0);
+
+/// Client to the peer that owns a CID range: move the range to another peer
+/// ([`crate::migrate::MigrateRequest`] → [`crate::migrate::MigrateReply`]).
+pub const MIGRATE: MessageType = MessageType::unordered(20, 1);
