@@ -1,0 +1,354 @@
+//! The peer's chunk service, in process: every op, the ownership view, lock holders, and
+//! bad input answered with errors.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
+use myriad_node::peer::ChunkService;
+use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
+
+const ME: NodeId = NodeId(1);
+const OTHER: NodeId = NodeId(2);
+const CLIENT_A: NodeId = NodeId(7);
+const CLIENT_B: NodeId = NodeId(8);
+
+fn service() -> ChunkService {
+    let mem = MemoryManager::new(MemoryConfig {
+        node_id: ME,
+        region_bytes: 64 << 20,
+        chunk_bytes_max: 1 << 20,
+        lock_timeout: Duration::from_millis(100),
+        shards: 2,
+        huge_pages: false,
+        ..MemoryConfig::default()
+    })
+    .expect("memory manager");
+    ChunkService::new(Arc::new(mem), ME)
+}
+
+fn create(service: &ChunkService, payloads: &[&'static [u8]]) -> Vec<ChunkId> {
+    let reply = service.execute(
+        CLIENT_A,
+        ChunkRequest::CreateWithData {
+            durability: 0,
+            payloads: payloads.iter().map(|p| Bytes::from_static(p)).collect(),
+        },
+    );
+    match reply {
+        ChunkReply::Created(cids) => cids,
+        other => panic!("create failed: {other:?}"),
+    }
+}
+
+fn statuses(reply: ChunkReply) -> Vec<Result<(), ItemError>> {
+    match reply {
+        ChunkReply::Statuses(statuses) => statuses,
+        other => panic!("expected statuses, got {other:?}"),
+    }
+}
+
+fn data(reply: ChunkReply) -> Vec<Result<Bytes, ItemError>> {
+    match reply {
+        ChunkReply::Data(items) => items,
+        other => panic!("expected data, got {other:?}"),
+    }
+}
+
+fn get(service: &ChunkService, from: NodeId, cids: &[ChunkId]) -> Vec<Result<Bytes, ItemError>> {
+    data(service.execute(
+        from,
+        ChunkRequest::Get {
+            cids: cids.to_vec(),
+        },
+    ))
+}
+
+#[test]
+fn every_op_works_on_owned_chunks() {
+    let service = service();
+    let cids = create(&service, &[b"alpha", b"beta"]);
+    assert!(cids.iter().all(|cid| cid.creator() == ME));
+    let zeroed = match service.execute(
+        CLIENT_A,
+        ChunkRequest::Create {
+            durability: 0,
+            sizes: vec![3, 4],
+        },
+    ) {
+        ChunkReply::Created(cids) => cids,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        get(&service, CLIENT_A, &zeroed)[1],
+        Ok(Bytes::from_static(&[0; 4]))
+    );
+    assert_eq!(
+        get(&service, CLIENT_A, &cids),
+        vec![
+            Ok(Bytes::from_static(b"alpha")),
+            Ok(Bytes::from_static(b"beta"))
+        ]
+    );
+    let put = service.execute(
+        CLIENT_A,
+        ChunkRequest::Put {
+            durability: 0,
+            items: vec![
+                (cids[0], Bytes::from_static(b"ALPHA")),
+                (cids[1], Bytes::from_static(b"too long")),
+            ],
+        },
+    );
+    let put = statuses(put);
+    assert_eq!(put[0], Ok(()));
+    assert!(matches!(put[1], Err(ItemError::Invalid(_))), "{put:?}");
+    let read = data(service.execute(
+        CLIENT_A,
+        ChunkRequest::ReadAt {
+            cid: cids[0],
+            offset: 1,
+            len: 3,
+        },
+    ));
+    assert_eq!(read, vec![Ok(Bytes::from_static(b"LPH"))]);
+    let write = service.execute(
+        CLIENT_A,
+        ChunkRequest::WriteAt {
+            durability: 0,
+            cid: cids[0],
+            offset: 4,
+            data: Bytes::from_static(b"!"),
+        },
+    );
+    assert_eq!(statuses(write), vec![Ok(())]);
+    let resize = service.execute(
+        CLIENT_A,
+        ChunkRequest::Resize {
+            durability: 0,
+            cid: cids[0],
+            size: 7,
+        },
+    );
+    assert_eq!(statuses(resize), vec![Ok(())]);
+    assert_eq!(
+        get(&service, CLIENT_A, &cids[..1]),
+        vec![Ok(Bytes::from_static(b"ALPH!\0\0"))]
+    );
+    match service.execute(CLIENT_A, ChunkRequest::Status { cids: cids.clone() }) {
+        ChunkReply::Sizes(sizes) => assert_eq!(sizes, vec![Ok(7), Ok(4)]),
+        other => panic!("{other:?}"),
+    }
+    match service.execute(
+        CLIENT_A,
+        ChunkRequest::List {
+            creator: Some(ME),
+            max: 10,
+        },
+    ) {
+        ChunkReply::Ranges { ranges, truncated } => {
+            assert!(!truncated);
+            let listed: u64 = ranges.iter().map(|(a, b)| b.raw() - a.raw() + 1).sum();
+            assert_eq!(listed, 4);
+        }
+        other => panic!("{other:?}"),
+    }
+    match service.execute(CLIENT_A, ChunkRequest::Stats) {
+        ChunkReply::Stats(stats) => {
+            assert_eq!(stats.chunks, 4);
+            assert!(stats.free_bytes > 0 && stats.region_bytes == 64 << 20);
+        }
+        other => panic!("{other:?}"),
+    }
+    let removed = service.execute(
+        CLIENT_A,
+        ChunkRequest::Remove {
+            durability: 0,
+            cids: cids.clone(),
+        },
+    );
+    assert_eq!(statuses(removed), vec![Ok(()), Ok(())]);
+    assert_eq!(
+        get(&service, CLIENT_A, &cids),
+        vec![Err(ItemError::NotFound), Err(ItemError::NotFound)]
+    );
+}
+
+#[test]
+fn ownership_view_gives_not_owner_and_not_found() {
+    let service = service();
+    let cids = create(&service, &[b"one", b"two", b"three"]);
+    let foreign = ChunkId::new(OTHER, 5).unwrap();
+    let never_created = ChunkId::new(ME, 999_999).unwrap();
+    assert_eq!(
+        get(&service, CLIENT_A, &[foreign, never_created]),
+        vec![Err(ItemError::NotOwner), Err(ItemError::NotFound)]
+    );
+    // The middle chunk migrates to OTHER.
+    service.set_owner(ME, cids[1].local_id(), cids[1].local_id(), OTHER);
+    assert_eq!(
+        get(&service, CLIENT_A, &cids),
+        vec![
+            Ok(Bytes::from_static(b"one")),
+            Err(ItemError::NotOwner),
+            Ok(Bytes::from_static(b"three"))
+        ]
+    );
+    // Insert stores a foreign chunk (no ownership check); it is served once owned.
+    let insert = service.execute(
+        CLIENT_A,
+        ChunkRequest::Insert {
+            durability: 0,
+            items: vec![(foreign, Bytes::from_static(b"moved"))],
+        },
+    );
+    assert_eq!(statuses(insert), vec![Ok(())]);
+    assert_eq!(
+        get(&service, CLIENT_A, &[foreign]),
+        vec![Err(ItemError::NotOwner)]
+    );
+    service.set_owner(OTHER, 0, 10, ME);
+    assert_eq!(
+        get(&service, CLIENT_A, &[foreign]),
+        vec![Ok(Bytes::from_static(b"moved"))]
+    );
+    // The wire path answers the same.
+    let reply = ChunkReply::decode(
+        service.serve(
+            CLIENT_A,
+            ChunkRequest::Get {
+                cids: vec![cids[1], foreign],
+            }
+            .encode(),
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        data(reply),
+        vec![Err(ItemError::NotOwner), Ok(Bytes::from_static(b"moved"))]
+    );
+}
+
+#[test]
+fn locks_are_held_per_node_and_released_when_it_departs() {
+    let service = service();
+    let cid = create(&service, &[b"locked"])[0];
+    let lock = |from, write, timeout_ms| {
+        statuses(service.execute(
+            from,
+            ChunkRequest::Lock {
+                cid,
+                write,
+                timeout_ms,
+            },
+        ))
+        .remove(0)
+    };
+    assert_eq!(lock(CLIENT_A, true, 0), Ok(()));
+    // The holder reads and writes under its lock; others wait and time out.
+    assert_eq!(
+        get(&service, CLIENT_A, &[cid]),
+        vec![Ok(Bytes::from_static(b"locked"))]
+    );
+    let put = statuses(service.execute(
+        CLIENT_A,
+        ChunkRequest::Put {
+            durability: 0,
+            items: vec![(cid, Bytes::from_static(b"LOCKED"))],
+        },
+    ));
+    assert_eq!(put, vec![Ok(())]);
+    let started = Instant::now();
+    assert_eq!(lock(CLIENT_B, false, 50), Err(ItemError::LockTimeout));
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        get(&service, CLIENT_B, &[cid]),
+        vec![Err(ItemError::LockTimeout)]
+    );
+    // B cannot release A's lock.
+    let unlock_b = statuses(service.execute(CLIENT_B, ChunkRequest::Unlock { cid, write: true }));
+    assert!(
+        matches!(unlock_b[0], Err(ItemError::Invalid(_))),
+        "{unlock_b:?}"
+    );
+    // A departs: its lock goes.
+    assert_eq!(service.release_locks_of(CLIENT_A), 1);
+    assert_eq!(
+        get(&service, CLIENT_B, &[cid]),
+        vec![Ok(Bytes::from_static(b"LOCKED"))]
+    );
+    // Read locks are shared and counted per node.
+    assert_eq!(lock(CLIENT_A, false, 0), Ok(()));
+    assert_eq!(lock(CLIENT_A, false, 0), Ok(()));
+    assert_eq!(lock(CLIENT_B, false, 0), Ok(()));
+    assert_eq!(lock(CLIENT_B, true, 0), Err(ItemError::LockTimeout));
+    let unlock = statuses(service.execute(CLIENT_B, ChunkRequest::Unlock { cid, write: false }));
+    assert_eq!(unlock, vec![Ok(())]);
+    assert_eq!(service.release_locks_of(CLIENT_A), 2);
+    assert_eq!(lock(CLIENT_B, true, 0), Ok(()));
+    let unlock = statuses(service.execute(CLIENT_B, ChunkRequest::Unlock { cid, write: true }));
+    assert_eq!(unlock, vec![Ok(())]);
+    let again = statuses(service.execute(CLIENT_B, ChunkRequest::Unlock { cid, write: true }));
+    assert!(matches!(again[0], Err(ItemError::Invalid(_))));
+}
+
+#[test]
+fn bad_offsets_sizes_and_bytes_are_errors_not_panics() {
+    let service = service();
+    let cid = create(&service, &[b"0123456789"])[0];
+    for (offset, len) in [(8, 3), (u64::MAX, 1), (10, 1), (0, 64 << 20)] {
+        let read = data(service.execute(CLIENT_A, ChunkRequest::ReadAt { cid, offset, len }));
+        assert!(
+            matches!(read[0], Err(ItemError::Invalid(_))),
+            "{offset} {len}: {read:?}"
+        );
+    }
+    let write = statuses(service.execute(
+        CLIENT_A,
+        ChunkRequest::WriteAt {
+            durability: 0,
+            cid,
+            offset: u64::MAX - 1,
+            data: Bytes::from_static(b"xyz"),
+        },
+    ));
+    assert!(matches!(write[0], Err(ItemError::Invalid(_))));
+    let huge = statuses(service.execute(
+        CLIENT_A,
+        ChunkRequest::Resize {
+            durability: 0,
+            cid,
+            size: u64::MAX,
+        },
+    ));
+    assert_eq!(huge, vec![Err(ItemError::TooLarge)]);
+    let zero = statuses(service.execute(
+        CLIENT_A,
+        ChunkRequest::Resize {
+            durability: 0,
+            cid,
+            size: 0,
+        },
+    ));
+    assert!(matches!(zero[0], Err(ItemError::Invalid(_))));
+    for sizes in [vec![0], vec![u64::MAX], vec![1, 2 << 20]] {
+        let reply = service.execute(
+            CLIENT_A,
+            ChunkRequest::Create {
+                durability: 0,
+                sizes,
+            },
+        );
+        assert!(matches!(reply, ChunkReply::Failed(_)), "{reply:?}");
+    }
+    // Undecodable requests are answered Malformed.
+    for bytes in [&[][..], &[0], &[3, 5, 1], &[99, 1, 2], &[4, 9, 0]] {
+        let reply = ChunkReply::decode(service.serve(CLIENT_A, Bytes::copy_from_slice(bytes)));
+        assert!(
+            matches!(reply, Ok(ChunkReply::Malformed(_))),
+            "{bytes:?}: {reply:?}"
+        );
+    }
+    service.memory().check_consistency().unwrap();
+}
