@@ -1,1 +1,862 @@
 //! Joining a cluster, the node table, metadata requests to the superpeer group, events.
+//!
+//! # Job
+//! [`Membership::join`] gets a node ID from the superpeer group (asking with a provisional
+//! ID in `0xff00..=0xffff`, see `myriad_meta::limits::NODE_ID_MAX`) and starts the node's
+//! real messaging endpoint under that ID, with the caller's handlers plus membership's own:
+//! pushed events ([`types::EVENT`]), heartbeats ([`types::HEARTBEAT`]) and barrier releases
+//! ([`types::BARRIER_RELEASED`]). From then on [`Membership`] keeps the node table (and the
+//! messaging layer's addresses and fences) up to date, sends metadata requests to the
+//! leader ([`Membership::request`]), reports lost connections to the superpeers and offers
+//! the cluster services built on requests (barriers, leave).
+//!
+//! # Invariants
+//! - The node table only moves forward: an event or resync never lowers the known epoch.
+//!   A heartbeat or event that shows a gap in epochs triggers a full resync
+//!   ([`MetaRequest::Nodes`]).
+//! - Failed nodes are fenced in the messaging layer; a new incarnation of the same ID (a
+//!   `NodeJoined`) lifts the fence. Superpeers are never fenced (Raft handles them).
+//! - Every call ends within its timeout ([`JoinConfig::request_timeout`] for requests).
+//! - Handlers never block on the network: replies that need a request (resyncs) run as
+//!   tasks on the endpoint's runtime.
+//!
+//! # Who calls it
+//! Clients (through `myriad-client`'s API), peers (`myriad-node` joins with it) and chunk
+//! routing (through the [`Directory`] implementation).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use myriad_mem::{ChunkId, NodeId};
+use myriad_meta::{
+    Capabilities, Command, LookupRange, MetaError, NodeRecord, NodeState, Response, Role,
+};
+use myriad_net::{CloseReason, Endpoint, Handlers, Incoming, NetError, NetHandle};
+use myriad_proto::meta::{
+    BarrierReleased, Event, EventPush, FailureReport, Heartbeat, HeartbeatReply, JoinReply,
+    JoinRequest, MetaReply, MetaRequest,
+};
+use myriad_proto::{net_id, node_id, types};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{broadcast, Notify};
+
+use crate::directory::Directory;
+use crate::ClientError;
+
+/// Events queued per subscriber before it misses the oldest.
+pub const EVENTS_QUEUED_MAX: usize = 1024;
+/// Barrier releases remembered for sign-ons still waiting (older ones are dropped).
+pub const BARRIER_RELEASES_KEPT_MAX: usize = 256;
+/// Pause before trying another superpeer after a failed or refused attempt.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// How often a waiting barrier sign-on polls the barrier's status as a fallback.
+const BARRIER_POLL_INTERVAL: Duration = Duration::from_millis(200);
+/// First provisional node ID (joining nodes pick one at random at or above it).
+pub const PROVISIONAL_ID_MIN: u16 = 0xff00;
+
+/// How a node joins the cluster.
+#[derive(Debug, Clone)]
+pub struct JoinConfig {
+    /// The configured superpeers: ID and address.
+    pub superpeers: Vec<(NodeId, SocketAddr)>,
+    /// Peer or client.
+    pub role: Role,
+    /// Where this node listens (port 0: the OS picks one).
+    pub listen: SocketAddr,
+    /// What this node offers (peers).
+    pub capabilities: Capabilities,
+    /// Rack number.
+    pub rack: u16,
+    /// Switch number.
+    pub switch: u16,
+    /// The ID this node held before (a restart with its data).
+    pub reclaim: Option<NodeId>,
+    /// The cluster secret of the messaging layer.
+    pub secret: Vec<u8>,
+    /// Handler threads of the node's endpoint.
+    pub handler_threads: usize,
+    /// I/O threads of the node's endpoint (only when it owns its runtime: `join_blocking`).
+    pub io_threads: usize,
+    /// Deadline of one metadata request (including retries across superpeers) and of the
+    /// join itself.
+    pub request_timeout: Duration,
+}
+
+impl JoinConfig {
+    /// Defaults: listen on `127.0.0.1:0`, secret `b"myriad"`, all capabilities, rack and
+    /// switch 0, 2 handler threads, 1 I/O thread, 10 s request timeout.
+    pub fn new(superpeers: Vec<(NodeId, SocketAddr)>, role: Role) -> JoinConfig {
+        JoinConfig {
+            superpeers,
+            role,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            capabilities: Capabilities::ALL,
+            rack: 0,
+            switch: 0,
+            reclaim: None,
+            secret: b"myriad".to_vec(),
+            handler_threads: 2,
+            io_threads: 1,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Every participant's value of one released barrier round.
+type BarrierValues = Vec<(NodeId, u64)>;
+
+/// The node table as this node knows it.
+#[derive(Debug, Default)]
+struct Table {
+    epoch: u64,
+    nodes: BTreeMap<NodeId, NodeRecord>,
+}
+
+/// A node's membership in the cluster: its ID, the node table, requests to the superpeers.
+pub struct Membership {
+    node_id: NodeId,
+    incarnation: u32,
+    net: NetHandle,
+    superpeers: Vec<(NodeId, SocketAddr)>,
+    request_timeout: Duration,
+    table: RwLock<Table>,
+    leader_hint: Mutex<Option<NodeId>>,
+    events: broadcast::Sender<Event>,
+    releases: Mutex<HashMap<(u32, u64), BarrierValues>>,
+    released: Notify,
+    resyncing: AtomicBool,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("node_id", &self.node_id)
+            .field("epoch", &self.epoch())
+            .finish()
+    }
+}
+
+/// Where membership's handlers find the membership once the endpoint is up.
+type Slot = Arc<OnceLock<Arc<Membership>>>;
+
+fn net_failure(error: &NetError) -> String {
+    error.to_string()
+}
+
+fn provisional_id() -> myriad_net::NodeId {
+    myriad_net::NodeId(PROVISIONAL_ID_MIN | (rand::random::<u16>() & 0x00ff))
+}
+
+/// Outcome of the join exchange.
+struct Joined {
+    id: NodeId,
+    incarnation: u32,
+    epoch: u64,
+    nodes: Vec<NodeRecord>,
+}
+
+fn check_config(config: &JoinConfig) -> Result<(), ClientError> {
+    if config.superpeers.is_empty() {
+        return Err(ClientError::InvalidArgument(
+            "no superpeer configured".to_owned(),
+        ));
+    }
+    if config.role == Role::Superpeer {
+        return Err(ClientError::InvalidArgument(
+            "superpeers do not join through Membership".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// Asks the group for an ID through `net` (a provisional endpoint), following `NotLeader`.
+async fn join_exchange(
+    config: &JoinConfig,
+    request: &JoinRequest,
+    deadline: tokio::time::Instant,
+) -> Result<Joined, ClientError> {
+    let payload = request.encode();
+    let mut last_error = String::from("no superpeer answered");
+    let mut index = 0usize;
+    let mut hint: Option<NodeId> = None;
+    while tokio::time::Instant::now() < deadline {
+        // A fresh provisional identity per attempt: two joining nodes that drew the same
+        // provisional ID must not keep colliding.
+        let provisional = Endpoint::start_on(
+            tokio::runtime::Handle::current(),
+            {
+                let mut net_config = myriad_net::Config::new(
+                    provisional_id(),
+                    SocketAddr::from(([127, 0, 0, 1], 0)),
+                    config.secret.clone(),
+                );
+                net_config.handler_threads = 1;
+                net_config
+            },
+            Handlers::new(),
+        )
+        .map_err(|error| ClientError::Join(format!("provisional endpoint: {error}")))?;
+        for (id, address) in &config.superpeers {
+            provisional.set_address(net_id(*id), *address);
+        }
+        let target = match hint.take() {
+            Some(leader) if config.superpeers.iter().any(|(id, _)| *id == leader) => leader,
+            _ => {
+                let target = config.superpeers[index % config.superpeers.len()].0;
+                index += 1;
+                target
+            }
+        };
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let answer = provisional
+            .request(net_id(target), types::JOIN, payload.clone(), remaining)
+            .await;
+        drop(provisional);
+        match answer {
+            Err(error) => last_error = format!("superpeer {target}: {}", net_failure(&error)),
+            Ok(bytes) => match JoinReply::decode(bytes) {
+                Err(error) => {
+                    return Err(ClientError::Protocol(format!(
+                        "join reply from {target}: {error}"
+                    )))
+                }
+                Ok(JoinReply::Ok {
+                    id,
+                    incarnation,
+                    epoch,
+                    nodes,
+                }) => {
+                    return Ok(Joined {
+                        id,
+                        incarnation,
+                        epoch,
+                        nodes,
+                    })
+                }
+                Ok(JoinReply::Refused(error)) => return Err(ClientError::Meta(error)),
+                Ok(JoinReply::NotLeader { leader }) => {
+                    last_error = format!("superpeer {target} is not the leader");
+                    if leader.is_some() {
+                        hint = leader;
+                        continue;
+                    }
+                }
+                Ok(JoinReply::Unavailable(reason)) => {
+                    last_error = format!("superpeer {target}: {reason}")
+                }
+            },
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+    Err(ClientError::SuperpeersUnavailable(format!(
+        "join not answered in time: {last_error}"
+    )))
+}
+
+impl Membership {
+    /// Joins the cluster (see the module docs) and starts the node's endpoint on the
+    /// current Tokio runtime (which must have I/O and time enabled).
+    pub async fn join(
+        config: JoinConfig,
+        handlers: Handlers,
+    ) -> Result<(Endpoint, Arc<Membership>), ClientError> {
+        check_config(&config)?;
+        let listener = TcpListener::bind(config.listen)
+            .map_err(|error| ClientError::Join(format!("bind {}: {error}", config.listen)))?;
+        let request = join_request(&config, &listener)?;
+        let deadline = tokio::time::Instant::now() + config.request_timeout;
+        let joined = join_exchange(&config, &request, deadline).await?;
+        let slot: Slot = Arc::new(OnceLock::new());
+        let handlers = with_own_handlers(handlers, &slot, joined.epoch)?;
+        let endpoint = Endpoint::start_on_listener(
+            tokio::runtime::Handle::current(),
+            endpoint_config(&config, joined.id),
+            handlers,
+            listener,
+        )
+        .map_err(|error| ClientError::Join(format!("endpoint: {error}")))?;
+        let membership = Membership::install(&config, joined, endpoint.handle(), &slot);
+        Ok((endpoint, membership))
+    }
+
+    /// [`Membership::join`] for a thread that runs no async tasks: the endpoint gets its
+    /// own runtime (`config.io_threads` workers).
+    pub fn join_blocking(
+        config: JoinConfig,
+        handlers: Handlers,
+    ) -> Result<(Endpoint, Arc<Membership>), ClientError> {
+        check_config(&config)?;
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(ClientError::InvalidArgument(
+                "join_blocking called inside an async runtime; use join".to_owned(),
+            ));
+        }
+        let listener = TcpListener::bind(config.listen)
+            .map_err(|error| ClientError::Join(format!("bind {}: {error}", config.listen)))?;
+        let request = join_request(&config, &listener)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| ClientError::Join(format!("runtime: {error}")))?;
+        let joined = runtime.block_on(async {
+            let deadline = tokio::time::Instant::now() + config.request_timeout;
+            join_exchange(&config, &request, deadline).await
+        })?;
+        drop(runtime);
+        let slot: Slot = Arc::new(OnceLock::new());
+        let handlers = with_own_handlers(handlers, &slot, joined.epoch)?;
+        let endpoint =
+            Endpoint::start_with_listener(endpoint_config(&config, joined.id), handlers, listener)
+                .map_err(|error| ClientError::Join(format!("endpoint: {error}")))?;
+        let membership = Membership::install(&config, joined, endpoint.handle(), &slot);
+        Ok((endpoint, membership))
+    }
+
+    /// Builds the membership, fills the messaging layer's address table and starts the
+    /// connection watcher.
+    fn install(
+        config: &JoinConfig,
+        joined: Joined,
+        net: NetHandle,
+        slot: &Slot,
+    ) -> Arc<Membership> {
+        let (events, _) = broadcast::channel(EVENTS_QUEUED_MAX);
+        let membership = Arc::new(Membership {
+            node_id: joined.id,
+            incarnation: joined.incarnation,
+            net,
+            superpeers: config.superpeers.clone(),
+            request_timeout: config.request_timeout,
+            table: RwLock::new(Table::default()),
+            leader_hint: Mutex::new(None),
+            events,
+            releases: Mutex::new(HashMap::new()),
+            released: Notify::new(),
+            resyncing: AtomicBool::new(false),
+        });
+        for (id, address) in &config.superpeers {
+            membership.net.set_address(net_id(*id), *address);
+        }
+        membership.replace_table(joined.epoch, joined.nodes);
+        // The slot is empty only here; `set` fails only if already set, which cannot be.
+        let _ = slot.set(membership.clone());
+        membership.spawn_connection_watcher();
+        tracing::info!(node = %membership.node_id, incarnation = membership.incarnation, epoch = joined.epoch, "joined the cluster");
+        membership
+    }
+
+    /// This node's ID.
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// This node's incarnation under its ID.
+    pub fn incarnation(&self) -> u32 {
+        self.incarnation
+    }
+
+    /// The cluster epoch as far as this node's table goes.
+    pub fn epoch(&self) -> u64 {
+        self.table.read().epoch
+    }
+
+    /// The node's messaging handle.
+    pub fn net(&self) -> &NetHandle {
+        &self.net
+    }
+
+    /// The configured superpeers.
+    pub fn superpeers(&self) -> &[(NodeId, SocketAddr)] {
+        &self.superpeers
+    }
+
+    /// Every node this node knows of, by ID.
+    pub fn nodes(&self) -> Vec<NodeRecord> {
+        self.table.read().nodes.values().cloned().collect()
+    }
+
+    /// One node's record.
+    pub fn node(&self, id: NodeId) -> Option<NodeRecord> {
+        self.table.read().nodes.get(&id).cloned()
+    }
+
+    /// Events from now on, each delivered after the node table was updated.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    // ----- requests ----------------------------------------------------------------------
+
+    /// Sends `request` to the superpeer group: to the leader as far as known, following
+    /// `NotLeader` answers and trying the other superpeers until
+    /// [`JoinConfig::request_timeout`]. A write whose outcome is unknown is not retried
+    /// (it may have been applied): it fails with [`ClientError::Timeout`].
+    pub async fn request(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+        let is_write = matches!(request, MetaRequest::Write(_));
+        let payload = request.encode();
+        let started = tokio::time::Instant::now();
+        let deadline = started + self.request_timeout;
+        let mut index = 0usize;
+        let mut last_error = String::from("no superpeer answered");
+        while tokio::time::Instant::now() < deadline {
+            let hint = *self.leader_hint.lock();
+            let target = match hint {
+                Some(leader) => leader,
+                None => {
+                    let target = self.superpeers[index % self.superpeers.len()].0;
+                    index += 1;
+                    target
+                }
+            };
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let answer = self
+                .net
+                .request(
+                    net_id(target),
+                    types::META_REQUEST,
+                    payload.clone(),
+                    remaining,
+                )
+                .await;
+            let reply = match answer {
+                Err(error) => {
+                    last_error = format!("superpeer {target}: {error}");
+                    self.forget_leader(target);
+                    if matches!(error, NetError::Timeout(_)) && is_write {
+                        return Err(ClientError::Timeout {
+                            what: format!("write to superpeer {target} (outcome unknown)"),
+                            timeout_ms: self.request_timeout.as_millis() as u64,
+                        });
+                    }
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+                Ok(bytes) => MetaReply::decode(bytes).map_err(|error| {
+                    ClientError::Protocol(format!("reply from superpeer {target}: {error}"))
+                })?,
+            };
+            match reply {
+                MetaReply::NotLeader { leader } => {
+                    last_error = format!("superpeer {target} is not the leader");
+                    let known = leader.filter(|leader| {
+                        *leader != target && self.superpeers.iter().any(|(id, _)| id == leader)
+                    });
+                    *self.leader_hint.lock() = known;
+                    if known.is_none() {
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                    }
+                }
+                MetaReply::Unavailable(reason) => {
+                    last_error = format!("superpeer {target}: {reason}");
+                    if is_write && !reason.starts_with("no quorum") {
+                        return Err(ClientError::Timeout {
+                            what: format!("write on superpeer {target}: {reason}"),
+                            timeout_ms: self.request_timeout.as_millis() as u64,
+                        });
+                    }
+                    self.forget_leader(target);
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                reply => {
+                    if !matches!(reply, MetaReply::Status(_)) {
+                        *self.leader_hint.lock() = Some(target);
+                    }
+                    return Ok(reply);
+                }
+            }
+        }
+        Err(ClientError::SuperpeersUnavailable(format!(
+            "no answer within {} ms: {last_error}",
+            self.request_timeout.as_millis()
+        )))
+    }
+
+    fn forget_leader(&self, target: NodeId) {
+        let mut hint = self.leader_hint.lock();
+        if *hint == Some(target) {
+            *hint = None;
+        }
+    }
+
+    /// Commits `command` through the group. A refusal becomes [`ClientError::Meta`].
+    pub async fn write(&self, command: Command) -> Result<Response, ClientError> {
+        match self.request(MetaRequest::Write(command)).await? {
+            MetaReply::Response(Response::Error(error)) => Err(ClientError::Meta(error)),
+            MetaReply::Response(response) => Ok(response),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Signs on to barrier `id` with `value` and waits until the round completes (pushed
+    /// by the superpeer, or seen by polling the barrier's status); returns every
+    /// participant's value.
+    pub async fn barrier_sign_on(
+        &self,
+        id: u32,
+        value: u64,
+        timeout: Duration,
+    ) -> Result<Vec<(NodeId, u64)>, ClientError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let command = Command::BarrierSignOn {
+            id,
+            node: self.node_id,
+            value,
+        };
+        let round = match self.write(command).await {
+            Ok(Response::Barrier(outcome)) => match outcome.released {
+                Some(values) => return Ok(values),
+                None => outcome.round,
+            },
+            Ok(other) => {
+                return Err(ClientError::Protocol(format!(
+                    "barrier sign-on answered with {other:?}"
+                )))
+            }
+            // A retried sign-on that the group had applied already: wait for the current
+            // round.
+            Err(ClientError::Meta(MetaError::AlreadySignedOn(_))) => {
+                match self.request(MetaRequest::BarrierStatus(id)).await? {
+                    MetaReply::Barrier(Some(status)) => status.round,
+                    MetaReply::Barrier(None) => {
+                        return Err(ClientError::Meta(MetaError::BarrierNotFound(id)))
+                    }
+                    other => return Err(unexpected(&other)),
+                }
+            }
+            Err(error) => return Err(error),
+        };
+        let mut next_poll = tokio::time::Instant::now() + BARRIER_POLL_INTERVAL;
+        loop {
+            let notified = self.released.notified();
+            if let Some(values) = self.releases.lock().remove(&(id, round)) {
+                return Ok(values);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(ClientError::Timeout {
+                    what: format!("barrier {id} round {round}"),
+                    timeout_ms: timeout.as_millis() as u64,
+                });
+            }
+            if now >= next_poll {
+                next_poll = now + BARRIER_POLL_INTERVAL;
+                match self.request(MetaRequest::BarrierStatus(id)).await? {
+                    MetaReply::Barrier(Some(status)) if status.round == round + 1 => {
+                        return Ok(status.last_released)
+                    }
+                    MetaReply::Barrier(Some(status)) if status.round > round + 1 => {
+                        return Err(ClientError::Meta(MetaError::InvalidArgument(format!(
+                            "barrier {id} round {round} was superseded before its values were seen"
+                        ))))
+                    }
+                    MetaReply::Barrier(Some(_)) => {}
+                    MetaReply::Barrier(None) => {
+                        return Err(ClientError::Meta(MetaError::BarrierNotFound(id)))
+                    }
+                    other => return Err(unexpected(&other)),
+                }
+                continue;
+            }
+            let wake = next_poll.min(deadline);
+            let _ = tokio::time::timeout_at(wake, notified).await;
+        }
+    }
+
+    /// Leaves the cluster in an orderly way (the caller then drops the endpoint).
+    pub async fn leave(&self) -> Result<(), ClientError> {
+        self.write(Command::Leave { node: self.node_id })
+            .await
+            .map(|_| ())
+    }
+
+    // ----- the node table ----------------------------------------------------------------
+
+    /// Replaces the whole table (join, resync) and brings addresses and fences in line.
+    fn replace_table(&self, epoch: u64, nodes: Vec<NodeRecord>) {
+        let mut table = self.table.write();
+        if epoch < table.epoch {
+            return;
+        }
+        table.epoch = epoch;
+        table.nodes = nodes
+            .into_iter()
+            .map(|record| (record.id, record))
+            .collect();
+        for record in table.nodes.values() {
+            self.sync_net(record);
+        }
+    }
+
+    /// Brings the messaging layer's address and fence for one node in line with its record.
+    fn sync_net(&self, record: &NodeRecord) {
+        if record.id == self.node_id {
+            return;
+        }
+        let id = net_id(record.id);
+        match record.state {
+            NodeState::Alive => {
+                if let Ok(address) = record.address.parse::<SocketAddr>() {
+                    self.net.set_address(id, address);
+                }
+                if self.net.is_fenced(id) {
+                    self.net.unfence(id);
+                }
+            }
+            NodeState::Failed { .. } | NodeState::Left => {
+                if record.role == Role::Superpeer {
+                    return;
+                }
+                self.net.remove_address(id);
+                if matches!(record.state, NodeState::Failed { .. }) && !self.net.is_fenced(id) {
+                    self.net.fence(id);
+                }
+            }
+        }
+    }
+
+    /// Applies one pushed event; returns whether it showed a gap (a resync is due).
+    fn apply_event(&self, push: &EventPush) -> bool {
+        let mut table = self.table.write();
+        let membership_change = !matches!(push.event, Event::OwnerChanged { .. });
+        if membership_change && push.epoch <= table.epoch {
+            // Already known (the join reply or a resync covered it).
+            return false;
+        }
+        let gap = membership_change && push.epoch > table.epoch + 1;
+        match &push.event {
+            Event::NodeJoined(record) => {
+                table.nodes.insert(record.id, record.clone());
+                self.sync_net(record);
+            }
+            Event::NodeFailed(id) | Event::NodeLeft(id) => {
+                let state = match push.event {
+                    Event::NodeFailed(_) => NodeState::Failed { epoch: push.epoch },
+                    _ => NodeState::Left,
+                };
+                if let Some(record) = table.nodes.get_mut(id) {
+                    record.state = state;
+                    let record = record.clone();
+                    self.sync_net(&record);
+                }
+            }
+            Event::OwnerChanged { .. } => {}
+        }
+        if push.epoch > table.epoch {
+            table.epoch = push.epoch;
+        }
+        gap
+    }
+
+    /// Fetches the whole node table from the group (once at a time), in the background.
+    fn spawn_resync(self: &Arc<Self>, seen_epoch: u64) {
+        if self.resyncing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let membership = self.clone();
+        self.net.runtime().spawn(async move {
+            match membership.request(MetaRequest::Nodes).await {
+                Ok(MetaReply::Nodes(nodes)) => {
+                    let newest = nodes
+                        .iter()
+                        .map(|record| match record.state {
+                            NodeState::Failed { epoch } => epoch.max(record.joined_epoch),
+                            _ => record.joined_epoch,
+                        })
+                        .max()
+                        .unwrap_or(0);
+                    let epoch = seen_epoch.max(newest).max(membership.epoch());
+                    membership.replace_table(epoch, nodes);
+                    tracing::debug!(node = %membership.node_id, epoch, "node table resynced");
+                }
+                Ok(other) => tracing::warn!(?other, "resync answered with another reply"),
+                Err(error) => tracing::warn!(%error, "node table resync failed"),
+            }
+            membership.resyncing.store(false, Ordering::Release);
+        });
+    }
+
+    // ----- connection loss -----------------------------------------------------------------
+
+    /// Reports every lost connection to a live non-superpeer member to a superpeer.
+    fn spawn_connection_watcher(self: &Arc<Self>) {
+        let mut events = self.net.subscribe();
+        let weak = Arc::downgrade(self);
+        self.net.runtime().spawn(async move {
+            while let Some(lost) = events.recv().await {
+                if !matches!(lost.reason, CloseReason::PeerClosed | CloseReason::Io(_)) {
+                    continue;
+                }
+                let Some(membership) = weak.upgrade() else {
+                    return;
+                };
+                let node = node_id(lost.node);
+                let watched = membership.node(node).is_some_and(|record| {
+                    record.state == NodeState::Alive && record.role != Role::Superpeer
+                });
+                if watched {
+                    tracing::info!(from = %membership.node_id, %node, reason = %lost.reason, "connection lost; reporting");
+                    membership.report_failure(node).await;
+                }
+            }
+        });
+    }
+
+    /// Sends a [`FailureReport`] on `node` to one superpeer (the leader if known).
+    pub async fn report_failure(&self, node: NodeId) {
+        let payload = FailureReport { node }.encode();
+        let hint = *self.leader_hint.lock();
+        let order = hint
+            .into_iter()
+            .chain(self.superpeers.iter().map(|(id, _)| *id));
+        for superpeer in order {
+            let send = self
+                .net
+                .send(net_id(superpeer), types::FAILURE_REPORT, payload.clone());
+            if let Ok(Ok(())) = tokio::time::timeout(self.request_timeout, send).await {
+                return;
+            }
+        }
+        tracing::warn!(%node, "no superpeer took the failure report");
+    }
+
+    // ----- membership's own handlers -------------------------------------------------------
+
+    fn on_event(self: &Arc<Self>, message: Incoming) {
+        let push = match EventPush::decode(message.payload) {
+            Ok(push) => push,
+            Err(error) => {
+                tracing::warn!(from = %message.from, %error, "bad event push");
+                return;
+            }
+        };
+        if self.apply_event(&push) {
+            self.spawn_resync(push.epoch);
+        }
+        let _ = self.events.send(push.event);
+    }
+
+    fn on_heartbeat(self: &Arc<Self>, message: Incoming) {
+        let heartbeat = match Heartbeat::decode(message.payload.clone()) {
+            Ok(heartbeat) => heartbeat,
+            Err(error) => {
+                tracing::warn!(from = %message.from, %error, "bad heartbeat");
+                return;
+            }
+        };
+        let epoch = self.epoch();
+        if let Err(error) = message.respond(HeartbeatReply { epoch }.encode()) {
+            tracing::debug!(%error, "heartbeat reply not sent");
+        }
+        if heartbeat.epoch > epoch {
+            self.spawn_resync(heartbeat.epoch);
+        }
+    }
+
+    fn on_barrier_released(&self, message: Incoming) {
+        let released = match BarrierReleased::decode(message.payload) {
+            Ok(released) => released,
+            Err(error) => {
+                tracing::warn!(from = %message.from, %error, "bad barrier release");
+                return;
+            }
+        };
+        {
+            let mut releases = self.releases.lock();
+            if releases.len() >= BARRIER_RELEASES_KEPT_MAX {
+                releases.clear();
+            }
+            releases.insert((released.id, released.round), released.values);
+        }
+        self.released.notify_waiters();
+    }
+}
+
+fn unexpected(reply: &MetaReply) -> ClientError {
+    ClientError::Protocol(format!("unexpected reply: {reply:?}"))
+}
+
+fn join_request(config: &JoinConfig, listener: &TcpListener) -> Result<JoinRequest, ClientError> {
+    let address = listener
+        .local_addr()
+        .map_err(|error| ClientError::Join(format!("listener address: {error}")))?;
+    Ok(JoinRequest {
+        role: config.role,
+        address: address.to_string(),
+        capabilities: config.capabilities,
+        rack: config.rack,
+        switch: config.switch,
+        reclaim: config.reclaim,
+    })
+}
+
+fn endpoint_config(config: &JoinConfig, id: NodeId) -> myriad_net::Config {
+    let mut net_config = myriad_net::Config::new(net_id(id), config.listen, config.secret.clone());
+    net_config.handler_threads = config.handler_threads.max(1);
+    net_config.io_threads = config.io_threads.max(1);
+    net_config
+}
+
+/// Adds membership's handlers to the caller's. Before the membership is installed (a
+/// moment after the endpoint starts) heartbeats are answered with the join's epoch and
+/// events are dropped (the next heartbeat shows the gap and triggers a resync).
+fn with_own_handlers(
+    mut handlers: Handlers,
+    slot: &Slot,
+    join_epoch: u64,
+) -> Result<Handlers, ClientError> {
+    let register = |error: NetError| ClientError::Join(format!("handler registration: {error}"));
+    let events = slot.clone();
+    handlers
+        .register(types::EVENT, move |message: Incoming| {
+            if let Some(membership) = events.get() {
+                membership.on_event(message);
+            }
+        })
+        .map_err(register)?;
+    let heartbeats = slot.clone();
+    handlers
+        .register_inline(
+            types::HEARTBEAT,
+            move |message: Incoming| match heartbeats.get() {
+                Some(membership) => membership.on_heartbeat(message),
+                None => {
+                    let reply = HeartbeatReply { epoch: join_epoch }.encode();
+                    let _ = message.respond(reply);
+                }
+            },
+        )
+        .map_err(register)?;
+    let barriers = slot.clone();
+    handlers
+        .register(types::BARRIER_RELEASED, move |message: Incoming| {
+            if let Some(membership) = barriers.get() {
+                membership.on_barrier_released(message);
+            }
+        })
+        .map_err(register)?;
+    Ok(handlers)
+}
+
+impl Directory for Membership {
+    fn local_node(&self) -> NodeId {
+        self.node_id
+    }
+
+    async fn lookup(&self, cid: ChunkId) -> Result<LookupRange, ClientError> {
+        match self.request(MetaRequest::Lookup(cid)).await? {
+            MetaReply::Lookup(range) => Ok(range),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn is_alive(&self, node: NodeId) -> bool {
+        self.table
+            .read()
+            .nodes
+            .get(&node)
+            .is_some_and(|record| record.state == NodeState::Alive)
+    }
+}

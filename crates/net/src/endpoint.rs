@@ -231,6 +231,26 @@ impl Endpoint {
         Ok(endpoint)
     }
 
+    /// [`Endpoint::start`] with a listener the caller bound already (see
+    /// [`Endpoint::start_on_listener`]).
+    pub fn start_with_listener(
+        config: Config,
+        handlers: Handlers,
+        listener: std::net::TcpListener,
+    ) -> Result<Self, NetError> {
+        ensure_blocking_allowed()?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(config.io_threads.max(1))
+            .thread_name(format!("myriad-net-io-{}", config.node_id))
+            .enable_all()
+            .build()
+            .map_err(|error| NetError::Startup(Arc::new(error)))?;
+        let mut endpoint =
+            Self::start_on_listener(runtime.handle().clone(), config, handlers, listener)?;
+        endpoint.runtime = Some(runtime);
+        Ok(endpoint)
+    }
+
     /// Starts an endpoint whose tasks run on an existing tokio runtime (which must have
     /// I/O and time enabled). Callable from anywhere, also from inside that runtime.
     pub fn start_on(runtime: Handle, config: Config, handlers: Handlers) -> Result<Self, NetError> {
@@ -240,8 +260,26 @@ impl Endpoint {
                 "cluster secret longer than SECRET_BYTES_MAX",
             ))));
         }
+        let listener = std::net::TcpListener::bind(config.listen_addr)
+            .map_err(|error| NetError::Startup(Arc::new(error)))?;
+        Self::start_on_listener(runtime, config, handlers, listener)
+    }
+
+    /// [`Endpoint::start_on`] with a listener the caller bound already (so that it knows
+    /// the OS-chosen port before it knows its node ID); `config.listen_addr` is ignored.
+    pub fn start_on_listener(
+        runtime: Handle,
+        config: Config,
+        handlers: Handlers,
+        listener: std::net::TcpListener,
+    ) -> Result<Self, NetError> {
+        if config.secret.len() > SECRET_BYTES_MAX {
+            return Err(NetError::Startup(Arc::new(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "cluster secret longer than SECRET_BYTES_MAX",
+            ))));
+        }
         let startup = |error: std::io::Error| NetError::Startup(Arc::new(error));
-        let listener = std::net::TcpListener::bind(config.listen_addr).map_err(startup)?;
         listener.set_nonblocking(true).map_err(startup)?;
         let local_addr = listener.local_addr().map_err(startup)?;
         let listener = {

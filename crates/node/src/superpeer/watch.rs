@@ -1,0 +1,190 @@
+//! Failure detection: which nodes this superpeer watches, the heartbeats, the verdicts.
+//!
+//! Every alive superpeer watches the peers and clients whose ID maps to it: the alive
+//! superpeers sorted by ID, index `id % count`, recomputed every tick from the applied node
+//! table and from which superpeers answered their own heartbeats recently. A watched node
+//! is pinged every `heartbeat_interval`; one that answered nothing for `failure_timeout`,
+//! or whose connection was lost and that does not answer an immediate ping, gets a
+//! verdict (`Command::Fail` through the leader). Views of superpeer liveness may differ
+//! for a moment: a node is then watched twice or briefly not at all, never wrongly failed
+//! for that reason alone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use myriad_mem::NodeId;
+use myriad_meta::{NodeState, Role};
+use myriad_net::CloseReason;
+use parking_lot::Mutex;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::Core;
+
+/// What the watcher knows of one node.
+#[derive(Debug, Clone, Copy)]
+struct Watched {
+    last_ok: Instant,
+    in_flight: bool,
+    verdict: bool,
+}
+
+#[derive(Default)]
+struct WatchState {
+    nodes: HashMap<NodeId, Watched>,
+    superpeers: HashMap<NodeId, Watched>,
+}
+
+/// The sorted alive superpeers and which of them watches `node`.
+pub(crate) fn watcher_of(alive_superpeers: &[NodeId], node: NodeId) -> Option<NodeId> {
+    if alive_superpeers.is_empty() {
+        return None;
+    }
+    let index = usize::from(node.0) % alive_superpeers.len();
+    alive_superpeers.get(index).copied()
+}
+
+/// Runs until the superpeer stops.
+pub(crate) async fn run(core: Arc<Core>) {
+    let state = Arc::new(Mutex::new(WatchState::default()));
+    {
+        let now = Instant::now();
+        let mut state = state.lock();
+        for (id, _) in core.members() {
+            if *id != core.id() {
+                state.superpeers.insert(
+                    *id,
+                    Watched {
+                        last_ok: now,
+                        in_flight: false,
+                        verdict: false,
+                    },
+                );
+            }
+        }
+    }
+    let mut ticker = tokio::time::interval(core.heartbeat_interval());
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let mut lost = core.net.subscribe();
+    loop {
+        if core.stopping() {
+            return;
+        }
+        tokio::select! {
+            _ = ticker.tick() => tick(&core, &state),
+            event = lost.recv() => {
+                let Some(event) = event else { return };
+                if !matches!(event.reason, CloseReason::PeerClosed | CloseReason::Io(_)) {
+                    continue;
+                }
+                let node = myriad_proto::node_id(event.node);
+                if state.lock().nodes.contains_key(&node) {
+                    let core = core.clone();
+                    tokio::spawn(async move {
+                        core.check_node(node, "connection lost and ping failed").await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn tick(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>) {
+    let Some(raft) = core.raft() else {
+        return;
+    };
+    let now = Instant::now();
+    let timeout = core.failure_timeout();
+    let nodes: Vec<NodeId> = raft.read_local(|meta| {
+        meta.nodes()
+            .filter(|record| record.state == NodeState::Alive && record.role != Role::Superpeer)
+            .map(|record| record.id)
+            .collect()
+    });
+    let mut guard = state.lock();
+    // Superpeers: ping the others, count those that answered recently.
+    let mut alive = vec![core.id()];
+    let superpeer_ids: Vec<NodeId> = guard.superpeers.keys().copied().collect();
+    for id in superpeer_ids {
+        let Some(entry) = guard.superpeers.get_mut(&id) else {
+            continue;
+        };
+        if now.duration_since(entry.last_ok) <= timeout {
+            alive.push(id);
+        }
+        if !entry.in_flight {
+            entry.in_flight = true;
+            spawn_ping(core, state, id, true);
+        }
+    }
+    alive.sort();
+    // Nodes this superpeer watches.
+    let mine: Vec<NodeId> = nodes
+        .into_iter()
+        .filter(|node| watcher_of(&alive, *node) == Some(core.id()))
+        .collect();
+    guard.nodes.retain(|node, _| mine.contains(node));
+    for node in mine {
+        let entry = guard.nodes.entry(node).or_insert(Watched {
+            last_ok: now,
+            in_flight: false,
+            verdict: false,
+        });
+        if entry.verdict {
+            continue;
+        }
+        if now.duration_since(entry.last_ok) > timeout {
+            entry.verdict = true;
+            let core = core.clone();
+            let state = state.clone();
+            let silent_ms = now.duration_since(entry.last_ok).as_millis() as u64;
+            tokio::spawn(async move {
+                let why = format!("no heartbeat reply for {silent_ms} ms");
+                let settled = core.verdict(node, &why).await;
+                if !settled {
+                    if let Some(entry) = state.lock().nodes.get_mut(&node) {
+                        entry.verdict = false;
+                    }
+                }
+            });
+            continue;
+        }
+        if !entry.in_flight {
+            entry.in_flight = true;
+            spawn_ping(core, state, node, false);
+        }
+    }
+}
+
+fn spawn_ping(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>, node: NodeId, superpeer: bool) {
+    let core = core.clone();
+    let state = state.clone();
+    tokio::spawn(async move {
+        let answered = core.ping(node).await;
+        let mut guard = state.lock();
+        let map = if superpeer {
+            &mut guard.superpeers
+        } else {
+            &mut guard.nodes
+        };
+        if let Some(entry) = map.get_mut(&node) {
+            entry.in_flight = false;
+            if answered.is_ok() {
+                entry.last_ok = Instant::now();
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watchers_spread_nodes_over_alive_superpeers() {
+        let alive = [NodeId(1), NodeId(2), NodeId(3)];
+        assert_eq!(watcher_of(&alive, NodeId(4)), Some(NodeId(2)));
+        assert_eq!(watcher_of(&alive, NodeId(6)), Some(NodeId(1)));
+        assert_eq!(watcher_of(&alive[..2], NodeId(5)), Some(NodeId(2)));
+        assert_eq!(watcher_of(&[], NodeId(5)), None);
+    }
+}
