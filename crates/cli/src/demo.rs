@@ -1,106 +1,239 @@
-//! `myriad demo`: what Myriad can do today, in about ten seconds on one machine.
+//! `myriad demo`: a local cluster on this machine, loaded and exercised through the client.
 //!
-//! For now that is the memory manager, the first layer: store a million small chunks with
-//! about 8 bytes of metadata each, read and write them singly and in batches, show the
-//! typed API, the statistics and a consistency check, then run a short benchmark. Later
-//! issues turn this into a local cluster demo.
+//! Starts one superpeer and three peers as child processes (data under a temporary
+//! directory, or `--dir`), joins as a client, loads a million 64-byte chunks spread over the
+//! peers with a progress bar, runs a short mixed workload (single and batched gets and puts),
+//! shows the nameservice, a barrier and temporary storage, prints a summary per peer and
+//! shuts everything down: the client leaves, the nodes get SIGTERM.
 
-use std::time::Instant;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use myriad_bench::mem::{KeyDistribution, MemArgs, Workload};
-use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use myriad_client::client::Client;
+use myriad_mem::{ChunkId, NodeId};
+use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// Options of `myriad demo`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DemoArgs {
+    /// Keep the cluster's data, logs and pid files here (default: a temporary directory
+    /// removed at the end).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Chunks to load.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub chunks: usize,
+    /// Payload bytes per chunk.
+    #[arg(long, default_value_t = 64)]
+    pub chunk_bytes: usize,
+    /// Number of peers.
+    #[arg(long, default_value_t = 3)]
+    pub peers: usize,
+    /// Seconds of the mixed workload.
+    #[arg(long, default_value_t = 3)]
+    pub workload_seconds: u64,
+}
+
+/// Chunks per create or get/put batch during the load and the batched workload.
+const BATCH: usize = 1_000;
+
+fn value(index: u64, bytes: usize) -> Bytes {
+    let mut data = vec![0u8; bytes];
+    let seed = index.to_le_bytes();
+    for (position, byte) in data.iter_mut().enumerate() {
+        *byte = seed[position % 8] ^ (position as u8);
+    }
+    Bytes::from(data)
+}
 
 /// Runs the demo.
-pub fn run() -> anyhow::Result<()> {
-    println!("Myriad demo: the peer-local memory manager\n");
-    let memory = MemoryManager::new(MemoryConfig {
-        node_id: NodeId(1),
-        region_bytes: 1 << 30,
-        ..MemoryConfig::default()
-    })?;
-
-    let count = 1_000_000;
-    let started = Instant::now();
-    let cids = memory.create_many(count, 32)?;
-    println!(
-        "created {count} chunks of 32 bytes in one batch call: {:.0} ms",
-        started.elapsed().as_secs_f64() * 1e3
-    );
-    let started = Instant::now();
-    for (index, &cid) in cids.iter().enumerate() {
-        let mut value = [0u8; 32];
-        value[..8].copy_from_slice(&(index as u64).to_le_bytes());
-        memory.put(cid, &value)?;
+pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
+    if args.chunk_bytes < 8 {
+        bail!("--chunk-bytes must be at least 8");
     }
-    println!(
-        "wrote all of them with single puts: {:.0} ms",
-        started.elapsed().as_secs_f64() * 1e3
-    );
-
-    let probe = cids[123_456];
-    let mut buffer = [0u8; 32];
-    memory.get(probe, &mut buffer)?;
-    println!(
-        "get {probe}: first 8 bytes hold {}",
-        u64::from_le_bytes(buffer[..8].try_into()?)
-    );
-
-    let mut batch_sum = 0u64;
-    memory.get_batch_with(&cids[..64], |_, result| {
-        if let Ok(bytes) = result {
-            batch_sum += u64::from(bytes[0]);
+    if args.peers == 0 {
+        bail!("--peers must be at least 1");
+    }
+    let temporary;
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => {
+            temporary = tempfile::Builder::new().prefix("myriad-demo-").tempdir()?;
+            temporary.path().to_path_buf()
         }
-    });
-    println!("batch get of 64 chunks in one call: sum of first bytes = {batch_sum}");
+    };
+    println!("Myriad demo: a local cluster of 1 superpeer and {} peers", args.peers);
+    println!("cluster directory: {}\n", dir.display());
 
-    let name = memory.create_typed(&"typed chunks encode themselves".to_string())?;
+    let started = Instant::now();
+    let binary = std::env::current_exe().context("locating the myriad binary")?;
+    let mut spec = LaunchSpec::new(&dir, binary);
+    spec.superpeers = 1;
+    spec.peers = args.peers;
+    spec.peer_memory_mb = Some(2048);
+    // Owned: every node is killed if the demo fails half-way.
+    let mut cluster = LocalCluster::start_owned(spec)?;
     println!(
-        "typed chunk {name}: {:?}",
-        memory.get_typed::<String>(name)?
+        "started {} nodes in {:.1} s:",
+        cluster.nodes().len(),
+        started.elapsed().as_secs_f64()
     );
-
-    for &cid in &cids[..1000] {
-        memory.remove(cid)?;
+    for node in cluster.nodes() {
+        println!(
+            "  {:<12} node {:#06x}  {}  pid {}",
+            node.name, node.node_id, node.address, node.pid
+        );
     }
-    let reused = memory.create(32)?;
-    println!(
-        "removed 1000 chunks; the next create reuses a freed ID: {reused} (was {})",
-        cids[999]
-    );
-    let missing = ChunkId::new(NodeId(1), 5).unwrap_or(probe);
-    println!(
-        "get of a removed chunk is a typed error: {}",
-        memory.get_vec(missing).unwrap_err()
-    );
+    let result = exercise(&cluster, args);
+    println!("\nshutting down");
+    let stopped = cluster.stop();
+    result?;
+    stopped?;
+    println!("done in {:.1} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
 
-    let stats = memory.stats();
-    println!(
-        "\nstats: {} chunks, {:.1} MiB payload, {:.2} bytes metadata per chunk, {:.1} MiB free in the region, fragmentation {:.3}",
-        stats.chunks,
-        stats.payload_bytes as f64 / (1 << 20) as f64,
-        stats.metadata_bytes as f64 / stats.chunks as f64,
-        stats.free_bytes as f64 / (1 << 20) as f64,
-        stats.fragmentation
+fn exercise(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
+    let superpeers = cluster
+        .superpeer_addresses()
+        .into_iter()
+        .map(|(id, address)| Ok((NodeId(id), address.parse()?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let client = Client::connect(superpeers)?;
+    let api = client.blocking();
+    println!("\njoined as client {}", client.node_id());
+    let peers: Vec<NodeId> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Peer)
+        .map(|node| NodeId(node.node_id))
+        .collect();
+
+    // Load.
+    let bar = ProgressBar::new(args.chunks as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "loading {bar:40} {pos}/{len} chunks  {per_sec}  eta {eta}",
+        )?,
     );
     let started = Instant::now();
-    memory.check_consistency().map_err(anyhow::Error::msg)?;
+    let mut cids: Vec<ChunkId> = Vec::with_capacity(args.chunks);
+    while cids.len() < args.chunks {
+        let count = BATCH.min(args.chunks - cids.len());
+        let peer = peers[(cids.len() / BATCH) % peers.len()];
+        let payloads: Vec<Bytes> = (0..count)
+            .map(|offset| value((cids.len() + offset) as u64, args.chunk_bytes))
+            .collect();
+        let created = api.chunks().create_with_data(peer, &payloads)?;
+        cids.extend(created);
+        bar.set_position(cids.len() as u64);
+    }
+    bar.finish_and_clear();
+    let load = started.elapsed();
     println!(
-        "consistency walk of table and allocator: ok ({:.0} ms)",
-        started.elapsed().as_secs_f64() * 1e3
+        "loaded {} chunks of {} bytes in {:.2} s: {:.0} chunks/s ({} per create batch)",
+        cids.len(),
+        args.chunk_bytes,
+        load.as_secs_f64(),
+        cids.len() as f64 / load.as_secs_f64(),
+        BATCH
     );
-    drop(memory);
 
-    println!("\nA short benchmark (full version: myriad bench mem):\n");
-    myriad_bench::mem::run(&MemArgs {
-        workload: Some(Workload::FacebookB),
-        objects: Some(1_000_000),
-        size: None,
-        threads: None,
-        distribution: Some(KeyDistribution::Uniform),
-        batch: None,
-        ops: 4_000_000,
-        huge_pages: true,
-        json: false,
-    })
-    .map_err(anyhow::Error::msg)
+    // Spot check.
+    let mut rng = SmallRng::seed_from_u64(7);
+    for _ in 0..1_000 {
+        let index = rng.gen_range(0..cids.len());
+        let data = api.chunks().get(cids[index])?;
+        if data != value(index as u64, args.chunk_bytes) {
+            bail!("chunk {} holds the wrong bytes", cids[index]);
+        }
+    }
+    println!("checked 1,000 random chunks: every byte as written");
+
+    // Mixed workload: 95% gets, 5% puts; first single calls, then batches.
+    let seconds = Duration::from_secs(args.workload_seconds.max(1));
+    for batch in [1usize, 100] {
+        let mut latency = Histogram::<u64>::new(3)?;
+        let mut ops = 0u64;
+        let mut puts = 0u64;
+        let started = Instant::now();
+        while started.elapsed() < seconds {
+            let indexes: Vec<usize> = (0..batch).map(|_| rng.gen_range(0..cids.len())).collect();
+            let call = Instant::now();
+            if rng.gen_range(0..100) < 5 {
+                let items: Vec<(ChunkId, Bytes)> = indexes
+                    .iter()
+                    .map(|&index| (cids[index], value(index as u64, args.chunk_bytes)))
+                    .collect();
+                if batch == 1 {
+                    api.chunks().put(items[0].0, items[0].1.clone())?;
+                } else {
+                    for result in api.chunks().put_batch(&items) {
+                        result?;
+                    }
+                }
+                puts += batch as u64;
+            } else if batch == 1 {
+                api.chunks().get(cids[indexes[0]])?;
+            } else {
+                let wanted: Vec<ChunkId> = indexes.iter().map(|&index| cids[index]).collect();
+                for result in api.chunks().get_batch(&wanted) {
+                    result?;
+                }
+            }
+            latency.saturating_record(call.elapsed().as_nanos() as u64);
+            ops += batch as u64;
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        println!(
+            "mixed 95/5 get/put, batch {batch:>3}, 1 thread: {:>9.0} ops/s  ({} puts)  call latency p50 {:.1} us, p99 {:.1} us",
+            ops as f64 / elapsed,
+            puts,
+            latency.value_at_quantile(0.5) as f64 / 1e3,
+            latency.value_at_quantile(0.99) as f64 / 1e3,
+        );
+    }
+
+    // Metadata services.
+    api.name_register("demo.first", cids[0])?;
+    let found = api.name_get("demo.first")?;
+    println!("\nnameservice: demo.first -> {}", display_cid(found));
+    api.tmp_put("demo.note", Bytes::from_static(b"kept by the superpeers"))?;
+    let note = api.tmp_get("demo.note")?.unwrap_or_default();
+    println!(
+        "temporary storage: demo.note = {:?}",
+        String::from_utf8_lossy(&note)
+    );
+    let barrier = api.barrier_alloc(1)?;
+    let values = api.barrier_sign_on(barrier, 42, Duration::from_secs(5))?;
+    println!("barrier {barrier}: released with values {values:?}");
+    api.barrier_free(barrier)?;
+
+    // Summary per peer.
+    println!("\n{:<8} {:>10} {:>14} {:>14}", "peer", "chunks", "payload MB", "free MB");
+    for &peer in &peers {
+        let stats = api.chunks().stats(peer)?;
+        println!(
+            "{:<8} {:>10} {:>14.1} {:>14.1}",
+            peer.to_string(),
+            stats.chunks,
+            stats.payload_bytes as f64 / 1e6,
+            stats.free_bytes as f64 / 1e6
+        );
+    }
+    client.shutdown();
+    Ok(())
+}
+
+fn display_cid(cid: Option<ChunkId>) -> String {
+    match cid {
+        Some(cid) => cid.to_string(),
+        None => "(not found)".to_owned(),
+    }
 }

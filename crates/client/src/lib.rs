@@ -18,6 +18,7 @@
 //! metadata and memory crates, never on the node crate.
 
 pub mod chunk;
+pub mod client;
 pub mod directory;
 pub mod error;
 pub mod membership;

@@ -18,4 +18,5 @@
 
 pub mod config;
 pub mod peer;
+pub mod peer_node;
 pub mod superpeer;

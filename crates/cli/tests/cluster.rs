@@ -1,0 +1,379 @@
+//! End-to-end tests of a cluster of real node processes on 127.0.0.1: superpeers and peers
+//! started by the launcher (`myriad superpeer`, `myriad peer`), clients in this process.
+//! Every process is SIGKILLed when its cluster guard drops, also when a test panics.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use myriad_client::client::Client;
+use myriad_client::ClientError;
+use myriad_mem::{ChunkId, NodeId};
+use myriad_meta::{Command, NodeState, Role};
+use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+
+fn start(dir: &Path, superpeers: usize, peers: usize) -> LocalCluster {
+    let mut spec = LaunchSpec::new(dir, env!("CARGO_BIN_EXE_myriad"));
+    spec.superpeers = superpeers;
+    spec.peers = peers;
+    spec.peer_memory_mb = Some(256);
+    spec.ready_timeout = Duration::from_secs(20);
+    LocalCluster::start_owned(spec).expect("cluster starts")
+}
+
+fn superpeers(cluster: &LocalCluster) -> Vec<(NodeId, SocketAddr)> {
+    cluster
+        .superpeer_addresses()
+        .into_iter()
+        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
+        .collect()
+}
+
+fn peers(cluster: &LocalCluster) -> Vec<NodeId> {
+    cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Peer)
+        .map(|node| NodeId(node.node_id))
+        .collect()
+}
+
+fn payload(index: usize) -> Bytes {
+    Bytes::from(format!("value-{index:08}-{}", "x".repeat(index % 40)))
+}
+
+/// Polls `condition` every 20 ms until it holds or `timeout` passes.
+fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    condition()
+}
+
+#[test]
+fn remote_and_batch_chunk_operations_across_three_peers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start(dir.path(), 1, 3);
+    let client = Client::connect(superpeers(&cluster)).expect("client joins");
+    let api = client.blocking();
+    let chunks = api.chunks();
+    let peers = peers(&cluster);
+    assert_eq!(peers.len(), 3);
+
+    // Single creates on each peer carry the peer's creator ID.
+    let mut all = Vec::new();
+    for (round, &peer) in peers.iter().enumerate() {
+        let cid = chunks.create(peer, 16).expect("create");
+        assert_eq!(cid.creator(), peer);
+        chunks.put(cid, payload(round)).expect("put");
+        all.push((cid, payload(round)));
+    }
+    // Batch creates with data on every peer, then one batch get spanning all peers.
+    for &peer in &peers {
+        let values: Vec<Bytes> = (0..200).map(|i| payload(all.len() + i)).collect();
+        let cids = chunks.create_with_data(peer, &values).expect("create batch");
+        assert_eq!(cids.len(), 200);
+        all.extend(cids.into_iter().zip(values));
+    }
+    let wanted: Vec<ChunkId> = all.iter().map(|(cid, _)| *cid).collect();
+    let got = chunks.get_batch(&wanted);
+    for ((cid, expected), result) in all.iter().zip(got) {
+        assert_eq!(&result.unwrap_or_else(|e| panic!("{cid}: {e}")), expected);
+    }
+    // Batch put and remove, in caller order across owners.
+    let updates: Vec<(ChunkId, Bytes)> = all
+        .iter()
+        .step_by(7)
+        .map(|(cid, _)| (*cid, Bytes::from_static(b"updated")))
+        .collect();
+    for result in chunks.put_batch(&updates) {
+        result.expect("batch put");
+    }
+    for (cid, _) in &updates {
+        assert_eq!(&chunks.get(*cid).expect("get")[..], b"updated");
+    }
+    let gone: Vec<ChunkId> = updates.iter().take(10).map(|(cid, _)| *cid).collect();
+    for result in chunks.remove_batch(&gone) {
+        result.expect("batch remove");
+    }
+    for cid in &gone {
+        assert!(matches!(chunks.get(*cid), Err(ClientError::NotFound(c)) if c == *cid));
+    }
+    // Offset access, resize, status, locks, listing and statistics.
+    let (cid, _) = all[100];
+    chunks.resize(cid, 32).expect("resize");
+    assert_eq!(chunks.status(cid).expect("status"), 32);
+    chunks.write_at(cid, 4, Bytes::from_static(b"abcd")).expect("write at");
+    assert_eq!(&chunks.read_at(cid, 4, 4).expect("read at")[..], b"abcd");
+    chunks.lock(cid, true, Duration::from_secs(1)).expect("lock");
+    chunks.unlock(cid, true).expect("unlock");
+    let (ranges, _truncated) = chunks.list(peers[0], None, 1000).expect("list");
+    assert!(!ranges.is_empty());
+    let stats = chunks.stats(peers[0]).expect("stats");
+    assert!(stats.chunks >= 201, "{stats:?}");
+    // A CID nobody created.
+    let ghost = ChunkId::new(peers[1], 999_999).expect("cid");
+    assert!(matches!(chunks.get(ghost), Err(ClientError::NotFound(_))));
+    client.shutdown();
+}
+
+#[test]
+fn clients_follow_a_migrated_range_to_its_new_owner() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start(dir.path(), 1, 2);
+    let peers = peers(&cluster);
+    let reader = Client::connect(superpeers(&cluster)).expect("reader joins");
+    let mover = Client::connect(superpeers(&cluster)).expect("mover joins");
+    let values: Vec<Bytes> = (0..300).map(payload).collect();
+    let cids = reader
+        .blocking()
+        .chunks()
+        .create_with_data(peers[0], &values)
+        .expect("create");
+    // The reader routes to the creator and caches that.
+    assert_eq!(reader.blocking().chunks().get(cids[5]).expect("get"), values[5]);
+
+    let (first, last) = (cids[0], cids[299]);
+    let moved = mover
+        .blocking()
+        .migrate(first, last, peers[1])
+        .expect("migrate");
+    assert_eq!(moved, 300);
+    let tree = mover.blocking().lookup_tree(peers[0]).expect("lookup tree");
+    assert!(
+        tree.iter()
+            .any(|&(a, b, owner)| a <= first.local_id() && b >= last.local_id() && owner == peers[1]),
+        "{tree:?}"
+    );
+    // The reader's cached route is stale: it gets "not owner", refreshes, and finds them.
+    for (cid, value) in cids.iter().zip(&values) {
+        assert_eq!(&reader.blocking().chunks().get(*cid).expect("get moved"), value);
+    }
+    assert_eq!(reader.chunks().owner_of(cids[0]), peers[1]);
+    // Writes land on the new owner and are visible to the other client.
+    reader
+        .blocking()
+        .chunks()
+        .put(cids[7], Bytes::from_static(b"after the move"))
+        .expect("put");
+    assert_eq!(
+        &mover.blocking().chunks().get(cids[7]).expect("get")[..],
+        b"after the move"
+    );
+    let stats = reader.blocking().chunks().stats(peers[0]).expect("stats");
+    assert_eq!(stats.chunks, 0, "the old owner dropped its copies");
+    reader.shutdown();
+    mover.shutdown();
+}
+
+#[test]
+fn nameservice_barriers_and_temporary_storage_across_nodes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start(dir.path(), 1, 1);
+    let peer = peers(&cluster)[0];
+    let clients: Vec<Client> = (0..3)
+        .map(|_| Client::connect(superpeers(&cluster)).expect("joins"))
+        .collect();
+    let ids: Vec<NodeId> = clients.iter().map(Client::node_id).collect();
+    assert_eq!(
+        ids.iter().collect::<std::collections::BTreeSet<_>>().len(),
+        3,
+        "distinct IDs {ids:?}"
+    );
+
+    // Nameservice: long names, registered on one node, seen on another.
+    let cid = clients[0].blocking().chunks().create(peer, 8).expect("create");
+    let name = format!("graph/vertices/{}", "v".repeat(60));
+    clients[0].blocking().name_register(&name, cid).expect("register");
+    assert_eq!(clients[1].blocking().name_get(&name).expect("get"), Some(cid));
+    assert!(clients[2]
+        .blocking()
+        .name_list()
+        .expect("list")
+        .contains(&(name.clone(), cid)));
+    clients[1].blocking().name_remove(&name).expect("remove");
+    assert_eq!(clients[0].blocking().name_get(&name).expect("get"), None);
+
+    // Temporary storage.
+    clients[0]
+        .blocking()
+        .tmp_create("job.config", Bytes::from_static(b"v1"))
+        .expect("tmp create");
+    assert!(clients[1]
+        .blocking()
+        .tmp_create("job.config", Bytes::from_static(b"v2"))
+        .is_err());
+    clients[1]
+        .blocking()
+        .tmp_put("job.config", Bytes::from_static(b"v2"))
+        .expect("tmp put");
+    assert_eq!(
+        clients[2].blocking().tmp_get("job.config").expect("tmp get"),
+        Some(Bytes::from_static(b"v2"))
+    );
+    assert_eq!(
+        clients[0].blocking().tmp_list().expect("tmp list"),
+        vec![("job.config".to_owned(), 2)]
+    );
+    clients[2].blocking().tmp_remove("job.config").expect("tmp remove");
+    assert_eq!(clients[0].blocking().tmp_get("job.config").expect("tmp get"), None);
+
+    // A barrier of three: each client signs on from its own thread with its own value;
+    // everyone gets everyone's value.
+    let barrier = clients[0].blocking().barrier_alloc(3).expect("alloc");
+    let handles: Vec<_> = clients
+        .iter()
+        .cloned()
+        .enumerate()
+        .map(|(index, client)| {
+            thread::spawn(move || {
+                client
+                    .blocking()
+                    .barrier_sign_on(barrier, 100 + index as u64, Duration::from_secs(10))
+            })
+        })
+        .collect();
+    for handle in handles {
+        let mut values = handle.join().expect("thread").expect("sign on");
+        values.sort();
+        let mut expected: Vec<(NodeId, u64)> = ids
+            .iter()
+            .enumerate()
+            .map(|(index, &id)| (id, 100 + index as u64))
+            .collect();
+        expected.sort();
+        assert_eq!(values, expected);
+    }
+    let status = clients[1]
+        .blocking()
+        .barrier_status(barrier)
+        .expect("status")
+        .expect("exists");
+    assert_eq!(status.round, 1);
+    clients[2].blocking().barrier_free(barrier).expect("free");
+    assert_eq!(clients[0].blocking().barrier_status(barrier).expect("status"), None);
+    for client in clients {
+        client.shutdown();
+    }
+}
+
+#[test]
+fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start(dir.path(), 1, 2);
+    let client = Client::connect(superpeers(&cluster)).expect("joins");
+    let victim = peers(&cluster)[0];
+
+    // A client's ID comes back to the next client once it left.
+    let first = Client::connect(superpeers(&cluster)).expect("joins");
+    let first_id = first.node_id();
+    first.shutdown();
+    assert!(eventually(Duration::from_secs(5), || {
+        client
+            .blocking()
+            .nodes()
+            .map(|nodes| nodes.iter().any(|n| n.id == first_id && n.state != NodeState::Alive))
+            .unwrap_or(false)
+    }));
+    let second = Client::connect(superpeers(&cluster)).expect("joins");
+    assert_eq!(second.node_id(), first_id, "a gone client's ID is reused");
+    second.shutdown();
+
+    // A peer killed with SIGKILL is declared failed; its ID stays reserved.
+    cluster.kill(victim.0).expect("kill");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            client
+                .blocking()
+                .nodes()
+                .map(|nodes| {
+                    nodes
+                        .iter()
+                        .any(|n| n.id == victim && matches!(n.state, NodeState::Failed { .. }))
+                })
+                .unwrap_or(false)
+        }),
+        "the killed peer is declared failed"
+    );
+    let fresh = myriad_node::peer_node::PeerNode::start(peer_options(&cluster, dir.path(), "fresh-1"))
+        .expect("a new peer joins");
+    assert_ne!(fresh.node_id(), victim, "a failed peer's ID is not handed out");
+    fresh.shutdown();
+
+    // Once an operator releases it, the ID is handed out again.
+    client
+        .membership()
+        .net()
+        .runtime()
+        .block_on({
+            let membership = Arc::clone(client.membership());
+            async move { membership.write(Command::ReleaseId { node: victim }).await }
+        })
+        .expect("release");
+    let reused = myriad_node::peer_node::PeerNode::start(peer_options(&cluster, dir.path(), "fresh-2"))
+        .expect("another peer joins");
+    assert_eq!(reused.node_id(), victim, "the released ID is the lowest free one");
+    reused.shutdown();
+    client.shutdown();
+}
+
+fn peer_options(
+    cluster: &LocalCluster,
+    dir: &Path,
+    name: &str,
+) -> myriad_node::peer_node::PeerOptions {
+    let mut join = myriad_client::membership::JoinConfig::new(superpeers(cluster), Role::Peer);
+    join.listen = "127.0.0.1:0".parse().expect("address");
+    myriad_node::peer_node::PeerOptions {
+        join,
+        memory_bytes: 64 << 20,
+        data_dir: dir.join(name),
+    }
+}
+
+#[test]
+fn killing_the_raft_leader_keeps_metadata_and_chunks_serving() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start(dir.path(), 3, 2);
+    let client = Client::connect(superpeers(&cluster)).expect("joins");
+    let peers = peers(&cluster);
+    let values: Vec<Bytes> = (0..50).map(payload).collect();
+    let cids = client
+        .blocking()
+        .chunks()
+        .create_with_data(peers[1], &values)
+        .expect("create");
+    client.blocking().name_register("anchor", cids[0]).expect("register");
+
+    for round in 0..3 {
+        let leader = client.blocking().status().expect("status").leader.expect("a leader");
+        cluster.kill(leader.0).expect("kill the leader");
+        let started = Instant::now();
+        assert!(
+            eventually(Duration::from_secs(10), || client
+                .blocking()
+                .status()
+                .map(|status| status.leader.is_some_and(|l| l != leader))
+                .unwrap_or(false)),
+            "round {round}: no new leader"
+        );
+        eprintln!("round {round}: new leader after {:?}", started.elapsed());
+        assert_eq!(client.blocking().name_get("anchor").expect("name"), Some(cids[0]));
+        for (cid, value) in cids.iter().zip(&values) {
+            assert_eq!(&client.blocking().chunks().get(*cid).expect("get"), value);
+        }
+        client
+            .blocking()
+            .tmp_put(&format!("round-{round}"), Bytes::from_static(b"ok"))
+            .expect("metadata writes go on");
+        cluster.restart(&leader.0.to_string()).expect("restart");
+    }
+    client.shutdown();
+}
