@@ -17,5 +17,6 @@
 //! The `myriad` binary (`myriad superpeer`, `myriad peer`, `myriad cluster`) and tests.
 
 pub mod config;
+pub mod launch;
 pub mod peer;
 pub mod superpeer;
