@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod cluster;
 mod demo;
 
 /// Myriad: a distributed in-memory key-value store for billions of small objects.
@@ -16,6 +17,9 @@ struct Cli {
 enum Command {
     /// Run the demo of what Myriad can do today.
     Demo,
+    /// Start, inspect, stop and drill a local cluster.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Benchmarks that print their figures.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -38,6 +42,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo => demo::run(),
+        Command::Cluster(command) => cluster::run(command),
         Command::Bench(BenchCommand::Mem(args)) => {
             myriad_bench::mem::run(&args).map_err(anyhow::Error::msg)
         }
