@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod cluster;
 mod demo;
+mod term;
 
 /// Myriad: a distributed in-memory key-value store for billions of small objects.
 #[derive(Parser, Debug)]
@@ -20,6 +21,8 @@ enum Command {
     /// Start, inspect, stop and drill a local cluster.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// The terminal: DXTerm's commands, interactive or one-shot (-c).
+    Term(term::TermArgs),
     /// Benchmarks that print their figures.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -43,6 +46,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Demo => demo::run(),
         Command::Cluster(command) => cluster::run(command),
+        Command::Term(args) => term::main(args),
         Command::Bench(BenchCommand::Mem(args)) => {
             myriad_bench::mem::run(&args).map_err(anyhow::Error::msg)
         }
