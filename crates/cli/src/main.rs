@@ -37,6 +37,8 @@ enum BenchCommand {
     /// The server half of `bench net` (started by it).
     #[command(hide = true)]
     NetServer(myriad_bench::net::NetServerArgs),
+    /// Small-object get/put of a local cluster, with Redis and memcached baselines.
+    Kv(myriad_bench::kv::KvArgs),
     /// The backup-side log engine: append rate, recovery read, disk baseline.
     Log(myriad_bench::log::LogArgs),
 }
@@ -55,6 +57,9 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::NetServer(args)) => {
             myriad_bench::net::serve(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Kv(args)) => {
+            myriad_bench::kv::run(&args).map_err(anyhow::Error::msg)
         }
         Command::Bench(BenchCommand::Log(args)) => {
             myriad_bench::log::run(&args).map_err(anyhow::Error::msg)
