@@ -130,7 +130,7 @@ fn exercise(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
         let payloads: Vec<Bytes> = (0..count)
             .map(|offset| value((cids.len() + offset) as u64, args.chunk_bytes))
             .collect();
-        let created = api.chunks().create_with_data(peer, &payloads)?;
+        let created = api.chunks().create_with_data(peer, payloads)?;
         cids.extend(created);
         bar.set_position(cids.len() as u64);
     }

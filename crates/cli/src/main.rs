@@ -2,7 +2,10 @@
 
 use clap::{Parser, Subcommand};
 
+mod cluster;
 mod demo;
+mod peer_cmd;
+mod term;
 
 /// Myriad: a distributed in-memory key-value store for billions of small objects.
 #[derive(Parser, Debug)]
@@ -14,8 +17,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the demo of what Myriad can do today.
-    Demo,
+    /// Run the demo: a local cluster loaded and exercised through the client.
+    Demo(demo::DemoArgs),
+    /// Run a peer: store chunks and serve them (joins through the superpeers).
+    Peer(peer_cmd::PeerArgs),
+    /// Start, inspect, stop and drill a local cluster.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
+    /// The terminal: DXTerm's commands, interactive or one-shot (-c).
+    Term(term::TermArgs),
     /// Benchmarks that print their figures.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -30,6 +40,8 @@ enum BenchCommand {
     /// The server half of `bench net` (started by it).
     #[command(hide = true)]
     NetServer(myriad_bench::net::NetServerArgs),
+    /// Small-object get/put of a local cluster, with Redis and memcached baselines.
+    Kv(myriad_bench::kv::KvArgs),
     /// The backup-side log engine: append rate, recovery read, disk baseline.
     Log(myriad_bench::log::LogArgs),
 }
@@ -37,7 +49,10 @@ enum BenchCommand {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Demo => demo::run(),
+        Command::Demo(args) => demo::run(&args),
+        Command::Peer(args) => peer_cmd::run(&args),
+        Command::Cluster(command) => cluster::run(command),
+        Command::Term(args) => term::main(args),
         Command::Bench(BenchCommand::Mem(args)) => {
             myriad_bench::mem::run(&args).map_err(anyhow::Error::msg)
         }
@@ -47,8 +62,30 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::NetServer(args)) => {
             myriad_bench::net::serve(&args).map_err(anyhow::Error::msg)
         }
+        Command::Bench(BenchCommand::Kv(args)) => {
+            myriad_bench::kv::run(&args).map_err(anyhow::Error::msg)
+        }
         Command::Bench(BenchCommand::Log(args)) => {
             myriad_bench::log::run(&args).map_err(anyhow::Error::msg)
         }
     }
+}
+
+/// Logs to stderr at `info` (or as `RUST_LOG` says), once per process.
+pub(crate) fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Writes `text` to `path` through a temporary file and a rename, so readers never see a
+/// partial file.
+pub(crate) fn write_atomically(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    let temporary = path.with_extension("tmp");
+    std::fs::write(&temporary, text)?;
+    std::fs::rename(&temporary, path)?;
+    Ok(())
 }

@@ -17,6 +17,7 @@
 //! The `myriad` binary (`myriad superpeer`, `myriad peer`, `myriad cluster`) and tests.
 
 pub mod config;
+pub mod launch;
 pub mod peer;
 pub mod peer_node;
 pub mod superpeer;

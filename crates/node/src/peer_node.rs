@@ -18,6 +18,7 @@
 //! [`PeerNode::client`] for the local, network-free path.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -88,6 +89,7 @@ pub struct PeerNode {
     membership: Arc<Membership>,
     service: Arc<ChunkService>,
     events: tokio::task::JoinHandle<()>,
+    shutdown_requested: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for PeerNode {
@@ -171,6 +173,17 @@ impl PeerNode {
             })?;
         }
 
+        let shutdown_requested = Arc::new(AtomicBool::new(false));
+        {
+            let flag = Arc::clone(&shutdown_requested);
+            handlers.register(types::NODE_SHUTDOWN, move |incoming: Incoming| {
+                tracing::info!(from = ?incoming.from, "shutdown requested");
+                flag.store(true, Ordering::Relaxed);
+                if incoming.is_request() {
+                    let _ = incoming.respond(Bytes::new());
+                }
+            })?;
+        }
         let (endpoint, membership) = Membership::join_blocking(join, handlers)?;
         let me = membership.node_id();
         write_node_id(&options.data_dir, me)?;
@@ -205,6 +218,7 @@ impl PeerNode {
             membership,
             service,
             events,
+            shutdown_requested,
         })
     }
 
@@ -229,6 +243,24 @@ impl PeerNode {
     /// The peer's view of the cluster.
     pub fn membership(&self) -> &Arc<Membership> {
         &self.membership
+    }
+
+    /// Whether an operator asked this peer to shut down ([`types::NODE_SHUTDOWN`]); the
+    /// process that runs the peer polls it and then calls [`PeerNode::shutdown`].
+    pub fn shutdown_requested(&self) -> bool {
+        self.shutdown_requested.load(Ordering::Relaxed)
+    }
+
+    /// A client handle for an application running inside this peer: the same API as a
+    /// remote client, with this peer's own chunks served in-process (no network hop).
+    pub fn client(&self) -> myriad_client::client::Client {
+        let chunks = myriad_client::chunk::Chunks::new(
+            self.membership.net().clone(),
+            Arc::clone(&self.membership),
+            myriad_client::chunk::ChunkOptions::default(),
+        )
+        .with_local(Arc::clone(&self.service) as Arc<dyn myriad_client::chunk::LocalChunks>);
+        myriad_client::client::Client::from_parts(Arc::clone(&self.membership), chunks)
     }
 
     /// Leaves the cluster in an orderly way and stops serving.

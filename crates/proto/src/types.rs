@@ -34,3 +34,7 @@ pub const CHUNK: MessageType = MessageType::unordered(20, 0);
 /// Client to the peer that owns a CID range: move the range to another peer
 /// ([`crate::migrate::MigrateRequest`] → [`crate::migrate::MigrateReply`]).
 pub const MIGRATE: MessageType = MessageType::unordered(20, 1);
+
+/// Operator to a peer: leave the cluster and exit (`nodeshutdown` in `myriad term`;
+/// request, answered with an empty payload before the node shuts down).
+pub const NODE_SHUTDOWN: MessageType = MessageType::unordered(12, 0);

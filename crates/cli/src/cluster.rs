@@ -1,0 +1,189 @@
+//! `myriad cluster ...`: start, inspect, stop and drill a local cluster.
+//!
+//! A thin command-line face of [`myriad_node::launch`]: `start` spawns the nodes with this
+//! very binary (`std::env::current_exe()`) and returns once all serve; the other commands
+//! reopen `DIR/cluster.json`. Node arguments are the node command-line contract's
+//! (`myriad superpeer ...`, `myriad peer ...`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use myriad_node::launch::{LaunchSpec, LocalCluster, NodeStatus};
+
+/// `myriad cluster` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Start superpeers and peers on 127.0.0.1; returns when every node serves.
+    Start(StartArgs),
+    /// Show each node and whether its process is alive.
+    Status {
+        /// The cluster directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Print JSON (one array of nodes).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop every node (SIGTERM, then SIGKILL after a bounded wait).
+    Stop {
+        /// The cluster directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Seconds to wait after SIGTERM before SIGKILL.
+        #[arg(long, default_value_t = 10)]
+        timeout_secs: u64,
+    },
+    /// SIGKILL one node (a failure drill).
+    Kill {
+        /// The cluster directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node ID (decimal or 0x hex) or name (`peer-2`).
+        #[arg(long)]
+        node: String,
+    },
+    /// Restart one node with its arguments and data directory.
+    Restart {
+        /// The cluster directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Node ID (decimal or 0x hex) or name (`peer-2`).
+        #[arg(long)]
+        node: String,
+    },
+}
+
+/// Options of `myriad cluster start`.
+#[derive(clap::Args, Debug)]
+pub struct StartArgs {
+    /// The cluster directory (logs, data, ready files, cluster.json).
+    #[arg(long)]
+    dir: PathBuf,
+    /// Number of superpeers: 1, 3 or 5.
+    #[arg(long, default_value_t = 1)]
+    superpeers: usize,
+    /// Number of peers.
+    #[arg(long, default_value_t = 1)]
+    peers: usize,
+    /// Memory of each peer in MiB.
+    #[arg(long)]
+    peer_memory_mb: Option<u64>,
+    /// Configuration file given to every node.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Shared secret given to every node.
+    #[arg(long)]
+    secret: Option<String>,
+    /// Seconds to wait for each group of nodes to be ready.
+    #[arg(long, default_value_t = 30)]
+    ready_timeout_secs: u64,
+    /// Run the nodes with this binary instead of this `myriad` (development and tests).
+    #[arg(long, hide = true)]
+    binary: Option<PathBuf>,
+}
+
+/// Runs a `myriad cluster` subcommand.
+pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
+    match command {
+        ClusterCommand::Start(args) => {
+            let binary = match args.binary {
+                Some(binary) => binary,
+                None => std::env::current_exe()?,
+            };
+            let mut spec = LaunchSpec::new(&args.dir, binary);
+            spec.superpeers = args.superpeers;
+            spec.peers = args.peers;
+            spec.peer_memory_mb = args.peer_memory_mb;
+            spec.ready_timeout = Duration::from_secs(args.ready_timeout_secs);
+            if let Some(config) = &args.config {
+                spec.extra_args.push("--config".into());
+                spec.extra_args.push(config.display().to_string());
+            }
+            if let Some(secret) = &args.secret {
+                spec.extra_args.push("--secret".into());
+                spec.extra_args.push(secret.clone());
+            }
+            let mut cluster = LocalCluster::start(spec)?;
+            println!("cluster started in {}", cluster.dir().display());
+            print!("{}", render_status(&cluster.status()));
+            println!("superpeers: {}", cluster.superpeer_list());
+            Ok(())
+        }
+        ClusterCommand::Status { dir, json } => {
+            let mut cluster = LocalCluster::open(&dir)?;
+            let status = cluster.status();
+            if json {
+                println!("{}", serde_json::to_string(&status)?);
+            } else {
+                print!("{}", render_status(&status));
+            }
+            Ok(())
+        }
+        ClusterCommand::Stop { dir, timeout_secs } => {
+            let mut cluster = LocalCluster::open(&dir)?;
+            cluster.set_stop_timeout(Duration::from_secs(timeout_secs));
+            let killed = cluster.stop()?;
+            if killed.is_empty() {
+                println!("stopped {} nodes", cluster.nodes().len());
+            } else {
+                println!(
+                    "stopped {} nodes; SIGKILL needed for: {}",
+                    cluster.nodes().len(),
+                    killed.join(", ")
+                );
+            }
+            Ok(())
+        }
+        ClusterCommand::Kill { dir, node } => {
+            let mut cluster = LocalCluster::open(&dir)?;
+            let entry = cluster.find(&node)?.clone();
+            cluster.kill_named(&entry.name)?;
+            println!(
+                "killed {} (node 0x{:04x}, pid {})",
+                entry.name, entry.node_id, entry.pid
+            );
+            Ok(())
+        }
+        ClusterCommand::Restart { dir, node } => {
+            let mut cluster = LocalCluster::open(&dir)?;
+            let entry = cluster.restart(&node)?;
+            println!(
+                "restarted {} (node 0x{:04x}, {}, pid {})",
+                entry.name, entry.node_id, entry.address, entry.pid
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The node table: name, role, node ID, address, pid, alive, log.
+fn render_status(nodes: &[NodeStatus]) -> String {
+    let header = ["NAME", "ROLE", "NODE", "ADDRESS", "PID", "STATE", "LOG"].map(String::from);
+    let mut rows = vec![header.to_vec()];
+    for status in nodes {
+        let node = &status.node;
+        rows.push(vec![
+            node.name.clone(),
+            node.role.to_string(),
+            format!("0x{:04x}", node.node_id),
+            node.address.clone(),
+            node.pid.to_string(),
+            if status.alive { "alive" } else { "dead" }.to_string(),
+            node.log.display().to_string(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|column| rows.iter().map(|row| row[column].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

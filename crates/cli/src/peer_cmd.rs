@@ -1,0 +1,114 @@
+//! `myriad peer`: runs one peer until SIGTERM/SIGINT (or a remote shutdown request).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use myriad_client::membership::JoinConfig;
+use myriad_meta::Role;
+use myriad_node::config::{NodeConfig, Overrides};
+use myriad_node::peer_node::{PeerNode, PeerOptions};
+
+/// Options of `myriad peer` (each overrides the config file's setting).
+#[derive(clap::Args, Debug, Clone)]
+pub struct PeerArgs {
+    /// TOML configuration file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Listen address (port 0: the OS picks one).
+    #[arg(long)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// The superpeers, "ID=HOST:PORT,ID=HOST:PORT".
+    #[arg(long)]
+    pub superpeers: Option<String>,
+    /// Directory of the peer's persistent state (its node ID).
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// The cluster secret.
+    #[arg(long)]
+    pub secret: Option<String>,
+    /// Memory for chunks, in MiB.
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    /// Rack number (for rack-aware backup placement).
+    #[arg(long)]
+    pub rack: Option<u16>,
+    /// Switch number.
+    #[arg(long)]
+    pub switch: Option<u16>,
+    /// Write `{"role","node_id","address","pid"}` here (atomically) once serving.
+    #[arg(long)]
+    pub ready_file: Option<PathBuf>,
+}
+
+/// Runs the peer until it is told to stop.
+pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
+    crate::init_tracing();
+    let mut config = match &args.config {
+        Some(path) => NodeConfig::load(path)?,
+        None => NodeConfig::default(),
+    };
+    config.apply(&Overrides {
+        id: None,
+        listen: args.listen,
+        superpeers: args.superpeers.clone(),
+        data_dir: args.data_dir.clone(),
+        secret: args.secret.clone(),
+    })?;
+    if let Some(memory_mb) = args.memory_mb {
+        config.peer.memory_mb = memory_mb;
+    }
+    if let Some(rack) = args.rack {
+        config.rack = rack;
+    }
+    if let Some(switch) = args.switch {
+        config.switch = switch;
+    }
+    config.validate()?;
+    if config.superpeers.is_empty() {
+        anyhow::bail!("no superpeers configured: pass --superpeers \"1=HOST:PORT,...\"");
+    }
+    if config.peer.memory_mb == 0 {
+        anyhow::bail!("--memory-mb must be positive");
+    }
+    let mut join = JoinConfig::new(config.superpeer_list(), Role::Peer);
+    join.listen = config.listen;
+    join.capabilities = config.capability_flags()?;
+    join.rack = config.rack;
+    join.switch = config.switch;
+    join.secret = config.secret.clone().into_bytes();
+    join.handler_threads = config.peer.handler_threads.max(1);
+    let node = PeerNode::start(PeerOptions {
+        join,
+        memory_bytes: config.peer.memory_mb << 20,
+        data_dir: config.data_dir.clone(),
+    })
+    .context("starting the peer")?;
+    if let Some(path) = &args.ready_file {
+        let ready = serde_json::json!({
+            "role": "peer",
+            "node_id": node.node_id().0,
+            "address": node.address().to_string(),
+            "pid": std::process::id(),
+        });
+        crate::write_atomically(path, &format!("{ready}\n"))?;
+    }
+    eprintln!(
+        "peer {} serving on {} with {} MiB",
+        node.node_id(),
+        node.address(),
+        config.peer.memory_mb
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))?;
+    }
+    while !stop.load(Ordering::Relaxed) && !node.shutdown_requested() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("peer {} leaving", node.node_id());
+    node.shutdown();
+    Ok(())
+}
