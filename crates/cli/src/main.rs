@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod demo;
+mod superpeer_cmd;
 
 /// Myriad: a distributed in-memory key-value store for billions of small objects.
 #[derive(Parser, Debug)]
@@ -16,6 +17,8 @@ struct Cli {
 enum Command {
     /// Run the demo of what Myriad can do today.
     Demo,
+    /// Run one member of the superpeer group (metadata, membership, failure detection).
+    Superpeer(superpeer_cmd::SuperpeerArgs),
     /// Benchmarks that print their figures.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -38,6 +41,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo => demo::run(),
+        Command::Superpeer(args) => superpeer_cmd::run(&args),
         Command::Bench(BenchCommand::Mem(args)) => {
             myriad_bench::mem::run(&args).map_err(anyhow::Error::msg)
         }
