@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod cluster;
 mod demo;
 mod peer_cmd;
+mod superpeer_cmd;
 mod term;
 
 /// Myriad: a distributed in-memory key-value store for billions of small objects.
@@ -19,6 +20,8 @@ struct Cli {
 enum Command {
     /// Run the demo: a local cluster loaded and exercised through the client.
     Demo(demo::DemoArgs),
+    /// Run one member of the superpeer group (metadata, membership, failure detection).
+    Superpeer(superpeer_cmd::SuperpeerArgs),
     /// Run a peer: store chunks and serve them (joins through the superpeers).
     Peer(peer_cmd::PeerArgs),
     /// Start, inspect, stop and drill a local cluster.
@@ -50,6 +53,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => demo::run(&args),
+        Command::Superpeer(args) => superpeer_cmd::run(&args),
         Command::Peer(args) => peer_cmd::run(&args),
         Command::Cluster(command) => cluster::run(command),
         Command::Term(args) => term::main(args),
@@ -74,7 +78,7 @@ fn main() -> anyhow::Result<()> {
 /// Logs to stderr at `info` (or as `RUST_LOG` says), once per process.
 pub(crate) fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

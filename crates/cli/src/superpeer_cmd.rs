@@ -1,0 +1,99 @@
+//! `myriad superpeer`: runs one member of the superpeer group until SIGTERM or SIGINT.
+//!
+//! Settings come from `--config FILE` (TOML, see `myriad_node::config`) with the flags
+//! overriding single settings. Once the endpoint is up and Raft has started, the command
+//! writes the ready file (if asked): one JSON line
+//! `{"role":"superpeer","node_id":1,"address":"127.0.0.1:P","pid":1234}`, written to a
+//! temporary file and renamed, so a reader never sees a partial line. On SIGTERM or SIGINT
+//! it shuts down cleanly and exits 0; a bad configuration exits nonzero with the reason.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use myriad_node::config::{NodeConfig, Overrides};
+use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
+
+/// Flags of `myriad superpeer`.
+#[derive(clap::Args, Debug)]
+pub struct SuperpeerArgs {
+    /// TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// This superpeer's ID (one of --superpeers).
+    #[arg(long)]
+    id: Option<u16>,
+    /// Address to listen on (defaults to this superpeer's entry in --superpeers).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Every superpeer: "1=127.0.0.1:P1,2=127.0.0.1:P2,3=127.0.0.1:P3".
+    #[arg(long)]
+    superpeers: Option<String>,
+    /// Directory of the Raft log and snapshot.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Cluster secret.
+    #[arg(long)]
+    secret: Option<String>,
+    /// Write a JSON line here once serving.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+}
+
+fn write_ready_file(path: &Path, superpeer: &Superpeer) -> anyhow::Result<()> {
+    let line = serde_json::json!({
+        "role": "superpeer",
+        "node_id": superpeer.node_id().0,
+        "address": superpeer.local_addr().to_string(),
+        "pid": std::process::id(),
+    })
+    .to_string();
+    crate::write_atomically(path, &format!("{line}\n"))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Loads the configuration, runs the superpeer until a termination signal, shuts down.
+pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
+    crate::init_tracing();
+    let mut config = match &args.config {
+        Some(path) => NodeConfig::load(path)?,
+        None => NodeConfig::default(),
+    };
+    config.apply(&Overrides {
+        id: args.id,
+        listen: args.listen,
+        superpeers: args.superpeers.clone(),
+        data_dir: args.data_dir.clone(),
+        secret: args.secret.clone(),
+    })?;
+    let superpeer_config = SuperpeerConfig::from_node_config(&config)?;
+    // Signal handlers first, so that a SIGTERM right after the ready file is seen is
+    // handled as a clean stop.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the signal runtime")?;
+    let (mut terminate, mut interrupt) = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _context = runtime.enter();
+        (
+            signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        )
+    };
+    let superpeer = Superpeer::start(superpeer_config)?;
+    if let Some(path) = &args.ready_file {
+        write_ready_file(path, &superpeer)?;
+    }
+    let signal = runtime.block_on(async {
+        tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        }
+    });
+    tracing::info!(signal, "stopping");
+    drop(runtime);
+    superpeer.shutdown();
+    Ok(())
+}
