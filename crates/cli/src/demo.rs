@@ -159,7 +159,7 @@ fn exercise(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
     // Mixed workload: 95% gets, 5% puts; first single calls, then batches.
     let seconds = Duration::from_secs(args.workload_seconds.max(1));
     for batch in [1usize, 100] {
-        let mut latency = Histogram::<u64>::new(3)?;
+        let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
         let mut ops = 0u64;
         let mut puts = 0u64;
         let started = Instant::now();
@@ -212,7 +212,11 @@ fn exercise(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
     );
     let barrier = api.barrier_alloc(1)?;
     let values = api.barrier_sign_on(barrier, 42, Duration::from_secs(5))?;
-    println!("barrier {barrier}: released with values {values:?}");
+    let values: Vec<String> = values
+        .iter()
+        .map(|(node, value)| format!("{node}={value}"))
+        .collect();
+    println!("barrier {barrier}: released with values [{}]", values.join(", "));
     api.barrier_free(barrier)?;
 
     // Summary per peer.
