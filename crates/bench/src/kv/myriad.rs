@@ -1,12 +1,9 @@
 //! The Myriad side of `bench kv`: a local cluster started through the launcher and the
 //! per-thread workers that drive it.
 //!
-//! # Hook
-//! Everything here is real except the client calls: [`client_session`] is the one
-//! function to fill in with `myriad-client` (join through the superpeers, preload the
-//! keys, hand out per-thread workers). Until then it returns an "unimplemented: needs
-//! myriad-client" error and `bench kv` reports Myriad as skipped, still running the
-//! baselines.
+//! [`client_session`] joins the cluster with one `myriad-client` [`Client`] shared by the
+//! worker threads, preloads the keys spread over the peers in create batches, and hands
+//! out one blocking worker per thread.
 //!
 //! # Invariants
 //! - The cluster is started owned: it is SIGKILLed when the [`MyriadTarget`] is dropped,
@@ -15,7 +12,13 @@
 //!   measures the build it is part of.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use bytes::Bytes;
+use myriad_client::client::Client;
+use myriad_mem::{ChunkId, NodeId};
+use myriad_meta::{NodeState, Role};
 
 use myriad_node::launch::{LaunchSpec, LocalCluster};
 
@@ -51,16 +54,123 @@ pub trait MyriadClientSession {
     fn workers(&mut self, op: Op, threads: usize) -> Result<Vec<WorkerFn>, String>;
 }
 
-/// THE HOOK: connects a client session to the cluster whose superpeers are `superpeers`
-/// (node ID, `127.0.0.1:P`).
-///
-/// UNIMPLEMENTED: needs myriad-client. Replace the body with a `MyriadClientSession` over
-/// the client library; nothing else in `bench kv` has to change.
+/// Connects a client session to the cluster whose superpeers are `superpeers` (node ID,
+/// `127.0.0.1:P`). One client (one node ID, one connection per peer) is shared by all
+/// worker threads: concurrent calls from the threads are aggregated by the messaging layer.
 pub fn client_session(
     superpeers: &[(u16, String)],
 ) -> Result<Box<dyn MyriadClientSession>, String> {
-    let _ = superpeers;
-    Err("unimplemented: needs myriad-client".into())
+    let superpeers = superpeers
+        .iter()
+        .map(|(id, address)| {
+            address
+                .parse()
+                .map(|address| (NodeId(*id), address))
+                .map_err(|e| format!("superpeer address {address}: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let client = Client::connect(superpeers).map_err(|e| e.to_string())?;
+    Ok(Box::new(ClientSession {
+        client,
+        cids: Arc::new(Vec::new()),
+        object_bytes: 0,
+    }))
+}
+
+/// Chunks per create request during the preload.
+const PRELOAD_BATCH: usize = 1_000;
+
+struct ClientSession {
+    client: Client,
+    /// Key index → chunk ID.
+    cids: Arc<Vec<ChunkId>>,
+    object_bytes: usize,
+}
+
+impl Drop for ClientSession {
+    fn drop(&mut self) {
+        self.client.shutdown();
+    }
+}
+
+impl MyriadClientSession for ClientSession {
+    fn preload(&mut self, keys: u64, object_bytes: usize) -> Result<(), String> {
+        let api = self.client.blocking();
+        let peers: Vec<NodeId> = api
+            .nodes()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|node| node.role == Role::Peer && node.state == NodeState::Alive)
+            .map(|node| node.id)
+            .collect();
+        if peers.is_empty() {
+            return Err("the cluster has no alive peer".into());
+        }
+        let keys = usize::try_from(keys).map_err(|_| "too many keys".to_owned())?;
+        let mut cids = Vec::with_capacity(keys);
+        let value = Bytes::from(vec![0x5a; object_bytes]);
+        while cids.len() < keys {
+            let count = PRELOAD_BATCH.min(keys - cids.len());
+            let peer = peers[(cids.len() / PRELOAD_BATCH) % peers.len()];
+            let created = api
+                .chunks()
+                .create_with_data(peer, vec![value.clone(); count])
+                .map_err(|e| format!("preload: {e}"))?;
+            cids.extend(created);
+        }
+        self.cids = Arc::new(cids);
+        self.object_bytes = object_bytes;
+        Ok(())
+    }
+
+    fn workers(&mut self, op: Op, threads: usize) -> Result<Vec<WorkerFn>, String> {
+        if self.cids.is_empty() {
+            return Err("preload first".into());
+        }
+        let value = Bytes::from(vec![0xa5; self.object_bytes]);
+        let workers = (0..threads)
+            .map(|_| {
+                let client = self.client.clone();
+                let cids = Arc::clone(&self.cids);
+                let value = value.clone();
+                let worker: WorkerFn = Box::new(move |keys: &[u64]| {
+                    let api = client.blocking();
+                    let chunks = api.chunks();
+                    let cid = |key: u64| {
+                        usize::try_from(key)
+                            .ok()
+                            .and_then(|index| cids.get(index).copied())
+                            .ok_or_else(|| format!("key {key} was not preloaded"))
+                    };
+                    match (op, keys) {
+                        (Op::Get, [key]) => chunks.get(cid(*key)?).map(drop).map_err(|e| e.to_string()),
+                        (Op::Put, [key]) => chunks
+                            .put(cid(*key)?, value.clone())
+                            .map_err(|e| e.to_string()),
+                        (Op::Get, keys) => {
+                            let wanted = keys.iter().map(|&key| cid(key)).collect::<Result<Vec<_>, _>>()?;
+                            chunks
+                                .get_batch(&wanted)
+                                .into_iter()
+                                .try_for_each(|result| result.map(drop).map_err(|e| e.to_string()))
+                        }
+                        (Op::Put, keys) => {
+                            let items = keys
+                                .iter()
+                                .map(|&key| Ok((cid(key)?, value.clone())))
+                                .collect::<Result<Vec<_>, String>>()?;
+                            chunks
+                                .put_batch(&items)
+                                .into_iter()
+                                .try_for_each(|result| result.map_err(|e| e.to_string()))
+                        }
+                    }
+                });
+                worker
+            })
+            .collect();
+        Ok(workers)
+    }
 }
 
 /// A local cluster of `peers` peers plus a client session on it.
