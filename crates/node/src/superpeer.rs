@@ -381,14 +381,21 @@ impl Superpeer {
             return;
         }
         tracing::info!(id = %self.core.id, "superpeer shutting down");
+        // Inside an async context nothing may block: Raft is then left to stop with the
+        // runtime (its log is durable after every acknowledged append anyway).
+        let blocking_allowed = tokio::runtime::Handle::try_current().is_err();
         if let (Some(runtime), Some(raft)) = (&self.runtime, self.core.raft()) {
-            if tokio::runtime::Handle::try_current().is_err() {
+            if blocking_allowed {
                 runtime.block_on(raft.shutdown());
             }
         }
         self.endpoint.take();
         if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_timeout(Duration::from_secs(2));
+            if blocking_allowed {
+                runtime.shutdown_timeout(Duration::from_secs(2));
+            } else {
+                runtime.shutdown_background();
+            }
         }
     }
 }

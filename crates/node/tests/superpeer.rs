@@ -323,3 +323,96 @@ fn second_superpeer_on_the_same_directory_is_refused() {
         other => panic!("expected DataDirLocked, got {other:?}"),
     }
 }
+
+#[test]
+fn join_blocking_works_from_a_plain_thread() {
+    let cluster = Cluster::start();
+    let config = JoinConfig::new(vec![(NodeId(1), cluster.address)], Role::Client);
+    let (endpoint, membership) = Membership::join_blocking(config, Handlers::new()).unwrap();
+    assert_ne!(membership.node_id(), NodeId(1));
+    assert_eq!(
+        endpoint.node_id(),
+        myriad_proto::net_id(membership.node_id())
+    );
+    assert!(membership.nodes().len() >= 2);
+}
+
+#[test]
+fn followers_answer_not_leader_and_clients_follow_to_the_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let members: Vec<(NodeId, SocketAddr)> = (1..=3).map(|id| (NodeId(id), free_port())).collect();
+    let superpeers: Vec<Superpeer> = members
+        .iter()
+        .map(|(id, address)| {
+            let mut config = SuperpeerConfig::new(
+                *id,
+                *address,
+                members.clone(),
+                dir.path().join(format!("sp{}", id.0)),
+            );
+            config.election_timeout_ms = 150..300;
+            config.raft_heartbeat_ms = 50;
+            Superpeer::start(config).unwrap()
+        })
+        .collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let config = JoinConfig::new(members.clone(), Role::Peer);
+    let (_endpoint, peer) = runtime
+        .block_on(Membership::join(config, Handlers::new()))
+        .unwrap();
+    assert!(
+        peer.node_id().0 > 3,
+        "got a superpeer's ID: {}",
+        peer.node_id()
+    );
+    // Every superpeer was registered before the peer's join.
+    for (id, _) in &members {
+        assert_eq!(peer.node(*id).unwrap().role, Role::Superpeer);
+    }
+    let leader = superpeers
+        .iter()
+        .find(|superpeer| superpeer.is_leader())
+        .map(Superpeer::node_id)
+        .unwrap();
+    let follower = members
+        .iter()
+        .map(|(id, _)| *id)
+        .find(|id| *id != leader)
+        .unwrap();
+    // A follower learns the leader from its heartbeats (within a few of them).
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let reply = loop {
+        let reply = runtime
+            .block_on(peer.net().request(
+                myriad_proto::net_id(follower),
+                myriad_proto::types::META_REQUEST,
+                MetaRequest::Nodes.encode(),
+                Duration::from_secs(2),
+            ))
+            .unwrap();
+        let reply = MetaReply::decode(reply).unwrap();
+        if reply != (MetaReply::NotLeader { leader: None }) || std::time::Instant::now() > deadline
+        {
+            break reply;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        reply,
+        MetaReply::NotLeader {
+            leader: Some(leader)
+        }
+    );
+    // Membership follows it.
+    match runtime.block_on(peer.request(MetaRequest::Nodes)).unwrap() {
+        MetaReply::Nodes(nodes) => assert_eq!(nodes.len(), 4),
+        other => panic!("unexpected {other:?}"),
+    }
+    for superpeer in superpeers {
+        superpeer.shutdown();
+    }
+}
