@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -27,9 +27,11 @@ fn net(node: NodeId) -> myriad_net::NodeId {
     myriad_net::NodeId(node.0)
 }
 
-/// The master's memory: CID → payload. Also the re-replication source.
+/// The master's memory: CID → payload. Also the re-replication source; a read can be
+/// made slow (the copy is taken first, then handed out after the delay), so changes land
+/// between a read and its delivery.
 #[derive(Default)]
-struct Memory(Mutex<BTreeMap<u64, Vec<u8>>>);
+struct Memory(Mutex<BTreeMap<u64, Vec<u8>>>, AtomicU64);
 
 impl ChunkSource for Memory {
     fn for_each_in_range(
@@ -44,6 +46,7 @@ impl ChunkSource for Memory {
             .range(first.raw()..=last.raw())
             .map(|(&cid, data)| (cid, data.clone()))
             .collect();
+        std::thread::sleep(Duration::from_millis(self.1.load(Ordering::Acquire)));
         for (cid, data) in chunks {
             if !visit(ChunkId::from_raw(cid), &data) {
                 break;
@@ -642,4 +645,52 @@ fn zero_replication_returns_at_once_and_sends_nothing() {
 fn zone_numbers_beyond_the_log_engine_are_refused() {
     assert!(log_zone(MASTER, 65_535).is_ok());
     assert!(log_zone(MASTER, 65_536).is_err());
+}
+
+#[test]
+fn changes_during_re_replication_are_not_overwritten_by_stale_copies() {
+    let cluster = Cluster::start(3, 2, Registry::default(), |config| {
+        config.replication = 2;
+        config.resync_slice_bytes = 4096;
+    });
+    for local in 0..40u64 {
+        cluster
+            .create(local, payload(local, 0, 50), Durability::Replicated)
+            .unwrap();
+    }
+    // Every slice read is delivered 300 ms late; meanwhile every chunk changes or goes.
+    cluster.memory.1.store(300, Ordering::Release);
+    let spare = cluster.backups[2].node;
+    cluster.peers.0.lock().push(Candidate {
+        node: spare,
+        rack: 0,
+        switch: 0,
+    });
+    let failed = cluster.backups[0].node;
+    let changes = cluster.replicator.replace_backup(failed);
+    assert_eq!(changes.len(), 1);
+    std::thread::sleep(Duration::from_millis(50));
+    for local in 0..40u64 {
+        if local % 4 == 0 {
+            cluster.remove(local, Durability::Async).unwrap();
+        } else {
+            cluster
+                .put(local, payload(local, 7, 52), Durability::Async)
+                .unwrap();
+        }
+    }
+    match cluster
+        .replicator
+        .events()
+        .recv_timeout(Duration::from_secs(10))
+        .expect("resync event")
+    {
+        ReplicaEvent::ResyncDone { backup, chunks, .. } => {
+            assert_eq!(backup, spare);
+            assert_eq!(chunks, 0, "every copy read before a change must be skipped");
+        }
+        other => panic!("unexpected event {other:?}"),
+    }
+    cluster.replicator.wait_all(Durability::Replicated).unwrap();
+    cluster.check_backups_match_memory();
 }
