@@ -97,9 +97,6 @@ pub enum ReplicaError {
     /// receives the zone by re-replication.
     #[error("backup {0} was replaced while the write waited for it")]
     BackupReplaced(NodeId),
-    /// The chunk has no zone (it was never created through this replicator).
-    #[error("chunk {0} has no backup zone")]
-    UnknownChunk(ChunkId),
     /// The replicator is shutting down.
     #[error("the replicator is shut down")]
     Shutdown,

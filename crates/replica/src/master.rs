@@ -7,7 +7,9 @@
 //! sender thread drains pending queues into [`LogMessage`]s of up to
 //! [`ReplicatorConfig::message_bytes_target`] (so under load many small writes share a
 //! message, at low load nothing waits for company), moves them into the stream's window of
-//! unacknowledged messages and sends them. Acknowledgements ([`wire::ACK`]) advance each
+//! unacknowledged messages and hands them to the stream's send task (one async task per
+//! backup on the messaging runtime, so the messages of a stream leave in order and a backup
+//! that is slow to connect holds up only its own stream). Acknowledgements ([`wire::ACK`]) advance each
 //! stream's applied and durable marks, free the window and wake waiting writers.
 //!
 //! # Resending
@@ -34,7 +36,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -48,6 +50,7 @@ use myriad_net::{Incoming, NetHandle};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 use crate::wire::{self, encode_log_message, Ack, AckStatus, Op};
 use crate::{Durability, ReplicaError};
@@ -305,11 +308,38 @@ struct Stream {
     unreachable_reported: bool,
     last_refusal: Option<String>,
     resends: u64,
+    /// Hands batches of messages to the stream's send task, which sends them in order.
+    courier: UnboundedSender<Vec<Bytes>>,
+    /// Batches handed over and not yet sent (or given up on).
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Stream {
-    fn new(id: u64, now: Instant) -> Stream {
+    /// A new stream to `backup`, with its send task on the messaging runtime. The task
+    /// ends when the stream is dropped.
+    fn new(id: u64, now: Instant, net: &NetHandle, backup: NodeId) -> Stream {
+        let (courier, mut batches) = unbounded_channel::<Vec<Bytes>>();
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let task_net = net.clone();
+        let task_in_flight = in_flight.clone();
+        net.runtime().spawn(async move {
+            while let Some(batch) = batches.recv().await {
+                for message in batch {
+                    if let Err(e) = task_net
+                        .send(net_id(backup), wire::REPLICATE, message)
+                        .await
+                    {
+                        // The window keeps the rest; a resend follows.
+                        tracing::debug!(%backup, error = %e, "replication send failed");
+                        break;
+                    }
+                }
+                task_in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+        });
         Stream {
+            courier,
+            in_flight,
             id,
             next_seq: 1,
             pending: VecDeque::new(),
@@ -652,6 +682,8 @@ impl Drop for Replicator {
         for worker in workers {
             let _ = worker.join();
         }
+        // Dropping the streams ends their send tasks.
+        self.inner.state.lock().streams.clear();
     }
 }
 
@@ -762,10 +794,19 @@ impl Inner {
     }
 
     /// Appends `op` to the stream of `backup`; returns its position.
-    fn push_op(state: &mut State, backup: NodeId, op: Op, durable: bool, now: Instant) -> Target {
+    fn push_op(
+        &self,
+        state: &mut State,
+        backup: NodeId,
+        op: Op,
+        durable: bool,
+        now: Instant,
+    ) -> Target {
         if !state.streams.contains_key(&backup) {
             let id = Self::next_stream_id(state);
-            state.streams.insert(backup, Stream::new(id, now));
+            state
+                .streams
+                .insert(backup, Stream::new(id, now, &self.net, backup));
         }
         let Some(stream) = state.streams.get_mut(&backup) else {
             unreachable!("inserted above");
@@ -863,7 +904,7 @@ impl Inner {
             self.wait_room(&mut state, &backups, op.encoded_bytes(), deadline)?;
             let now = Instant::now();
             for &backup in &backups {
-                let target = Self::push_op(&mut state, backup, op.clone(), wants_durable, now);
+                let target = self.push_op(&mut state, backup, op.clone(), wants_durable, now);
                 match targets.iter_mut().find(|t| t.backup == backup) {
                     Some(t) => *t = target,
                     None => targets.push(target),
@@ -1012,7 +1053,6 @@ impl Inner {
     fn sender_loop(self: Arc<Self>) {
         let mut events = self.net.subscribe();
         let tick = (self.config.ack_timeout / 4).max(Duration::from_millis(5));
-        let mut outgoing: Vec<(NodeId, Vec<Bytes>)> = Vec::new();
         loop {
             let mut unreachable = Vec::new();
             {
@@ -1039,9 +1079,14 @@ impl Inner {
                 for (&backup, stream) in state.streams.iter_mut() {
                     let mut messages = Vec::new();
                     let quiet = now.duration_since(stream.last_progress.max(stream.last_resend));
-                    let resend_soon =
-                        stream.resend_requested && now.duration_since(stream.last_resend) >= tick;
-                    if !stream.window.is_empty()
+                    // While a batch is still on its way (e.g. waiting for a connection),
+                    // a resend would only queue the window twice.
+                    let idle = stream.in_flight.load(Ordering::Acquire) == 0;
+                    let resend_soon = idle
+                        && stream.resend_requested
+                        && now.duration_since(stream.last_resend) >= tick;
+                    if idle
+                        && !stream.window.is_empty()
                         && (resend_soon || quiet >= self.config.ack_timeout)
                     {
                         messages.extend(stream.window.iter().map(|m| m.bytes.clone()));
@@ -1093,25 +1138,16 @@ impl Inner {
                         unreachable.push(backup);
                     }
                     if !messages.is_empty() {
-                        outgoing.push((backup, messages));
+                        stream.in_flight.fetch_add(1, Ordering::AcqRel);
+                        if stream.courier.send(messages).is_err() {
+                            stream.in_flight.fetch_sub(1, Ordering::AcqRel);
+                        }
                     }
                 }
             }
             for backup in unreachable {
                 tracing::warn!(%backup, "backup unreachable");
                 self.emit(ReplicaEvent::BackupUnreachable(backup));
-            }
-            for (backup, messages) in outgoing.drain(..) {
-                for message in messages {
-                    if let Err(e) = self
-                        .net
-                        .send_blocking(net_id(backup), wire::REPLICATE, message)
-                    {
-                        // The window keeps it; the ack timeout resends.
-                        tracing::debug!(%backup, error = %e, "replication send failed");
-                        break;
-                    }
-                }
             }
         }
     }
@@ -1272,7 +1308,7 @@ impl Inner {
                         cid: cid.raw(),
                         data,
                     };
-                    last_target = Some(Self::push_op(&mut state, backup, op, true, now));
+                    last_target = Some(self.push_op(&mut state, backup, op, true, now));
                     copied += 1;
                 }
                 self.work.notify_one();
@@ -1300,6 +1336,9 @@ impl Inner {
                         return Err(format!("registration failed: {reason}"))
                     }
                     Some(Registration::Pending) => {}
+                }
+                if self.shutdown.load(Ordering::Acquire) {
+                    return Err("shut down".into());
                 }
                 if self.progress.wait_until(&mut state, deadline).timed_out() {
                     return Err("registration timed out".into());
