@@ -412,6 +412,21 @@ mod tests {
         }
 
         #[test]
+        fn mutated_messages_never_panic(
+            ops in proptest::collection::vec(op_strategy(), 1..5),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        ) {
+            let mut bytes = LogMessage { stream: 3, first_seq: 9, durable_requested: true, ops }
+                .encode()
+                .to_vec();
+            for (at, value) in flips {
+                let at = at.index(bytes.len());
+                bytes[at] = value;
+            }
+            fuzz_decode(&bytes);
+        }
+
+        #[test]
         fn truncated_messages_fail(
             ops in proptest::collection::vec(op_strategy(), 1..5),
             cut in any::<prop::sample::Index>(),
