@@ -54,7 +54,9 @@ pub use myriad_mem::{ChunkId, NodeId};
 
 use std::time::Duration;
 
-/// When a change of a chunk counts as done for its caller.
+/// When a change of a chunk counts as done for its caller. "Every backup" means the
+/// zone's backups at the time of the call: fewer than R while too few peers were known
+/// when the zone was placed (see [`Replicator::fill_zones`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Durability {
     /// Once the change is queued for sending to the backups (DXRAM's behaviour).

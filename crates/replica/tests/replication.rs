@@ -694,3 +694,37 @@ fn changes_during_re_replication_are_not_overwritten_by_stale_copies() {
     cluster.replicator.wait_all(Durability::Replicated).unwrap();
     cluster.check_backups_match_memory();
 }
+
+#[test]
+fn zones_placed_with_too_few_peers_are_filled_when_peers_join() {
+    let cluster = Cluster::start(3, 1, Registry::default(), |config| config.replication = 3);
+    for local in 0..30u64 {
+        cluster
+            .create(local, payload(local, 0, 40), Durability::Replicated)
+            .unwrap();
+    }
+    assert_eq!(cluster.replicator.backups_of(0).unwrap().len(), 1);
+    *cluster.peers.0.lock() = cluster
+        .backups
+        .iter()
+        .map(|b| Candidate {
+            node: b.node,
+            rack: 0,
+            switch: 0,
+        })
+        .collect();
+    let changes = cluster.replicator.fill_zones();
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].backups.len(), 3);
+    assert_eq!(changes[0].added.len(), 2);
+    let events = cluster.replicator.events();
+    for _ in 0..2 {
+        let event = events.recv_timeout(Duration::from_secs(10)).expect("event");
+        assert!(
+            matches!(event, ReplicaEvent::ResyncDone { chunks: 30, .. }),
+            "{event:?}"
+        );
+    }
+    cluster.replicator.wait_all(Durability::Durable).unwrap();
+    cluster.check_backups_match_memory();
+}
