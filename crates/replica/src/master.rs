@@ -746,16 +746,23 @@ impl Inner {
                 }
             }
         };
+        let no_backups_wanted = self.config.replication == 0;
         state.zones.insert(
             zone,
             ZoneState {
                 backups,
-                registration: Registration::Pending,
+                registration: if no_backups_wanted {
+                    Registration::Done
+                } else {
+                    Registration::Pending
+                },
                 registration_serial: 0,
                 resyncs: Vec::new(),
             },
         );
-        self.start_registration(state, zone);
+        if !no_backups_wanted {
+            self.start_registration(state, zone);
+        }
     }
 
     /// Waits (bounded) until every stream of `backups` has room for `bytes` more.
@@ -877,12 +884,9 @@ impl Inner {
             if matches!(z.registration, Registration::Failed(_)) {
                 self.start_registration(&mut state, zone);
             }
-            let Some(z) = state.zones.get_mut(&zone) else {
+            let Some(z) = state.zones.get(&zone) else {
                 continue;
             };
-            for resync in &mut z.resyncs {
-                resync.dirty.insert(cid.raw());
-            }
             let backups = z.backups.clone();
             if backups.is_empty() {
                 if durability != Durability::Async && self.config.replication > 0 {
@@ -902,6 +906,14 @@ impl Inner {
                 },
             };
             self.wait_room(&mut state, &backups, op.encoded_bytes(), deadline)?;
+            // The lock was released while waiting: the zone's backups may have changed.
+            let Some(z) = state.zones.get_mut(&zone) else {
+                continue;
+            };
+            for resync in &mut z.resyncs {
+                resync.dirty.insert(cid.raw());
+            }
+            let backups = z.backups.clone();
             let now = Instant::now();
             for &backup in &backups {
                 let target = self.push_op(&mut state, backup, op.clone(), wants_durable, now);

@@ -638,6 +638,7 @@ fn zero_replication_returns_at_once_and_sends_nothing() {
         .put(0, payload(0, 1, 16), Durability::Durable)
         .unwrap();
     assert!(cluster.replicator.stats().streams.is_empty());
+    assert!(cluster.registry.calls.lock().is_empty());
     assert!(cluster.backups[0].service.zone_ids().is_empty());
 }
 
