@@ -14,8 +14,9 @@
 //!
 //! # Resending
 //! A lost connection (a `ConnectionLost` event), a gap reported by the backup, or no
-//! progress for [`ReplicatorConfig::ack_timeout`] makes the sender resend the whole window
-//! from the first unacknowledged message; the backup drops what it already has. A stream
+//! progress for [`ReplicatorConfig::ack_timeout`] (doubling per fruitless resend) makes the
+//! sender resend the whole window from the first unacknowledged message, once the stream's
+//! send task is idle; the backup drops what it already has. A stream
 //! without progress for [`ReplicatorConfig::unreachable_timeout`] is reported once as
 //! [`ReplicaEvent::BackupUnreachable`]; the node then calls [`Replicator::replace_backup`].
 //!
@@ -110,7 +111,8 @@ pub struct ReplicatorConfig {
     pub default_durability: Durability,
     /// Longest a call waits (for its durability, stream room or registration). Default 10 s.
     pub wait_timeout: Duration,
-    /// Resend a stream's window when it made no progress for this long. Default 250 ms.
+    /// Resend a stream's window when it made no progress for this long; each further
+    /// resend without progress waits twice as long, up to 32×. Default 250 ms.
     pub ack_timeout: Duration,
     /// Report a backup as unreachable after no progress for this long. Default 5 s.
     pub unreachable_timeout: Duration,
@@ -308,6 +310,8 @@ struct Stream {
     unreachable_reported: bool,
     last_refusal: Option<String>,
     resends: u64,
+    /// Resends after a timeout since the last progress (the next one waits longer).
+    backoff: u32,
     /// Hands batches of messages to the stream's send task, which sends them in order.
     courier: UnboundedSender<Vec<Bytes>>,
     /// Batches handed over and not yet sent (or given up on).
@@ -354,6 +358,7 @@ impl Stream {
             unreachable_reported: false,
             last_refusal: None,
             resends: 0,
+            backoff: 0,
         }
     }
 
@@ -1032,6 +1037,7 @@ impl Inner {
             let applied = ack.applied_seq.min(assigned);
             if applied > stream.applied {
                 stream.applied = applied;
+                stream.backoff = 0;
                 stream.last_progress = Instant::now();
                 stream.unreachable_reported = false;
                 while stream.window.front().is_some_and(|m| m.last_seq <= applied) {
@@ -1069,11 +1075,9 @@ impl Inner {
             let mut unreachable = Vec::new();
             {
                 let mut state = self.state.lock();
-                let has_work = |s: &State| {
-                    s.streams
-                        .values()
-                        .any(|st| !st.pending.is_empty() || st.resend_requested)
-                };
+                // Resend requests wait for the next tick (at most a quarter of the ack
+                // timeout); only new operations end the wait early.
+                let has_work = |s: &State| s.streams.values().any(|st| !st.pending.is_empty());
                 if !self.shutdown.load(Ordering::Acquire) && !has_work(&state) {
                     self.work.wait_for(&mut state, tick);
                 }
@@ -1097,13 +1101,16 @@ impl Inner {
                     let resend_soon = idle
                         && stream.resend_requested
                         && now.duration_since(stream.last_resend) >= tick;
-                    if idle
-                        && !stream.window.is_empty()
-                        && (resend_soon || quiet >= self.config.ack_timeout)
-                    {
+                    // Without progress, resends back off: ack timeout × 1, 2, 4, … 32.
+                    let quiet_max = self.config.ack_timeout * (1u32 << stream.backoff.min(5));
+                    let timed_out = quiet >= quiet_max;
+                    if idle && !stream.window.is_empty() && (resend_soon || timed_out) {
                         messages.extend(stream.window.iter().map(|m| m.bytes.clone()));
                         stream.last_resend = now;
                         stream.resends += 1;
+                        if timed_out {
+                            stream.backoff = stream.backoff.saturating_add(1);
+                        }
                     }
                     if stream.window.is_empty() || resend_soon {
                         stream.resend_requested = false;
