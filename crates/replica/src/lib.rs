@@ -16,7 +16,7 @@
 //!   [`myriad_log::LogEngine`] in stream order, drops duplicates, and acknowledges each
 //!   stream twice: once applied (in the log engine's write buffer) and once on disk.
 //! - [`wire`]: the two message types (30.0, 30.1) and their encodings.
-//! - [`bench`]: put throughput and latency for R = 0..=3 in every durability mode.
+//! - [`bench`](mod@bench): put throughput and latency for R = 0..=3 in every durability mode.
 //!
 //! **Invariants.**
 //! - A zone is registered (its [`ZoneRegistry::register`] future resolved `Ok`) before any
