@@ -233,6 +233,9 @@ pub struct ZoneStats {
     pub registered: bool,
     /// Re-replications to new backups in progress.
     pub resyncs: usize,
+    /// Operations of the zone not yet acknowledged, summed over its streams (counted per
+    /// message: a partly acknowledged message still counts whole).
+    pub unacknowledged_ops: u64,
 }
 
 /// One backup stream in [`ReplicatorStats`].
@@ -291,6 +294,8 @@ struct ZoneState {
 struct Sent {
     last_seq: u64,
     bytes: Bytes,
+    /// Operations per zone in the message.
+    zones: Vec<(u32, u64)>,
 }
 
 #[derive(Debug)]
@@ -310,6 +315,8 @@ struct Stream {
     unreachable_reported: bool,
     last_refusal: Option<String>,
     resends: u64,
+    /// Operations per zone in pending and unacknowledged messages.
+    unacknowledged_per_zone: BTreeMap<u32, u64>,
     /// Resends after a timeout since the last progress (the next one waits longer).
     backoff: u32,
     /// Hands batches of messages to the stream's send task, which sends them in order.
@@ -358,6 +365,7 @@ impl Stream {
             unreachable_reported: false,
             last_refusal: None,
             resends: 0,
+            unacknowledged_per_zone: BTreeMap::new(),
             backoff: 0,
         }
     }
@@ -635,6 +643,11 @@ impl Replicator {
                     backups: z.map(|z| z.backups.clone()).unwrap_or_default(),
                     registered: z.is_some_and(|z| z.registration == Registration::Done),
                     resyncs: z.map_or(0, |z| z.resyncs.len()),
+                    unacknowledged_ops: state
+                        .streams
+                        .values()
+                        .filter_map(|s| s.unacknowledged_per_zone.get(&zone.0))
+                        .sum(),
                 }
             })
             .collect();
@@ -826,6 +839,7 @@ impl Inner {
         let seq = stream.next_seq;
         stream.next_seq += 1;
         stream.pending_bytes += op.encoded_bytes();
+        *stream.unacknowledged_per_zone.entry(op.zone()).or_default() += 1;
         stream.pending.push_back((op, durable));
         Target {
             backup,
@@ -1043,6 +1057,14 @@ impl Inner {
                 while stream.window.front().is_some_and(|m| m.last_seq <= applied) {
                     if let Some(sent) = stream.window.pop_front() {
                         stream.window_bytes -= sent.bytes.len();
+                        for (zone, count) in sent.zones {
+                            if let Some(n) = stream.unacknowledged_per_zone.get_mut(&zone) {
+                                *n = n.saturating_sub(count);
+                                if *n == 0 {
+                                    stream.unacknowledged_per_zone.remove(&zone);
+                                }
+                            }
+                        }
                     }
                 }
             }
@@ -1138,6 +1160,13 @@ impl Inner {
                         stream.pending_bytes -= bytes;
                         let last_seq = first_seq + ops.len() as u64 - 1;
                         let encoded = encode_log_message(stream.id, first_seq, durable, &ops);
+                        let mut zones: Vec<(u32, u64)> = Vec::new();
+                        for op in &ops {
+                            match zones.iter_mut().find(|(z, _)| *z == op.zone()) {
+                                Some((_, n)) => *n += 1,
+                                None => zones.push((op.zone(), 1)),
+                            }
+                        }
                         if stream.window.is_empty() {
                             stream.last_progress = now;
                         }
@@ -1145,6 +1174,7 @@ impl Inner {
                         stream.window.push_back(Sent {
                             last_seq,
                             bytes: encoded.clone(),
+                            zones,
                         });
                         messages.push(encoded);
                     }

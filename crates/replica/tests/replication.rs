@@ -372,6 +372,7 @@ fn writes_and_removes_reach_every_backup_in_all_durability_modes() {
         assert_eq!(stream.durable_seq, stream.assigned_seq);
         assert_eq!(stream.unacknowledged_messages, 0);
     }
+    assert!(stats.zones.iter().all(|z| z.unacknowledged_ops == 0));
     cluster.check_backups_match_memory();
 }
 
@@ -511,6 +512,9 @@ fn backup_unreachable_past_timeout_is_reported() {
         .recv_timeout(Duration::from_secs(5))
         .expect("an event");
     assert_eq!(event, ReplicaEvent::BackupUnreachable(backup));
+    let stats = cluster.replicator.stats();
+    assert_eq!(stats.zones[0].unacknowledged_ops, 1);
+    assert_eq!(stats.streams[0].unacknowledged_ops, 1);
 }
 
 #[test]
