@@ -1,0 +1,483 @@
+//! The replication protocol: message types 30.x and their byte encodings.
+//!
+//! # Messages
+//! - [`REPLICATE`] (ordered 30.0), master → backup, one-way: a [`LogMessage`], a run of
+//!   consecutive operations of the master's *stream* to that backup.
+//! - [`ACK`] (unordered 30.1), backup → master, one-way: an [`Ack`], how far the backup has
+//!   applied the stream (in its log engine's write buffer) and how far that is on disk.
+//!
+//! # Streams and sequence numbers
+//! A master has one stream per backup, named by a stream ID (strictly increasing over the
+//! master's streams, so a restarted master's new stream supersedes the old one). Every
+//! operation of a stream has a sequence number, 1, 2, 3, …; a message carries the first
+//! one and its operations are consecutive. The messaging layer delivers at most once, so
+//! the master keeps unacknowledged messages and resends them; the backup applies an
+//! operation only if its number is the one it expects next, drops lower numbers
+//! (duplicates) and stops at a gap (acknowledging with [`AckStatus::Gap`] so the master
+//! resends at once).
+//!
+//! # Byte layout (integers little-endian, `varint` = LEB128 of [`myriad_net::codec`])
+//! ```text
+//! LogMessage := stream u64 | first_seq varint (>= 1) | flags u8 | count varint (>= 1) | op*count
+//!   flags     := bit 0: the master waits for durability of these operations (flush now)
+//!                other bits must be 0
+//!   op        := tag u8 | zone varint (<= u32::MAX) | cid u64 | [tag 1: payload varint-length bytes]
+//!   tag       := 1 put (write the chunk's whole payload) | 2 remove
+//! Ack        := stream u64 | applied_seq varint | durable_seq varint (<= applied_seq) | status
+//!   status    := 0 ok | 1 gap | 2 refused, reason (varint-length UTF-8, <= REASON_BYTES_MAX)
+//! ```
+//! Every count and length is checked against the bytes present before anything is
+//! allocated; decoding never panics ([`fuzz_decode`]).
+
+use bytes::Bytes;
+use myriad_net::codec::{Decoder, Encoder};
+use myriad_net::{DecodeError, MessageType};
+
+/// Master → backup: a [`LogMessage`] (ordered, one-way).
+pub const REPLICATE: MessageType = MessageType::ordered(30, 0);
+/// Backup → master: an [`Ack`] (unordered, one-way).
+pub const ACK: MessageType = MessageType::unordered(30, 1);
+
+/// Most operations in one [`LogMessage`].
+pub const OPS_PER_MESSAGE_MAX: usize = 1 << 16;
+/// Longest refusal reason in an [`Ack`].
+pub const REASON_BYTES_MAX: usize = 1024;
+
+/// Smallest encoded operation (tag, one-byte zone, CID): bounds the count before allocating.
+const OP_BYTES_MIN: usize = 1 + 1 + 8;
+const TAG_PUT: u8 = 1;
+const TAG_REMOVE: u8 = 2;
+const FLAG_DURABLE: u8 = 1;
+
+/// One replicated change of a chunk in a backup zone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// The chunk's whole current payload.
+    Put {
+        /// The master's zone number.
+        zone: u32,
+        /// The chunk.
+        cid: u64,
+        /// Its payload.
+        data: Bytes,
+    },
+    /// The chunk was removed.
+    Remove {
+        /// The master's zone number.
+        zone: u32,
+        /// The chunk.
+        cid: u64,
+    },
+}
+
+impl Op {
+    /// The operation's zone.
+    pub fn zone(&self) -> u32 {
+        match self {
+            Op::Put { zone, .. } | Op::Remove { zone, .. } => *zone,
+        }
+    }
+
+    /// The operation's chunk.
+    pub fn cid(&self) -> u64 {
+        match self {
+            Op::Put { cid, .. } | Op::Remove { cid, .. } => *cid,
+        }
+    }
+
+    /// Bytes this operation takes in a message (an upper bound).
+    pub fn encoded_bytes(&self) -> usize {
+        match self {
+            Op::Put { data, .. } => 1 + 5 + 8 + 10 + data.len(),
+            Op::Remove { .. } => 1 + 5 + 8,
+        }
+    }
+
+    fn encode(&self, encoder: &mut Encoder) {
+        match self {
+            Op::Put { zone, cid, data } => {
+                encoder
+                    .put_u8(TAG_PUT)
+                    .put_varint(u64::from(*zone))
+                    .put_u64(*cid)
+                    .put_bytes(data);
+            }
+            Op::Remove { zone, cid } => {
+                encoder
+                    .put_u8(TAG_REMOVE)
+                    .put_varint(u64::from(*zone))
+                    .put_u64(*cid);
+            }
+        }
+    }
+
+    fn decode(decoder: &mut Decoder) -> Result<Op, WireError> {
+        let tag = decoder.get_u8()?;
+        let zone_raw = decoder.get_varint()?;
+        let zone = u32::try_from(zone_raw).map_err(|_| WireError::TooLarge {
+            what: "zone",
+            value: zone_raw,
+            max: u64::from(u32::MAX),
+        })?;
+        let cid = decoder.get_u64()?;
+        match tag {
+            TAG_PUT => Ok(Op::Put {
+                zone,
+                cid,
+                data: decoder.get_bytes()?,
+            }),
+            TAG_REMOVE => Ok(Op::Remove { zone, cid }),
+            tag => Err(WireError::UnknownTag { what: "op", tag }),
+        }
+    }
+}
+
+/// A run of consecutive operations of one stream ([`REPLICATE`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogMessage {
+    /// The stream's ID.
+    pub stream: u64,
+    /// Sequence number of the first operation (at least 1).
+    pub first_seq: u64,
+    /// The master waits for these operations to be on disk: the backup flushes now.
+    pub durable_requested: bool,
+    /// The operations (at least one, at most [`OPS_PER_MESSAGE_MAX`]).
+    pub ops: Vec<Op>,
+}
+
+/// Encodes a [`LogMessage`] from its parts (so a sender need not build one).
+pub fn encode_log_message(
+    stream: u64,
+    first_seq: u64,
+    durable_requested: bool,
+    ops: &[Op],
+) -> Bytes {
+    let capacity: usize = 8 + 10 + 1 + 10 + ops.iter().map(Op::encoded_bytes).sum::<usize>();
+    let mut encoder = Encoder::with_capacity(capacity);
+    encoder
+        .put_u64(stream)
+        .put_varint(first_seq)
+        .put_u8(if durable_requested { FLAG_DURABLE } else { 0 })
+        .put_varint(ops.len() as u64);
+    for op in ops {
+        op.encode(&mut encoder);
+    }
+    encoder.finish()
+}
+
+impl LogMessage {
+    /// The message's bytes (see the module documentation).
+    pub fn encode(&self) -> Bytes {
+        encode_log_message(
+            self.stream,
+            self.first_seq,
+            self.durable_requested,
+            &self.ops,
+        )
+    }
+
+    /// Sequence number of the last operation.
+    pub fn last_seq(&self) -> u64 {
+        self.first_seq + self.ops.len() as u64 - 1
+    }
+
+    /// Decodes a message; fails on malformed, short or trailing bytes and on out-of-range
+    /// fields.
+    pub fn decode(payload: Bytes) -> Result<LogMessage, WireError> {
+        let mut decoder = Decoder::new(payload);
+        let stream = decoder.get_u64()?;
+        let first_seq = decoder.get_varint()?;
+        if first_seq == 0 {
+            return Err(WireError::Invalid("first sequence number 0"));
+        }
+        let flags = decoder.get_u8()?;
+        if flags & !FLAG_DURABLE != 0 {
+            return Err(WireError::Invalid("unknown flag bits"));
+        }
+        let count_raw = decoder.get_varint()?;
+        let count = usize::try_from(count_raw).unwrap_or(usize::MAX);
+        if count == 0 {
+            return Err(WireError::Invalid("empty log message"));
+        }
+        if count > OPS_PER_MESSAGE_MAX {
+            return Err(WireError::TooLarge {
+                what: "operation count",
+                value: count_raw,
+                max: OPS_PER_MESSAGE_MAX as u64,
+            });
+        }
+        if count > decoder.remaining() / OP_BYTES_MIN {
+            return Err(WireError::Codec(DecodeError::Truncated));
+        }
+        if first_seq.checked_add(count as u64).is_none() {
+            return Err(WireError::Invalid("sequence numbers overflow"));
+        }
+        let mut ops = Vec::with_capacity(count);
+        for _ in 0..count {
+            ops.push(Op::decode(&mut decoder)?);
+        }
+        decoder.finish()?;
+        Ok(LogMessage {
+            stream,
+            first_seq,
+            durable_requested: flags & FLAG_DURABLE != 0,
+            ops,
+        })
+    }
+}
+
+/// How the backup took a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AckStatus {
+    /// Everything up to `applied_seq` is applied.
+    Ok,
+    /// A message started beyond `applied_seq + 1` (earlier ones were lost): resend.
+    Gap,
+    /// The operation after `applied_seq` could not be applied; the backup cannot serve as
+    /// this stream's backup until the reason is removed.
+    Refused(String),
+}
+
+/// A backup's acknowledgement of a stream ([`ACK`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ack {
+    /// The stream's ID.
+    pub stream: u64,
+    /// Every operation up to this one is in the backup's log engine (write buffer).
+    pub applied_seq: u64,
+    /// Every operation up to this one is on the backup's disk (at most `applied_seq`).
+    pub durable_seq: u64,
+    /// How the last message went.
+    pub status: AckStatus,
+}
+
+impl Ack {
+    /// The acknowledgement's bytes.
+    pub fn encode(&self) -> Bytes {
+        let mut encoder = Encoder::with_capacity(32);
+        encoder
+            .put_u64(self.stream)
+            .put_varint(self.applied_seq)
+            .put_varint(self.durable_seq);
+        match &self.status {
+            AckStatus::Ok => {
+                encoder.put_u8(0);
+            }
+            AckStatus::Gap => {
+                encoder.put_u8(1);
+            }
+            AckStatus::Refused(reason) => {
+                let mut end = reason.len().min(REASON_BYTES_MAX);
+                while !reason.is_char_boundary(end) {
+                    end -= 1;
+                }
+                encoder.put_u8(2).put_str(&reason[..end]);
+            }
+        }
+        encoder.finish()
+    }
+
+    /// Decodes an acknowledgement.
+    pub fn decode(payload: Bytes) -> Result<Ack, WireError> {
+        let mut decoder = Decoder::new(payload);
+        let stream = decoder.get_u64()?;
+        let applied_seq = decoder.get_varint()?;
+        let durable_seq = decoder.get_varint()?;
+        if durable_seq > applied_seq {
+            return Err(WireError::Invalid("durable beyond applied"));
+        }
+        let status = match decoder.get_u8()? {
+            0 => AckStatus::Ok,
+            1 => AckStatus::Gap,
+            2 => {
+                let reason = decoder.get_str()?;
+                if reason.len() > REASON_BYTES_MAX {
+                    return Err(WireError::TooLarge {
+                        what: "refusal reason",
+                        value: reason.len() as u64,
+                        max: REASON_BYTES_MAX as u64,
+                    });
+                }
+                AckStatus::Refused(reason)
+            }
+            tag => {
+                return Err(WireError::UnknownTag {
+                    what: "ack status",
+                    tag,
+                })
+            }
+        };
+        decoder.finish()?;
+        Ok(Ack {
+            stream,
+            applied_seq,
+            durable_seq,
+            status,
+        })
+    }
+}
+
+/// Why bytes are not a valid replication message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The byte codec refused the input (truncated, bad varint, bad UTF-8, trailing bytes).
+    #[error("malformed replication message: {0}")]
+    Codec(#[from] DecodeError),
+    /// A tag byte names no variant.
+    #[error("unknown {what} tag {tag}")]
+    UnknownTag {
+        /// Which enumeration.
+        what: &'static str,
+        /// The tag found.
+        tag: u8,
+    },
+    /// A count or value exceeds its limit.
+    #[error("{what} is {value}, more than the limit {max}")]
+    TooLarge {
+        /// Which field.
+        what: &'static str,
+        /// The value found.
+        value: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A field holds a value outside its domain.
+    #[error("invalid replication message: {0}")]
+    Invalid(&'static str),
+}
+
+/// Decodes `bytes` as every message of this module; for fuzzing (must never panic).
+pub fn fuzz_decode(bytes: &[u8]) {
+    let payload = Bytes::copy_from_slice(bytes);
+    if let Ok(message) = LogMessage::decode(payload.clone()) {
+        let again = LogMessage::decode(message.encode());
+        assert_eq!(again.as_ref(), Ok(&message));
+    }
+    if let Ok(ack) = Ack::decode(payload) {
+        assert_eq!(Ack::decode(ack.encode()).as_ref(), Ok(&ack));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn op_strategy() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (
+                any::<u32>(),
+                any::<u64>(),
+                proptest::collection::vec(any::<u8>(), 0..64)
+            )
+                .prop_map(|(zone, cid, data)| Op::Put {
+                    zone,
+                    cid,
+                    data: Bytes::from(data)
+                }),
+            (any::<u32>(), any::<u64>()).prop_map(|(zone, cid)| Op::Remove { zone, cid }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn log_message_round_trips(
+            stream in any::<u64>(),
+            first_seq in 1u64..u64::MAX / 2,
+            durable_requested in any::<bool>(),
+            ops in proptest::collection::vec(op_strategy(), 1..20),
+        ) {
+            let message = LogMessage { stream, first_seq, durable_requested, ops };
+            prop_assert_eq!(LogMessage::decode(message.encode()), Ok(message));
+        }
+
+        #[test]
+        fn ack_round_trips(
+            stream in any::<u64>(),
+            applied_seq in any::<u64>(),
+            durable_back in any::<u64>(),
+            status in prop_oneof![
+                Just(AckStatus::Ok),
+                Just(AckStatus::Gap),
+                "[a-z ]{0,40}".prop_map(AckStatus::Refused),
+            ],
+        ) {
+            let ack = Ack { stream, applied_seq, durable_seq: applied_seq.saturating_sub(durable_back), status };
+            prop_assert_eq!(Ack::decode(ack.encode()), Ok(ack));
+        }
+
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            fuzz_decode(&bytes);
+        }
+
+        #[test]
+        fn mutated_messages_never_panic(
+            ops in proptest::collection::vec(op_strategy(), 1..5),
+            flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        ) {
+            let mut bytes = LogMessage { stream: 3, first_seq: 9, durable_requested: true, ops }
+                .encode()
+                .to_vec();
+            for (at, value) in flips {
+                let at = at.index(bytes.len());
+                bytes[at] = value;
+            }
+            fuzz_decode(&bytes);
+        }
+
+        #[test]
+        fn truncated_messages_fail(
+            ops in proptest::collection::vec(op_strategy(), 1..5),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let bytes = LogMessage { stream: 7, first_seq: 1, durable_requested: false, ops }.encode();
+            let cut = cut.index(bytes.len());
+            prop_assert!(LogMessage::decode(bytes.slice(..cut)).is_err());
+        }
+    }
+
+    #[test]
+    fn rejects_zero_first_seq_empty_and_huge_counts() {
+        let ok = LogMessage {
+            stream: 1,
+            first_seq: 1,
+            durable_requested: true,
+            ops: vec![Op::Remove { zone: 3, cid: 9 }],
+        };
+        assert!(LogMessage::decode(ok.encode()).is_ok());
+        let zero = encode_log_message(1, 0, false, &[Op::Remove { zone: 3, cid: 9 }]);
+        assert_eq!(
+            LogMessage::decode(zero),
+            Err(WireError::Invalid("first sequence number 0"))
+        );
+        let empty = encode_log_message(1, 1, false, &[]);
+        assert!(LogMessage::decode(empty).is_err());
+        let mut huge = Encoder::new();
+        huge.put_u64(1).put_varint(1).put_u8(0).put_varint(1 << 40);
+        assert!(matches!(
+            LogMessage::decode(huge.finish()),
+            Err(WireError::TooLarge { .. })
+        ));
+        let mut bad_zone = Encoder::new();
+        bad_zone
+            .put_u64(1)
+            .put_varint(1)
+            .put_u8(0)
+            .put_varint(1)
+            .put_u8(TAG_REMOVE)
+            .put_varint(1 << 33)
+            .put_u64(5);
+        assert!(matches!(
+            LogMessage::decode(bad_zone.finish()),
+            Err(WireError::TooLarge { what: "zone", .. })
+        ));
+        let bad_ack = Ack {
+            stream: 1,
+            applied_seq: 1,
+            durable_seq: 2,
+            status: AckStatus::Ok,
+        };
+        assert!(Ack::decode(bad_ack.encode()).is_err());
+    }
+}
