@@ -68,7 +68,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             temporary.path().to_path_buf()
         }
     };
-    println!("Myriad demo: a local cluster of 1 superpeer and {} peers", args.peers);
+    println!(
+        "Myriad demo: a local cluster of 1 superpeer and {} peers",
+        args.peers
+    );
     println!("cluster directory: {}\n", dir.display());
 
     let started = Instant::now();
@@ -117,11 +120,9 @@ fn exercise(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
 
     // Load.
     let bar = ProgressBar::new(args.chunks as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "loading {bar:40} {pos}/{len} chunks  {per_sec}  eta {eta}",
-        )?,
-    );
+    bar.set_style(ProgressStyle::with_template(
+        "loading {bar:40} {pos}/{len} chunks  {per_sec}  eta {eta}",
+    )?);
     let started = Instant::now();
     let mut cids: Vec<ChunkId> = Vec::with_capacity(args.chunks);
     while cids.len() < args.chunks {
@@ -216,11 +217,17 @@ fn exercise(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
         .iter()
         .map(|(node, value)| format!("{node}={value}"))
         .collect();
-    println!("barrier {barrier}: released with values [{}]", values.join(", "));
+    println!(
+        "barrier {barrier}: released with values [{}]",
+        values.join(", ")
+    );
     api.barrier_free(barrier)?;
 
     // Summary per peer.
-    println!("\n{:<8} {:>10} {:>14} {:>14}", "peer", "chunks", "payload MB", "free MB");
+    println!(
+        "\n{:<8} {:>10} {:>14} {:>14}",
+        "peer", "chunks", "payload MB", "free MB"
+    );
     for &peer in &peers {
         let stats = api.chunks().stats(peer)?;
         println!(

@@ -84,7 +84,9 @@ fn remote_and_batch_chunk_operations_across_three_peers() {
     // Batch creates with data on every peer, then one batch get spanning all peers.
     for &peer in &peers {
         let values: Vec<Bytes> = (0..200).map(|i| payload(all.len() + i)).collect();
-        let cids = chunks.create_with_data(peer, values.clone()).expect("create batch");
+        let cids = chunks
+            .create_with_data(peer, values.clone())
+            .expect("create batch");
         assert_eq!(cids.len(), 200);
         all.extend(cids.into_iter().zip(values));
     }
@@ -116,16 +118,24 @@ fn remote_and_batch_chunk_operations_across_three_peers() {
     let (cid, _) = all[100];
     chunks.resize(cid, 32).expect("resize");
     assert_eq!(chunks.status(cid).expect("status"), 32);
-    chunks.write_at(cid, 4, Bytes::from_static(b"abcd")).expect("write at");
+    chunks
+        .write_at(cid, 4, Bytes::from_static(b"abcd"))
+        .expect("write at");
     assert_eq!(&chunks.read_at(cid, 4, 4).expect("read at")[..], b"abcd");
-    chunks.lock(cid, true, Duration::from_secs(1)).expect("lock");
+    chunks
+        .lock(cid, true, Duration::from_secs(1))
+        .expect("lock");
     chunks.unlock(cid, true).expect("unlock");
     let (ranges, _truncated) = chunks.list(peers[0], None, 1000).expect("list");
     assert!(!ranges.is_empty());
     let stats = chunks.stats(peers[0]).expect("stats");
     let created_there = all.iter().filter(|(c, _)| c.creator() == peers[0]).count();
     let removed_there = gone.iter().filter(|c| c.creator() == peers[0]).count();
-    assert_eq!(stats.chunks as usize, created_there - removed_there, "{stats:?}");
+    assert_eq!(
+        stats.chunks as usize,
+        created_there - removed_there,
+        "{stats:?}"
+    );
     // A CID nobody created.
     let ghost = ChunkId::new(peers[1], 999_999).expect("cid");
     assert!(matches!(chunks.get(ghost), Err(ClientError::NotFound(_))));
@@ -146,7 +156,10 @@ fn clients_follow_a_migrated_range_to_its_new_owner() {
         .create_with_data(peers[0], values.clone())
         .expect("create");
     // The reader routes to the creator and caches that.
-    assert_eq!(reader.blocking().chunks().get(cids[5]).expect("get"), values[5]);
+    assert_eq!(
+        reader.blocking().chunks().get(cids[5]).expect("get"),
+        values[5]
+    );
 
     let (first, last) = (cids[0], cids[299]);
     let moved = mover
@@ -156,13 +169,17 @@ fn clients_follow_a_migrated_range_to_its_new_owner() {
     assert_eq!(moved, 300);
     let tree = mover.blocking().lookup_tree(peers[0]).expect("lookup tree");
     assert!(
-        tree.iter()
-            .any(|&(a, b, owner)| a <= first.local_id() && b >= last.local_id() && owner == peers[1]),
+        tree.iter().any(|&(a, b, owner)| a <= first.local_id()
+            && b >= last.local_id()
+            && owner == peers[1]),
         "{tree:?}"
     );
     // The reader's cached route is stale: it gets "not owner", refreshes, and finds them.
     for (cid, value) in cids.iter().zip(&values) {
-        assert_eq!(&reader.blocking().chunks().get(*cid).expect("get moved"), value);
+        assert_eq!(
+            &reader.blocking().chunks().get(*cid).expect("get moved"),
+            value
+        );
     }
     assert_eq!(reader.chunks().owner_of(cids[0]), peers[1]);
     // Writes land on the new owner and are visible to the other client.
@@ -197,10 +214,20 @@ fn nameservice_barriers_and_temporary_storage_across_nodes() {
     );
 
     // Nameservice: long names, registered on one node, seen on another.
-    let cid = clients[0].blocking().chunks().create(peer, 8).expect("create");
+    let cid = clients[0]
+        .blocking()
+        .chunks()
+        .create(peer, 8)
+        .expect("create");
     let name = format!("graph/vertices/{}", "v".repeat(60));
-    clients[0].blocking().name_register(&name, cid).expect("register");
-    assert_eq!(clients[1].blocking().name_get(&name).expect("get"), Some(cid));
+    clients[0]
+        .blocking()
+        .name_register(&name, cid)
+        .expect("register");
+    assert_eq!(
+        clients[1].blocking().name_get(&name).expect("get"),
+        Some(cid)
+    );
     assert!(clients[2]
         .blocking()
         .name_list()
@@ -223,15 +250,27 @@ fn nameservice_barriers_and_temporary_storage_across_nodes() {
         .tmp_put("job.config", Bytes::from_static(b"v2"))
         .expect("tmp put");
     assert_eq!(
-        clients[2].blocking().tmp_get("job.config").expect("tmp get"),
+        clients[2]
+            .blocking()
+            .tmp_get("job.config")
+            .expect("tmp get"),
         Some(Bytes::from_static(b"v2"))
     );
     assert_eq!(
         clients[0].blocking().tmp_list().expect("tmp list"),
         vec![("job.config".to_owned(), 2)]
     );
-    clients[2].blocking().tmp_remove("job.config").expect("tmp remove");
-    assert_eq!(clients[0].blocking().tmp_get("job.config").expect("tmp get"), None);
+    clients[2]
+        .blocking()
+        .tmp_remove("job.config")
+        .expect("tmp remove");
+    assert_eq!(
+        clients[0]
+            .blocking()
+            .tmp_get("job.config")
+            .expect("tmp get"),
+        None
+    );
 
     // A barrier of three: each client signs on from its own thread with its own value;
     // everyone gets everyone's value.
@@ -242,9 +281,11 @@ fn nameservice_barriers_and_temporary_storage_across_nodes() {
         .enumerate()
         .map(|(index, client)| {
             thread::spawn(move || {
-                client
-                    .blocking()
-                    .barrier_sign_on(barrier, 100 + index as u64, Duration::from_secs(10))
+                client.blocking().barrier_sign_on(
+                    barrier,
+                    100 + index as u64,
+                    Duration::from_secs(10),
+                )
             })
         })
         .collect();
@@ -266,7 +307,13 @@ fn nameservice_barriers_and_temporary_storage_across_nodes() {
         .expect("exists");
     assert_eq!(status.round, 1);
     clients[2].blocking().barrier_free(barrier).expect("free");
-    assert_eq!(clients[0].blocking().barrier_status(barrier).expect("status"), None);
+    assert_eq!(
+        clients[0]
+            .blocking()
+            .barrier_status(barrier)
+            .expect("status"),
+        None
+    );
     for client in clients {
         client.shutdown();
     }
@@ -287,7 +334,11 @@ fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
         client
             .blocking()
             .nodes()
-            .map(|nodes| nodes.iter().any(|n| n.id == first_id && n.state != NodeState::Alive))
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .any(|n| n.id == first_id && n.state != NodeState::Alive)
+            })
             .unwrap_or(false)
     }));
     let second = Client::connect(superpeers(&cluster)).expect("joins");
@@ -310,9 +361,14 @@ fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
         }),
         "the killed peer is declared failed"
     );
-    let fresh = myriad_node::peer_node::PeerNode::start(peer_options(&cluster, dir.path(), "fresh-1"))
-        .expect("a new peer joins");
-    assert_ne!(fresh.node_id(), victim, "a failed peer's ID is not handed out");
+    let fresh =
+        myriad_node::peer_node::PeerNode::start(peer_options(&cluster, dir.path(), "fresh-1"))
+            .expect("a new peer joins");
+    assert_ne!(
+        fresh.node_id(),
+        victim,
+        "a failed peer's ID is not handed out"
+    );
     fresh.shutdown();
 
     // Once an operator releases it, the ID is handed out again.
@@ -325,9 +381,14 @@ fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
             async move { membership.write(Command::ReleaseId { node: victim }).await }
         })
         .expect("release");
-    let reused = myriad_node::peer_node::PeerNode::start(peer_options(&cluster, dir.path(), "fresh-2"))
-        .expect("another peer joins");
-    assert_eq!(reused.node_id(), victim, "the released ID is the lowest free one");
+    let reused =
+        myriad_node::peer_node::PeerNode::start(peer_options(&cluster, dir.path(), "fresh-2"))
+            .expect("another peer joins");
+    assert_eq!(
+        reused.node_id(),
+        victim,
+        "the released ID is the lowest free one"
+    );
     reused.shutdown();
     client.shutdown();
 }
@@ -358,10 +419,18 @@ fn killing_the_raft_leader_keeps_metadata_and_chunks_serving() {
         .chunks()
         .create_with_data(peers[1], values.clone())
         .expect("create");
-    client.blocking().name_register("anchor", cids[0]).expect("register");
+    client
+        .blocking()
+        .name_register("anchor", cids[0])
+        .expect("register");
 
     for round in 0..3 {
-        let leader = client.blocking().status().expect("status").leader.expect("a leader");
+        let leader = client
+            .blocking()
+            .status()
+            .expect("status")
+            .leader
+            .expect("a leader");
         cluster.kill(leader.0).expect("kill the leader");
         let started = Instant::now();
         assert!(
@@ -373,7 +442,10 @@ fn killing_the_raft_leader_keeps_metadata_and_chunks_serving() {
             "round {round}: no new leader"
         );
         eprintln!("round {round}: new leader after {:?}", started.elapsed());
-        assert_eq!(client.blocking().name_get("anchor").expect("name"), Some(cids[0]));
+        assert_eq!(
+            client.blocking().name_get("anchor").expect("name"),
+            Some(cids[0])
+        );
         for (cid, value) in cids.iter().zip(&values) {
             assert_eq!(&client.blocking().chunks().get(*cid).expect("get"), value);
         }

@@ -283,7 +283,10 @@ impl Client {
 
     /// The ranges of `creator`'s CIDs that live elsewhere than on `creator`:
     /// `(first LID, last LID, owner)`.
-    pub async fn lookup_tree(&self, creator: NodeId) -> Result<Vec<(u64, u64, NodeId)>, ClientError> {
+    pub async fn lookup_tree(
+        &self,
+        creator: NodeId,
+    ) -> Result<Vec<(u64, u64, NodeId)>, ClientError> {
         match self.request(MetaRequest::LookupTree(creator)).await? {
             MetaReply::LookupTree(ranges) => Ok(ranges),
             other => Err(unexpected(other)),
@@ -385,10 +388,14 @@ macro_rules! blocking {
 }
 
 impl BlockingClient<'_> {
-    fn block_on<T>(&self, future: impl std::future::Future<Output = Result<T, ClientError>>) -> Result<T, ClientError> {
+    fn block_on<T>(
+        &self,
+        future: impl std::future::Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, ClientError> {
         if Handle::try_current().is_ok() {
             return Err(ClientError::InvalidArgument(
-                "blocking client calls cannot run inside a tokio runtime; use the async API".to_owned(),
+                "blocking client calls cannot run inside a tokio runtime; use the async API"
+                    .to_owned(),
             ));
         }
         self.client.inner.runtime.block_on(future)

@@ -23,8 +23,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use myriad_client::membership::{JoinConfig, Membership};
 use myriad_client::directory::Directory;
+use myriad_client::membership::{JoinConfig, Membership};
 use myriad_client::ClientError;
 use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
 use myriad_meta::Command;
@@ -142,13 +142,14 @@ impl PeerNode {
                 return;
             }
             let reply = match chunk_cell.get() {
-                Some(service) => {
-                    service.serve(myriad_proto::node_id(incoming.from), incoming.payload.clone())
+                Some(service) => service.serve(
+                    myriad_proto::node_id(incoming.from),
+                    incoming.payload.clone(),
+                ),
+                None => {
+                    ChunkReply::Failed(ItemError::Internal("peer is still starting".to_owned()))
+                        .encode()
                 }
-                None => ChunkReply::Failed(ItemError::Internal(
-                    "peer is still starting".to_owned(),
-                ))
-                .encode(),
             };
             let _ = incoming.respond(reply);
         })?;
@@ -292,7 +293,11 @@ impl Drop for PeerNode {
 }
 
 /// Loads the ownership ranges committed before this peer joined into its chunk service.
-fn sync_ownership(runtime: &tokio::runtime::Handle, membership: &Arc<Membership>, service: &ChunkService) {
+fn sync_ownership(
+    runtime: &tokio::runtime::Handle,
+    membership: &Arc<Membership>,
+    service: &ChunkService,
+) {
     let creators: Vec<NodeId> = membership
         .nodes()
         .into_iter()
@@ -348,7 +353,11 @@ const MIGRATE_INSERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Known gap (the migration issue closes it): a put that passed the ownership check before
 /// the locks were taken and waits on a lock writes the old copy after the unlock and is
 /// lost with it.
-fn migrate(service: &ChunkService, membership: &Arc<Membership>, request: &MigrateRequest) -> MigrateReply {
+fn migrate(
+    service: &ChunkService,
+    membership: &Arc<Membership>,
+    request: &MigrateRequest,
+) -> MigrateReply {
     let me = service.node();
     if request.to == me {
         return MigrateReply::Failed("the target is this peer".to_owned());
@@ -377,7 +386,9 @@ fn migrate(service: &ChunkService, membership: &Arc<Membership>, request: &Migra
     };
     let mut items = Vec::new();
     for lid in first..=last {
-        let Some(cid) = ChunkId::new(creator, lid) else { continue };
+        let Some(cid) = ChunkId::new(creator, lid) else {
+            continue;
+        };
         if !mem.exists(cid) {
             continue;
         }
@@ -400,7 +411,10 @@ fn migrate(service: &ChunkService, membership: &Arc<Membership>, request: &Migra
         }
     }
     let moved = items.len() as u64;
-    let insert = ChunkRequest::Insert { durability: 0, items };
+    let insert = ChunkRequest::Insert {
+        durability: 0,
+        items,
+    };
     let reply = membership.net().request_blocking(
         myriad_proto::net_id(request.to),
         types::CHUNK,
@@ -411,7 +425,9 @@ fn migrate(service: &ChunkService, membership: &Arc<Membership>, request: &Migra
         Ok(Ok(ChunkReply::Statuses(statuses))) => statuses
             .iter()
             .find_map(|status| status.as_ref().err().cloned())
-            .map_or(Ok(()), |error| Err(format!("the target refused a chunk: {error}"))),
+            .map_or(Ok(()), |error| {
+                Err(format!("the target refused a chunk: {error}"))
+            }),
         Ok(Ok(other)) => Err(format!("unexpected reply from the target: {other:?}")),
         Ok(Err(error)) => Err(format!("malformed reply from the target: {error}")),
         Err(error) => Err(format!("the target did not answer: {error}")),
@@ -420,9 +436,17 @@ fn migrate(service: &ChunkService, membership: &Arc<Membership>, request: &Migra
         unlock_all(&locked);
         return MigrateReply::Failed(reason);
     }
-    let command = Command::SetOwner { creator, first, last, owner: request.to };
+    let command = Command::SetOwner {
+        creator,
+        first,
+        last,
+        owner: request.to,
+    };
     let writer = Arc::clone(membership);
-    let committed = membership.net().runtime().block_on(async move { writer.write(command).await });
+    let committed = membership
+        .net()
+        .runtime()
+        .block_on(async move { writer.write(command).await });
     if let Err(error) = committed {
         unlock_all(&locked);
         // The target holds copies nobody routes to; they are harmless and overwritten by a

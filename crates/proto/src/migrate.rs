@@ -108,7 +108,10 @@ mod tests {
             last: ChunkId::from_raw(0x0002_0000_0000_00ff),
             to: NodeId(7),
         };
-        assert_eq!(MigrateRequest::decode(request.encode()), Ok(request.clone()));
+        assert_eq!(
+            MigrateRequest::decode(request.encode()),
+            Ok(request.clone())
+        );
         let crossing = MigrateRequest {
             last: ChunkId::from_raw(0x0003_0000_0000_0001),
             ..request.clone()
@@ -117,7 +120,10 @@ mod tests {
         let mut long = request.encode().to_vec();
         long.push(0);
         assert!(MigrateRequest::decode(Bytes::from(long)).is_err());
-        for reply in [MigrateReply::Moved(12_345), MigrateReply::Failed("no".into())] {
+        for reply in [
+            MigrateReply::Moved(12_345),
+            MigrateReply::Failed("no".into()),
+        ] {
             assert_eq!(MigrateReply::decode(reply.encode()), Ok(reply.clone()));
         }
         assert!(MigrateReply::decode(Bytes::from_static(&[9])).is_err());

@@ -143,12 +143,17 @@ impl MyriadClientSession for ClientSession {
                             .ok_or_else(|| format!("key {key} was not preloaded"))
                     };
                     match (op, keys) {
-                        (Op::Get, [key]) => chunks.get(cid(*key)?).map(drop).map_err(|e| e.to_string()),
+                        (Op::Get, [key]) => {
+                            chunks.get(cid(*key)?).map(drop).map_err(|e| e.to_string())
+                        }
                         (Op::Put, [key]) => chunks
                             .put(cid(*key)?, value.clone())
                             .map_err(|e| e.to_string()),
                         (Op::Get, keys) => {
-                            let wanted = keys.iter().map(|&key| cid(key)).collect::<Result<Vec<_>, _>>()?;
+                            let wanted = keys
+                                .iter()
+                                .map(|&key| cid(key))
+                                .collect::<Result<Vec<_>, _>>()?;
                             chunks
                                 .get_batch(&wanted)
                                 .into_iter()
