@@ -287,6 +287,8 @@ pub fn main(args: TermArgs) -> anyhow::Result<()> {
         )?
     };
     io::stdout().flush()?;
+    // Leave the cluster before exiting: `process::exit` runs no destructors.
+    drop(shell);
     if outcome.failed > 0 {
         std::process::exit(1);
     }
