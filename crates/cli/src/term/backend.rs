@@ -13,6 +13,8 @@
 //! - The client leaves the cluster when the backend is dropped (the shell's end, also
 //!   after a failed one-shot command): peers then release every chunk lock it held, so a
 //!   lock taken by `myriad term -c "chunklock ..."` lasts only as long as that process.
+//!   A terminal killed by a signal (Ctrl-C during a long command) does not leave: the
+//!   superpeers declare its client failed instead, which releases its locks as well.
 //! - `chunkunlock` releases the kind of lock (read or write) this terminal took on that
 //!   CID; a CID this terminal did not lock is refused without asking the peer.
 //! - `nodeshutdown` only ever sends [`types::NODE_SHUTDOWN`] to a live peer: superpeers and
