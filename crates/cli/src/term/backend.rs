@@ -1,28 +1,88 @@
 //! Where the terminal meets the cluster: [`connect`] builds the [`TermBackend`] for a list
-//! of superpeers.
+//! of superpeers, and [`ClientBackend`] maps every [`TermCommand`] to a `myriad-client`
+//! call.
 //!
-//! Today there is no client backend on this branch: [`connect`] returns an
-//! [`UnconnectedBackend`] that fails every command with the reason, so `help` and parsing
-//! work and every cluster command says clearly why it cannot run. The backend over
-//! `myriad-client` replaces the body of [`connect`] (the one place to change).
+//! # Job
+//! [`ClientBackend`] joins the cluster as a client node (role `Client`, an ID assigned by
+//! the superpeers) on the first command that needs the cluster, so `help` never waits for
+//! a network. It then runs each command through the blocking client API and returns plain
+//! JSON (see the [`TermBackend`] contract): node IDs as `NodeId`'s `Display` (`0x0002`),
+//! CIDs as `ChunkId`'s (`0x0002000000000001`), chunk data through [`DataFormat::show`].
+//!
+//! # Invariants
+//! - The client leaves the cluster when the backend is dropped (the shell's end, also
+//!   after a failed one-shot command): peers then release every chunk lock it held, so a
+//!   lock taken by `myriad term -c "chunklock ..."` lasts only as long as that process.
+//!   A terminal killed by a signal (Ctrl-C during a long command) does not leave: the
+//!   superpeers declare its client failed instead, which releases its locks as well.
+//! - `chunkunlock` releases the kind of lock (read or write) this terminal took on that
+//!   CID; a CID this terminal did not lock is refused without asking the peer.
+//! - `nodeshutdown` only ever sends [`types::NODE_SHUTDOWN`] to a live peer: superpeers and
+//!   clients do not handle that message type (an unknown type closes the connection), so
+//!   they are refused with the command to use instead.
+//! - A failed connection attempt is remembered for [`CONNECT_RETRY_AFTER`] only: the
+//!   commands of one `-c` line fail at once with the same reason, while a later command
+//!   of an interactive terminal (which may be started before its cluster) tries again.
+//! - Every call is bounded: joining and metadata requests by [`CONNECT_TIMEOUT`], chunk
+//!   calls by the client's chunk timeouts, waits by the constants below.
+//!
+//! # Who calls it
+//! [`super::main`] through [`connect`]; the shell runs every parsed command but `help`.
 
-use serde_json::Value;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
-use super::{TermBackend, TermCommand};
+use bytes::Bytes;
+use myriad_client::client::{Client, ClientConfig};
+use myriad_client::ClientError;
+use myriad_mem::{ChunkId, NodeId};
+use myriad_meta::{Capabilities, NodeRecord, NodeState, Role};
+use myriad_proto::chunk::ChunkStats;
+use myriad_proto::types;
+use serde_json::{json, Value};
+
+use super::{RoleFilter, TermBackend, TermCommand};
+
+/// Longest wait to join the cluster, and deadline of each metadata request.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a failed connection attempt answers later commands without a new attempt.
+pub const CONNECT_RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Longest wait of `barriersignon` for the other participants.
+pub const BARRIER_WAIT: Duration = Duration::from_secs(30);
+/// Longest wait of `chunklock` for the lock at the owner.
+pub const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// Longest wait for a peer's answer to `nodeshutdown`.
+pub const SHUTDOWN_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait after `nodeshutdown` for the node table to show the peer left.
+pub const SHUTDOWN_LEAVE_WAIT: Duration = Duration::from_secs(10);
+/// Chunks created per request by `chunkcreate` with a count.
+pub const CREATE_BATCH_MAX: usize = 10_000;
+/// Most CID ranges `chunklist` asks a peer for.
+pub const LIST_RANGES_MAX: u64 = 100_000;
 
 /// Builds the backend for the cluster reached through `superpeers` (ID, `host:port`).
 ///
-/// UNIMPLEMENTED: needs myriad-client's membership and chunk API. Replace the body with
-/// a client-backed `TermBackend` (join through `superpeers`, then map each
-/// [`TermCommand`] to a client call).
+/// Nothing is contacted here: the backend joins on its first command. An empty or
+/// malformed list gives a backend that fails every command with the reason.
 pub fn connect(superpeers: &[(u16, String)]) -> Box<dyn TermBackend> {
-    let reason = if superpeers.is_empty() {
-        "no cluster given (use --cluster DIR or --superpeers LIST)".to_string()
-    } else {
-        "unimplemented: needs myriad-client (the terminal's client backend is not built yet)"
-            .to_string()
-    };
-    Box::new(UnconnectedBackend { reason })
+    if superpeers.is_empty() {
+        return Box::new(UnconnectedBackend {
+            reason: "no cluster given (use --cluster DIR or --superpeers LIST)".to_string(),
+        });
+    }
+    let mut parsed = Vec::with_capacity(superpeers.len());
+    for (id, address) in superpeers {
+        match address.parse::<SocketAddr>() {
+            Ok(address) => parsed.push((NodeId(*id), address)),
+            Err(_) => {
+                return Box::new(UnconnectedBackend {
+                    reason: format!("invalid address {address:?} of superpeer {}", NodeId(*id)),
+                })
+            }
+        }
+    }
+    Box::new(ClientBackend::new(parsed))
 }
 
 /// A backend that fails every command with one reason.
@@ -35,5 +95,608 @@ pub struct UnconnectedBackend {
 impl TermBackend for UnconnectedBackend {
     fn run(&mut self, _command: &TermCommand) -> Result<Value, String> {
         Err(self.reason.clone())
+    }
+}
+
+/// The terminal's backend over a `myriad-client` [`Client`] (joined lazily, left on drop).
+pub struct ClientBackend {
+    superpeers: Vec<(NodeId, SocketAddr)>,
+    client: Option<Client>,
+    /// The last failed connection attempt: when it ended and why.
+    failed: Option<(Instant, String)>,
+    /// Locks this terminal holds: CID → write lock (`false`: read lock).
+    locks: HashMap<ChunkId, bool>,
+}
+
+impl std::fmt::Debug for ClientBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBackend")
+            .field("superpeers", &self.superpeers)
+            .field("client", &self.client.as_ref().map(Client::node_id))
+            .field("locks", &self.locks.len())
+            .finish()
+    }
+}
+
+impl ClientBackend {
+    /// A backend for these superpeers; nothing is contacted until the first command.
+    pub fn new(superpeers: Vec<(NodeId, SocketAddr)>) -> ClientBackend {
+        ClientBackend {
+            superpeers,
+            client: None,
+            failed: None,
+            locks: HashMap::new(),
+        }
+    }
+
+    /// The joined client, joining first if needed.
+    fn client(&mut self) -> Result<Client, String> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        if let Some((when, reason)) = &self.failed {
+            if when.elapsed() < CONNECT_RETRY_AFTER {
+                return Err(reason.clone());
+            }
+        }
+        let mut config = ClientConfig::new(self.superpeers.clone());
+        config.join.request_timeout = CONNECT_TIMEOUT;
+        // The terminal stores nothing and runs nothing for others.
+        config.join.capabilities = Capabilities(0);
+        let list: Vec<String> = self
+            .superpeers
+            .iter()
+            .map(|(id, address)| format!("{id}={address}"))
+            .collect();
+        let client = match Client::connect_with(config) {
+            Ok(client) => client,
+            Err(error) => {
+                let reason = format!(
+                    "could not connect to the cluster through {} within {} s: {error}",
+                    list.join(","),
+                    CONNECT_TIMEOUT.as_secs()
+                );
+                self.failed = Some((Instant::now(), reason.clone()));
+                return Err(reason);
+            }
+        };
+        self.failed = None;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    fn dispatch(&mut self, client: &Client, command: &TermCommand) -> Result<Value, String> {
+        let b = client.blocking();
+        let chunks = b.chunks();
+        match command {
+            TermCommand::Help { .. } => Err("help is answered by the shell".to_string()),
+            TermCommand::NodeList { role } => {
+                let nodes = b.nodes().map_err(text)?;
+                Ok(Value::Array(
+                    nodes
+                        .iter()
+                        .filter(|node| match role {
+                            None => true,
+                            Some(RoleFilter::Superpeer) => node.role == Role::Superpeer,
+                            Some(RoleFilter::Peer) => node.role == Role::Peer,
+                        })
+                        .map(node_json)
+                        .collect(),
+                ))
+            }
+            TermCommand::NodeInfo { node } => {
+                let record = find_node(client, *node)?;
+                let mut value = node_json(&record);
+                if let Value::Object(map) = &mut value {
+                    map.insert("this_terminal".into(), json!(record.id == client.node_id()));
+                    if record.role == Role::Peer && record.state == NodeState::Alive {
+                        match chunks.stats(*node) {
+                            Ok(stats) => {
+                                map.insert("chunks".into(), stats_json(&stats));
+                            }
+                            Err(error) => {
+                                map.insert("chunks_error".into(), json!(error.to_string()));
+                            }
+                        }
+                    }
+                }
+                Ok(value)
+            }
+            TermCommand::NodeShutdown { node, kill } => self.shutdown_node(client, *node, *kill),
+            TermCommand::ChunkCreate { size, node, count } => {
+                let mut created = Vec::with_capacity(*count as usize);
+                let mut left = *count as usize;
+                while left > 0 {
+                    let batch = left.min(CREATE_BATCH_MAX);
+                    let cids = if batch == 1 {
+                        vec![chunks.create(*node, u64::from(*size)).map_err(text)?]
+                    } else {
+                        chunks
+                            .create_batch(*node, &vec![u64::from(*size); batch])
+                            .map_err(|error| {
+                                partial(format!("{error}"), created.len(), "created")
+                            })?
+                    };
+                    left -= batch;
+                    created.extend(cids);
+                }
+                Ok(Value::Array(
+                    created
+                        .iter()
+                        .map(|cid| json!({"cid": cid.to_string()}))
+                        .collect(),
+                ))
+            }
+            TermCommand::ChunkGet {
+                cid,
+                format,
+                offset,
+                length,
+            } => {
+                let data = match (offset, length) {
+                    (0, None) => chunks.get(*cid).map_err(text)?,
+                    (offset, Some(length)) => chunks
+                        .read_at(*cid, u64::from(*offset), u64::from(*length))
+                        .map_err(text)?,
+                    (offset, None) => {
+                        let size = chunks.status(*cid).map_err(text)?;
+                        let offset = u64::from(*offset);
+                        if offset > size {
+                            return Err(format!(
+                                "offset {offset} is beyond the end of chunk {cid} ({size} bytes)"
+                            ));
+                        }
+                        chunks.read_at(*cid, offset, size - offset).map_err(text)?
+                    }
+                };
+                Ok(json!({
+                    "cid": cid.to_string(),
+                    "offset": offset,
+                    "length": data.len(),
+                    "data": format.show(&data),
+                }))
+            }
+            TermCommand::ChunkPut { cid, data, offset } => {
+                chunks
+                    .write_at(*cid, u64::from(*offset), Bytes::copy_from_slice(data))
+                    .map_err(text)?;
+                Ok(Value::Null)
+            }
+            TermCommand::ChunkRemove { cid } => {
+                chunks.remove(*cid).map_err(text)?;
+                self.locks.remove(cid);
+                Ok(Value::Null)
+            }
+            TermCommand::ChunkList { node } => {
+                let (ranges, truncated) =
+                    chunks.list(*node, None, LIST_RANGES_MAX).map_err(text)?;
+                Ok(json!({
+                    "node": node.to_string(),
+                    "ranges": ranges
+                        .iter()
+                        .map(|(first, last)| json!({
+                            "first": first.to_string(),
+                            "last": last.to_string(),
+                            "chunks": last.local_id() - first.local_id() + 1,
+                        }))
+                        .collect::<Vec<_>>(),
+                    "truncated": truncated,
+                }))
+            }
+            TermCommand::ChunkStatus { node } => {
+                let stats = chunks.stats(*node).map_err(text)?;
+                let mut value = json!({"node": node.to_string()});
+                merge(&mut value, stats_json(&stats));
+                Ok(value)
+            }
+            TermCommand::ChunkLock { cid, write } => {
+                if let Some(held) = self.locks.get(cid) {
+                    return Err(format!(
+                        "this terminal already holds a {} lock on {cid}",
+                        lock_kind(*held)
+                    ));
+                }
+                chunks.lock(*cid, *write, LOCK_WAIT).map_err(text)?;
+                self.locks.insert(*cid, *write);
+                Ok(json!({"cid": cid.to_string(), "lock": lock_kind(*write)}))
+            }
+            TermCommand::ChunkUnlock { cid } => {
+                let Some(&write) = self.locks.get(cid) else {
+                    return Err(format!(
+                        "this terminal holds no lock on {cid} (locks belong to the client \
+                         that took them and end when it leaves)"
+                    ));
+                };
+                chunks.unlock(*cid, write).map_err(text)?;
+                self.locks.remove(cid);
+                Ok(Value::Null)
+            }
+            TermCommand::ChunkMigrate { first, last, to } => {
+                let moved = b.migrate(*first, *last, *to).map_err(text)?;
+                Ok(json!({
+                    "first": first.to_string(),
+                    "last": last.to_string(),
+                    "to": to.to_string(),
+                    "moved": moved,
+                }))
+            }
+            TermCommand::NameReg { cid, name } => {
+                b.name_register(name, *cid).map_err(text)?;
+                Ok(Value::Null)
+            }
+            TermCommand::NameGet { name } => match b.name_get(name).map_err(text)? {
+                Some(cid) => Ok(json!({"name": name, "cid": cid.to_string()})),
+                None => Err(format!("no chunk is registered under {name:?}")),
+            },
+            TermCommand::NameList => Ok(Value::Array(
+                b.name_list()
+                    .map_err(text)?
+                    .iter()
+                    .map(|(name, cid)| json!({"name": name, "cid": cid.to_string()}))
+                    .collect(),
+            )),
+            TermCommand::BarrierAlloc { size } => {
+                let id = b.barrier_alloc(*size).map_err(text)?;
+                Ok(json!({"barrier": id, "size": size}))
+            }
+            TermCommand::BarrierSignOn { barrier, data } => {
+                let values = b
+                    .barrier_sign_on(*barrier, *data, BARRIER_WAIT)
+                    .map_err(text)?;
+                Ok(Value::Array(values.iter().map(value_row).collect()))
+            }
+            TermCommand::BarrierStatus { barrier } => match b.barrier_status(*barrier) {
+                Ok(Some(status)) => Ok(json!({
+                    "barrier": barrier,
+                    "size": status.size,
+                    "round": status.round,
+                    "signed": status.signed,
+                    "last_released": status.last_released.iter().map(value_row).collect::<Vec<_>>(),
+                })),
+                Ok(None) => Err(format!("no barrier {barrier}")),
+                Err(error) => Err(error.to_string()),
+            },
+            TermCommand::BarrierFree { barrier } => {
+                b.barrier_free(*barrier).map_err(text)?;
+                Ok(Value::Null)
+            }
+            TermCommand::BarrierSize { barrier, size } => {
+                b.barrier_resize(*barrier, *size).map_err(text)?;
+                Ok(Value::Null)
+            }
+            TermCommand::TmpCreate { id, size } => {
+                b.tmp_create(&id.to_string(), Bytes::from(vec![0u8; *size as usize]))
+                    .map_err(text)?;
+                Ok(Value::Null)
+            }
+            TermCommand::TmpGet { id, format } => match b.tmp_get(&id.to_string()) {
+                Ok(Some(data)) => Ok(json!({
+                    "id": id,
+                    "size": data.len(),
+                    "data": format.show(&data),
+                })),
+                Ok(None) => Err(format!("no temporary storage entry {id}")),
+                Err(error) => Err(error.to_string()),
+            },
+            TermCommand::TmpPut { id, data } => {
+                let name = id.to_string();
+                let Some(old) = b.tmp_get(&name).map_err(text)? else {
+                    return Err(format!(
+                        "no temporary storage entry {id} (tmpcreate {id} <size> first)"
+                    ));
+                };
+                if data.len() > old.len() {
+                    return Err(format!(
+                        "{} bytes do not fit in entry {id} ({} bytes)",
+                        data.len(),
+                        old.len()
+                    ));
+                }
+                let mut new = old.to_vec();
+                new[..data.len()].copy_from_slice(data);
+                b.tmp_put(&name, Bytes::from(new)).map_err(text)?;
+                Ok(Value::Null)
+            }
+            TermCommand::TmpRemove { id } => {
+                let name = id.to_string();
+                if b.tmp_get(&name).map_err(text)?.is_none() {
+                    return Err(format!("no temporary storage entry {id}"));
+                }
+                b.tmp_remove(&name).map_err(text)?;
+                Ok(Value::Null)
+            }
+            TermCommand::TmpList => Ok(Value::Array(
+                b.tmp_list()
+                    .map_err(text)?
+                    .iter()
+                    .map(|(name, size)| {
+                        let id = name
+                            .parse::<u32>()
+                            .map_or_else(|_| json!(name), |id| json!(id));
+                        json!({"id": id, "size": size})
+                    })
+                    .collect(),
+            )),
+            TermCommand::LookupTree { node } => {
+                let ranges = b.lookup_tree(*node).map_err(text)?;
+                let mut rows = Vec::with_capacity(ranges.len());
+                for (first, last, owner) in ranges {
+                    let (Some(first), Some(last)) =
+                        (ChunkId::new(*node, first), ChunkId::new(*node, last))
+                    else {
+                        return Err(format!(
+                            "the superpeers returned an invalid range {first}..={last}"
+                        ));
+                    };
+                    rows.push(json!({
+                        "first": first.to_string(),
+                        "last": last.to_string(),
+                        "owner": owner.to_string(),
+                    }));
+                }
+                Ok(Value::Array(rows))
+            }
+            TermCommand::Metadata { node } => {
+                let status = b.status().map_err(text)?;
+                let nodes = b.nodes().map_err(text)?;
+                let count = |role: Role| {
+                    nodes
+                        .iter()
+                        .filter(|n| n.role == role && n.state == NodeState::Alive)
+                        .count()
+                };
+                let mut value = json!({
+                    "answered_by": status.node.to_string(),
+                    "leader": status.leader.map(|id| id.to_string()),
+                    "term": status.term,
+                    "epoch": status.epoch,
+                    "last_log_index": status.last_log_index,
+                    "applied_index": status.last_applied_index,
+                    "alive_superpeers": count(Role::Superpeer),
+                    "alive_peers": count(Role::Peer),
+                    "alive_clients": count(Role::Client),
+                    "members": status.members.iter().map(|(id, address)| json!({
+                        "nid": id.to_string(),
+                        "address": address,
+                    })).collect::<Vec<_>>(),
+                });
+                if let Some(node) = node {
+                    let record = nodes
+                        .iter()
+                        .find(|record| record.id == *node)
+                        .ok_or_else(|| format!("no node {node}"))?;
+                    let mut detail = node_json(record);
+                    if record.role == Role::Peer {
+                        let tree =
+                            self.dispatch(client, &TermCommand::LookupTree { node: *node })?;
+                        let zones = b.zones(*node).map_err(text)?;
+                        merge(
+                            &mut detail,
+                            json!({
+                                "migrated_ranges": tree,
+                                "backup_zones": zones.iter().map(|(zone, backups)| json!({
+                                    "zone": zone,
+                                    "backups": backups.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+                                })).collect::<Vec<_>>(),
+                            }),
+                        );
+                    }
+                    merge(&mut value, json!({ "node": detail }));
+                }
+                Ok(value)
+            }
+            TermCommand::Stats { node: Some(node) } => {
+                let stats = chunks.stats(*node).map_err(text)?;
+                let mut value = json!({"node": node.to_string()});
+                merge(&mut value, stats_json(&stats));
+                Ok(value)
+            }
+            TermCommand::Stats { node: None } => {
+                let nodes = b.nodes().map_err(text)?;
+                Ok(Value::Array(
+                    nodes
+                        .iter()
+                        .filter(|n| n.role == Role::Peer && n.state == NodeState::Alive)
+                        .map(|n| {
+                            let (stats, error) = match chunks.stats(n.id) {
+                                Ok(stats) => (Some(stats), None),
+                                Err(error) => (None, Some(error.to_string())),
+                            };
+                            json!({
+                                "node": n.id.to_string(),
+                                "chunks": stats.map(|s| s.chunks),
+                                "payload_bytes": stats.map(|s| s.payload_bytes),
+                                "used_bytes": stats.map(|s| s.used_bytes),
+                                "free_bytes": stats.map(|s| s.free_bytes),
+                                "region_bytes": stats.map(|s| s.region_bytes),
+                                "error": error,
+                            })
+                        })
+                        .collect(),
+                ))
+            }
+        }
+    }
+
+    /// `nodeshutdown`: asks a live peer to leave and exit, then waits (bounded) until the
+    /// node table shows it gone.
+    fn shutdown_node(
+        &mut self,
+        client: &Client,
+        node: NodeId,
+        kill: bool,
+    ) -> Result<Value, String> {
+        if kill {
+            return Err(format!(
+                "the terminal cannot kill remote processes; for a local cluster use \
+                 `myriad cluster kill --dir DIR --node {node}` (or nodeshutdown {node} for a clean exit)"
+            ));
+        }
+        let record = find_node(client, node)?;
+        match record.role {
+            Role::Superpeer => {
+                return Err(format!(
+                    "{node} is a superpeer: superpeers are stopped with `myriad cluster stop \
+                     --dir DIR` (or a signal to their process), not from the terminal"
+                ))
+            }
+            Role::Client => {
+                return Err(format!(
+                    "{node} is a client: clients leave on their own and cannot be shut down"
+                ))
+            }
+            Role::Peer => {}
+        }
+        if record.state != NodeState::Alive {
+            return Err(format!(
+                "{node} is not alive ({})",
+                state_text(record.state)
+            ));
+        }
+        client
+            .membership()
+            .net()
+            .request_blocking(
+                myriad_proto::net_id(node),
+                types::NODE_SHUTDOWN,
+                Bytes::new(),
+                SHUTDOWN_REQUEST_TIMEOUT,
+            )
+            .map_err(|error| format!("{node} did not accept the shutdown request: {error}"))?;
+        let deadline = Instant::now() + SHUTDOWN_LEAVE_WAIT;
+        let mut state = record.state;
+        while Instant::now() < deadline {
+            if let Ok(nodes) = client.blocking().nodes() {
+                if let Some(now) = nodes.iter().find(|n| n.id == node) {
+                    state = now.state;
+                    if state != NodeState::Alive {
+                        break;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(json!({
+            "node": node.to_string(),
+            "shutdown": "requested",
+            "state": state_text(state),
+        }))
+    }
+}
+
+impl TermBackend for ClientBackend {
+    fn run(&mut self, command: &TermCommand) -> Result<Value, String> {
+        let client = self.client()?;
+        self.dispatch(&client, command)
+    }
+}
+
+impl Drop for ClientBackend {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            client.shutdown();
+        }
+    }
+}
+
+/// A client error as a one-line message.
+fn text(error: ClientError) -> String {
+    error.to_string()
+}
+
+/// An error after part of a multi-request command had succeeded.
+fn partial(error: String, done: usize, what: &str) -> String {
+    if done == 0 {
+        error
+    } else {
+        format!("{error} (after {done} chunks were {what})")
+    }
+}
+
+fn lock_kind(write: bool) -> &'static str {
+    if write {
+        "write"
+    } else {
+        "read"
+    }
+}
+
+/// The superpeers' record of `node`.
+fn find_node(client: &Client, node: NodeId) -> Result<NodeRecord, String> {
+    client
+        .blocking()
+        .nodes()
+        .map_err(text)?
+        .into_iter()
+        .find(|record| record.id == node)
+        .ok_or_else(|| format!("no node {node} in the cluster"))
+}
+
+fn role_text(role: Role) -> &'static str {
+    match role {
+        Role::Superpeer => "superpeer",
+        Role::Peer => "peer",
+        Role::Client => "client",
+    }
+}
+
+fn state_text(state: NodeState) -> String {
+    match state {
+        NodeState::Alive => "alive".into(),
+        NodeState::Failed { epoch } => format!("failed (epoch {epoch})"),
+        NodeState::Left => "left".into(),
+    }
+}
+
+fn capabilities_text(capabilities: Capabilities) -> String {
+    let names: Vec<&str> = [
+        (Capabilities::STORAGE, "storage"),
+        (Capabilities::BACKUP, "backup"),
+        (Capabilities::COMPUTE, "compute"),
+    ]
+    .iter()
+    .filter(|(flag, _)| capabilities.contains(*flag))
+    .map(|(_, name)| *name)
+    .collect();
+    if names.is_empty() {
+        "-".into()
+    } else {
+        names.join(",")
+    }
+}
+
+/// One node as a row of `nodelist` (and the base of `nodeinfo`).
+fn node_json(record: &NodeRecord) -> Value {
+    json!({
+        "nid": record.id.to_string(),
+        "role": role_text(record.role),
+        "state": state_text(record.state),
+        "address": record.address,
+        "rack": record.rack,
+        "switch": record.switch,
+        "capabilities": capabilities_text(record.capabilities),
+        "incarnation": record.incarnation,
+    })
+}
+
+fn stats_json(stats: &ChunkStats) -> Value {
+    json!({
+        "chunks": stats.chunks,
+        "payload_bytes": stats.payload_bytes,
+        "used_bytes": stats.used_bytes,
+        "free_bytes": stats.free_bytes,
+        "region_bytes": stats.region_bytes,
+    })
+}
+
+/// One participant's value of a barrier round.
+fn value_row((node, value): &(NodeId, u64)) -> Value {
+    json!({"node": node.to_string(), "data": value})
+}
+
+/// Appends `extra`'s keys to the object `value` (both objects).
+fn merge(value: &mut Value, extra: Value) {
+    if let (Value::Object(map), Value::Object(extra)) = (value, extra) {
+        map.extend(extra);
     }
 }

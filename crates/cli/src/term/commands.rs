@@ -100,8 +100,6 @@ impl DataFormat {
         }
     }
 
-    // Called by the client backend (to come) and tests.
-    #[allow(dead_code)]
     /// Shows `bytes` in this format: a string, or an array of numbers (trailing bytes that
     /// do not fill a whole value are left out).
     pub fn show(self, bytes: &[u8]) -> Value {
@@ -640,7 +638,7 @@ pub fn parse_line(line: &str) -> Result<Vec<TermCommand>, ParseError> {
         .collect()
 }
 
-// Called by the client backend (to come) and tests.
+// Called by tests only.
 #[allow(dead_code)]
 /// Parses one command (a line without `;`, or the first of several is an error).
 pub fn parse_command(line: &str) -> Result<TermCommand, ParseError> {

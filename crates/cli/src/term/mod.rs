@@ -17,8 +17,9 @@
 //!   history file that cannot be read or written is silently ignored.
 //!
 //! # Who calls it
-//! `main.rs` (`myriad term`). The backend over `myriad-client` plugs in at
-//! [`backend::connect`].
+//! `main.rs` (`myriad term`). The backend over `myriad-client` is built by
+//! [`backend::connect`]; the shell is dropped before the process exits (also on a
+//! failed one-shot command), so the terminal's client leaves the cluster.
 
 pub mod backend;
 pub mod commands;
@@ -31,7 +32,7 @@ use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
-// The backend (to come) and tests name these through `term::`.
+// Tests name some of these through `term::`.
 #[allow(unused_imports)]
 pub use commands::{parse_line, DataFormat, ParseError, RoleFilter, TermCommand};
 
@@ -287,6 +288,8 @@ pub fn main(args: TermArgs) -> anyhow::Result<()> {
         )?
     };
     io::stdout().flush()?;
+    // Leave the cluster before exiting: `process::exit` runs no destructors.
+    drop(shell);
     if outcome.failed > 0 {
         std::process::exit(1);
     }

@@ -1,0 +1,341 @@
+//! `myriad term --cluster DIR` against a real local cluster (1 superpeer, 2 peers): every
+//! command family run as a child process, outputs checked (text and `--json`).
+//!
+//! One cluster serves the whole file (one test, steps in order; `nodeshutdown` last since
+//! it takes a peer away). The cluster is SIGKILLed by its owned guard and every terminal
+//! process by its own guard, also when an assertion fails.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+use serde_json::Value;
+
+/// Longest run of one terminal process.
+const TERM_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Kills the terminal process if the test leaves before it ended.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What one terminal run produced.
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// The `--json` output: one value per line.
+    fn values(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line)
+                    .unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}\n{self:?}"))
+            })
+            .collect()
+    }
+
+    fn ok(self) -> Run {
+        assert_eq!(self.code, Some(0), "terminal failed: {self:#?}");
+        self
+    }
+}
+
+/// Runs `myriad term --cluster dir [--json] -c script` with a deadline.
+fn term(dir: &Path, json: bool, script: &str) -> Run {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_myriad"));
+    command.arg("term").arg("--cluster").arg(dir);
+    if json {
+        command.arg("--json");
+    }
+    command
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut guard = ChildGuard(command.spawn().expect("spawn myriad term"));
+    let mut stdout = guard.0.stdout.take().expect("stdout");
+    let mut stderr = guard.0.stderr.take().expect("stderr");
+    let out = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    let err = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let deadline = Instant::now() + TERM_TIMEOUT;
+    let status = loop {
+        if let Some(status) = guard.0.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "myriad term -c {script:?} did not end within {TERM_TIMEOUT:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    };
+    Run {
+        code: status.code(),
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+fn cids(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .expect("array of created CIDs")
+        .iter()
+        .map(|row| row["cid"].as_str().expect("cid").to_string())
+        .collect()
+}
+
+fn node_rows(dir: &Path) -> Vec<Value> {
+    let values = term(dir, true, "nodelist").ok().values();
+    values[0].as_array().expect("node rows").clone()
+}
+
+fn alive(rows: &[Value], role: &str) -> Vec<Value> {
+    rows.iter()
+        .filter(|row| row["role"] == role && row["state"] == "alive")
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn terminal_commands_against_a_local_cluster() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut spec = LaunchSpec::new(dir.path(), env!("CARGO_BIN_EXE_myriad"));
+    spec.superpeers = 1;
+    spec.peers = 2;
+    spec.peer_memory_mb = Some(128);
+    let mut cluster = LocalCluster::start_owned(spec).expect("start the cluster");
+    let dir = cluster.dir().to_path_buf();
+    let mut peer_ids: Vec<u16> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Peer)
+        .map(|node| node.node_id)
+        .collect();
+    // Peers get their IDs in the order they joined, not the order they were spawned.
+    peer_ids.sort_unstable();
+    let peers: Vec<String> = peer_ids.iter().map(|id| format!("0x{id:04x}")).collect();
+    assert_eq!(peers.len(), 2);
+    let (a, b) = (&peers[0], &peers[1]);
+
+    // Nodes: 1 superpeer, 2 peers and the terminal's own client (no capabilities).
+    let rows = node_rows(&dir);
+    assert_eq!(alive(&rows, "superpeer").len(), 1, "{rows:#?}");
+    let alive_peers: Vec<String> = alive(&rows, "peer")
+        .iter()
+        .map(|row| row["nid"].as_str().expect("nid").to_string())
+        .collect();
+    assert_eq!(alive_peers, peers, "{rows:#?}");
+    let clients = alive(&rows, "client");
+    assert_eq!(clients.len(), 1, "only this terminal: {rows:#?}");
+    assert_eq!(clients[0]["capabilities"], "-");
+    let text = term(&dir, false, "nodelist peer").ok().stdout;
+    assert!(text.starts_with("NID "), "{text}");
+    assert_eq!(text.lines().count(), 3, "header + 2 peers: {text}");
+
+    // Chunks: create → put → get round trip, with CIDs parsed from JSON.
+    let created = term(&dir, true, &format!("chunkcreate 8 {a} 3"))
+        .ok()
+        .values();
+    let cids = cids(&created[0]);
+    assert_eq!(cids.len(), 3);
+    assert!(cids.iter().all(|cid| cid.starts_with(a.as_str())));
+    let values = term(
+        &dir,
+        true,
+        &format!(
+            "chunkput {0} abcdefgh; chunkget {0}; chunkput {1} 0102 hex --offset 6; \
+             chunkget {1} hex; chunkget {0} --offset 2 --length 3; chunkput {2} 4294967295 u32; \
+             chunkget {2} u32",
+            cids[0], cids[1], cids[2]
+        ),
+    )
+    .ok()
+    .values();
+    assert_eq!(values[0], Value::Null);
+    assert_eq!(values[1]["cid"], cids[0].as_str());
+    assert_eq!(values[1]["data"], "abcdefgh");
+    assert_eq!(values[3]["data"], "0000000000000102");
+    assert_eq!(values[4]["data"], "cde");
+    assert_eq!(values[6]["data"], serde_json::json!([4294967295u64, 0]));
+    let text = term(&dir, false, &format!("chunkget {}", cids[0]))
+        .ok()
+        .stdout;
+    assert!(text.contains("data    abcdefgh"), "{text}");
+    let values = term(
+        &dir,
+        true,
+        &format!("chunklist {a}; chunkstatus {a}; stats"),
+    )
+    .ok()
+    .values();
+    assert_eq!(values[0]["ranges"][0]["first"], cids[0].as_str());
+    assert_eq!(values[0]["ranges"][0]["chunks"], 3);
+    assert_eq!(values[1]["chunks"], 3);
+    let stats = values[2].as_array().expect("stats rows");
+    assert_eq!(stats.len(), 2);
+    assert_eq!(stats[0]["node"], a.as_str());
+
+    // Names.
+    let values = term(
+        &dir,
+        true,
+        &format!("namereg {} first; nameget first; namelist", cids[0]),
+    )
+    .ok()
+    .values();
+    assert_eq!(values[1]["cid"], cids[0].as_str());
+    assert_eq!(
+        values[2],
+        serde_json::json!([{"name": "first", "cid": cids[0]}])
+    );
+
+    // Temporary storage.
+    let values = term(
+        &dir,
+        true,
+        "tmpcreate 7 4; tmpput 7 hi; tmpget 7; tmpget 7 hex; tmplist; tmpremove 7; tmplist",
+    )
+    .ok()
+    .values();
+    assert_eq!(values[2]["data"], "hi\u{0}\u{0}");
+    assert_eq!(values[3]["data"], "68690000");
+    assert_eq!(values[4], serde_json::json!([{"id": 7, "size": 4}]));
+    assert_eq!(values[6], serde_json::json!([]));
+
+    // Barriers: a barrier of one is released by this terminal's own sign-on.
+    let values = term(&dir, true, "barrieralloc 1").ok().values();
+    let barrier = values[0]["barrier"].as_u64().expect("barrier ID");
+    let values = term(
+        &dir,
+        true,
+        &format!("barriersignon {barrier} 42; barrierstatus {barrier}; barrierfree {barrier}"),
+    )
+    .ok()
+    .values();
+    assert_eq!(values[0][0]["data"], 42);
+    assert_eq!(values[1]["round"], 1);
+    assert_eq!(values[1]["last_released"][0]["data"], 42);
+    let run = term(&dir, false, &format!("barrierstatus {barrier}"));
+    assert_eq!(run.code, Some(1));
+    assert!(run.stderr.contains("no barrier"), "{run:?}");
+
+    // Locks: unlock matches the lock taken; a lock ends with the terminal that took it.
+    term(
+        &dir,
+        false,
+        &format!("chunklock {0} read; chunkunlock {0}", cids[0]),
+    )
+    .ok();
+    term(&dir, false, &format!("chunklock {}", cids[1])).ok();
+    let run = term(&dir, false, &format!("chunkunlock {}", cids[1]));
+    assert_eq!(run.code, Some(1));
+    assert!(run.stderr.contains("holds no lock"), "{run:?}");
+    term(
+        &dir,
+        false,
+        &format!("chunklock {0} write; chunkunlock {0}", cids[1]),
+    )
+    .ok();
+
+    // Migration: the lookup tree names the new owner, the data moved along.
+    let values = term(
+        &dir,
+        true,
+        &format!(
+            "chunkmigrate {} {} {b}; lookuptree {a}; chunkget {}; chunklist {b}",
+            cids[1], cids[2], cids[1]
+        ),
+    )
+    .ok()
+    .values();
+    assert_eq!(values[0]["moved"], 2);
+    assert_eq!(
+        values[1],
+        serde_json::json!([{"first": cids[1], "last": cids[2], "owner": b}])
+    );
+    assert_eq!(
+        values[2]["data"],
+        "\u{0}\u{0}\u{0}\u{0}\u{0}\u{0}\u{1}\u{2}"
+    );
+    assert_eq!(values[3]["ranges"][0]["first"], cids[1].as_str());
+
+    // Errors: nonzero exit and a message, in text and JSON.
+    let missing = format!("{a}:0xfffff");
+    let run = term(&dir, false, &format!("chunkget {missing}"));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("error: chunkget: chunk") && run.stderr.contains("not found"),
+        "{run:?}"
+    );
+    let run = term(&dir, true, "nodeshutdown 1; nameget nobody");
+    assert_eq!(run.code, Some(1), "{run:?}");
+    let values = run.values();
+    assert!(values[0]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("myriad cluster stop")));
+    assert_eq!(values[1]["command"], "nameget");
+
+    // Every terminal so far left the cluster before the next one joined (also the ones
+    // that failed a command and exited nonzero), so they all had the same client ID, now
+    // in a later incarnation.
+    let rows = node_rows(&dir);
+    let clients: Vec<&Value> = rows.iter().filter(|row| row["role"] == "client").collect();
+    assert_eq!(clients.len(), 1, "{rows:#?}");
+    assert_eq!(clients[0]["state"], "alive");
+    assert!(clients[0]["incarnation"].as_u64() > Some(10), "{rows:#?}");
+
+    // Metadata.
+    let values = term(&dir, true, "metadata").ok().values();
+    assert_eq!(values[0]["leader"], "0x0001");
+    assert_eq!(values[0]["alive_peers"], 2);
+
+    // Shutdown: the peer leaves (node table) and its process exits.
+    let values = term(&dir, true, &format!("nodeshutdown {b}")).ok().values();
+    assert_eq!(values[0]["state"], "left", "{values:?}");
+    let rows = node_rows(&dir);
+    let row = rows
+        .iter()
+        .find(|row| row["nid"] == b.as_str())
+        .expect("the peer's row");
+    assert_eq!(row["state"], "left", "{rows:#?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = cluster.status();
+        let gone = status
+            .iter()
+            .find(|s| format!("0x{:04x}", s.node.node_id) == *b)
+            .is_some_and(|s| !s.alive);
+        if gone {
+            break;
+        }
+        assert!(Instant::now() < deadline, "peer {b} still runs: {status:?}");
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(cluster
+        .status()
+        .iter()
+        .filter(|s| format!("0x{:04x}", s.node.node_id) != *b)
+        .all(|s| s.alive));
+}
