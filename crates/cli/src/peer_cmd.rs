@@ -84,6 +84,7 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
         join,
         memory_bytes: config.peer.memory_mb << 20,
         data_dir: config.data_dir.clone(),
+        handler_threads: config.peer.handler_threads,
     })
     .context("starting the peer")?;
     if let Some(path) = &args.ready_file {

@@ -404,6 +404,7 @@ fn peer_options(
         join,
         memory_bytes: 64 << 20,
         data_dir: dir.join(name),
+        handler_threads: 2,
     }
 }
 
@@ -456,4 +457,58 @@ fn killing_the_raft_leader_keeps_metadata_and_chunks_serving() {
         cluster.restart(&leader.0.to_string()).expect("restart");
     }
     client.shutdown();
+}
+
+#[test]
+fn a_locked_chunk_delays_only_its_own_readers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = start(dir.path(), 1, 1);
+    let peer = peers(&cluster)[0];
+    let holder = Client::connect(superpeers(&cluster)).expect("joins");
+    let reader = Client::connect(superpeers(&cluster)).expect("joins");
+    let values: Vec<Bytes> = (0..2).map(payload).collect();
+    let cids = holder
+        .blocking()
+        .chunks()
+        .create_with_data(peer, values.clone())
+        .expect("create");
+    holder
+        .blocking()
+        .chunks()
+        .lock(cids[0], true, Duration::from_secs(1))
+        .expect("lock");
+    let waiting = {
+        let reader = reader.clone();
+        let cid = cids[0];
+        thread::spawn(move || {
+            let started = Instant::now();
+            let result = reader.blocking().chunks().get(cid);
+            (result, started.elapsed())
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    // The peer still serves other chunks while one reader waits for the lock.
+    let started = Instant::now();
+    assert_eq!(
+        reader.blocking().chunks().get(cids[1]).expect("get"),
+        values[1]
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    holder
+        .blocking()
+        .chunks()
+        .unlock(cids[0], true)
+        .expect("unlock");
+    let (result, waited) = waiting.join().expect("thread");
+    assert_eq!(result.expect("get after unlock"), values[0]);
+    assert!(
+        waited >= Duration::from_millis(250),
+        "the read waited for the lock: {waited:?}"
+    );
+    holder.shutdown();
+    reader.shutdown();
 }

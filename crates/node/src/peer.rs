@@ -24,7 +24,7 @@
 //! ownership events and [`ChunkService::release_locks_of`] on failure/leave events.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -69,6 +69,22 @@ pub struct ChunkService {
     /// `locks.len()`, readable without the mutex: data requests look at holders only when
     /// some lock is held.
     locked_chunks: AtomicUsize,
+    /// Migrations running (see [`ChunkService::migration_guard`]).
+    migrations: AtomicUsize,
+    /// Whether writes may wait for something (see [`ChunkService::set_writes_may_wait`]).
+    writes_may_wait: AtomicBool,
+}
+
+/// Keeps inline serving off while a migration runs ([`ChunkService::migration_guard`]).
+#[derive(Debug)]
+pub struct MigrationGuard<'a> {
+    service: &'a ChunkService,
+}
+
+impl Drop for MigrationGuard<'_> {
+    fn drop(&mut self) {
+        self.service.migrations.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for ChunkService {
@@ -121,6 +137,8 @@ impl ChunkService {
             ownership: RwLock::new(HashMap::new()),
             locks: Mutex::new(HashMap::new()),
             locked_chunks: AtomicUsize::new(0),
+            migrations: AtomicUsize::new(0),
+            writes_may_wait: AtomicBool::new(false),
         }
     }
 
@@ -157,6 +175,30 @@ impl ChunkService {
             let _ = incoming.respond(reply);
         })?;
         Ok(())
+    }
+
+    /// Whether `payload` can be served on the messaging layer's I/O thread: it must not
+    /// wait. True for read-only requests and for writes while writes never wait, and only
+    /// while no chunk lock is held through this service and no migration runs (a read of
+    /// a locked chunk waits for the lock). Everything else goes to a handler thread.
+    pub fn can_serve_inline(&self, payload: &[u8]) -> bool {
+        self.locked_chunks.load(Ordering::Acquire) == 0
+            && self.migrations.load(Ordering::Acquire) == 0
+            && (myriad_proto::chunk::is_read_only_request(payload)
+                || !self.writes_may_wait.load(Ordering::Acquire))
+    }
+
+    /// Declares whether writes may wait (true once a replicator that can wait for backups
+    /// is attached): such writes are then never served on the I/O thread.
+    pub fn set_writes_may_wait(&self, may_wait: bool) {
+        self.writes_may_wait.store(may_wait, Ordering::Release);
+    }
+
+    /// Marks a migration as running until the guard drops: meanwhile the migration holds
+    /// chunk locks the service does not track, so nothing is served inline.
+    pub fn migration_guard(&self) -> MigrationGuard<'_> {
+        self.migrations.fetch_add(1, Ordering::AcqRel);
+        MigrationGuard { service: self }
     }
 
     /// Decodes one encoded request from `from`, executes it and returns the encoded reply

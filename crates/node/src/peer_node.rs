@@ -28,7 +28,7 @@ use myriad_client::membership::{JoinConfig, Membership};
 use myriad_client::ClientError;
 use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
 use myriad_meta::Command;
-use myriad_net::{Endpoint, Handlers, Incoming};
+use myriad_net::{Endpoint, Handlers, Incoming, Responder};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
 use myriad_proto::meta::Event;
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
@@ -42,6 +42,55 @@ pub const NODE_ID_FILE: &str = "node-id";
 /// Most chunks one migration request may move.
 pub const MIGRATE_CHUNKS_MAX: u64 = 1 << 20;
 
+/// Chunk requests waiting for a handler thread, at most (more are refused as "busy").
+pub const SLOW_PATH_QUEUE_MAX: usize = 16_384;
+
+/// Handler threads for chunk requests that may wait (locks, large inserts, writes that
+/// wait for backups), fed by the inline handler.
+struct SlowPath {
+    sender: crossbeam_channel::Sender<(Arc<ChunkService>, NodeId, Bytes, Responder)>,
+}
+
+impl SlowPath {
+    fn start(threads: usize) -> SlowPath {
+        let (sender, receiver) =
+            crossbeam_channel::bounded::<(Arc<ChunkService>, NodeId, Bytes, Responder)>(
+                SLOW_PATH_QUEUE_MAX,
+            );
+        for index in 0..threads {
+            let receiver = receiver.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("chunk-slow-{index}"))
+                .spawn(move || {
+                    // Ends when the handler (the only sender) is dropped with the endpoint.
+                    for (service, from, payload, responder) in receiver {
+                        let _ = responder.respond(service.serve(from, payload));
+                    }
+                });
+            if let Err(error) = spawned {
+                tracing::error!(%error, "could not start a chunk handler thread");
+            }
+        }
+        SlowPath { sender }
+    }
+
+    fn submit(
+        &self,
+        service: Arc<ChunkService>,
+        from: NodeId,
+        payload: Bytes,
+        responder: Responder,
+    ) {
+        if let Err(error) = self.sender.try_send((service, from, payload, responder)) {
+            let (_, _, _, responder) = error.into_inner();
+            let busy = ChunkReply::Failed(ItemError::Internal(
+                "peer busy: too many chunk requests waiting".to_owned(),
+            ));
+            let _ = responder.respond(busy.encode());
+        }
+    }
+}
+
 /// What a peer needs to start.
 #[derive(Debug, Clone)]
 pub struct PeerOptions {
@@ -51,6 +100,8 @@ pub struct PeerOptions {
     pub memory_bytes: u64,
     /// Where the peer keeps its node ID (and, with backups, its logs).
     pub data_dir: PathBuf,
+    /// Threads serving chunk requests that may wait (the rest run on the I/O thread).
+    pub handler_threads: usize,
 }
 
 /// Why a peer could not start or stopped with an error.
@@ -136,22 +187,35 @@ impl PeerNode {
         // known only after the join. The cell bridges the two.
         let cell: Arc<OnceLock<Arc<ChunkService>>> = Arc::new(OnceLock::new());
         let mut handlers = Handlers::new();
+        // Chunk requests arrive on the I/O thread. Those that cannot wait (reads, and
+        // writes while nothing can make them wait) are served right there, the lowest
+        // latency; the rest go to the peer's handler threads.
+        let slow = SlowPath::start(options.handler_threads.max(1));
         let chunk_cell = Arc::clone(&cell);
-        handlers.register(types::CHUNK, move |incoming: Incoming| {
+        handlers.register_inline(types::CHUNK, move |mut incoming: Incoming| {
             if !incoming.is_request() {
                 return;
             }
-            let reply = match chunk_cell.get() {
-                Some(service) => service.serve(
-                    myriad_proto::node_id(incoming.from),
-                    incoming.payload.clone(),
-                ),
-                None => {
-                    ChunkReply::Failed(ItemError::Internal("peer is still starting".to_owned()))
-                        .encode()
-                }
+            let from = myriad_proto::node_id(incoming.from);
+            let Some(service) = chunk_cell.get() else {
+                let reply =
+                    ChunkReply::Failed(ItemError::Internal("peer is still starting".to_owned()));
+                let _ = incoming.respond(reply.encode());
+                return;
             };
-            let _ = incoming.respond(reply);
+            if service.can_serve_inline(&incoming.payload) {
+                let reply = service.serve(from, incoming.payload.clone());
+                let _ = incoming.respond(reply);
+                return;
+            }
+            if let Some(responder) = incoming.take_responder() {
+                slow.submit(
+                    Arc::clone(service),
+                    from,
+                    incoming.payload.clone(),
+                    responder,
+                );
+            }
         })?;
         let migrate_cell: Arc<OnceLock<Arc<Membership>>> = Arc::new(OnceLock::new());
         {
@@ -378,6 +442,9 @@ fn migrate(
         }
     }
     let mem = service.memory();
+    // Chunk reads are served inline only while no lock is held; this migration's locks
+    // are not tracked by the service, so it switches inline serving off meanwhile.
+    let _inline_off = service.migration_guard();
     let mut locked = Vec::new();
     let unlock_all = |locked: &[ChunkId]| {
         for &cid in locked {

@@ -949,6 +949,16 @@ impl ChunkReply {
     }
 }
 
+/// Whether an encoded request only reads (get, offset read, status, list, stats), judged
+/// by its tag byte alone, without decoding it. Peers use it to serve reads on the I/O
+/// thread; anything else (or an empty payload) answers `false`.
+pub fn is_read_only_request(payload: &[u8]) -> bool {
+    matches!(
+        payload.first(),
+        Some(&(tag::GET | tag::READ_AT | tag::STATUS | tag::LIST | tag::STATS))
+    )
+}
+
 /// Runs every decoder of this family on `bytes` (the fuzz target's entry point); never
 /// panics, whatever the input.
 pub fn fuzz_decode(bytes: &[u8]) {
