@@ -404,6 +404,7 @@ fn peer_options(
         join,
         memory_bytes: 64 << 20,
         data_dir: dir.join(name),
+        backup: myriad_node::replication::BackupOptions::disabled(),
     }
 }
 
