@@ -151,7 +151,12 @@ fn write_workload(
     let chunks = blocking.chunks();
     for (m, &master) in masters.iter().enumerate() {
         let data: Vec<Bytes> = (0..24)
-            .map(|i| payload(seed * 1000 + m as u64 * 100 + i, 300 + (i as usize * 37) % 400))
+            .map(|i| {
+                payload(
+                    seed * 1000 + m as u64 * 100 + i,
+                    300 + (i as usize * 37) % 400,
+                )
+            })
             .collect();
         let cids = chunks.create_with_data(master, data.clone()).unwrap();
         for (cid, data) in cids.iter().zip(&data) {
@@ -180,7 +185,9 @@ fn write_workload(
         }
         // Write into one chunk and resize another.
         let target = cids[2];
-        chunks.write_at(target, 3, Bytes::from_static(b"abcdef")).unwrap();
+        chunks
+            .write_at(target, 3, Bytes::from_static(b"abcdef"))
+            .unwrap();
         if let Some(Some(bytes)) = model.get_mut(&target) {
             let mut changed = bytes.to_vec();
             changed[3..9].copy_from_slice(b"abcdef");
@@ -199,7 +206,11 @@ fn write_workload(
 /// For every zone of every live master, its backups per the superpeer, each backup's copy
 /// read back and compared with the master's memory (and the model). Returns the number of
 /// zones checked.
-fn check_zones(cluster: &Cluster, client: &Client, model: &BTreeMap<ChunkId, Option<Bytes>>) -> usize {
+fn check_zones(
+    cluster: &Cluster,
+    client: &Client,
+    model: &BTreeMap<ChunkId, Option<Bytes>>,
+) -> usize {
     let mut zones_checked = 0;
     for master in cluster.live() {
         let owner = master.node_id();
@@ -277,9 +288,14 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
     let mut cluster = Cluster::start();
     let masters = cluster.peer_ids();
     let mut model = BTreeMap::new();
-    for (seed, level) in [DURABILITY_ASYNC, DURABILITY_REPLICATED, DURABILITY_DURABLE, 0]
-        .into_iter()
-        .enumerate()
+    for (seed, level) in [
+        DURABILITY_ASYNC,
+        DURABILITY_REPLICATED,
+        DURABILITY_DURABLE,
+        0,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let client = cluster.client(level);
         write_workload(&client, &masters, seed as u64 + 1, &mut model);
