@@ -85,8 +85,9 @@ impl Default for BackupOptions {
 }
 
 impl BackupOptions {
-    /// No replication of this peer's chunks (it still keeps other peers' backups when it
-    /// has the backup capability).
+    /// For tests: no replication of this peer's chunks; with the backup capability it
+    /// still keeps other peers' backups, in the small test log of
+    /// [`BackupOptions::small_for_tests`] (chunks up to 100,000 bytes, 64 zones).
     pub fn disabled() -> BackupOptions {
         BackupOptions {
             replication: 0,
