@@ -9,3 +9,4 @@ pub mod log;
 pub mod mem;
 pub mod net;
 pub mod process;
+pub mod replication;

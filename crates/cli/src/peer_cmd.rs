@@ -38,6 +38,16 @@ pub struct PeerArgs {
     /// Switch number.
     #[arg(long)]
     pub switch: Option<u16>,
+    /// Backups per zone (R; 0: no replication of this peer's chunks). At most as many
+    /// backups as other alive backup-capable peers exist when a zone is placed.
+    #[arg(long)]
+    pub replication: Option<usize>,
+    /// Default durability of changes: async, replicated or durable.
+    #[arg(long)]
+    pub durability: Option<String>,
+    /// Payload MiB per backup zone.
+    #[arg(long)]
+    pub zone_mb: Option<u64>,
     /// Write `{"role","node_id","address","pid"}` here (atomically) once serving.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
@@ -66,7 +76,17 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
     if let Some(switch) = args.switch {
         config.switch = switch;
     }
+    if let Some(replication) = args.replication {
+        config.backup.replication = replication;
+    }
+    if let Some(durability) = &args.durability {
+        config.backup.durability = durability.clone();
+    }
+    if let Some(zone_mb) = args.zone_mb {
+        config.backup.zone_mb = zone_mb;
+    }
     config.validate()?;
+    let backup = config.backup.options()?;
     if config.superpeers.is_empty() {
         anyhow::bail!("no superpeers configured: pass --superpeers \"1=HOST:PORT,...\"");
     }
@@ -85,6 +105,7 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
         memory_bytes: config.peer.memory_mb << 20,
         data_dir: config.data_dir.clone(),
         handler_threads: config.peer.handler_threads,
+        backup,
     })
     .context("starting the peer")?;
     if let Some(path) = &args.ready_file {

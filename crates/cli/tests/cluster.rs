@@ -405,6 +405,7 @@ fn peer_options(
         memory_bytes: 64 << 20,
         data_dir: dir.join(name),
         handler_threads: 2,
+        backup: myriad_node::replication::BackupOptions::disabled(),
     }
 }
 

@@ -27,6 +27,19 @@
 //!
 //! [peer]
 //! memory_mb = 1024
+//!
+//! [backup]
+//! replication = 3          # R: backups per zone (0: no replication)
+//! zone_mb = 256            # payload per backup zone
+//! durability = "async"     # default of requests: async | replicated | durable
+//! strategy = "disjunctive" # random | disjunctive | copyset | rack-aware
+//! scatter_width = 4        # copyset only
+//! log_dir = "/var/lib/myriad/p1/log"   # default: data_dir/log
+//! write_buffer_kb = 32768  # log engine write buffer
+//! segment_kb = 8192        # secondary-log segment (power of two, 16 KiB..=32 MiB)
+//! secondary_log_kb = 0     # one zone's secondary log; 0: 2 × zone_mb
+//! primary_log_kb = 262144  # at least 2 write buffers
+//! wait_timeout_ms = 10000  # longest a replicated/durable change waits
 //! ```
 //!
 //! # Who calls it
@@ -205,6 +218,136 @@ impl Default for PeerSection {
     }
 }
 
+/// Settings of replication (`[backup]`): how a peer's chunks are replicated and how it
+/// keeps other peers' backups. See [`BackupSection::options`].
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BackupSection {
+    /// Backups per zone (R). 0 disables replication of this peer's chunks. An upper bound:
+    /// a zone gets at most as many backups as other alive, backup-capable peers exist when
+    /// it is placed (the replicator clamps, and fills the zone up when peers join).
+    pub replication: usize,
+    /// Payload MiB per backup zone.
+    pub zone_mb: u64,
+    /// Durability of changes that ask for the cluster default: `async`, `replicated` or
+    /// `durable`.
+    pub durability: String,
+    /// Placement strategy: `random`, `disjunctive` (random with disjunctive first
+    /// backups), `copyset` (with `scatter_width`) or `rack-aware`.
+    pub strategy: String,
+    /// Scatter width of the `copyset` strategy.
+    pub scatter_width: u32,
+    /// Directory of the log engine; empty: `data_dir/log`.
+    pub log_dir: PathBuf,
+    /// Log engine write buffer, KiB (at least 2 segments).
+    pub write_buffer_kb: u64,
+    /// Secondary-log segment size, KiB (a power of two, 16..=32768). Small segments also
+    /// shrink the secondary-log buffer (at most half a segment) and the largest chunk a
+    /// backup accepts (255 links of half a segment).
+    pub segment_kb: u64,
+    /// Size of one zone's secondary log, KiB; 0: twice the zone size.
+    pub secondary_log_kb: u64,
+    /// Size of the primary log, KiB (at least two write buffers).
+    pub primary_log_kb: u64,
+    /// Longest a replicated or durable change waits for its backups, milliseconds.
+    pub wait_timeout_ms: u64,
+}
+
+impl Default for BackupSection {
+    fn default() -> Self {
+        BackupSection {
+            replication: 3,
+            zone_mb: 256,
+            durability: "async".to_owned(),
+            strategy: "disjunctive".to_owned(),
+            scatter_width: 4,
+            log_dir: PathBuf::new(),
+            write_buffer_kb: 32 << 10,
+            segment_kb: 8 << 10,
+            secondary_log_kb: 0,
+            primary_log_kb: 256 << 10,
+            wait_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl BackupSection {
+    /// The peer's replication settings (log directory still unresolved when `log_dir` is
+    /// empty: [`crate::replication::BackupOptions::log_dir_in`] puts it in the data
+    /// directory). Checks every value, including the log engine's configuration.
+    pub fn options(&self) -> Result<crate::replication::BackupOptions, ConfigError> {
+        use myriad_replica::Strategy;
+        let invalid = |text: String| Err(ConfigError::Invalid(text));
+        if self.replication > 16 {
+            return invalid(format!(
+                "backup.replication {} is above 16",
+                self.replication
+            ));
+        }
+        if self.zone_mb == 0 || self.zone_mb > 1 << 20 {
+            return invalid(format!(
+                "backup.zone_mb {} is not in 1..=1048576",
+                self.zone_mb
+            ));
+        }
+        let durability = crate::replication::parse_durability(&self.durability)
+            .map_err(|e| ConfigError::Invalid(format!("backup.durability: {e}")))?;
+        let strategy = match self.strategy.trim().to_ascii_lowercase().as_str() {
+            "random" => Strategy::RANDOM,
+            "disjunctive" => Strategy::DISJUNCTIVE,
+            "rack-aware" | "rack_aware" | "rackaware" => Strategy::RACK_AWARE,
+            "copyset" | "copysets" => {
+                if self.scatter_width == 0 {
+                    return invalid("backup.scatter_width must be positive for copysets".into());
+                }
+                Strategy::copyset(self.scatter_width)
+            }
+            other => {
+                return invalid(format!(
+                    "backup.strategy {other:?} is not random, disjunctive, copyset or rack-aware"
+                ))
+            }
+        };
+        let zone_bytes = self.zone_mb << 20;
+        let kb = |value: u64| value.saturating_mul(1024);
+        let mut log = myriad_log::LogConfig {
+            write_buffer_bytes: kb(self.write_buffer_kb),
+            segment_bytes: kb(self.segment_kb),
+            secondary_log_bytes: if self.secondary_log_kb == 0 {
+                2 * zone_bytes
+            } else {
+                kb(self.secondary_log_kb)
+            },
+            primary_log_bytes: kb(self.primary_log_kb),
+            ..myriad_log::LogConfig::default()
+        };
+        // Settings derived from the segment size: the secondary-log buffer fits half a
+        // segment, the largest chunk at most 255 links of half a segment.
+        log.secondary_buffer_bytes = log.secondary_buffer_bytes.min(log.segment_bytes / 2);
+        if log.segment_bytes >= 128 {
+            log.chunk_bytes_max = log
+                .chunk_bytes_max
+                .min(255 * u64::from(log.entry_payload_bytes_max()));
+        }
+        if let Err(error) = log.validate() {
+            return invalid(format!("backup log settings: {error}"));
+        }
+        if self.wait_timeout_ms == 0 {
+            return invalid("backup.wait_timeout_ms must be positive".into());
+        }
+        Ok(crate::replication::BackupOptions {
+            replication: self.replication,
+            zone_bytes,
+            durability,
+            strategy,
+            log_dir: (!self.log_dir.as_os_str().is_empty()).then(|| self.log_dir.clone()),
+            log,
+            wait_timeout: std::time::Duration::from_millis(self.wait_timeout_ms),
+            ..crate::replication::BackupOptions::default()
+        })
+    }
+}
+
 /// Everything a superpeer or peer process needs.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -230,6 +373,8 @@ pub struct NodeConfig {
     pub failure: FailureSection,
     /// Peer settings.
     pub peer: PeerSection,
+    /// Replication and backup settings (peers).
+    pub backup: BackupSection,
 }
 
 impl Default for NodeConfig {
@@ -249,6 +394,7 @@ impl Default for NodeConfig {
             superpeer: SuperpeerSection::default(),
             failure: FailureSection::default(),
             peer: PeerSection::default(),
+            backup: BackupSection::default(),
         }
     }
 }
@@ -370,6 +516,7 @@ impl NodeConfig {
         if self.peer.memory_mb == 0 || self.peer.handler_threads == 0 {
             return invalid("peer.memory_mb and peer.handler_threads must be positive".into());
         }
+        self.backup.options()?;
         Ok(())
     }
 
@@ -563,6 +710,40 @@ memory_mb = 64
             .unwrap_err()
             .to_string()
             .contains("flying"));
+    }
+
+    #[test]
+    fn backup_section_parses_and_checks() {
+        let config = NodeConfig::from_toml(FULL).unwrap();
+        let options = config.backup.options().unwrap();
+        assert_eq!(options.replication, 3);
+        assert_eq!(options.zone_bytes, 256 << 20);
+        assert_eq!(options.durability, myriad_replica::Durability::Async);
+        assert_eq!(options.log.secondary_log_bytes, 512 << 20);
+        assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/d/log"));
+        let text = format!(
+            "{FULL}\n[backup]\nreplication = 2\nzone_mb = 4\ndurability = \"durable\"\n\
+             strategy = \"copyset\"\nscatter_width = 3\nlog_dir = \"/l\"\n\
+             write_buffer_kb = 128\nsegment_kb = 16\nprimary_log_kb = 1024\n"
+        );
+        let config = NodeConfig::from_toml(&text).unwrap();
+        config.validate().unwrap();
+        let options = config.backup.options().unwrap();
+        assert_eq!(options.replication, 2);
+        assert_eq!(options.durability, myriad_replica::Durability::Durable);
+        assert_eq!(options.strategy, myriad_replica::Strategy::copyset(3));
+        assert_eq!(options.log.secondary_log_bytes, 8 << 20);
+        assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/l"));
+        for bad in [
+            "durability = \"eventually\"",
+            "strategy = \"nearest\"",
+            "segment_kb = 15",
+            "zone_mb = 0",
+            "replication = 99",
+        ] {
+            let config = NodeConfig::from_toml(&format!("{FULL}\n[backup]\n{bad}\n")).unwrap();
+            assert!(config.validate().is_err(), "{bad} accepted");
+        }
     }
 
     #[test]

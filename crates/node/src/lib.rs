@@ -6,6 +6,8 @@
 //!   commits failure verdicts and pushes events to every node.
 //! - [`peer`]: stores chunks in a `myriad-mem` memory manager and serves them to remote
 //!   clients (the chunk service of [`myriad_proto::chunk`]).
+//! - [`replication`]: the peer's side of replication (`myriad-replica` wired to the
+//!   cluster: zone registry, backup candidates, chunk source, the backup log engine).
 //! - [`config`]: the settings of both, from TOML with command-line overrides.
 //!
 //! # Invariants
@@ -20,4 +22,5 @@ pub mod config;
 pub mod launch;
 pub mod peer;
 pub mod peer_node;
+pub mod replication;
 pub mod superpeer;

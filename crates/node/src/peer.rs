@@ -15,16 +15,42 @@
 //!   this peer is about to own (migration, recovery) and checks no ownership.
 //! - Every chunk lock taken for a node is recorded with that node; only that node can
 //!   release it, and [`ChunkService::release_locks_of`] releases all of a failed node's.
-//! - The `durability` field of changing requests is ignored for now: there are no backups
-//!   yet, every change is acknowledged once it is in this peer's memory.
+//! - Without a replicator ([`ChunkService::new`]) the `durability` field of changing
+//!   requests is ignored: every change is acknowledged once it is in this peer's memory.
+//! - With a replicator ([`ChunkService::with_replication`]) every successful change
+//!   (create, create with data, put, remove, write-at, resize, insert) is reported to it
+//!   with the request's durability (0: the replicator's default; 1/2/3: async, replicated,
+//!   durable). A change the replicator reports an error for is answered
+//!   [`ItemError::Internal`] with the reason, whatever the level: **the change is in this
+//!   peer's memory (and readable) but not as durable as asked** (a replicated or durable
+//!   wait ran out, a zone could not be registered, the stream to a backup stayed full);
+//!   the caller may retry. Readers may see a change before it reached its durability.
+//! - Changes of one chunk reach the replicator in the order they were applied to memory:
+//!   each change holds the chunk's *stripe* (one of [`ORDER_STRIPES`] mutexes, chosen by
+//!   CID) from the memory change until the replicator call returns, so two changes of one
+//!   chunk through this service never interleave. A batch takes its stripes in ascending
+//!   order (no deadlock). Creates take the stripes of the new CIDs right after the memory
+//!   manager handed them out: the IDs are unknown to everyone else until the reply, except
+//!   to a caller still holding the ID of a removed chunk whose local ID was reused (that
+//!   caller's put would be rejected by the backups' order only in such a race; documented
+//!   gap). The stripe is held across the replicator's wait for durability, so a slow
+//!   backup delays further changes of the same chunk (and of chunks sharing its stripe),
+//!   never reads.
+//! - With a replicator, changing requests from the network run on blocking threads of the
+//!   messaging runtime ([`ChunkService::serve_incoming`]), not on the handler pool: a
+//!   replicated or durable change waits for acknowledgements that arrive on that same pool,
+//!   and a pool full of waiting writers would starve them. At most
+//!   [`BLOCKING_REQUESTS_MAX`] run at once; further ones are answered
+//!   [`ItemError::Internal`] ("overloaded").
 //!
 //! # Who calls it
-//! The peer process (`myriad peer`) builds one service per node, registers it before the
-//! endpoint is reachable, and calls [`ChunkService::set_owner`] on the superpeers'
+//! The peer process (`myriad peer`, [`crate::peer_node::PeerNode`]) builds one service per
+//! node (with its replicator when replication is on), registers it before the endpoint is
+//! reachable, and calls [`ChunkService::set_owner`] on the superpeers'
 //! ownership events and [`ChunkService::release_locks_of`] on failure/leave events.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,11 +62,58 @@ use myriad_net::{Handlers, Incoming, NetError};
 use myriad_proto::chunk::{
     ChunkReply, ChunkRequest, ChunkStats, DataReplyWriter, ItemError, LIST_RANGES_MAX,
 };
-use parking_lot::{Mutex, RwLock};
+use myriad_replica::Replicator;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+
+use crate::replication::durability_of;
 
 /// The longest a `Lock` request may wait for a chunk lock; longer timeouts are cut to it
 /// (a waiting lock request occupies a handler thread).
 pub const LOCK_TIMEOUT_MS_MAX: u64 = 30_000;
+
+/// Mutexes that order the changes of one chunk towards the replicator (see the module
+/// documentation).
+pub const ORDER_STRIPES: usize = 1024;
+
+/// Changing requests running at once on blocking threads when a replicator is present.
+pub const BLOCKING_REQUESTS_MAX: usize = 256;
+
+/// The replication side of a service.
+struct Replication {
+    replicator: Arc<Replicator>,
+    runtime: tokio::runtime::Handle,
+    stripes: Box<[Mutex<()>]>,
+    /// Changing requests handed to blocking threads and not finished.
+    blocking: AtomicUsize,
+}
+
+impl Replication {
+    /// Locks the stripes of `cids` in ascending order.
+    fn lock(&self, cids: impl IntoIterator<Item = ChunkId>) -> Vec<MutexGuard<'_, ()>> {
+        let mut indexes: Vec<usize> = cids
+            .into_iter()
+            .map(|cid| stripe_of(cid, self.stripes.len()))
+            .collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        indexes
+            .into_iter()
+            .map(|i| self.stripes[i].lock())
+            .collect()
+    }
+}
+
+fn stripe_of(cid: ChunkId, stripes: usize) -> usize {
+    // Fibonacci hashing spreads consecutive IDs over the stripes.
+    (cid.raw().wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as usize % stripes
+}
+
+/// The error a caller sees when the replicator failed for a change.
+fn replica_error(error: myriad_replica::ReplicaError) -> ItemError {
+    ItemError::Internal(format!(
+        "stored in memory but not replicated as requested: {error}"
+    ))
+}
 
 /// Who holds which locks of one chunk (taken through this service).
 #[derive(Debug, Default)]
@@ -71,8 +144,8 @@ pub struct ChunkService {
     locked_chunks: AtomicUsize,
     /// Migrations running (see [`ChunkService::migration_guard`]).
     migrations: AtomicUsize,
-    /// Whether writes may wait for something (see [`ChunkService::set_writes_may_wait`]).
-    writes_may_wait: AtomicBool,
+    /// Present when this peer replicates its chunks.
+    replication: Option<Replication>,
 }
 
 /// Keeps inline serving off while a migration runs ([`ChunkService::migration_guard`]).
@@ -138,8 +211,29 @@ impl ChunkService {
             locks: Mutex::new(HashMap::new()),
             locked_chunks: AtomicUsize::new(0),
             migrations: AtomicUsize::new(0),
-            writes_may_wait: AtomicBool::new(false),
+            replication: None,
         }
+    }
+
+    /// Reports every change to `replicator` (see the module documentation); changing
+    /// requests from the network then run on blocking threads of `runtime`.
+    pub fn with_replication(
+        mut self,
+        replicator: Arc<Replicator>,
+        runtime: tokio::runtime::Handle,
+    ) -> ChunkService {
+        self.replication = Some(Replication {
+            replicator,
+            runtime,
+            stripes: (0..ORDER_STRIPES).map(|_| Mutex::new(())).collect(),
+            blocking: AtomicUsize::new(0),
+        });
+        self
+    }
+
+    /// The replicator, when this peer replicates its chunks.
+    pub fn replicator(&self) -> Option<&Arc<Replicator>> {
+        self.replication.as_ref().map(|r| &r.replicator)
     }
 
     /// This peer's node ID.
@@ -166,32 +260,20 @@ impl ChunkService {
     pub fn register(self: &Arc<Self>, handlers: &mut Handlers) -> Result<(), NetError> {
         let service = Arc::clone(self);
         handlers.register(myriad_proto::types::CHUNK, move |incoming: Incoming| {
-            if !incoming.is_request() {
-                return;
-            }
-            let from = myriad_proto::node_id(incoming.from);
-            let reply = service.serve(from, incoming.payload.clone());
-            // A lost connection leaves the requester to its own timeout; nothing to do.
-            let _ = incoming.respond(reply);
+            service.serve_incoming(incoming);
         })?;
         Ok(())
     }
 
     /// Whether `payload` can be served on the messaging layer's I/O thread: it must not
-    /// wait. True for read-only requests and for writes while writes never wait, and only
-    /// while no chunk lock is held through this service and no migration runs (a read of
-    /// a locked chunk waits for the lock). Everything else goes to a handler thread.
+    /// wait. True for read-only requests, and for writes while this peer does not
+    /// replicate (a replicated write may wait for its backups); and only while no chunk
+    /// lock is held through this service and no migration runs (a read of a locked chunk
+    /// waits for the lock). Everything else goes to a handler thread.
     pub fn can_serve_inline(&self, payload: &[u8]) -> bool {
         self.locked_chunks.load(Ordering::Acquire) == 0
             && self.migrations.load(Ordering::Acquire) == 0
-            && (myriad_proto::chunk::is_read_only_request(payload)
-                || !self.writes_may_wait.load(Ordering::Acquire))
-    }
-
-    /// Declares whether writes may wait (true once a replicator that can wait for backups
-    /// is attached): such writes are then never served on the I/O thread.
-    pub fn set_writes_may_wait(&self, may_wait: bool) {
-        self.writes_may_wait.store(may_wait, Ordering::Release);
+            && (myriad_proto::chunk::is_read_only_request(payload) || self.replication.is_none())
     }
 
     /// Marks a migration as running until the guard drops: meanwhile the migration holds
@@ -199,6 +281,46 @@ impl ChunkService {
     pub fn migration_guard(&self) -> MigrationGuard<'_> {
         self.migrations.fetch_add(1, Ordering::AcqRel);
         MigrationGuard { service: self }
+    }
+
+    /// Serves one incoming chunk request and responds to it: on the calling thread, or,
+    /// for a changing request while a replicator is present, on a blocking thread of the
+    /// replication runtime (see the module documentation). Non-requests are ignored.
+    pub fn serve_incoming(self: &Arc<Self>, incoming: Incoming) {
+        if !incoming.is_request() {
+            return;
+        }
+        let from = myriad_proto::node_id(incoming.from);
+        let Some(replication) = &self.replication else {
+            let reply = self.serve(from, incoming.payload.clone());
+            // A lost connection leaves the requester to its own timeout; nothing to do.
+            let _ = incoming.respond(reply);
+            return;
+        };
+        let request = match ChunkRequest::decode(incoming.payload.clone()) {
+            Ok(request) if is_change(&request) => request,
+            _ => {
+                let reply = self.serve(from, incoming.payload.clone());
+                let _ = incoming.respond(reply);
+                return;
+            }
+        };
+        if replication.blocking.fetch_add(1, Ordering::AcqRel) >= BLOCKING_REQUESTS_MAX {
+            replication.blocking.fetch_sub(1, Ordering::AcqRel);
+            let reply = ChunkReply::Failed(ItemError::Internal(
+                "overloaded: too many changes waiting for their backups".to_owned(),
+            ));
+            let _ = incoming.respond(reply.encode());
+            return;
+        }
+        let service = Arc::clone(self);
+        replication.runtime.spawn_blocking(move || {
+            let reply = service.execute(from, request).encode();
+            let _ = incoming.respond(reply);
+            if let Some(replication) = &service.replication {
+                replication.blocking.fetch_sub(1, Ordering::AcqRel);
+            }
+        });
     }
 
     /// Decodes one encoded request from `from`, executes it and returns the encoded reply
@@ -340,11 +462,17 @@ impl ChunkService {
     /// callers) and returns the reply. Never panics.
     pub fn execute(&self, from: NodeId, request: ChunkRequest) -> ChunkReply {
         match request {
-            ChunkRequest::Create { sizes, .. } => self.create(&sizes),
-            ChunkRequest::CreateWithData { payloads, .. } => {
+            ChunkRequest::Create { sizes, durability } => self.create(&sizes, durability),
+            ChunkRequest::CreateWithData {
+                payloads,
+                durability,
+            } => {
                 let data: Vec<&[u8]> = payloads.iter().map(|p| p.as_ref()).collect();
                 match self.mem.create_batch_with_data(&data) {
-                    Ok(cids) => ChunkReply::Created(cids),
+                    Ok(cids) => match self.replicate_creates(&cids, &data, durability) {
+                        Ok(()) => ChunkReply::Created(cids),
+                        Err(error) => ChunkReply::Failed(error),
+                    },
                     Err(error) => ChunkReply::Failed(item_error(error)),
                 }
             }
@@ -369,37 +497,61 @@ impl ChunkService {
                         .collect(),
                 )
             }
-            ChunkRequest::Put { items, .. } => ChunkReply::Statuses(self.put(from, &items)),
-            ChunkRequest::Remove { cids, .. } => ChunkReply::Statuses(
-                cids.iter()
-                    .map(|&cid| {
-                        self.check_owner(cid)?;
-                        status(self.mem.remove(cid))
-                    })
-                    .collect(),
-            ),
-            ChunkRequest::Insert { items, .. } => {
+            ChunkRequest::Put { items, durability } => {
+                ChunkReply::Statuses(self.put(from, &items, durability))
+            }
+            ChunkRequest::Remove { cids, durability } => {
+                ChunkReply::Statuses(self.remove(&cids, durability))
+            }
+            ChunkRequest::Insert { items, durability } => {
                 let borrowed: Vec<(ChunkId, &[u8])> = items
                     .iter()
                     .map(|(cid, data)| (*cid, data.as_ref()))
                     .collect();
-                ChunkReply::Statuses(
-                    self.mem
-                        .create_with_ids(&borrowed)
-                        .into_iter()
-                        .map(status)
-                        .collect(),
-                )
+                let Some(replication) = &self.replication else {
+                    return ChunkReply::Statuses(
+                        self.mem
+                            .create_with_ids(&borrowed)
+                            .into_iter()
+                            .map(status)
+                            .collect(),
+                    );
+                };
+                let _order = replication.lock(borrowed.iter().map(|(cid, _)| *cid));
+                let mut statuses: Vec<Result<(), ItemError>> = self
+                    .mem
+                    .create_with_ids(&borrowed)
+                    .into_iter()
+                    .map(status)
+                    .collect();
+                let stored: Vec<(ChunkId, &[u8])> = borrowed
+                    .iter()
+                    .zip(&statuses)
+                    .filter(|(_, status)| status.is_ok())
+                    .map(|(item, _)| *item)
+                    .collect();
+                if let Err(error) = replication
+                    .replicator
+                    .on_create_batch(&stored, durability_of(durability))
+                {
+                    fail_succeeded(&mut statuses, &replica_error(error));
+                }
+                ChunkReply::Statuses(statuses)
             }
             ChunkRequest::ReadAt { cid, offset, len } => {
                 ChunkReply::Data(vec![self.read_at(cid, offset, len)])
             }
             ChunkRequest::WriteAt {
-                cid, offset, data, ..
-            } => ChunkReply::Statuses(vec![self.write_at(from, cid, offset, &data)]),
-            ChunkRequest::Resize { cid, size, .. } => {
-                ChunkReply::Statuses(vec![self.resize(from, cid, size)])
-            }
+                cid,
+                offset,
+                data,
+                durability,
+            } => ChunkReply::Statuses(vec![self.write_at(from, cid, offset, &data, durability)]),
+            ChunkRequest::Resize {
+                cid,
+                size,
+                durability,
+            } => ChunkReply::Statuses(vec![self.resize(from, cid, size, durability)]),
             ChunkRequest::Lock {
                 cid,
                 write,
@@ -433,7 +585,70 @@ impl ChunkService {
         }
     }
 
-    fn create(&self, sizes: &[u64]) -> ChunkReply {
+    /// Reports freshly created chunks (`cids[i]` holds `data[i]`) to the replicator.
+    fn replicate_creates(
+        &self,
+        cids: &[ChunkId],
+        data: &[&[u8]],
+        durability: u8,
+    ) -> Result<(), ItemError> {
+        let Some(replication) = &self.replication else {
+            return Ok(());
+        };
+        let _order = replication.lock(cids.iter().copied());
+        let items: Vec<(ChunkId, &[u8])> = cids.iter().copied().zip(data.iter().copied()).collect();
+        replication
+            .replicator
+            .on_create_batch(&items, durability_of(durability))
+            .map_err(replica_error)
+    }
+
+    /// Reports that `cid` (of `size` bytes) was removed from memory by someone other than
+    /// a remove request (migration). Takes the chunk's stripe.
+    pub fn replicate_removed(&self, cid: ChunkId, size: usize) -> Result<(), ItemError> {
+        let Some(replication) = &self.replication else {
+            return Ok(());
+        };
+        let _order = replication.lock([cid]);
+        replication
+            .replicator
+            .on_remove(cid, size as u64, None)
+            .map_err(replica_error)
+    }
+
+    fn remove(&self, cids: &[ChunkId], durability: u8) -> Vec<Result<(), ItemError>> {
+        let Some(replication) = &self.replication else {
+            return cids
+                .iter()
+                .map(|&cid| {
+                    self.check_owner(cid)?;
+                    status(self.mem.remove(cid))
+                })
+                .collect();
+        };
+        let _order = replication.lock(cids.iter().copied());
+        let mut removed: Vec<(ChunkId, u64)> = Vec::new();
+        let mut statuses: Vec<Result<(), ItemError>> = cids
+            .iter()
+            .map(|&cid| {
+                self.check_owner(cid)?;
+                // The size cannot change meanwhile: every resize takes the stripe.
+                let size = self.mem.size(cid).map_err(item_error)?;
+                status(self.mem.remove(cid))?;
+                removed.push((cid, size as u64));
+                Ok(())
+            })
+            .collect();
+        if let Err(error) = replication
+            .replicator
+            .on_remove_batch(&removed, durability_of(durability))
+        {
+            fail_succeeded(&mut statuses, &replica_error(error));
+        }
+        statuses
+    }
+
+    fn create(&self, sizes: &[u64], durability: u8) -> ChunkReply {
         let max = self.mem.config().chunk_bytes_max;
         let mut converted = Vec::with_capacity(sizes.len());
         for &size in sizes {
@@ -446,12 +661,47 @@ impl ChunkService {
             }
         }
         match self.mem.create_batch(&converted) {
-            Ok(cids) => ChunkReply::Created(cids),
+            Ok(cids) => {
+                if self.replication.is_some() {
+                    let zeros = vec![0u8; converted.iter().copied().max().unwrap_or(0)];
+                    let data: Vec<&[u8]> = converted.iter().map(|&size| &zeros[..size]).collect();
+                    if let Err(error) = self.replicate_creates(&cids, &data, durability) {
+                        return ChunkReply::Failed(error);
+                    }
+                }
+                ChunkReply::Created(cids)
+            }
             Err(error) => ChunkReply::Failed(item_error(error)),
         }
     }
 
-    fn put(&self, from: NodeId, items: &[(ChunkId, Bytes)]) -> Vec<Result<(), ItemError>> {
+    fn put(
+        &self,
+        from: NodeId,
+        items: &[(ChunkId, Bytes)],
+        durability: u8,
+    ) -> Vec<Result<(), ItemError>> {
+        let Some(replication) = &self.replication else {
+            return self.put_memory(from, items);
+        };
+        let _order = replication.lock(items.iter().map(|(cid, _)| *cid));
+        let mut statuses = self.put_memory(from, items);
+        let stored: Vec<(ChunkId, &[u8])> = items
+            .iter()
+            .zip(&statuses)
+            .filter(|(_, status)| status.is_ok())
+            .map(|((cid, data), _)| (*cid, data.as_ref()))
+            .collect();
+        if let Err(error) = replication
+            .replicator
+            .on_put_batch(&stored, durability_of(durability))
+        {
+            fail_succeeded(&mut statuses, &replica_error(error));
+        }
+        statuses
+    }
+
+    fn put_memory(&self, from: NodeId, items: &[(ChunkId, Bytes)]) -> Vec<Result<(), ItemError>> {
         let simple = self.ownership.read().is_empty()
             && self.locked_chunks.load(Ordering::Acquire) == 0
             && items.iter().all(|(cid, _)| cid.creator() == self.me);
@@ -513,21 +763,57 @@ impl ChunkService {
         cid: ChunkId,
         offset: u64,
         data: &[u8],
+        durability: u8,
     ) -> Result<(), ItemError> {
         self.check_owner(cid)?;
         self.refuse_write_locked(from, cid)?;
         let offset = to_usize(offset, "offset")?;
-        status(self.mem.write_at(cid, offset, data))
+        let Some(replication) = &self.replication else {
+            return status(self.mem.write_at(cid, offset, data));
+        };
+        let _order = replication.lock([cid]);
+        status(self.mem.write_at(cid, offset, data))?;
+        // Backups hold whole chunks: send the chunk as it is now.
+        let whole = self.whole(cid)?;
+        replication
+            .replicator
+            .on_put(cid, &whole, durability_of(durability))
+            .map_err(replica_error)
     }
 
-    fn resize(&self, from: NodeId, cid: ChunkId, size: u64) -> Result<(), ItemError> {
+    /// A copy of the chunk's whole payload (for the replicator, under the chunk's stripe).
+    fn whole(&self, cid: ChunkId) -> Result<Vec<u8>, ItemError> {
+        self.mem.read_with(cid, <[u8]>::to_vec).map_err(|error| {
+            ItemError::Internal(format!(
+                "changed in memory, but reading it back for the backups failed: {error}"
+            ))
+        })
+    }
+
+    fn resize(
+        &self,
+        from: NodeId,
+        cid: ChunkId,
+        size: u64,
+        durability: u8,
+    ) -> Result<(), ItemError> {
         self.check_owner(cid)?;
         self.refuse_write_locked(from, cid)?;
         if size > self.mem.config().chunk_bytes_max {
             return Err(ItemError::TooLarge);
         }
         let size = to_usize(size, "size")?;
-        status(self.mem.resize(cid, size))
+        let Some(replication) = &self.replication else {
+            return status(self.mem.resize(cid, size));
+        };
+        let _order = replication.lock([cid]);
+        let old = self.mem.size(cid).map_err(item_error)?;
+        status(self.mem.resize(cid, size))?;
+        let whole = self.whole(cid)?;
+        replication
+            .replicator
+            .on_resize(cid, old as u64, &whole, durability_of(durability))
+            .map_err(replica_error)
     }
 
     fn lock(
@@ -614,6 +900,27 @@ impl ChunkService {
             }
         }
         ChunkReply::Ranges { ranges, truncated }
+    }
+}
+
+/// Whether `request` changes chunks (and so is reported to a replicator).
+fn is_change(request: &ChunkRequest) -> bool {
+    matches!(
+        request,
+        ChunkRequest::Create { .. }
+            | ChunkRequest::CreateWithData { .. }
+            | ChunkRequest::Put { .. }
+            | ChunkRequest::Remove { .. }
+            | ChunkRequest::Insert { .. }
+            | ChunkRequest::WriteAt { .. }
+            | ChunkRequest::Resize { .. }
+    )
+}
+
+/// Turns every `Ok` of `statuses` into `error` (the replicator failed for the batch).
+fn fail_succeeded(statuses: &mut [Result<(), ItemError>], error: &ItemError) {
+    for status in statuses.iter_mut().filter(|status| status.is_ok()) {
+        *status = Err(error.clone());
     }
 }
 

@@ -7,6 +7,20 @@
 //! migration handler, and follows the group's events: ownership changes update the
 //! service's ownership view; a node that failed or left loses the chunk locks it held here.
 //!
+//! # Replication
+//! With the backup capability the peer keeps other peers' backups: a log engine in the
+//! log directory and a [`BackupService`] whose handler is registered *before* the join (so
+//! it is live when masters send) and attached to the endpoint right after. With
+//! `backup.replication > 0` it also replicates its own chunks: a [`Replicator`] started
+//! after the join (it needs the node ID) over the cluster
+//! ([`crate::replication::MembershipRegistry`], [`crate::replication::MembershipCandidates`],
+//! [`crate::replication::MemorySource`]), handed to the chunk service. Events: a node that
+//! failed or left is replaced in every zone it backs ([`Replicator::replace_backup`], on a
+//! blocking thread); a joined peer fills zones placed with fewer than R backups
+//! ([`Replicator::fill_zones`]); a backup the replicator reports unreachable is reported
+//! to the superpeers as failed (whose verdict then triggers the replacement). Every
+//! [`ReplicaEvent`] is logged.
+//!
 //! # Invariants
 //! - Chunk requests that arrive before the memory manager exists are answered with a
 //!   "not ready" error, never a panic (a window of microseconds after the join commits).
@@ -20,6 +34,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,15 +42,20 @@ use myriad_client::directory::Directory;
 use myriad_client::membership::{JoinConfig, Membership};
 use myriad_client::ClientError;
 use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
-use myriad_meta::Command;
+use myriad_meta::{Capabilities, Command};
 use myriad_net::{Endpoint, Handlers, Incoming, Responder};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
 use myriad_proto::meta::Event;
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::types;
+use myriad_replica::{BackupService, ReplicaEvent, Replicator, ReplicatorConfig};
 use thiserror::Error;
 
 use crate::peer::ChunkService;
+use crate::replication::{
+    open_backup_service, BackupOptions, BackupStartError, MembershipCandidates, MembershipRegistry,
+    MemorySource,
+};
 
 /// Name of the file in the data directory that keeps the peer's node ID across restarts.
 pub const NODE_ID_FILE: &str = "node-id";
@@ -102,6 +122,9 @@ pub struct PeerOptions {
     pub data_dir: PathBuf,
     /// Threads serving chunk requests that may wait (the rest run on the I/O thread).
     pub handler_threads: usize,
+    /// Replication of this peer's chunks and the backups it keeps for others (the latter
+    /// only with [`Capabilities::BACKUP`] in `join.capabilities`).
+    pub backup: BackupOptions,
 }
 
 /// Why a peer could not start or stopped with an error.
@@ -132,6 +155,18 @@ pub enum PeerError {
     /// A handler could not be registered.
     #[error("messaging: {0}")]
     Net(#[from] myriad_net::NetError),
+    /// The backup side (log engine, backup service) could not start.
+    #[error("backups: {0}")]
+    Backup(#[from] BackupStartError),
+    /// The backup service's handler could not be registered.
+    #[error("backups: {0}")]
+    BackupService(#[from] myriad_replica::BackupError),
+    /// The replicator could not start.
+    #[error("replication: {0}")]
+    Replica(#[from] myriad_replica::ReplicaError),
+    /// A thread could not be started.
+    #[error("starting a thread: {0}")]
+    Thread(std::io::Error),
 }
 
 /// A running peer.
@@ -141,6 +176,10 @@ pub struct PeerNode {
     service: Arc<ChunkService>,
     events: tokio::task::JoinHandle<()>,
     shutdown_requested: Arc<AtomicBool>,
+    backup: Option<Arc<BackupService>>,
+    /// Logs the replicator's events until `replica_events_stop`.
+    replica_events: Option<JoinHandle<()>>,
+    replica_events_stop: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for PeerNode {
@@ -208,6 +247,13 @@ impl PeerNode {
                 let _ = incoming.respond(reply);
                 return;
             }
+            if service.replicator().is_some()
+                && myriad_proto::chunk::is_change_request(&incoming.payload)
+            {
+                // Replicated changes may wait for backups: blocking threads, many at once.
+                service.serve_incoming(incoming);
+                return;
+            }
             if let Some(responder) = incoming.take_responder() {
                 slow.submit(
                     Arc::clone(service),
@@ -217,6 +263,16 @@ impl PeerNode {
                 );
             }
         })?;
+        // The backup side must be live before any master may send to this peer, i.e.
+        // before the join makes it a candidate.
+        let backup = if join.capabilities.contains(Capabilities::BACKUP) {
+            let dir = options.backup.log_dir_in(&options.data_dir);
+            let service = Arc::new(open_backup_service(&dir, options.backup.log.clone())?);
+            service.register(&mut handlers)?;
+            Some(service)
+        } else {
+            None
+        };
         let migrate_cell: Arc<OnceLock<Arc<Membership>>> = Arc::new(OnceLock::new());
         {
             let cell = Arc::clone(&cell);
@@ -249,7 +305,11 @@ impl PeerNode {
                 }
             })?;
         }
+        let (rack, switch) = (join.rack, join.switch);
         let (endpoint, membership) = Membership::join_blocking(join, handlers)?;
+        if let Some(backup) = &backup {
+            backup.attach(membership.net().clone());
+        }
         let me = membership.node_id();
         write_node_id(&options.data_dir, me)?;
         let mem = Arc::new(MemoryManager::new(MemoryConfig {
@@ -257,7 +317,35 @@ impl PeerNode {
             region_bytes: options.memory_bytes,
             ..MemoryConfig::default()
         })?);
-        let service = Arc::new(ChunkService::new(mem, me));
+        let mut service = ChunkService::new(Arc::clone(&mem), me);
+        let replica_events_stop = Arc::new(AtomicBool::new(false));
+        let mut replica_events = None;
+        if options.backup.replication > 0 {
+            let backup_options = &options.backup;
+            let mut config = ReplicatorConfig::new(me);
+            config.rack = rack;
+            config.switch = switch;
+            config.replication = backup_options.replication;
+            config.zone_bytes = backup_options.zone_bytes;
+            config.strategy = backup_options.strategy;
+            config.default_durability = backup_options.durability;
+            config.wait_timeout = backup_options.wait_timeout;
+            config.unreachable_timeout = backup_options.unreachable_timeout;
+            let replicator = Arc::new(Replicator::new(
+                config,
+                membership.net().clone(),
+                Arc::new(MembershipCandidates::new(Arc::clone(&membership), me)),
+                Arc::new(MembershipRegistry::new(Arc::clone(&membership))),
+                Arc::new(MemorySource::new(mem)),
+            )?);
+            replica_events = Some(follow_replica_events(
+                &replicator,
+                &membership,
+                Arc::clone(&replica_events_stop),
+            )?);
+            service = service.with_replication(replicator, endpoint.runtime());
+        }
+        let service = Arc::new(service);
         // The cell was empty until now; a second set cannot happen.
         let _ = cell.set(Arc::clone(&service));
         let _ = migrate_cell.set(Arc::clone(&membership));
@@ -266,10 +354,14 @@ impl PeerNode {
         sync_ownership(&endpoint.runtime(), &membership, &service);
         let mut receiver = membership.subscribe();
         let follower = Arc::clone(&service);
+        let events_runtime = endpoint.runtime();
         let events = endpoint.runtime().spawn(async move {
             loop {
                 match receiver.recv().await {
-                    Ok(event) => apply_event(&follower, &event),
+                    Ok(event) => {
+                        apply_event(&follower, &event);
+                        replicate_event(&follower, &events_runtime, &event);
+                    }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
                         tracing::warn!(missed, "peer fell behind the cluster's events");
                     }
@@ -284,6 +376,9 @@ impl PeerNode {
             service,
             events,
             shutdown_requested,
+            backup,
+            replica_events,
+            replica_events_stop,
         })
     }
 
@@ -308,6 +403,17 @@ impl PeerNode {
     /// The peer's view of the cluster.
     pub fn membership(&self) -> &Arc<Membership> {
         &self.membership
+    }
+
+    /// The backup service holding other peers' zones (present with the backup
+    /// capability), e.g. to read a zone back.
+    pub fn backup_service(&self) -> Option<&Arc<BackupService>> {
+        self.backup.as_ref()
+    }
+
+    /// The replicator of this peer's chunks (present when `backup.replication > 0`).
+    pub fn replicator(&self) -> Option<&Arc<Replicator>> {
+        self.service.replicator()
     }
 
     /// Whether an operator asked this peer to shut down ([`types::NODE_SHUTDOWN`]); the
@@ -345,7 +451,13 @@ impl PeerNode {
                 }
             }
             self.events.abort();
+            self.replica_events_stop.store(true, Ordering::Relaxed);
+            if let Some(thread) = self.replica_events.take() {
+                let _ = thread.join();
+            }
             endpoint.shutdown();
+            // The log engine stops when the last handle goes (the handlers held one).
+            self.backup = None;
         }
     }
 }
@@ -403,6 +515,79 @@ fn apply_event(service: &ChunkService, event: &Event) {
         }
         Event::NodeJoined(_) => {}
     }
+}
+
+/// Replication's part of a cluster event: a failed or departed node is replaced in every
+/// zone it backs, a joined peer fills under-replicated zones. Runs the replicator's calls
+/// on a blocking thread (they take its state lock and may wait for registrations).
+fn replicate_event(service: &Arc<ChunkService>, runtime: &tokio::runtime::Handle, event: &Event) {
+    let Some(replicator) = service.replicator() else {
+        return;
+    };
+    let replicator = Arc::clone(replicator);
+    match event {
+        Event::NodeFailed(node) | Event::NodeLeft(node) => {
+            let node = *node;
+            runtime.spawn_blocking(move || {
+                let changed = replicator.replace_backup(node);
+                if !changed.is_empty() {
+                    tracing::info!(%node, zones = changed.len(), ?changed, "replaced a gone backup");
+                }
+            });
+        }
+        Event::NodeJoined(_) => {
+            runtime.spawn_blocking(move || {
+                let changed = replicator.fill_zones();
+                if !changed.is_empty() {
+                    tracing::info!(zones = changed.len(), ?changed, "gave zones more backups");
+                }
+            });
+        }
+        Event::OwnerChanged { .. } => {}
+    }
+}
+
+/// Starts the thread that logs the replicator's events and reports unreachable backups
+/// to the superpeers. It ends once `stop` is set.
+fn follow_replica_events(
+    replicator: &Replicator,
+    membership: &Arc<Membership>,
+    stop: Arc<AtomicBool>,
+) -> Result<JoinHandle<()>, PeerError> {
+    let receiver = replicator.events();
+    let membership = Arc::clone(membership);
+    let runtime = membership.net().runtime();
+    std::thread::Builder::new()
+        .name(format!("replica-events-{}", membership.node_id().0))
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(event) = receiver.recv_timeout(Duration::from_millis(100)) else {
+                    continue;
+                };
+                match &event {
+                    ReplicaEvent::BackupUnreachable(node) => {
+                        tracing::warn!(%node, "backup unreachable; reporting it");
+                        let membership = Arc::clone(&membership);
+                        let node = *node;
+                        runtime.block_on(async move { membership.report_failure(node).await });
+                    }
+                    ReplicaEvent::BackupRefused { backup, reason } => {
+                        tracing::warn!(%backup, %reason, "backup refuses replication");
+                    }
+                    ReplicaEvent::ResyncDone {
+                        zone,
+                        backup,
+                        chunks,
+                    } => tracing::info!(zone, %backup, chunks, "zone re-replicated"),
+                    ReplicaEvent::ResyncFailed {
+                        zone,
+                        backup,
+                        reason,
+                    } => tracing::warn!(zone, %backup, %reason, "re-replication failed"),
+                }
+            }
+        })
+        .map_err(PeerError::Thread)
 }
 
 /// How long migration waits for each chunk's write lock.
@@ -478,6 +663,7 @@ fn migrate(
         }
     }
     let moved = items.len() as u64;
+    let sizes: Vec<usize> = items.iter().map(|(_, data)| data.len()).collect();
     let insert = ChunkRequest::Insert {
         durability: 0,
         items,
@@ -522,9 +708,14 @@ fn migrate(
     }
     service.set_owner(creator, first, last, request.to);
     unlock_all(&locked);
-    for cid in locked {
+    for (cid, size) in locked.into_iter().zip(sizes) {
         if let Err(error) = mem.remove(cid) {
             tracing::warn!(%cid, %error, "could not drop a migrated chunk's old copy");
+            continue;
+        }
+        // The new owner replicates its copy; this peer's backups drop theirs.
+        if let Err(error) = service.replicate_removed(cid, size) {
+            tracing::warn!(%cid, %error, "backups of a migrated chunk's old copy not removed");
         }
     }
     MigrateReply::Moved(moved)

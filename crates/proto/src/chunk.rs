@@ -949,6 +949,23 @@ impl ChunkReply {
     }
 }
 
+/// Whether an encoded request changes chunks (create, create with data, put, remove,
+/// insert, offset write, resize), judged by its tag byte alone.
+pub fn is_change_request(payload: &[u8]) -> bool {
+    matches!(
+        payload.first(),
+        Some(
+            &(tag::CREATE
+                | tag::CREATE_WITH_DATA
+                | tag::PUT
+                | tag::REMOVE
+                | tag::INSERT
+                | tag::WRITE_AT
+                | tag::RESIZE)
+        )
+    )
+}
+
 /// Whether an encoded request only reads (get, offset read, status, list, stats), judged
 /// by its tag byte alone, without decoding it. Peers use it to serve reads on the I/O
 /// thread; anything else (or an empty payload) answers `false`.

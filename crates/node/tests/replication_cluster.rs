@@ -1,0 +1,347 @@
+//! Replication end to end, in one process: a superpeer, four peers (R = 2, 8 KiB zones,
+//! logs on disk in temporary directories) and remote clients writing in every durability
+//! mode. Every zone of every master is read back from each of its registered backups and
+//! compared with the master's memory; then a backup leaves and its zones must get a
+//! replacement, registered with the superpeer and re-replicated.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, TcpListener};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use myriad_client::client::{Client, ClientConfig};
+use myriad_client::membership::JoinConfig;
+use myriad_mem::{ChunkId, NodeId};
+use myriad_meta::{NodeState, Role};
+use myriad_node::peer_node::{PeerNode, PeerOptions};
+use myriad_node::replication::BackupOptions;
+use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
+use myriad_proto::chunk::{DURABILITY_ASYNC, DURABILITY_DURABLE, DURABILITY_REPLICATED};
+use myriad_replica::Durability;
+use parking_lot::Mutex;
+
+const PEERS: usize = 4;
+const ZONE_BYTES: u64 = 8 << 10;
+const R: usize = 2;
+
+fn free_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// Stops every node on drop (also when an assertion fails).
+struct Cluster {
+    superpeer: Option<Superpeer>,
+    address: SocketAddr,
+    peers: Vec<Option<PeerNode>>,
+    clients: Vec<Client>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for client in &self.clients {
+            client.shutdown();
+        }
+        for peer in self.peers.iter_mut() {
+            if let Some(peer) = peer.take() {
+                peer.shutdown();
+            }
+        }
+        if let Some(superpeer) = self.superpeer.take() {
+            superpeer.shutdown();
+        }
+    }
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let address = free_port();
+        let mut config = SuperpeerConfig::new(
+            NodeId(1),
+            address,
+            vec![(NodeId(1), address)],
+            dir.path().join("sp1"),
+        );
+        config.election_timeout_ms = 150..300;
+        config.raft_heartbeat_ms = 50;
+        let mut cluster = Cluster {
+            superpeer: Some(Superpeer::start(config).unwrap()),
+            address,
+            peers: Vec::new(),
+            clients: Vec::new(),
+            _dir: dir,
+        };
+        for index in 0..PEERS {
+            let mut join = JoinConfig::new(vec![(NodeId(1), address)], Role::Peer);
+            join.handler_threads = 2;
+            let mut backup = BackupOptions::small_for_tests(ZONE_BYTES);
+            backup.replication = R;
+            backup.unreachable_timeout = Duration::from_secs(2);
+            let peer = PeerNode::start(PeerOptions {
+                join,
+                memory_bytes: 16 << 20,
+                data_dir: cluster._dir.path().join(format!("peer-{index}")),
+                handler_threads: 2,
+                backup,
+            })
+            .unwrap();
+            cluster.peers.push(Some(peer));
+        }
+        // Every peer must see every other one alive before zones are placed.
+        let ids = cluster.peer_ids();
+        wait_until(Duration::from_secs(10), "peers see each other", || {
+            cluster.live().all(|peer| {
+                ids.iter().all(|id| {
+                    peer.membership()
+                        .node(*id)
+                        .is_some_and(|r| r.state == NodeState::Alive)
+                })
+            })
+        });
+        cluster
+    }
+
+    fn client(&mut self, durability: u8) -> Client {
+        let mut config = ClientConfig::new(vec![(NodeId(1), self.address)]);
+        config.chunks.timeout = Duration::from_secs(20);
+        config.chunks.durability = durability;
+        let client = Client::connect_with(config).unwrap();
+        self.clients.push(client.clone());
+        client
+    }
+
+    fn peer_ids(&self) -> Vec<NodeId> {
+        self.live().map(PeerNode::node_id).collect()
+    }
+
+    fn live(&self) -> impl Iterator<Item = &PeerNode> {
+        self.peers.iter().flatten()
+    }
+
+    fn peer(&self, id: NodeId) -> Option<&PeerNode> {
+        self.live().find(|peer| peer.node_id() == id)
+    }
+}
+
+fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn payload(seed: u64, len: usize) -> Bytes {
+    (0..len)
+        .map(|i| (seed.wrapping_mul(31).wrapping_add(i as u64 * 7) % 251) as u8)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// Writes through `client` to every master peer: creates, puts, removes, a write-at and
+/// a resize. Returns the model: what every chunk must hold (`None`: removed).
+fn write_workload(
+    client: &Client,
+    masters: &[NodeId],
+    seed: u64,
+    model: &mut BTreeMap<ChunkId, Option<Bytes>>,
+) {
+    let blocking = client.blocking();
+    let chunks = blocking.chunks();
+    for (m, &master) in masters.iter().enumerate() {
+        let data: Vec<Bytes> = (0..24)
+            .map(|i| {
+                payload(
+                    seed * 1000 + m as u64 * 100 + i,
+                    300 + (i as usize * 37) % 400,
+                )
+            })
+            .collect();
+        let cids = chunks.create_with_data(master, data.clone()).unwrap();
+        for (cid, data) in cids.iter().zip(&data) {
+            model.insert(*cid, Some(data.clone()));
+        }
+        // Put new bytes (same size) into every second chunk.
+        let puts: Vec<(ChunkId, Bytes)> = cids
+            .iter()
+            .zip(&data)
+            .step_by(2)
+            .map(|(cid, old)| (*cid, payload(seed + cid.raw(), old.len())))
+            .collect();
+        for result in chunks.put_batch(&puts) {
+            result.unwrap();
+        }
+        for (cid, data) in &puts {
+            model.insert(*cid, Some(data.clone()));
+        }
+        // Remove every fifth chunk.
+        let removed: Vec<ChunkId> = cids.iter().copied().skip(1).step_by(5).collect();
+        for result in chunks.remove_batch(&removed) {
+            result.unwrap();
+        }
+        for cid in &removed {
+            model.insert(*cid, None);
+        }
+        // Write into one chunk and resize another.
+        let target = cids[2];
+        chunks
+            .write_at(target, 3, Bytes::from_static(b"abcdef"))
+            .unwrap();
+        if let Some(Some(bytes)) = model.get_mut(&target) {
+            let mut changed = bytes.to_vec();
+            changed[3..9].copy_from_slice(b"abcdef");
+            *bytes = changed.into();
+        }
+        let grown = cids[3];
+        chunks.resize(grown, 900).unwrap();
+        if let Some(Some(bytes)) = model.get_mut(&grown) {
+            let mut changed = bytes.to_vec();
+            changed.resize(900, 0);
+            *bytes = changed.into();
+        }
+    }
+}
+
+/// For every zone of every live master, its backups per the superpeer, each backup's copy
+/// read back and compared with the master's memory (and the model). Returns the number of
+/// zones checked.
+fn check_zones(
+    cluster: &Cluster,
+    client: &Client,
+    model: &BTreeMap<ChunkId, Option<Bytes>>,
+) -> usize {
+    let mut zones_checked = 0;
+    for master in cluster.live() {
+        let owner = master.node_id();
+        let replicator = master.replicator().expect("replicator");
+        replicator.wait_all(Durability::Durable).unwrap();
+        let mem = master.service().memory();
+        // The master's memory, by zone.
+        let mut expected: HashMap<u32, BTreeMap<u64, Vec<u8>>> = HashMap::new();
+        for (first, last) in mem.chunk_ranges(owner) {
+            for raw in first.raw()..=last.raw() {
+                let cid = ChunkId::from_raw(raw);
+                let data = mem.read_with(cid, <[u8]>::to_vec).unwrap();
+                // Memory agrees with what the clients wrote.
+                assert_eq!(
+                    model.get(&cid).cloned().flatten().as_deref(),
+                    Some(&data[..]),
+                    "{cid} in memory"
+                );
+                let zone = replicator.zone_of(cid).expect("every chunk has a zone");
+                expected.entry(zone).or_default().insert(raw, data);
+            }
+        }
+        let registered = client.blocking().zones(owner).unwrap();
+        assert!(
+            registered.len() >= 2,
+            "{owner} should have several zones: {registered:?}"
+        );
+        for zone in expected.keys() {
+            assert!(
+                registered.iter().any(|(z, _)| z == zone),
+                "zone {zone} of {owner} is not registered"
+            );
+        }
+        for (zone, backups) in &registered {
+            assert_eq!(
+                Some(backups.clone()),
+                replicator.backups_of(*zone),
+                "registry and replicator agree on {owner}/{zone}"
+            );
+            assert_eq!(backups.len(), R.min(cluster.live().count() - 1));
+            let want = expected.get(zone).cloned().unwrap_or_default();
+            for backup in backups {
+                let peer = cluster
+                    .peer(*backup)
+                    .unwrap_or_else(|| panic!("{owner}/{zone} lists dead backup {backup}"));
+                let service = peer.backup_service().expect("backup capability");
+                let got: Mutex<BTreeMap<u64, Vec<u8>>> = Mutex::new(BTreeMap::new());
+                service
+                    .recover_zone(owner, *zone, &|chunks| {
+                        let mut got = got.lock();
+                        for chunk in chunks {
+                            assert!(
+                                got.insert(chunk.cid, chunk.payload.to_vec()).is_none(),
+                                "a chunk recovered twice"
+                            );
+                        }
+                    })
+                    .unwrap();
+                let got = got.into_inner();
+                assert_eq!(
+                    got.keys().collect::<Vec<_>>(),
+                    want.keys().collect::<Vec<_>>(),
+                    "CIDs of {owner}/{zone} on backup {backup}"
+                );
+                assert!(got == want, "bytes of {owner}/{zone} on backup {backup}");
+            }
+            zones_checked += 1;
+        }
+    }
+    zones_checked
+}
+
+#[test]
+fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
+    let mut cluster = Cluster::start();
+    let masters = cluster.peer_ids();
+    let mut model = BTreeMap::new();
+    for (seed, level) in [
+        DURABILITY_ASYNC,
+        DURABILITY_REPLICATED,
+        DURABILITY_DURABLE,
+        0,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let client = cluster.client(level);
+        write_workload(&client, &masters, seed as u64 + 1, &mut model);
+    }
+    let client = cluster.clients[0].clone();
+    let zones = check_zones(&cluster, &client, &model);
+    assert!(zones >= 2 * PEERS, "only {zones} zones checked");
+
+    // A backup leaves: every zone it backed gets a replacement, registered and filled.
+    let gone_index = PEERS - 1;
+    let gone = cluster.peers[gone_index].as_ref().unwrap().node_id();
+    let affected: usize = cluster
+        .live()
+        .filter(|peer| peer.node_id() != gone)
+        .map(|peer| {
+            client
+                .blocking()
+                .zones(peer.node_id())
+                .unwrap()
+                .iter()
+                .filter(|(_, backups)| backups.contains(&gone))
+                .count()
+        })
+        .sum();
+    assert!(affected > 0, "the leaving peer backs no zone");
+    cluster.peers[gone_index].take().unwrap().shutdown();
+    // The gone peer's own chunks are not checked any more (recovery is another issue).
+    model.retain(|cid, _| cid.creator() != gone);
+    wait_until(Duration::from_secs(20), "zones are re-replicated", || {
+        cluster.live().all(|peer| {
+            let stats = peer.replicator().unwrap().stats();
+            let registered = client.blocking().zones(peer.node_id()).unwrap_or_default();
+            stats
+                .zones
+                .iter()
+                .all(|z| z.registered && z.resyncs == 0 && !z.backups.contains(&gone))
+                && registered
+                    .iter()
+                    .all(|(_, backups)| !backups.contains(&gone) && backups.len() == R)
+        })
+    });
+    // Writes keep working in the strictest mode, and every copy matches again.
+    let client = cluster.client(DURABILITY_DURABLE);
+    let masters = cluster.peer_ids();
+    write_workload(&client, &masters, 99, &mut model);
+    let zones = check_zones(&cluster, &client, &model);
+    assert!(zones >= 2 * (PEERS - 1), "only {zones} zones checked");
+}
