@@ -3,7 +3,8 @@
 //! Starts one superpeer and three peers as child processes (data under a temporary
 //! directory, or `--dir`), joins as a client, loads a million 64-byte chunks spread over the
 //! peers with a progress bar, runs a short mixed workload (single and batched gets and puts),
-//! shows the nameservice, a barrier and temporary storage, prints a summary per peer and
+//! shows the nameservice, a barrier and temporary storage, prints a summary per peer (with
+//! the backup zones each peer's chunks are replicated in, and their backup peers) and
 //! shuts everything down: the client leaves, the nodes get SIGTERM.
 
 use std::path::PathBuf;
@@ -223,19 +224,32 @@ fn exercise(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
     );
     api.barrier_free(barrier)?;
 
-    // Summary per peer.
+    // Summary per peer, with the backup zones its chunks are replicated in.
     println!(
-        "\n{:<8} {:>10} {:>14} {:>14}",
+        "\n{:<8} {:>10} {:>12} {:>10}  backup zones (zone: backups)",
         "peer", "chunks", "payload MB", "free MB"
     );
     for &peer in &peers {
         let stats = api.chunks().stats(peer)?;
+        let zones: Vec<String> = api
+            .zones(peer)?
+            .iter()
+            .map(|(zone, backups)| {
+                let backups: Vec<String> = backups.iter().map(ToString::to_string).collect();
+                format!("{zone}: {}", backups.join(" "))
+            })
+            .collect();
         println!(
-            "{:<8} {:>10} {:>14.1} {:>14.1}",
+            "{:<8} {:>10} {:>12.1} {:>10.1}  {}",
             peer.to_string(),
             stats.chunks,
             stats.payload_bytes as f64 / 1e6,
-            stats.free_bytes as f64 / 1e6
+            stats.free_bytes as f64 / 1e6,
+            if zones.is_empty() {
+                "none".to_owned()
+            } else {
+                zones.join(", ")
+            }
         );
     }
     client.shutdown();
