@@ -1,8 +1,8 @@
 //! The Myriad side of `bench kv`: a local cluster started through the launcher and the
 //! per-thread workers that drive it.
 //!
-//! [`client_session`] joins the cluster with one `myriad-client` [`Client`] shared by the
-//! worker threads, preloads the keys spread over the peers in create batches, and hands
+//! [`client_session`] joins the cluster with a `myriad-client` [`Client`] (one more per
+//! extra worker thread), preloads the keys spread over the peers in create batches, and hands
 //! out one blocking worker per thread.
 //!
 //! # Invariants
@@ -55,8 +55,8 @@ pub trait MyriadClientSession {
 }
 
 /// Connects a client session to the cluster whose superpeers are `superpeers` (node ID,
-/// `127.0.0.1:P`). One client (one node ID, one connection per peer) is shared by all
-/// worker threads: concurrent calls from the threads are aggregated by the messaging layer.
+/// `127.0.0.1:P`). Each worker thread gets its own client (its own node ID and connection
+/// per peer), matching the baselines' one connection per client thread.
 pub fn client_session(
     superpeers: &[(u16, String)],
 ) -> Result<Box<dyn MyriadClientSession>, String> {
@@ -72,6 +72,7 @@ pub fn client_session(
     let client = Client::connect(superpeers).map_err(|e| e.to_string())?;
     Ok(Box::new(ClientSession {
         client,
+        extra: Vec::new(),
         cids: Arc::new(Vec::new()),
         object_bytes: 0,
     }))
@@ -82,6 +83,8 @@ const PRELOAD_BATCH: usize = 1_000;
 
 struct ClientSession {
     client: Client,
+    /// The clients of worker threads 1.. (thread 0 uses `client`).
+    extra: Vec<Client>,
     /// Key index → chunk ID.
     cids: Arc<Vec<ChunkId>>,
     object_bytes: usize,
@@ -89,6 +92,9 @@ struct ClientSession {
 
 impl Drop for ClientSession {
     fn drop(&mut self) {
+        for client in &self.extra {
+            client.shutdown();
+        }
         self.client.shutdown();
     }
 }
@@ -128,9 +134,19 @@ impl MyriadClientSession for ClientSession {
             return Err("preload first".into());
         }
         let value = Bytes::from(vec![0xa5; self.object_bytes]);
+        // One client (one connection per peer) per thread, as redis-benchmark and the
+        // memcached driver use one connection per client: thread 0 reuses the session's.
+        while self.extra.len() + 1 < threads {
+            let client = Client::connect(self.client.membership().superpeers().to_vec())
+                .map_err(|e| format!("connecting a worker's client: {e}"))?;
+            self.extra.push(client);
+        }
+        let clients: Vec<Client> = std::iter::once(self.client.clone())
+            .chain(self.extra.iter().cloned())
+            .collect();
         let workers = (0..threads)
-            .map(|_| {
-                let client = self.client.clone();
+            .map(|index| {
+                let client = clients[index].clone();
                 let cids = Arc::clone(&self.cids);
                 let value = value.clone();
                 let worker: WorkerFn = Box::new(move |keys: &[u64]| {
