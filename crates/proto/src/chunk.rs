@@ -49,7 +49,7 @@ use bytes::Bytes;
 use myriad_net::codec::{Decoder, Encoder};
 
 use crate::limits::{BATCH_ITEMS_MAX, CHUNK_BYTES_MAX};
-use crate::{ChunkId, NodeId, ProtoError};
+use crate::{get_count, ChunkId, NodeId, ProtoError};
 
 /// Longest text an `Invalid`/`Internal` status carries (longer text is cut on encoding).
 pub const STATUS_TEXT_BYTES_MAX: usize = 4096;
@@ -353,29 +353,6 @@ fn put_cids(encoder: &mut Encoder, cids: &[ChunkId]) {
 
 // ----- decoding helpers ------------------------------------------------------------------
 
-/// A count of items each taking at least `item_bytes_min` bytes: checked against the
-/// limit and against the bytes left, so the caller may allocate `count` slots.
-fn get_count(
-    decoder: &mut Decoder,
-    what: &'static str,
-    item_bytes_min: usize,
-    max: usize,
-) -> Result<usize, ProtoError> {
-    let value = decoder.get_varint()?;
-    if value > max as u64 {
-        return Err(ProtoError::TooLarge {
-            what,
-            value,
-            max: max as u64,
-        });
-    }
-    let count = value as usize;
-    if count.saturating_mul(item_bytes_min) > decoder.remaining() {
-        return Err(myriad_net::DecodeError::Truncated.into());
-    }
-    Ok(count)
-}
-
 fn get_cid(decoder: &mut Decoder) -> Result<ChunkId, ProtoError> {
     Ok(ChunkId::from_raw(decoder.get_u64()?))
 }
@@ -427,7 +404,7 @@ fn get_text(decoder: &mut Decoder) -> Result<String, ProtoError> {
 }
 
 fn get_cids(decoder: &mut Decoder) -> Result<Vec<ChunkId>, ProtoError> {
-    let count = get_count(decoder, "CID count", 8, BATCH_ITEMS_MAX)?;
+    let count = get_count(decoder, "CID count", BATCH_ITEMS_MAX, 8)?;
     let mut cids = Vec::with_capacity(count);
     for _ in 0..count {
         cids.push(get_cid(decoder)?);
@@ -436,7 +413,7 @@ fn get_cids(decoder: &mut Decoder) -> Result<Vec<ChunkId>, ProtoError> {
 }
 
 fn get_items(decoder: &mut Decoder) -> Result<Vec<(ChunkId, Bytes)>, ProtoError> {
-    let count = get_count(decoder, "item count", 9, BATCH_ITEMS_MAX)?;
+    let count = get_count(decoder, "item count", BATCH_ITEMS_MAX, 9)?;
     let mut items = Vec::with_capacity(count);
     for _ in 0..count {
         let cid = get_cid(decoder)?;
@@ -653,7 +630,7 @@ impl ChunkRequest {
         let request = match decoder.get_u8()? {
             tag::CREATE => {
                 let durability = get_durability(&mut decoder)?;
-                let count = get_count(&mut decoder, "size count", 1, BATCH_ITEMS_MAX)?;
+                let count = get_count(&mut decoder, "size count", BATCH_ITEMS_MAX, 1)?;
                 let mut sizes = Vec::with_capacity(count);
                 for _ in 0..count {
                     sizes.push(decoder.get_varint()?);
@@ -662,7 +639,7 @@ impl ChunkRequest {
             }
             tag::CREATE_WITH_DATA => {
                 let durability = get_durability(&mut decoder)?;
-                let count = get_count(&mut decoder, "payload count", 1, BATCH_ITEMS_MAX)?;
+                let count = get_count(&mut decoder, "payload count", BATCH_ITEMS_MAX, 1)?;
                 let mut payloads = Vec::with_capacity(count);
                 for _ in 0..count {
                     payloads.push(get_payload(&mut decoder)?);
@@ -889,7 +866,7 @@ impl ChunkReply {
         let reply = match decoder.get_u8()? {
             tag::REPLY_CREATED => ChunkReply::Created(get_cids(&mut decoder)?),
             tag::REPLY_DATA => {
-                let count = get_count(&mut decoder, "item count", 1, BATCH_ITEMS_MAX)?;
+                let count = get_count(&mut decoder, "item count", BATCH_ITEMS_MAX, 1)?;
                 let mut items = Vec::with_capacity(count);
                 for _ in 0..count {
                     match decoder.get_u8()? {
@@ -900,7 +877,7 @@ impl ChunkReply {
                 ChunkReply::Data(items)
             }
             tag::REPLY_STATUSES => {
-                let count = get_count(&mut decoder, "status count", 1, BATCH_ITEMS_MAX)?;
+                let count = get_count(&mut decoder, "status count", BATCH_ITEMS_MAX, 1)?;
                 let mut statuses = Vec::with_capacity(count);
                 for _ in 0..count {
                     statuses.push(get_status(&mut decoder)?);
@@ -908,7 +885,7 @@ impl ChunkReply {
                 ChunkReply::Statuses(statuses)
             }
             tag::REPLY_SIZES => {
-                let count = get_count(&mut decoder, "size count", 1, BATCH_ITEMS_MAX)?;
+                let count = get_count(&mut decoder, "size count", BATCH_ITEMS_MAX, 1)?;
                 let mut sizes = Vec::with_capacity(count);
                 for _ in 0..count {
                     match decoder.get_u8()? {
@@ -920,7 +897,7 @@ impl ChunkReply {
             }
             tag::REPLY_RANGES => {
                 let truncated = get_bool(&mut decoder, "truncated flag")?;
-                let count = get_count(&mut decoder, "range count", 16, LIST_RANGES_MAX)?;
+                let count = get_count(&mut decoder, "range count", LIST_RANGES_MAX, 16)?;
                 let mut ranges = Vec::with_capacity(count);
                 for _ in 0..count {
                     let first = get_cid(&mut decoder)?;

@@ -69,6 +69,34 @@ pub enum ProtoError {
     },
 }
 
+/// Reads a count (varint) and checks it against `max` and against the bytes left, given
+/// that each element takes at least `element_bytes_min` bytes, so the caller may allocate
+/// `count` slots without trusting the sender.
+pub(crate) fn get_count(
+    input: &mut myriad_net::codec::Decoder,
+    what: &'static str,
+    max: usize,
+    element_bytes_min: usize,
+) -> Result<usize, ProtoError> {
+    let value = input.get_varint()?;
+    if value > max as u64 {
+        return Err(ProtoError::TooLarge {
+            what,
+            value,
+            max: max as u64,
+        });
+    }
+    let count = usize::try_from(value).map_err(|_| ProtoError::TooLarge {
+        what,
+        value,
+        max: max as u64,
+    })?;
+    if count.saturating_mul(element_bytes_min.max(1)) > input.remaining() {
+        return Err(myriad_net::DecodeError::Truncated.into());
+    }
+    Ok(count)
+}
+
 /// The messaging layer's ID for a node.
 pub fn net_id(node: NodeId) -> myriad_net::NodeId {
     myriad_net::NodeId(node.0)

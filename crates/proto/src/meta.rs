@@ -29,7 +29,7 @@ use myriad_meta::{
 use myriad_net::codec::{Decoder, Encoder};
 
 use crate::limits::{ADDRESS_BYTES_MAX, NODES_MAX};
-use crate::{ChunkId, NodeId, ProtoError};
+use crate::{get_count, ChunkId, NodeId, ProtoError};
 
 /// Most exception ranges of one creator in a [`MetaReply::LookupTree`].
 pub const LOOKUP_RANGES_MAX: usize = 1 << 20;
@@ -321,29 +321,6 @@ fn get_u32(input: &mut Decoder, what: &'static str) -> Result<u32, ProtoError> {
         value,
         max: u64::from(u32::MAX),
     })
-}
-
-/// Reads a count and checks it against `max` and against the bytes left, given that each
-/// element takes at least `element_bytes_min` bytes.
-fn get_count(
-    input: &mut Decoder,
-    what: &'static str,
-    max: usize,
-    element_bytes_min: usize,
-) -> Result<usize, ProtoError> {
-    let value = input.get_varint()?;
-    if value > max as u64 {
-        return Err(ProtoError::TooLarge {
-            what,
-            value,
-            max: max as u64,
-        });
-    }
-    let count = value as usize;
-    if count.saturating_mul(element_bytes_min.max(1)) > input.remaining() {
-        return Err(myriad_net::DecodeError::Truncated.into());
-    }
-    Ok(count)
 }
 
 fn meta_error(error: myriad_meta::DecodeError) -> ProtoError {
