@@ -151,7 +151,12 @@ fn killed_peer_is_recovered_by_its_backups() {
             &wrong[..wrong.len().min(5)]
         );
         if first_pass {
-            println!("first pass: {} chunks not yet right", wrong.len());
+            println!(
+                "first pass ({} ms): {} chunks not yet right, e.g. {:?}",
+                killed.elapsed().as_millis(),
+                wrong.len(),
+                &wrong[..wrong.len().min(3)]
+            );
             first_pass = false;
         }
     }
