@@ -251,3 +251,71 @@ pub fn serve_recover(
         tracing::warn!(%error, "could not start a recovery thread");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use myriad_log::{LogConfig, LogEngine, MemStorage};
+    use myriad_mem::{MemoryConfig, NodeId};
+    use myriad_replica::backup::log_zone;
+    use myriad_replica::BackupConfig;
+
+    #[test]
+    fn a_zone_comes_back_with_latest_versions_and_without_removed_chunks() {
+        let engine = Arc::new(
+            LogEngine::open(LogConfig::small_for_tests(), Arc::new(MemStorage::new())).unwrap(),
+        );
+        let owner = NodeId(3);
+        let zone = log_zone(owner, 1).unwrap();
+        engine.create_zone(zone).unwrap();
+        let cid = |lid: u64| ChunkId::new(owner, lid).unwrap();
+        for lid in 1..=500u64 {
+            engine
+                .append(zone, cid(lid).raw(), format!("v0-{lid}").as_bytes())
+                .unwrap();
+        }
+        for lid in (1..=500u64).step_by(5) {
+            engine
+                .append(zone, cid(lid).raw(), format!("v1-{lid}").as_bytes())
+                .unwrap();
+        }
+        for lid in (2..=500u64).step_by(7) {
+            engine.remove(zone, cid(lid).raw()).unwrap();
+        }
+        let backup = BackupService::new(engine, BackupConfig::default()).unwrap();
+        let mem = MemoryManager::new(MemoryConfig {
+            node_id: NodeId(9),
+            region_bytes: 1 << 20,
+            ..MemoryConfig::default()
+        })
+        .unwrap();
+        // A stale copy under a recovered CID is replaced.
+        mem.create_with_id(cid(1), b"stale").unwrap();
+        let request = RecoverRequest { owner, zone: 1 };
+        let mut restored = insert_recovered(&backup, &mem, request).unwrap();
+        assert_eq!(restored.failed, 0);
+        let removed = |lid: u64| lid >= 2 && (lid - 2) % 7 == 0;
+        let live: Vec<u64> = (1..=500u64).filter(|&lid| !removed(lid)).collect();
+        assert_eq!(restored.cids.len(), live.len());
+        for lid in 1..=500u64 {
+            let got = mem.read_with(cid(lid), |bytes| bytes.to_vec());
+            if removed(lid) {
+                assert!(got.is_err(), "removed chunk {lid} came back");
+            } else {
+                let version = if (lid - 1) % 5 == 0 { 1 } else { 0 };
+                assert_eq!(got.unwrap(), format!("v{version}-{lid}").into_bytes());
+            }
+        }
+        // The ranges cover exactly the live CIDs.
+        let ranges = ranges_of(&mut restored.cids);
+        let covered: u64 = ranges
+            .iter()
+            .map(|range| range.last - range.first + 1)
+            .sum();
+        assert_eq!(covered, live.len() as u64);
+        assert!(ranges.iter().all(|range| range.creator == owner));
+        assert!(ranges
+            .iter()
+            .all(|range| (range.first..=range.last).all(|lid| !removed(lid))));
+    }
+}
