@@ -294,7 +294,7 @@ mod tests {
         let request = RecoverRequest { owner, zone: 1 };
         let mut restored = insert_recovered(&backup, &mem, request).unwrap();
         assert_eq!(restored.failed, 0);
-        let removed = |lid: u64| lid >= 2 && (lid - 2) % 7 == 0;
+        let removed = |lid: u64| lid >= 2 && (lid - 2).is_multiple_of(7);
         let live: Vec<u64> = (1..=500u64).filter(|&lid| !removed(lid)).collect();
         assert_eq!(restored.cids.len(), live.len());
         for lid in 1..=500u64 {
@@ -302,7 +302,7 @@ mod tests {
             if removed(lid) {
                 assert!(got.is_err(), "removed chunk {lid} came back");
             } else {
-                let version = if (lid - 1) % 5 == 0 { 1 } else { 0 };
+                let version = if (lid - 1).is_multiple_of(5) { 1 } else { 0 };
                 assert_eq!(got.unwrap(), format!("v{version}-{lid}").into_bytes());
             }
         }
