@@ -57,6 +57,17 @@ fn payload(index: usize, version: u32) -> Bytes {
 
 #[test]
 fn killed_peer_is_recovered_by_its_backups() {
+    kill_and_recover(false);
+}
+
+/// The first backup of the victim's first zone dies with it: that zone (and any other zone
+/// it came first in) is recovered by the next backup in order.
+#[test]
+fn a_dead_first_backup_is_skipped() {
+    kill_and_recover(true);
+}
+
+fn kill_and_recover(kill_first_backup: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = start(dir.path());
     let superpeers: Vec<(NodeId, SocketAddr)> = cluster
@@ -123,7 +134,11 @@ fn killed_peer_is_recovered_by_its_backups() {
     );
 
     // Kill the victim; every chunk must be readable again within the bound.
+    let dead_backup = zones[0].1[0];
     cluster.kill(victim.0).expect("kill");
+    if kill_first_backup {
+        cluster.kill(dead_backup.0).expect("kill the first backup");
+    }
     let killed = Instant::now();
     let bound = Duration::from_secs(15);
     let all: Vec<ChunkId> = expected.keys().copied().collect();
@@ -183,6 +198,9 @@ fn killed_peer_is_recovered_by_its_backups() {
             "{cid} routes to {}",
             range.owner
         );
+        if kill_first_backup {
+            assert_ne!(range.owner, dead_backup, "{cid} routes to the dead backup");
+        }
     }
 
     // The leader's recovery table: every zone done by one of the other peers.
@@ -209,6 +227,12 @@ fn killed_peer_is_recovered_by_its_backups() {
         .zones
         .iter()
         .all(|zone| zone.state == RecoveryState::Done && zone.owner == victim));
+    if kill_first_backup {
+        assert!(status
+            .zones
+            .iter()
+            .all(|zone| zone.restorer != Some(dead_backup)));
+    }
     let restored: u64 = status.zones.iter().map(|zone| zone.chunks).sum();
     assert_eq!(restored as usize, CHUNKS - removes.len());
 
