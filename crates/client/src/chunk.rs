@@ -14,7 +14,11 @@
 //! parts are sent concurrently, and the results come back in the caller's order. An owner
 //! that cannot be reached (or that the directory reports dead) gets one lookup refresh
 //! (its chunks may have moved), then its items fail with
-//! [`ClientError::NodeUnavailable`]; no answer within the call's timeout is
+//! [`ClientError::NodeUnavailable`] — unless the directory says a recovery may move them
+//! ([`Directory::may_recover`]: the owner failed, or its failure is not detected yet):
+//! then the call waits, looking the chunk up every [`RECOVERY_POLL`], until its range
+//! points elsewhere (and retries there) or the call's timeout ends it with
+//! [`ClientError::NodeUnavailable`]. No answer within the call's timeout is
 //! [`ClientError::Timeout`]. When the owner is the local node and a [`LocalChunks`] is
 //! attached, the request is executed in process with no network hop.
 //!
@@ -47,6 +51,8 @@ use crate::ClientError;
 
 /// Most lookup ranges cached per creator; beyond it that creator's cache is emptied.
 pub const CACHED_RANGES_MAX: usize = 4096;
+/// How often routing looks a chunk up again while it waits for a recovery to move it.
+pub const RECOVERY_POLL: Duration = Duration::from_millis(30);
 
 /// A chunk service in this process (a peer's own), called directly when the owner of a
 /// chunk is the local node: no network hop. `myriad-node` implements it for its
@@ -386,6 +392,7 @@ impl<D: Directory> Chunks<D> {
         let mut results: Vec<Option<Result<T, ClientError>>> =
             std::iter::repeat_with(|| None).take(cids.len()).collect();
         let mut refreshed_after_failure = vec![false; cids.len()];
+        let mut waiting_on: Vec<Option<NodeId>> = vec![None; cids.len()];
         let mut last_owner = vec![NodeId(0); cids.len()];
         let mut pending: Vec<usize> = (0..cids.len()).collect();
         let mut round = 0;
@@ -428,13 +435,17 @@ impl<D: Directory> Chunks<D> {
                         }
                     }
                     // The owner is unreachable: its chunks may have moved (migration, or
-                    // recovery after a failure), so look them up once more. Issue 6
-                    // (recovery) adds its policy here: while the directory reports the
-                    // chunk's range as being recovered, wait (bounded by `deadline`)
-                    // and look it up again instead of failing.
+                    // recovery after a failure), so look them up once more. While the
+                    // directory says a recovery may move them (the owner failed, or its
+                    // failure is not detected yet), keep looking them up every
+                    // `RECOVERY_POLL` until the range moves, bounded by `deadline`.
                     Err(CallError::Unreachable) => {
+                        let recovering = self.directory.may_recover(owner);
                         for index in indices {
-                            if refreshed_after_failure[index] {
+                            if recovering {
+                                waiting_on[index] = Some(owner);
+                                to_refresh.push(index);
+                            } else if refreshed_after_failure[index] {
                                 results[index] = Some(Err(ClientError::NodeUnavailable(owner)));
                             } else {
                                 refreshed_after_failure[index] = true;
@@ -479,6 +490,29 @@ impl<D: Directory> Chunks<D> {
                     }
                 }
                 pending.push(index);
+            }
+            // Items whose range still points to the owner they wait for: poll again after
+            // a pause (such rounds do not count as routing attempts), or give up at the
+            // deadline.
+            let mut still_waiting = false;
+            pending.retain(|&index| {
+                let Some(dead) = waiting_on[index] else {
+                    return true;
+                };
+                if self.owner_of(cids[index]) != dead {
+                    waiting_on[index] = None;
+                    return true;
+                }
+                if Instant::now() + RECOVERY_POLL >= deadline {
+                    results[index] = Some(Err(ClientError::NodeUnavailable(dead)));
+                    return false;
+                }
+                still_waiting = true;
+                true
+            });
+            if still_waiting {
+                round -= 1;
+                tokio::time::sleep(RECOVERY_POLL).await;
             }
         }
         results

@@ -24,4 +24,13 @@ pub trait Directory: Send + Sync + 'static {
     /// Whether `node` is a member that is alive as far as this node knows (joined and not
     /// failed or gone). Routing fails fast with [`ClientError::NodeUnavailable`] otherwise.
     fn is_alive(&self, node: NodeId) -> bool;
+
+    /// Whether chunks routed to the unreachable `node` may become available again by a
+    /// recovery (the node failed, or is alive but not answering, i.e. its failure is not
+    /// yet detected). Routing then waits for the lookup to move, bounded by the call's
+    /// timeout, instead of failing at once. Default: `false` (fail fast).
+    fn may_recover(&self, node: NodeId) -> bool {
+        let _ = node;
+        false
+    }
 }

@@ -859,4 +859,13 @@ impl Directory for Membership {
             .get(&node)
             .is_some_and(|record| record.state == NodeState::Alive)
     }
+
+    /// A peer that failed (its zones are being recovered) or that is alive in the table
+    /// but does not answer (its failure is not detected yet).
+    fn may_recover(&self, node: NodeId) -> bool {
+        self.table.read().nodes.get(&node).is_some_and(|record| {
+            record.role == Role::Peer
+                && matches!(record.state, NodeState::Alive | NodeState::Failed { .. })
+        })
+    }
 }

@@ -8,6 +8,8 @@
 //!   clients (the chunk service of [`myriad_proto::chunk`]).
 //! - [`replication`]: the peer's side of replication (`myriad-replica` wired to the
 //!   cluster: zone registry, backup candidates, chunk source, the backup log engine).
+//! - [`recovery`]: the restorer's side of recovering a failed peer (a backup zone into
+//!   this peer's memory, the CIDs taken over).
 //! - [`config`]: the settings of both, from TOML with command-line overrides.
 //!
 //! # Invariants
@@ -22,5 +24,6 @@ pub mod config;
 pub mod launch;
 pub mod peer;
 pub mod peer_node;
+pub mod recovery;
 pub mod replication;
 pub mod superpeer;

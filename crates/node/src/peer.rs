@@ -77,6 +77,8 @@ pub const ORDER_STRIPES: usize = 1024;
 
 /// Changing requests running at once on blocking threads when a replicator is present.
 pub const BLOCKING_REQUESTS_MAX: usize = 256;
+/// Recovered chunks reported to the replicator per stripe-locked batch.
+const RECOVERED_BATCH: usize = 256;
 
 /// The replication side of a service.
 struct Replication {
@@ -601,6 +603,39 @@ impl ChunkService {
             .replicator
             .on_create_batch(&items, durability_of(durability))
             .map_err(replica_error)
+    }
+
+    /// Makes chunks restored by a recovery part of this peer's replication: reads each
+    /// from memory under its stripe (so a client's put of the same chunk is ordered before
+    /// or after it) and reports it as written (`async`; chunks without a zone here get
+    /// one). Chunks removed meanwhile are skipped. Returns how many were reported.
+    pub fn replicate_recovered(&self, cids: &[ChunkId]) -> Result<u64, ItemError> {
+        let Some(replication) = &self.replication else {
+            return Ok(0);
+        };
+        let mut reported = 0u64;
+        for batch in cids.chunks(RECOVERED_BATCH) {
+            let _order = replication.lock(batch.iter().copied());
+            let data: Vec<(ChunkId, Vec<u8>)> = batch
+                .iter()
+                .filter_map(|&cid| {
+                    self.mem
+                        .read_with(cid, |bytes| bytes.to_vec())
+                        .ok()
+                        .map(|bytes| (cid, bytes))
+                })
+                .collect();
+            let items: Vec<(ChunkId, &[u8])> = data
+                .iter()
+                .map(|(cid, bytes)| (*cid, bytes.as_slice()))
+                .collect();
+            replication
+                .replicator
+                .on_put_batch(&items, Some(myriad_replica::Durability::Async))
+                .map_err(replica_error)?;
+            reported += items.len() as u64;
+        }
+        Ok(reported)
     }
 
     /// Reports that `cid` (of `size` bytes) was removed from memory by someone other than

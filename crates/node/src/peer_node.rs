@@ -47,6 +47,7 @@ use myriad_net::{Endpoint, Handlers, Incoming, Responder};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
 use myriad_proto::meta::Event;
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
+use myriad_proto::recovery::RecoverReply;
 use myriad_proto::types;
 use myriad_replica::{BackupService, ReplicaEvent, Replicator, ReplicatorConfig};
 use thiserror::Error;
@@ -291,6 +292,37 @@ impl PeerNode {
                     _ => MigrateReply::Failed("peer is still starting".to_owned()),
                 };
                 let _ = incoming.respond(reply.encode());
+            })?;
+        }
+
+        // Recovery of a failed peer's zones held here (issue 6): the superpeer leader's
+        // requests; a peer without backups answers that it has none.
+        {
+            let cell = Arc::clone(&cell);
+            let membership = Arc::clone(&migrate_cell);
+            let backup = backup.clone();
+            handlers.register(types::RECOVER, move |incoming: Incoming| {
+                if !incoming.is_request() {
+                    return;
+                }
+                match (&backup, cell.get(), membership.get()) {
+                    (Some(backup), Some(service), Some(membership)) => {
+                        crate::recovery::serve_recover(
+                            Arc::clone(backup),
+                            Arc::clone(service),
+                            Arc::clone(membership),
+                            incoming,
+                        );
+                    }
+                    (None, _, _) => {
+                        let reply = RecoverReply::Failed("this peer keeps no backups".to_owned());
+                        let _ = incoming.respond(reply.encode());
+                    }
+                    _ => {
+                        let reply = RecoverReply::Failed("peer is still starting".to_owned());
+                        let _ = incoming.respond(reply.encode());
+                    }
+                }
             })?;
         }
 

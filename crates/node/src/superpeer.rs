@@ -9,7 +9,10 @@
 //!   event ([`types::EVENT`], ordered) to every live node and to the other superpeers, and
 //!   after a barrier round completes it tells the participants ([`types::BARRIER_RELEASED`]);
 //! - failure detection ([`watch`]): each superpeer pings the peers and clients assigned to
-//!   it and asks the leader to commit `Fail` for a node that stops answering.
+//!   it and asks the leader to commit `Fail` for a node that stops answering;
+//! - recovery ([`recovery`]): after the leader commits `Fail` for a peer it fences the
+//!   node and has each of its backup zones restored by one of the zone's backups (status:
+//!   [`types::RECOVERY_STATUS`]).
 //!
 //! # Invariants
 //! - The metadata changes only through Raft; a follower never applies a request itself.
@@ -48,6 +51,7 @@ use tokio::sync::mpsc;
 
 use crate::config::{ConfigError, NodeConfig, NodeError};
 
+mod recovery;
 mod watch;
 
 /// Events waiting to be pushed; a leader that falls further behind drops events (nodes
@@ -229,6 +233,8 @@ pub(crate) struct Core {
     heartbeat_interval: Duration,
     failure_timeout: Duration,
     stopping: AtomicBool,
+    /// The zone recoveries this superpeer coordinated as leader.
+    recoveries: recovery::Recoveries,
 }
 
 /// One running superpeer. Call [`Superpeer::shutdown`] (or drop it) from a thread that
@@ -294,6 +300,7 @@ impl Superpeer {
             heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms.max(1)),
             failure_timeout: Duration::from_millis(config.failure_timeout_ms.max(1)),
             stopping: AtomicBool::new(false),
+            recoveries: recovery::Recoveries::default(),
         });
         let mut raft_config = RaftConfig::new(
             u64::from(config.id.0),
@@ -438,6 +445,18 @@ fn handlers(slot: &Arc<OnceLock<Arc<Core>>>) -> Result<Handlers, NodeError> {
             .and_then(|core| core.raft())
             .map_or(0, |raft| raft.read_local(MetaState::epoch));
         let _ = message.respond(HeartbeatReply { epoch }.encode());
+    })?;
+    let status_slot = slot.clone();
+    handlers.register(types::RECOVERY_STATUS, move |incoming: Incoming| {
+        let reply = match status_slot.get() {
+            Some(core) => core
+                .recoveries
+                .status(core.raft().is_some_and(MetaRaft::is_leader)),
+            None => myriad_proto::recovery::RecoveryStatusReply::default(),
+        };
+        if incoming.is_request() {
+            let _ = incoming.respond(reply.encode());
+        }
     })?;
     // Other superpeers' leaders push events here too; the applied state already has them.
     handlers.register(types::EVENT, |_message: Incoming| {})?;
@@ -645,14 +664,22 @@ impl Core {
         };
         let event = match (command, response) {
             (_, Response::Error(_)) => None,
-            (Command::Join { .. }, Response::Joined { id, epoch, .. }) => raft
-                .read_local(|state| state.node(*id).cloned())
-                .map(|record| (*epoch, Event::NodeJoined(record))),
+            (Command::Join { .. }, Response::Joined { id, epoch, .. }) => {
+                if self.net.is_fenced(net_id(*id)) {
+                    self.net.unfence(net_id(*id));
+                }
+                raft.read_local(|state| state.node(*id).cloned())
+                    .map(|record| (*epoch, Event::NodeJoined(record)))
+            }
             (Command::Leave { node }, Response::Epoch(epoch)) => {
                 Some((*epoch, Event::NodeLeft(*node)))
             }
             (Command::Fail { node }, Response::Epoch(epoch)) => {
                 tracing::warn!(superpeer = %self.id, %node, epoch, "failure verdict committed");
+                // A node that was only slow or partitioned must not change metadata any
+                // more; a new incarnation (a join) lifts the fence.
+                self.net.fence(net_id(*node));
+                recovery::start(self.clone(), *node);
                 Some((*epoch, Event::NodeFailed(*node)))
             }
             (

@@ -9,6 +9,8 @@
 //! - [`meta`]: metadata requests served by the superpeer group (Raft writes, lookups,
 //!   nameservice, barriers, temporary storage, node lists), joining, heartbeats, failure
 //!   reports and the events the group pushes to every node.
+//! - [`recovery`]: recovery of a failed peer's backup zones (recover requests to backups,
+//!   the leader's recovery table).
 //!
 //! # Invariants
 //! - Decoding never panics and never allocates more than the input's length justifies: every
@@ -26,6 +28,7 @@ pub mod chunk;
 pub mod limits;
 pub mod meta;
 pub mod migrate;
+pub mod recovery;
 pub mod types;
 
 use thiserror::Error;

@@ -38,3 +38,10 @@ pub const MIGRATE: MessageType = MessageType::unordered(20, 1);
 /// Operator to a peer: leave the cluster and exit (`nodeshutdown` in `myriad term`;
 /// request, answered with an empty payload before the node shuts down).
 pub const NODE_SHUTDOWN: MessageType = MessageType::unordered(12, 0);
+
+/// Superpeer leader to a backup of a failed peer's zone: restore the zone here and take its
+/// CIDs over ([`crate::recovery::RecoverRequest`] → [`crate::recovery::RecoverReply`]).
+pub const RECOVER: MessageType = MessageType::unordered(40, 0);
+/// Any node to a superpeer: the leader's recovery table (empty request →
+/// [`crate::recovery::RecoveryStatusReply`]).
+pub const RECOVERY_STATUS: MessageType = MessageType::unordered(40, 1);

@@ -7,4 +7,5 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     myriad_proto::chunk::fuzz_decode(data);
     myriad_proto::migrate::fuzz_decode(data);
+    myriad_proto::recovery::fuzz_decode(data);
 });

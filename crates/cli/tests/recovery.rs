@@ -1,0 +1,246 @@
+//! Recovery of a failed peer (issue 6) with real processes on 127.0.0.1: a superpeer and
+//! four peers replicating with R = 3 (small zones, so the victim holds several); a client
+//! writes durably to one peer, that peer is SIGKILLed, and every chunk must come back with
+//! its latest value (removed ones stay removed) at the restorers. Every process is
+//! SIGKILLed when the cluster guard drops, also when the test panics.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use myriad_client::chunk::ChunkOptions;
+use myriad_client::client::{Client, ClientConfig};
+use myriad_client::ClientError;
+use myriad_mem::{ChunkId, NodeId};
+use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_proto::meta::{MetaReply, MetaRequest};
+use myriad_proto::recovery::{RecoveryState, RecoveryStatusReply};
+use myriad_proto::{net_id, types};
+
+const CHUNKS: usize = 20_000;
+const BATCH: usize = 1_000;
+
+/// Fast failure detection and small zones and logs, for every node.
+const CONFIG: &str = "\
+[failure]
+heartbeat_interval_ms = 100
+failure_timeout_ms = 600
+
+[backup]
+replication = 3
+zone_mb = 1
+segment_kb = 64
+write_buffer_kb = 1024
+primary_log_kb = 4096
+";
+
+fn start(dir: &Path) -> LocalCluster {
+    let config = dir.join("recovery.toml");
+    std::fs::write(&config, CONFIG).expect("write config");
+    let mut spec = LaunchSpec::new(dir.join("cluster"), env!("CARGO_BIN_EXE_myriad"));
+    spec.superpeers = 1;
+    spec.peers = 4;
+    spec.peer_memory_mb = Some(64);
+    spec.extra_args = vec!["--config".into(), config.display().to_string()];
+    spec.ready_timeout = Duration::from_secs(20);
+    LocalCluster::start_owned(spec).expect("cluster starts")
+}
+
+fn payload(index: usize, version: u32) -> Bytes {
+    Bytes::from(format!(
+        "chunk-{index:06}-v{version}-{}",
+        "p".repeat(40 + index % 60)
+    ))
+}
+
+#[test]
+fn killed_peer_is_recovered_by_its_backups() {
+    kill_and_recover(false);
+}
+
+/// The first backup of the victim's first zone dies with it: that zone (and any other zone
+/// it came first in) is recovered by the next backup in order.
+#[test]
+fn a_dead_first_backup_is_skipped() {
+    kill_and_recover(true);
+}
+
+fn kill_and_recover(kill_first_backup: bool) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cluster = start(dir.path());
+    let superpeers: Vec<(NodeId, SocketAddr)> = cluster
+        .superpeer_addresses()
+        .into_iter()
+        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
+        .collect();
+    let peers: Vec<NodeId> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Peer)
+        .map(|node| NodeId(node.node_id))
+        .collect();
+    assert_eq!(peers.len(), 4);
+    let victim = peers[0];
+
+    let mut config = ClientConfig::new(superpeers.clone());
+    config.chunks = ChunkOptions {
+        timeout: Duration::from_secs(15),
+        durability: 3,
+        ..ChunkOptions::default()
+    };
+    let client = Client::connect_with(config).expect("client joins");
+    let api = client.blocking();
+    let chunks = api.chunks();
+
+    // Durable creates, then durable puts and removes: every acknowledged change is on
+    // the backups' disks before the kill.
+    let mut cids = Vec::with_capacity(CHUNKS);
+    for start in (0..CHUNKS).step_by(BATCH) {
+        let payloads = (start..start + BATCH).map(|i| payload(i, 0)).collect();
+        cids.extend(chunks.create_with_data(victim, payloads).expect("create"));
+    }
+    let mut expected: BTreeMap<ChunkId, Option<Bytes>> = cids
+        .iter()
+        .enumerate()
+        .map(|(i, &cid)| (cid, Some(payload(i, 0))))
+        .collect();
+    // Puts keep the size (puts replace whole chunks of the same size).
+    let puts: Vec<(ChunkId, Bytes)> = (0..CHUNKS)
+        .step_by(7)
+        .map(|i| (cids[i], payload(i, 1)))
+        .collect();
+    for result in chunks.put_batch(&puts) {
+        result.expect("put");
+    }
+    for (cid, data) in &puts {
+        expected.insert(*cid, Some(data.clone()));
+    }
+    let removes: Vec<ChunkId> = (3..CHUNKS).step_by(11).map(|i| cids[i]).collect();
+    for result in chunks.remove_batch(&removes) {
+        result.expect("remove");
+    }
+    for cid in &removes {
+        expected.insert(*cid, None);
+    }
+
+    let runtime = client.membership().net().runtime();
+    let zones = runtime.block_on(client.zones(victim)).expect("zone table");
+    println!("victim {victim} zones: {zones:?}");
+    assert!(
+        zones.len() >= 2,
+        "the victim should hold several zones: {zones:?}"
+    );
+
+    // Kill the victim; every chunk must be readable again within the bound.
+    let dead_backup = zones[0].1[0];
+    cluster.kill(victim.0).expect("kill");
+    if kill_first_backup {
+        cluster.kill(dead_backup.0).expect("kill the first backup");
+    }
+    let killed = Instant::now();
+    let bound = Duration::from_secs(15);
+    let all: Vec<ChunkId> = expected.keys().copied().collect();
+    let mut first_pass = true;
+    loop {
+        let mut wrong = Vec::new();
+        for batch in all.chunks(2_000) {
+            for (cid, result) in batch.iter().zip(chunks.get_batch(batch)) {
+                let want = expected.get(cid).cloned().flatten();
+                match (result, want) {
+                    (Ok(data), Some(want)) if data == want => {}
+                    (Err(ClientError::NotFound(_)), None) => {}
+                    (other, want) => wrong.push((*cid, format!("{other:?}"), want.is_some())),
+                }
+            }
+        }
+        if wrong.is_empty() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < bound,
+            "{} chunks wrong {:?} after the kill, e.g. {:?}",
+            wrong.len(),
+            killed.elapsed(),
+            &wrong[..wrong.len().min(5)]
+        );
+        if first_pass {
+            println!(
+                "first pass ({} ms): {} chunks not yet right, e.g. {:?}",
+                killed.elapsed().as_millis(),
+                wrong.len(),
+                &wrong[..wrong.len().min(3)]
+            );
+            first_pass = false;
+        }
+    }
+    let available = killed.elapsed();
+    println!(
+        "kill to all {} chunks readable (latest values, {} removed NotFound): {} ms",
+        all.len(),
+        removes.len(),
+        available.as_millis()
+    );
+
+    // Lookups point to alive restorers, never to the victim.
+    let membership = client.membership();
+    for &cid in all.iter().step_by(97) {
+        let reply = runtime
+            .block_on(membership.request(MetaRequest::Lookup(cid)))
+            .expect("lookup");
+        let MetaReply::Lookup(range) = reply else {
+            panic!("unexpected lookup reply {reply:?}");
+        };
+        assert_ne!(range.owner, victim, "{cid} still routes to the victim");
+        assert!(
+            peers[1..].contains(&range.owner),
+            "{cid} routes to {}",
+            range.owner
+        );
+        if kill_first_backup {
+            assert_ne!(range.owner, dead_backup, "{cid} routes to the dead backup");
+        }
+    }
+
+    // The leader's recovery table: every zone done by one of the other peers.
+    let bytes = client
+        .membership()
+        .net()
+        .request_blocking(
+            net_id(superpeers[0].0),
+            types::RECOVERY_STATUS,
+            Bytes::new(),
+            Duration::from_secs(5),
+        )
+        .expect("recovery status");
+    let status = RecoveryStatusReply::decode(bytes).expect("status decodes");
+    for zone in &status.zones {
+        println!(
+            "zone {}/{}: {:?} by {:?}, {} chunks, {} ms {}",
+            zone.owner, zone.zone, zone.state, zone.restorer, zone.chunks, zone.ms, zone.detail
+        );
+    }
+    assert!(status.leader);
+    assert_eq!(status.zones.len(), zones.len());
+    assert!(status
+        .zones
+        .iter()
+        .all(|zone| zone.state == RecoveryState::Done && zone.owner == victim));
+    if kill_first_backup {
+        assert!(status
+            .zones
+            .iter()
+            .all(|zone| zone.restorer != Some(dead_backup)));
+    }
+    let restored: u64 = status.zones.iter().map(|zone| zone.chunks).sum();
+    assert_eq!(restored as usize, CHUNKS - removes.len());
+
+    // Recovered chunks take writes at their new owners.
+    let index = 1;
+    let cid = cids[index];
+    chunks
+        .put(cid, payload(index, 2))
+        .expect("put after recovery");
+    assert_eq!(chunks.get(cid).expect("get"), payload(index, 2));
+}

@@ -1,0 +1,321 @@
+//! The restorer's side of recovering a failed peer (issue 6): one backup zone into this
+//! peer's memory.
+//!
+//! # Job
+//! On a [`RecoverRequest`] from the superpeer leader ([`myriad_proto::types::RECOVER`]),
+//! [`restore_zone`] reads the zone back from this peer's log engine
+//! ([`BackupService::recover_zone`]: the current version of every chunk, removed chunks
+//! excluded), inserts the chunks into the memory manager in the engine's large batches
+//! keeping their CIDs ([`MemoryManager::create_with_ids`]), turns the recovered CIDs into
+//! sorted, merged ranges per creator, takes them over in this peer's ownership view at once
+//! and commits `Command::SetOwner { owner: me }` for each range through the superpeers.
+//! The reply carries the count and the ranges. Afterwards, in the background,
+//! [`ChunkService::replicate_recovered`] makes the chunks part of this peer's own
+//! replication (re-replication).
+//!
+//! # Invariants
+//! - Only chunks the engine delivered are taken over: a range never covers a CID this peer
+//!   did not restore, so two restorers never claim the same CID.
+//! - A chunk already present under the same CID (a retried recovery) is replaced by the
+//!   recovered version.
+//! - The failed owner is fenced by every member on `NodeFailed` (the messaging layer drops
+//!   its messages), so its zone cannot change while it is read.
+//!
+//! # Who calls it
+//! [`crate::peer_node::PeerNode`]'s [`myriad_proto::types::RECOVER`] handler (on a blocking thread).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use myriad_client::membership::Membership;
+use myriad_mem::{ChunkId, MemError, MemoryManager};
+use myriad_meta::Command;
+use myriad_proto::recovery::{ranges_of, CidRange, RecoverReply, RecoverRequest};
+use myriad_replica::BackupService;
+use parking_lot::Mutex;
+
+use crate::peer::ChunkService;
+
+/// Ownership commits in flight at once while a restorer takes its ranges over.
+const OWNER_COMMITS_IN_FLIGHT: usize = 64;
+
+/// What [`insert_recovered`] did.
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// The CIDs now stored here (raw), unsorted.
+    pub cids: Vec<u64>,
+    /// Their payload bytes.
+    pub bytes: u64,
+    /// Chunks that could not be stored, with the first reason.
+    pub failed: u64,
+    /// The first failure.
+    pub first_error: Option<String>,
+}
+
+/// Reads `owner`'s zone `zone` from `backup` into `mem` (CIDs kept, batches as the engine
+/// hands them over). A chunk already stored under the same CID is replaced.
+pub fn insert_recovered(
+    backup: &BackupService,
+    mem: &MemoryManager,
+    request: RecoverRequest,
+) -> Result<Restored, String> {
+    let restored = Mutex::new(Restored::default());
+    let bytes = AtomicU64::new(0);
+    let sink = |batch: &[myriad_log::RecoveredChunk<'_>]| {
+        let items: Vec<(ChunkId, &[u8])> = batch
+            .iter()
+            .map(|chunk| (ChunkId::from_raw(chunk.cid), chunk.payload))
+            .collect();
+        let results = mem.create_with_ids(&items);
+        let mut stored = Vec::with_capacity(items.len());
+        let mut failures: Vec<String> = Vec::new();
+        let mut batch_bytes = 0u64;
+        for ((cid, data), result) in items.iter().zip(results) {
+            let result = match result {
+                Err(MemError::AlreadyExists(_)) => mem
+                    .remove(*cid)
+                    .and_then(|_| mem.create_with_id(*cid, data)),
+                other => other,
+            };
+            match result {
+                Ok(()) => {
+                    stored.push(cid.raw());
+                    batch_bytes += data.len() as u64;
+                }
+                Err(error) => failures.push(format!("{cid}: {error}")),
+            }
+        }
+        bytes.fetch_add(batch_bytes, Ordering::Relaxed);
+        let mut guard = restored.lock();
+        guard.cids.extend(stored);
+        guard.failed += failures.len() as u64;
+        if guard.first_error.is_none() {
+            guard.first_error = failures.into_iter().next();
+        }
+    };
+    backup
+        .recover_zone(request.owner, request.zone, &sink)
+        .map_err(|error| {
+            format!(
+                "reading zone {} of {}: {error}",
+                request.zone, request.owner
+            )
+        })?;
+    let mut restored = restored.into_inner();
+    restored.bytes = bytes.into_inner();
+    Ok(restored)
+}
+
+/// Restores one zone and takes its CIDs over (see the module documentation). Blocks: call
+/// on a thread that runs no async tasks.
+pub fn restore_zone(
+    backup: &BackupService,
+    service: &Arc<ChunkService>,
+    membership: &Arc<Membership>,
+    request: RecoverRequest,
+) -> RecoverReply {
+    let started = Instant::now();
+    let me = service.node();
+    let mut restored = match insert_recovered(backup, service.memory(), request) {
+        Ok(restored) => restored,
+        Err(reason) => return RecoverReply::Failed(reason),
+    };
+    if let Some(error) = &restored.first_error {
+        // Taking over a zone with holes would turn its missing chunks into NotFound.
+        return RecoverReply::Failed(format!(
+            "{} chunks of zone {} of {} could not be stored, e.g. {error}",
+            restored.failed, request.zone, request.owner
+        ));
+    }
+    let inserted_ms = started.elapsed().as_millis() as u64;
+    let chunks = restored.cids.len() as u64;
+    let ranges = ranges_of(&mut restored.cids);
+    for range in &ranges {
+        service.set_owner(range.creator, range.first, range.last, me);
+    }
+    if let Err(reason) = commit_ranges(membership, &ranges) {
+        return RecoverReply::Failed(reason);
+    }
+    let ms = started.elapsed().as_millis() as u64;
+    tracing::info!(
+        owner = %request.owner,
+        zone = request.zone,
+        chunks,
+        bytes = restored.bytes,
+        ranges = ranges.len(),
+        inserted_ms,
+        ms,
+        "zone restored and taken over"
+    );
+    // Re-replication in the background, after availability.
+    if service.replicator().is_some() {
+        let service = Arc::clone(service);
+        let cids: Vec<ChunkId> = restored
+            .cids
+            .iter()
+            .map(|&raw| ChunkId::from_raw(raw))
+            .collect();
+        let spawned = std::thread::Builder::new()
+            .name(format!("rereplicate-{}-{}", request.owner.0, request.zone))
+            .spawn(move || {
+                let begun = Instant::now();
+                match service.replicate_recovered(&cids) {
+                    Ok(count) => tracing::info!(
+                        owner = %request.owner,
+                        zone = request.zone,
+                        chunks = count,
+                        ms = begun.elapsed().as_millis() as u64,
+                        "recovered chunks handed to this peer's replication"
+                    ),
+                    Err(error) => tracing::warn!(
+                        owner = %request.owner,
+                        zone = request.zone,
+                        %error,
+                        "re-replication of recovered chunks failed"
+                    ),
+                }
+            });
+        if let Err(error) = spawned {
+            tracing::warn!(%error, "could not start re-replication");
+        }
+    }
+    RecoverReply::Recovered {
+        chunks,
+        bytes: restored.bytes,
+        ms,
+        ranges,
+    }
+}
+
+/// Commits `SetOwner { owner: me }` for every range, several in flight at once.
+fn commit_ranges(membership: &Arc<Membership>, ranges: &[CidRange]) -> Result<(), String> {
+    use futures_util::stream::{self, StreamExt};
+    let me = membership.node_id();
+    let commands: Vec<Command> = ranges
+        .iter()
+        .map(|range| Command::SetOwner {
+            creator: range.creator,
+            first: range.first,
+            last: range.last,
+            owner: me,
+        })
+        .collect();
+    let writer = Arc::clone(membership);
+    let results: Vec<Result<(), String>> = membership.net().runtime().block_on(async move {
+        stream::iter(commands)
+            .map(|command| {
+                let writer = Arc::clone(&writer);
+                async move {
+                    writer
+                        .write(command.clone())
+                        .await
+                        .map(|_| ())
+                        .map_err(|error| format!("committing {command:?}: {error}"))
+                }
+            })
+            .buffer_unordered(OWNER_COMMITS_IN_FLIGHT)
+            .collect()
+            .await
+    });
+    results.into_iter().collect()
+}
+
+/// Serves one [`myriad_proto::types::RECOVER`] request on a fresh thread (recovery blocks for as long as
+/// the zone takes to read).
+pub fn serve_recover(
+    backup: Arc<BackupService>,
+    service: Arc<ChunkService>,
+    membership: Arc<Membership>,
+    mut incoming: myriad_net::Incoming,
+) {
+    let Some(responder) = incoming.take_responder() else {
+        return;
+    };
+    let payload = incoming.payload.clone();
+    let spawned = std::thread::Builder::new()
+        .name("recover-zone".to_owned())
+        .spawn(move || {
+            let reply = match RecoverRequest::decode(payload) {
+                Ok(request) => {
+                    tracing::info!(owner = %request.owner, zone = request.zone, "recovering a zone");
+                    restore_zone(&backup, &service, &membership, request)
+                }
+                Err(error) => RecoverReply::Failed(format!("undecodable request: {error}")),
+            };
+            if let Err(error) = responder.respond(reply.encode()) {
+                tracing::warn!(%error, "recover reply not sent");
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "could not start a recovery thread");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use myriad_log::{LogConfig, LogEngine, MemStorage};
+    use myriad_mem::{MemoryConfig, NodeId};
+    use myriad_replica::backup::log_zone;
+    use myriad_replica::BackupConfig;
+
+    #[test]
+    fn a_zone_comes_back_with_latest_versions_and_without_removed_chunks() {
+        let engine = Arc::new(
+            LogEngine::open(LogConfig::small_for_tests(), Arc::new(MemStorage::new())).unwrap(),
+        );
+        let owner = NodeId(3);
+        let zone = log_zone(owner, 1).unwrap();
+        engine.create_zone(zone).unwrap();
+        let cid = |lid: u64| ChunkId::new(owner, lid).unwrap();
+        for lid in 1..=500u64 {
+            engine
+                .append(zone, cid(lid).raw(), format!("v0-{lid}").as_bytes())
+                .unwrap();
+        }
+        for lid in (1..=500u64).step_by(5) {
+            engine
+                .append(zone, cid(lid).raw(), format!("v1-{lid}").as_bytes())
+                .unwrap();
+        }
+        for lid in (2..=500u64).step_by(7) {
+            engine.remove(zone, cid(lid).raw()).unwrap();
+        }
+        let backup = BackupService::new(engine, BackupConfig::default()).unwrap();
+        let mem = MemoryManager::new(MemoryConfig {
+            node_id: NodeId(9),
+            region_bytes: 1 << 20,
+            ..MemoryConfig::default()
+        })
+        .unwrap();
+        // A stale copy under a recovered CID is replaced.
+        mem.create_with_id(cid(1), b"stale").unwrap();
+        let request = RecoverRequest { owner, zone: 1 };
+        let mut restored = insert_recovered(&backup, &mem, request).unwrap();
+        assert_eq!(restored.failed, 0);
+        let removed = |lid: u64| lid >= 2 && (lid - 2).is_multiple_of(7);
+        let live: Vec<u64> = (1..=500u64).filter(|&lid| !removed(lid)).collect();
+        assert_eq!(restored.cids.len(), live.len());
+        for lid in 1..=500u64 {
+            let got = mem.read_with(cid(lid), |bytes| bytes.to_vec());
+            if removed(lid) {
+                assert!(got.is_err(), "removed chunk {lid} came back");
+            } else {
+                let version = if (lid - 1).is_multiple_of(5) { 1 } else { 0 };
+                assert_eq!(got.unwrap(), format!("v{version}-{lid}").into_bytes());
+            }
+        }
+        // The ranges cover exactly the live CIDs.
+        let ranges = ranges_of(&mut restored.cids);
+        let covered: u64 = ranges
+            .iter()
+            .map(|range| range.last - range.first + 1)
+            .sum();
+        assert_eq!(covered, live.len() as u64);
+        assert!(ranges.iter().all(|range| range.creator == owner));
+        assert!(ranges
+            .iter()
+            .all(|range| (range.first..=range.last).all(|lid| !removed(lid))));
+    }
+}

@@ -1,0 +1,500 @@
+//! Recovery of a failed peer's backup zones (types 40.x, issue 6).
+//!
+//! # Job
+//! - [`RecoverRequest`] ([`crate::types::RECOVER`]): the superpeer leader asks a backup of
+//!   a failed peer's zone to restore that zone into its own memory and take over the
+//!   recovered CIDs; answered with a [`RecoverReply`] (the chunk count and the CID ranges,
+//!   already committed as lookup ranges pointing to the restorer).
+//! - [`RecoveryStatusReply`] ([`crate::types::RECOVERY_STATUS`], empty request): the
+//!   leader's table of zone recoveries (per zone: state, restorer, chunks, time).
+//!
+//! # Invariants
+//! Decoders are bounds-checked: every count is checked against [`RANGES_MAX`] /
+//! [`ZONES_MAX`] and the bytes left, ranges must be ascending (`first <= last`) with a
+//! local ID of at most 48 bits; any bad input is a [`ProtoError`], never a panic.
+//!
+//! # Who calls it
+//! `myriad-node` (the superpeer's recovery coordinator and the peer's restorer) and tools
+//! that show recovery progress.
+
+use bytes::Bytes;
+use myriad_mem::NodeId;
+use myriad_net::codec::{Decoder, Encoder};
+
+use crate::ProtoError;
+
+/// Most CID ranges in one [`RecoverReply`].
+pub const RANGES_MAX: usize = 1 << 20;
+/// Most zones in one [`RecoveryStatusReply`].
+pub const ZONES_MAX: usize = 1 << 20;
+/// Largest local ID (48 bits).
+const LOCAL_ID_MAX: u64 = (1 << 48) - 1;
+
+/// Restore `owner`'s backup zone `zone` on the receiving backup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoverRequest {
+    /// The failed peer whose zone it is.
+    pub owner: NodeId,
+    /// The zone number (as in the superpeers' zone table).
+    pub zone: u32,
+}
+
+/// A range of CIDs of one creator, `first..=last` (local IDs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CidRange {
+    /// The creator of the CIDs.
+    pub creator: NodeId,
+    /// First local ID.
+    pub first: u64,
+    /// Last local ID (inclusive, `>= first`).
+    pub last: u64,
+}
+
+/// The outcome of a [`RecoverRequest`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecoverReply {
+    /// The zone is restored here and its CIDs point to this node.
+    Recovered {
+        /// Chunks restored.
+        chunks: u64,
+        /// Their payload bytes.
+        bytes: u64,
+        /// Milliseconds from the request to the committed ownership.
+        ms: u64,
+        /// The restored CIDs as sorted, merged ranges.
+        ranges: Vec<CidRange>,
+    },
+    /// Nothing (or not everything) was taken over, for this reason.
+    Failed(String),
+}
+
+/// Where one zone's recovery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryState {
+    /// Not yet sent to a backup.
+    Pending,
+    /// Sent to `restorer`, no answer yet.
+    Running,
+    /// Restored and the ownership committed.
+    Done,
+    /// No backup could restore it.
+    Failed,
+}
+
+/// One zone's line in the leader's recovery table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneRecovery {
+    /// The failed peer.
+    pub owner: NodeId,
+    /// Its zone.
+    pub zone: u32,
+    /// Where the recovery stands.
+    pub state: RecoveryState,
+    /// The backup restoring (or that restored) it.
+    pub restorer: Option<NodeId>,
+    /// Chunks restored (when done).
+    pub chunks: u64,
+    /// Milliseconds since the failure was committed (until done or failed).
+    pub ms: u64,
+    /// The last failure reason, or empty.
+    pub detail: String,
+}
+
+/// The leader's recovery table (answer to [`crate::types::RECOVERY_STATUS`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RecoveryStatusReply {
+    /// Whether the answering superpeer leads (only the leader coordinates recoveries).
+    pub leader: bool,
+    /// Every zone recovery the leader started, in start order.
+    pub zones: Vec<ZoneRecovery>,
+}
+
+fn count(
+    decoder: &mut Decoder,
+    what: &'static str,
+    max: usize,
+    min_bytes: usize,
+) -> Result<usize, ProtoError> {
+    let value = decoder.get_varint()?;
+    let limit = max.min(decoder.remaining() / min_bytes.max(1)) as u64;
+    if value > limit {
+        return Err(ProtoError::TooLarge {
+            what,
+            value,
+            max: limit,
+        });
+    }
+    Ok(value as usize)
+}
+
+impl RecoverRequest {
+    /// The request's bytes: owner (u16 LE), zone (u32 LE).
+    pub fn encode(&self) -> Bytes {
+        let mut encoder = Encoder::with_capacity(6);
+        encoder.put_u16(self.owner.0).put_u32(self.zone);
+        encoder.finish()
+    }
+
+    /// Decodes a request; fails on short or trailing bytes.
+    pub fn decode(payload: Bytes) -> Result<RecoverRequest, ProtoError> {
+        let mut decoder = Decoder::new(payload);
+        let owner = NodeId(decoder.get_u16()?);
+        let zone = decoder.get_u32()?;
+        decoder.finish()?;
+        Ok(RecoverRequest { owner, zone })
+    }
+}
+
+impl CidRange {
+    fn encode_into(&self, encoder: &mut Encoder) {
+        encoder
+            .put_u16(self.creator.0)
+            .put_varint(self.first)
+            .put_varint(self.last.saturating_sub(self.first));
+    }
+
+    fn decode_from(decoder: &mut Decoder) -> Result<CidRange, ProtoError> {
+        let creator = NodeId(decoder.get_u16()?);
+        let first = decoder.get_varint()?;
+        let span = decoder.get_varint()?;
+        let last = first.checked_add(span).filter(|last| *last <= LOCAL_ID_MAX);
+        match last {
+            Some(last) if first <= LOCAL_ID_MAX => Ok(CidRange {
+                creator,
+                first,
+                last,
+            }),
+            _ => Err(ProtoError::Invalid {
+                what: "CID range",
+                detail: format!("{first} + {span} exceeds 48-bit local IDs"),
+            }),
+        }
+    }
+}
+
+impl RecoverReply {
+    /// The reply's bytes: tag 0, chunks, bytes, ms (varints), range count (varint), each
+    /// range as creator (u16 LE), first (varint), last − first (varint); or tag 1 + reason.
+    pub fn encode(&self) -> Bytes {
+        let mut encoder = Encoder::new();
+        match self {
+            RecoverReply::Recovered {
+                chunks,
+                bytes,
+                ms,
+                ranges,
+            } => {
+                encoder
+                    .put_u8(0)
+                    .put_varint(*chunks)
+                    .put_varint(*bytes)
+                    .put_varint(*ms)
+                    .put_varint(ranges.len() as u64);
+                for range in ranges {
+                    range.encode_into(&mut encoder);
+                }
+            }
+            RecoverReply::Failed(reason) => {
+                encoder.put_u8(1).put_str(reason);
+            }
+        }
+        encoder.finish()
+    }
+
+    /// Decodes a reply.
+    pub fn decode(payload: Bytes) -> Result<RecoverReply, ProtoError> {
+        let mut decoder = Decoder::new(payload);
+        let reply = match decoder.get_u8()? {
+            0 => {
+                let chunks = decoder.get_varint()?;
+                let bytes = decoder.get_varint()?;
+                let ms = decoder.get_varint()?;
+                let n = count(&mut decoder, "recovered ranges", RANGES_MAX, 4)?;
+                let mut ranges = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ranges.push(CidRange::decode_from(&mut decoder)?);
+                }
+                RecoverReply::Recovered {
+                    chunks,
+                    bytes,
+                    ms,
+                    ranges,
+                }
+            }
+            1 => RecoverReply::Failed(decoder.get_str()?),
+            tag => {
+                return Err(ProtoError::UnknownTag {
+                    what: "recover reply",
+                    tag,
+                })
+            }
+        };
+        decoder.finish()?;
+        Ok(reply)
+    }
+}
+
+impl RecoveryState {
+    fn tag(self) -> u8 {
+        match self {
+            RecoveryState::Pending => 0,
+            RecoveryState::Running => 1,
+            RecoveryState::Done => 2,
+            RecoveryState::Failed => 3,
+        }
+    }
+
+    fn from_tag(tag: u8) -> Result<RecoveryState, ProtoError> {
+        Ok(match tag {
+            0 => RecoveryState::Pending,
+            1 => RecoveryState::Running,
+            2 => RecoveryState::Done,
+            3 => RecoveryState::Failed,
+            tag => {
+                return Err(ProtoError::UnknownTag {
+                    what: "recovery state",
+                    tag,
+                })
+            }
+        })
+    }
+}
+
+impl RecoveryStatusReply {
+    /// The reply's bytes: leader (u8 0/1), zone count (varint), each zone as owner (u16
+    /// LE), zone (u32 LE), state (u8), restorer (u16 LE, 0 = none), chunks, ms (varints),
+    /// detail (string).
+    pub fn encode(&self) -> Bytes {
+        let mut encoder = Encoder::new();
+        encoder
+            .put_u8(u8::from(self.leader))
+            .put_varint(self.zones.len() as u64);
+        for zone in &self.zones {
+            encoder
+                .put_u16(zone.owner.0)
+                .put_u32(zone.zone)
+                .put_u8(zone.state.tag())
+                .put_u16(zone.restorer.map_or(0, |node| node.0))
+                .put_varint(zone.chunks)
+                .put_varint(zone.ms)
+                .put_str(&zone.detail);
+        }
+        encoder.finish()
+    }
+
+    /// Decodes a reply.
+    pub fn decode(payload: Bytes) -> Result<RecoveryStatusReply, ProtoError> {
+        let mut decoder = Decoder::new(payload);
+        let leader = match decoder.get_u8()? {
+            0 => false,
+            1 => true,
+            tag => {
+                return Err(ProtoError::UnknownTag {
+                    what: "leader flag",
+                    tag,
+                })
+            }
+        };
+        let n = count(&mut decoder, "recovery zones", ZONES_MAX, 12)?;
+        let mut zones = Vec::with_capacity(n);
+        for _ in 0..n {
+            let owner = NodeId(decoder.get_u16()?);
+            let zone = decoder.get_u32()?;
+            let state = RecoveryState::from_tag(decoder.get_u8()?)?;
+            let restorer = match decoder.get_u16()? {
+                0 => None,
+                id => Some(NodeId(id)),
+            };
+            let chunks = decoder.get_varint()?;
+            let ms = decoder.get_varint()?;
+            let detail = decoder.get_str()?;
+            zones.push(ZoneRecovery {
+                owner,
+                zone,
+                state,
+                restorer,
+                chunks,
+                ms,
+                detail,
+            });
+        }
+        decoder.finish()?;
+        Ok(RecoveryStatusReply { leader, zones })
+    }
+}
+
+/// Sorts `cids` (raw CIDs) and merges consecutive ones of one creator into ranges.
+pub fn ranges_of(cids: &mut [u64]) -> Vec<CidRange> {
+    cids.sort_unstable();
+    let mut ranges: Vec<CidRange> = Vec::new();
+    for &raw in cids.iter() {
+        let cid = myriad_mem::ChunkId::from_raw(raw);
+        let (creator, lid) = (cid.creator(), cid.local_id());
+        match ranges.last_mut() {
+            Some(last) if last.creator == creator && last.last.checked_add(1) == Some(lid) => {
+                last.last = lid
+            }
+            Some(last) if last.creator == creator && last.last == lid => {}
+            _ => ranges.push(CidRange {
+                creator,
+                first: lid,
+                last: lid,
+            }),
+        }
+    }
+    ranges
+}
+
+/// Runs every decoder of this family on `bytes` (for the fuzz target).
+pub fn fuzz_decode(bytes: &[u8]) {
+    let payload = Bytes::copy_from_slice(bytes);
+    if let Ok(request) = RecoverRequest::decode(payload.clone()) {
+        assert_eq!(request.encode(), payload);
+    }
+    if let Ok(reply) = RecoverReply::decode(payload.clone()) {
+        // Varints have one canonical form per value only when minimal; compare values.
+        assert_eq!(RecoverReply::decode(reply.encode()).ok(), Some(reply));
+    }
+    if let Ok(reply) = RecoveryStatusReply::decode(payload) {
+        assert_eq!(
+            RecoveryStatusReply::decode(reply.encode()).ok(),
+            Some(reply)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn range() -> impl Strategy<Value = CidRange> {
+        (any::<u16>(), 0..=LOCAL_ID_MAX, 0u64..1 << 20).prop_map(|(creator, first, span)| {
+            let first = first.min(LOCAL_ID_MAX - span);
+            CidRange {
+                creator: NodeId(creator),
+                first,
+                last: first + span,
+            }
+        })
+    }
+
+    fn state() -> impl Strategy<Value = RecoveryState> {
+        prop_oneof![
+            Just(RecoveryState::Pending),
+            Just(RecoveryState::Running),
+            Just(RecoveryState::Done),
+            Just(RecoveryState::Failed),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn requests_round_trip(owner in any::<u16>(), zone in any::<u32>()) {
+            let request = RecoverRequest { owner: NodeId(owner), zone };
+            prop_assert_eq!(RecoverRequest::decode(request.encode()), Ok(request));
+        }
+
+        #[test]
+        fn replies_round_trip(
+            chunks in any::<u64>(),
+            bytes in any::<u64>(),
+            ms in any::<u64>(),
+            ranges in proptest::collection::vec(range(), 0..20),
+            reason in ".{0,40}",
+        ) {
+            for reply in [
+                RecoverReply::Recovered { chunks, bytes, ms, ranges: ranges.clone() },
+                RecoverReply::Failed(reason.clone()),
+            ] {
+                prop_assert_eq!(RecoverReply::decode(reply.encode()), Ok(reply));
+            }
+        }
+
+        #[test]
+        fn status_round_trips(
+            leader in any::<bool>(),
+            zones in proptest::collection::vec(
+                (any::<u16>(), any::<u32>(), state(), any::<u16>(), any::<u64>(), any::<u64>(), ".{0,20}"),
+                0..10,
+            ),
+        ) {
+            let reply = RecoveryStatusReply {
+                leader,
+                zones: zones
+                    .into_iter()
+                    .map(|(owner, zone, state, restorer, chunks, ms, detail)| ZoneRecovery {
+                        owner: NodeId(owner),
+                        zone,
+                        state,
+                        restorer: (restorer != 0).then_some(NodeId(restorer)),
+                        chunks,
+                        ms,
+                        detail,
+                    })
+                    .collect(),
+            };
+            prop_assert_eq!(RecoveryStatusReply::decode(reply.encode()), Ok(reply));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            fuzz_decode(&bytes);
+        }
+    }
+
+    #[test]
+    fn bad_input_is_refused() {
+        assert!(RecoverRequest::decode(Bytes::from_static(&[1, 0, 2])).is_err());
+        assert!(RecoverReply::decode(Bytes::from_static(&[7])).is_err());
+        // A huge range count with no bytes behind it.
+        assert!(RecoverReply::decode(Bytes::from_static(&[0, 0, 0, 0, 0xff, 0xff, 0x03])).is_err());
+        // A range past 48 bits.
+        let mut encoder = Encoder::new();
+        encoder
+            .put_u8(0)
+            .put_varint(1)
+            .put_varint(1)
+            .put_varint(1)
+            .put_varint(1)
+            .put_u16(3)
+            .put_varint(LOCAL_ID_MAX)
+            .put_varint(1);
+        assert!(RecoverReply::decode(encoder.finish()).is_err());
+        assert!(RecoveryStatusReply::decode(Bytes::from_static(&[2, 0])).is_err());
+    }
+
+    #[test]
+    fn ranges_merge_per_creator() {
+        let cid = |creator: u16, lid: u64| (u64::from(creator) << 48) | lid;
+        let mut cids = vec![
+            cid(2, 5),
+            cid(1, 3),
+            cid(1, 1),
+            cid(1, 2),
+            cid(2, 6),
+            cid(2, 9),
+            cid(1, 2),
+        ];
+        assert_eq!(
+            ranges_of(&mut cids),
+            vec![
+                CidRange {
+                    creator: NodeId(1),
+                    first: 1,
+                    last: 3
+                },
+                CidRange {
+                    creator: NodeId(2),
+                    first: 5,
+                    last: 6
+                },
+                CidRange {
+                    creator: NodeId(2),
+                    first: 9,
+                    last: 9
+                },
+            ]
+        );
+    }
+}
