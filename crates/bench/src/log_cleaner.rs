@@ -24,9 +24,15 @@
 //!    (`rand_distr::Zipf`, exponent `zipf_exponent`, default 0.99 as YCSB) over the object
 //!    indexes, scrambled by a fixed random permutation so the hot objects spread over all
 //!    zones (YCSB's "scrambled zipfian"). A pool of draws is made before timing and cycled.
-//!    Runs for `duration`; once per second a [`Sample`]. The phase ends when every backup
-//!    has applied everything and flushed it to disk; the sustained update rate divides by
-//!    that whole time.
+//!    Runs for `duration`; about once per second a [`Sample`] (when a call blocks longer,
+//!    the next sample covers the whole gap). The master keeps at most `outstanding`
+//!    messages per backup unacknowledged, so it submits at the rate the backups sustain.
+//!    The phase ends when every backup has applied everything and flushed it to disk; the
+//!    sustained update rate divides by that whole time.
+//!
+//! The log engine keeps its default reorganization thresholds (activation 60 %, prompt
+//! 75 %), so at 80 % live data every log is above the prompt threshold for the whole phase
+//! and the reorganizer runs continuously, as in DXRAM's run.
 //!
 //! **Figures.**
 //! - *Log utilization* of one secondary log = its used bytes (valid and outdated entries)
@@ -165,7 +171,7 @@ pub struct BackupUtilization {
     pub mean: f64,
 }
 
-/// One second of the update phase.
+/// One interval (a second, or longer when a call blocked) of the update phase.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// Seconds since the update phase started.
@@ -677,7 +683,10 @@ pub fn run(
             samples.push(sample);
             (last_t, last_updates, last_disk) = (t_sec, updates, disk);
             last_applied = applied_now;
-            next_sample += Duration::from_secs(1);
+            // A call that blocked for seconds yields one sample, not one per missed second.
+            while next_sample <= now {
+                next_sample += Duration::from_secs(1);
+            }
         }
     }
     let submitted = Instant::now();
