@@ -24,8 +24,8 @@
 //!    (`rand_distr::Zipf`, exponent `zipf_exponent`, default 0.99 as YCSB) over the object
 //!    indexes, scrambled by a fixed random permutation so the hot objects spread over all
 //!    zones (YCSB's "scrambled zipfian"). A pool of draws is made before timing and cycled.
-//!    Runs for `duration`; about once per second a [`Sample`] (when a call blocks longer,
-//!    the next sample covers the whole gap). The master keeps at most `outstanding`
+//!    Runs for `duration`; a [`Sample`] every second or, when a call blocked longer, at
+//!    its end (every interval lasts at least a second). The master keeps at most `outstanding`
 //!    messages per backup unacknowledged, so it submits at the rate the backups sustain.
 //!    The phase ends when every backup has applied everything and flushed it to disk; the
 //!    sustained update rate divides by that whole time.
@@ -172,6 +172,7 @@ pub struct BackupUtilization {
 }
 
 /// One interval (a second, or longer when a call blocked) of the update phase.
+/// Rates are over the interval; byte and pass counts are since the phase started.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// Seconds since the update phase started.
@@ -683,10 +684,9 @@ pub fn run(
             samples.push(sample);
             (last_t, last_updates, last_disk) = (t_sec, updates, disk);
             last_applied = applied_now;
-            // A call that blocked for seconds yields one sample, not one per missed second.
-            while next_sample <= now {
-                next_sample += Duration::from_secs(1);
-            }
+            // Every interval lasts at least a second; a call that blocked for seconds
+            // yields one longer interval, not one sample per missed second.
+            next_sample = now + Duration::from_secs(1);
         }
     }
     let submitted = Instant::now();
@@ -989,7 +989,7 @@ pub fn run_cli(args: &LogCleanerArgs) -> Result<(), String> {
     );
     if let Some(amplification) = summary.process_write_amplification(options.object_bytes) {
         println!(
-            "  process block-layer writes {:.1} MB (version logs included) = {:.2} × payload × R",
+            "  process block-layer writes {:.1} MB (version logs included once written back) = {:.2} × payload × R",
             summary.process_write_bytes.unwrap_or(0) as f64 / 1e6,
             amplification
         );
