@@ -49,7 +49,7 @@
 //!   then secondary log) and the reorganizer's copies of valid entries all add to it.
 //!   Version-log writes are not in the engine's counters; `process_write_bytes` (from
 //!   `/proc/self/io`, Linux) counts everything this process sent to the block layer during
-//!   the phase, version logs included, as a cross-check.
+//!   the phase (version logs included once written back), as a cross-check.
 //!
 //! Prints a table (or JSON lines with `--json`: one `load`, one `sample` per second, one
 //! `summary`); `--csv FILE` writes the samples. Asserts nothing; called by `myriad bench`.
