@@ -482,10 +482,20 @@ fn zipf_pool(objects: usize, exponent: f64, draws: usize, seed: u64) -> Result<V
         .collect())
 }
 
-/// Runs the benchmark; `on_sample` sees every sample as it is taken (for live output).
+/// What [`run`] reports while it runs (for live output).
+#[derive(Debug, Clone, Copy)]
+pub enum Progress<'a> {
+    /// The load phase finished.
+    Load(&'a LoadFigures),
+    /// A sample of the update phase was taken.
+    Sample(&'a Sample),
+}
+
+/// Runs the benchmark; `on_progress` sees the load figures and every sample as they are
+/// taken.
 pub fn run(
     options: &LogCleanerOptions,
-    on_sample: &mut dyn FnMut(&Sample),
+    on_progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Report, LogCleanerError> {
     const SECRET: &str = "log-cleaner-bench";
     let master_id = NodeId(1);
@@ -617,6 +627,7 @@ pub fn run(
         mb_per_sec: (objects * options.object_bytes as u64) as f64 / 1e6 / load_seconds,
         utilization: load_utilization,
     };
+    on_progress(Progress::Load(&load));
 
     // Phase 2: zipfian updates; the draws are made before timing.
     let pool = zipf_pool(
@@ -680,7 +691,7 @@ pub fn run(
                 reorg_passes: passes,
             };
             utilization_peak = utilization_peak.max(max);
-            on_sample(&sample);
+            on_progress(Progress::Sample(&sample));
             samples.push(sample);
             (last_t, last_updates, last_disk) = (t_sec, updates, disk);
             last_applied = applied_now;
@@ -921,49 +932,48 @@ pub fn run_cli(args: &LogCleanerArgs) -> Result<(), String> {
             options.zipf_exponent,
             options.duration.as_secs()
         );
-        println!(
-            "{:>6} {:>12} {:>9} {:>9} {:>11} {:>9} {:>7}",
-            "t s", "updates/s", "util avg", "util max", "disk MB", "disk MB/s", "passes"
-        );
     }
-    let mut print_sample = |s: &Sample| {
-        if json {
-            println!("{}", sample_json(s));
-        } else {
+    let mut print = |progress: Progress<'_>| match progress {
+        Progress::Load(load) if json => println!("{}", load_json(load, &options)),
+        Progress::Load(load) => {
             println!(
-                "{:>6.1} {:>12.0} {:>8.1}% {:>8.1}% {:>11.1} {:>9.1} {:>7}",
-                s.t_sec,
-                s.update_ops_per_sec,
-                s.utilization * 100.0,
-                s.utilization_max * 100.0,
-                s.disk_bytes_written as f64 / 1e6,
-                s.disk_mb_per_sec,
-                s.reorg_passes
+                "load:    {} objects in {:.2} s = {:.0} objects/s, {:.1} MB/s payload; \
+                 live utilization {:.1} % ({} B entries, {} MiB logs), log fill {:.1} %",
+                load.objects,
+                load.seconds,
+                load.objects_per_sec,
+                load.mb_per_sec,
+                load.live_utilization * 100.0,
+                load.entry_bytes,
+                load.log_capacity_bytes >> 20,
+                load.utilization * 100.0
+            );
+            println!(
+                "{:>6} {:>12} {:>9} {:>9} {:>11} {:>9} {:>7}",
+                "t s", "updates/s", "util avg", "util max", "disk MB", "disk MB/s", "passes"
             );
         }
+        Progress::Sample(s) if json => println!("{}", sample_json(s)),
+        Progress::Sample(s) => println!(
+            "{:>6.1} {:>12.0} {:>8.1}% {:>8.1}% {:>11.1} {:>9.1} {:>7}",
+            s.t_sec,
+            s.update_ops_per_sec,
+            s.utilization * 100.0,
+            s.utilization_max * 100.0,
+            s.disk_bytes_written as f64 / 1e6,
+            s.disk_mb_per_sec,
+            s.reorg_passes
+        ),
     };
-    let report = run(&options, &mut print_sample).map_err(|e| e.to_string())?;
+    let report = run(&options, &mut print).map_err(|e| e.to_string())?;
     if let Some(path) = &args.csv {
         write_csv(path, &report.samples).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let (load, summary) = (&report.load, &report.summary);
+    let summary = &report.summary;
     if json {
-        println!("{}", load_json(load, &options));
         println!("{}", summary_json(summary, &options));
         return Ok(());
     }
-    println!(
-        "load:    {} objects in {:.2} s = {:.0} objects/s, {:.1} MB/s payload; \
-         live utilization {:.1} % ({} B entries, {} MiB logs), log fill {:.1} %",
-        load.objects,
-        load.seconds,
-        load.objects_per_sec,
-        load.mb_per_sec,
-        load.live_utilization * 100.0,
-        load.entry_bytes,
-        load.log_capacity_bytes >> 20,
-        load.utilization * 100.0
-    );
     println!(
         "updates: {} in {:.2} s (drain {:.2} s) = {:.0} updates/s, {:.1} MB/s payload",
         summary.updates,
@@ -1027,8 +1037,15 @@ mod tests {
     #[test]
     fn tiny_run_reports_sane_figures() {
         let options = tiny();
-        let mut seen = 0;
-        let report = run(&options, &mut |_| seen += 1).unwrap();
+        let (mut loads, mut samples) = (0, 0);
+        let report = run(&options, &mut |progress| match progress {
+            Progress::Load(_) => {
+                assert_eq!(samples, 0, "the load is reported before any sample");
+                loads += 1;
+            }
+            Progress::Sample(_) => samples += 1,
+        })
+        .unwrap();
         let (load, summary) = (&report.load, &report.summary);
         assert_eq!(load.objects, 2 * load.objects_per_zone);
         assert!(load.objects_per_sec > 0.0);
@@ -1040,7 +1057,8 @@ mod tests {
         // The log holds at least the live entries after the load.
         assert!(load.utilization >= load.live_utilization * 0.95, "{load:?}");
         assert!(load.utilization <= 1.0);
-        assert_eq!(seen, report.samples.len());
+        assert_eq!(loads, 1);
+        assert_eq!(samples, report.samples.len());
         assert!(!report.samples.is_empty());
         for s in &report.samples {
             assert!(s.utilization > 0.0 && s.utilization <= 1.0, "{s:?}");
