@@ -6,6 +6,7 @@
 
 pub mod kv;
 pub mod log;
+pub mod log_cleaner;
 pub mod mem;
 pub mod net;
 pub mod process;

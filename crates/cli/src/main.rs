@@ -47,6 +47,8 @@ enum BenchCommand {
     Kv(myriad_bench::kv::KvArgs),
     /// The backup-side log engine: append rate, recovery read, disk baseline.
     Log(myriad_bench::log::LogArgs),
+    /// RAMCloud's log-cleaner benchmark: load to 80 % log utilization, zipfian updates.
+    LogCleaner(myriad_bench::log_cleaner::LogCleanerArgs),
     /// Put throughput and latency for R = 0..=3 backups in each durability mode.
     Replication(myriad_bench::replication::ReplicationArgs),
 }
@@ -73,6 +75,9 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Log(args)) => {
             myriad_bench::log::run(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::LogCleaner(args)) => {
+            myriad_bench::log_cleaner::run_cli(&args).map_err(anyhow::Error::msg)
         }
         Command::Bench(BenchCommand::Replication(args)) => {
             myriad_bench::replication::run(&args).map_err(anyhow::Error::msg)
