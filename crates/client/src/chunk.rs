@@ -54,6 +54,20 @@ pub const CACHED_RANGES_MAX: usize = 4096;
 /// How often routing looks a chunk up again while it waits for a recovery to move it.
 pub const RECOVERY_POLL: Duration = Duration::from_millis(30);
 
+/// Items of one creator needing a fresh lookup in one round from which routing asks for
+/// all of the creator's ranges at once ([`Directory::lookup_all`]).
+pub const LOOKUP_ALL_ITEMS_MIN: usize = 8;
+
+/// The range of `ranges` (sorted by creator and first LID, not overlapping) holding `cid`.
+fn covering(ranges: &[LookupRange], cid: ChunkId) -> Option<&LookupRange> {
+    let key = (cid.creator(), cid.local_id());
+    let after = ranges.partition_point(|range| (range.creator, range.first) <= key);
+    after
+        .checked_sub(1)
+        .map(|at| &ranges[at])
+        .filter(|range| range.creator == key.0 && range.last >= key.1)
+}
+
 /// A chunk service in this process (a peer's own), called directly when the owner of a
 /// chunk is the local node: no network hop. `myriad-node` implements it for its
 /// `ChunkService`.
@@ -463,18 +477,38 @@ impl<D: Directory> Chunks<D> {
             // Refresh the lookups; one answer covers a whole range, so items inside a
             // range fetched this round are not looked up again.
             let mut fetched: Vec<LookupRange> = Vec::new();
+            // Many items of one creator: one request for all its ranges instead of one
+            // lookup per range (after a recovery a creator's IDs can be in thousands).
+            let mut per_creator: HashMap<NodeId, usize> = HashMap::new();
+            for &index in &to_refresh {
+                *per_creator.entry(cids[index].creator()).or_default() += 1;
+            }
+            for (creator, count) in per_creator {
+                if count < LOOKUP_ALL_ITEMS_MIN {
+                    continue;
+                }
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let all = tokio::time::timeout(remaining, self.directory.lookup_all(creator));
+                if let Ok(Some(Ok(ranges))) = all.await {
+                    for range in ranges {
+                        self.remember(range);
+                        fetched.push(range);
+                    }
+                }
+            }
+            fetched.sort_unstable_by_key(|range| (range.creator, range.first));
             for index in to_refresh {
                 let cid = cids[index];
-                let covered = fetched.iter().any(|range| {
-                    range.creator == cid.creator()
-                        && (range.first..=range.last).contains(&cid.local_id())
-                });
+                let covered = covering(&fetched, cid).is_some();
                 if !covered {
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     match tokio::time::timeout(remaining, self.directory.lookup(cid)).await {
                         Ok(Ok(range)) => {
                             self.remember(range);
-                            fetched.push(range);
+                            let at = fetched.partition_point(|known| {
+                                (known.creator, known.first) < (range.creator, range.first)
+                            });
+                            fetched.insert(at, range);
                         }
                         Ok(Err(error)) => {
                             results[index] = Some(Err(error));
@@ -974,5 +1008,30 @@ impl<D: Directory> BlockingChunks<'_, D> {
     ) -> Vec<Result<(), ClientError>> {
         let count = items.len();
         self.block_each(count, self.chunks.insert(peer, items))
+    }
+}
+
+#[cfg(test)]
+mod covering_tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_range_holding_a_cid_or_none() {
+        let range = |creator: u16, first: u64, last: u64| LookupRange {
+            creator: NodeId(creator),
+            first,
+            last,
+            owner: NodeId(9),
+        };
+        let ranges = [range(2, 0, 9), range(2, 20, 29), range(3, 5, 5)];
+        let cid = |creator: u16, lid: u64| ChunkId::new(NodeId(creator), lid).expect("cid");
+        assert_eq!(covering(&ranges, cid(2, 0)), Some(&ranges[0]));
+        assert_eq!(covering(&ranges, cid(2, 9)), Some(&ranges[0]));
+        assert_eq!(covering(&ranges, cid(2, 10)), None);
+        assert_eq!(covering(&ranges, cid(2, 25)), Some(&ranges[1]));
+        assert_eq!(covering(&ranges, cid(3, 5)), Some(&ranges[2]));
+        assert_eq!(covering(&ranges, cid(3, 4)), None);
+        assert_eq!(covering(&ranges, cid(1, 0)), None);
+        assert_eq!(covering(&[], cid(2, 0)), None);
     }
 }

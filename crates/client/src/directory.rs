@@ -21,6 +21,19 @@ pub trait Directory: Send + Sync + 'static {
     fn lookup(&self, cid: ChunkId)
         -> impl Future<Output = Result<LookupRange, ClientError>> + Send;
 
+    /// Asks the superpeer group for every lookup range of `creator`, covering all of its
+    /// local IDs (gaps between the moved ranges belong to the creator). Routing uses it
+    /// instead of many single lookups when many CIDs of one creator need a refresh (after
+    /// a recovery, a creator's IDs can be split into thousands of ranges). `None`: not
+    /// supported by this directory; callers fall back to [`Directory::lookup`].
+    fn lookup_all(
+        &self,
+        creator: NodeId,
+    ) -> impl Future<Output = Option<Result<Vec<LookupRange>, ClientError>>> + Send {
+        let _ = creator;
+        async { None }
+    }
+
     /// Whether `node` is a member that is alive as far as this node knows (joined and not
     /// failed or gone). Routing fails fast with [`ClientError::NodeUnavailable`] otherwise.
     fn is_alive(&self, node: NodeId) -> bool;

@@ -840,6 +840,45 @@ fn with_own_handlers(
     Ok(handlers)
 }
 
+/// Every LID range of `creator` given the ranges that moved elsewhere (sorted by first
+/// LID, not overlapping): the moved ranges plus the gaps, which the creator holds.
+fn full_ranges(creator: NodeId, moved: &[(u64, u64, NodeId)]) -> Vec<LookupRange> {
+    let mut ranges = Vec::with_capacity(moved.len() * 2 + 1);
+    let mut next = 0u64;
+    for &(first, last, owner) in moved {
+        if first > last || first < next {
+            continue; // malformed or overlapping: the single lookups still work
+        }
+        if first > next {
+            ranges.push(LookupRange {
+                creator,
+                first: next,
+                last: first - 1,
+                owner: creator,
+            });
+        }
+        ranges.push(LookupRange {
+            creator,
+            first,
+            last,
+            owner,
+        });
+        match last.checked_add(1) {
+            Some(after) => next = after,
+            None => return ranges,
+        }
+    }
+    if next <= myriad_mem::LOCAL_ID_MAX {
+        ranges.push(LookupRange {
+            creator,
+            first: next,
+            last: myriad_mem::LOCAL_ID_MAX,
+            owner: creator,
+        });
+    }
+    ranges
+}
+
 impl Directory for Membership {
     fn local_node(&self) -> NodeId {
         self.node_id
@@ -850,6 +889,18 @@ impl Directory for Membership {
             MetaReply::Lookup(range) => Ok(range),
             other => Err(unexpected(&other)),
         }
+    }
+
+    async fn lookup_all(&self, creator: NodeId) -> Option<Result<Vec<LookupRange>, ClientError>> {
+        let reply = self.request(MetaRequest::LookupTree(creator)).await;
+        Some(match reply {
+            Ok(MetaReply::LookupTree(mut moved)) => {
+                moved.sort_unstable_by_key(|&(first, _, _)| first);
+                Ok(full_ranges(creator, &moved))
+            }
+            Ok(other) => Err(unexpected(&other)),
+            Err(error) => Err(error),
+        })
     }
 
     fn is_alive(&self, node: NodeId) -> bool {
@@ -867,5 +918,40 @@ impl Directory for Membership {
             record.role == Role::Peer
                 && matches!(record.state, NodeState::Alive | NodeState::Failed { .. })
         })
+    }
+}
+
+#[cfg(test)]
+mod full_range_tests {
+    use super::*;
+
+    #[test]
+    fn moved_ranges_and_gaps_cover_every_local_id_once() {
+        let creator = NodeId(2);
+        let moved = [(0, 9, NodeId(5)), (20, 29, NodeId(6)), (30, 30, NodeId(5))];
+        let ranges = full_ranges(creator, &moved);
+        let spans: Vec<(u64, u64, u16)> = ranges
+            .iter()
+            .map(|r| (r.first, r.last, r.owner.0))
+            .collect();
+        assert_eq!(
+            spans,
+            vec![
+                (0, 9, 5),
+                (10, 19, 2),
+                (20, 29, 6),
+                (30, 30, 5),
+                (31, myriad_mem::LOCAL_ID_MAX, 2)
+            ]
+        );
+        assert!(ranges.iter().all(|r| r.creator == creator));
+        // Nothing moved: one range, the creator's.
+        assert_eq!(full_ranges(creator, &[]).len(), 1);
+        // A range reaching the last local ID leaves no trailing gap.
+        let last = full_ranges(creator, &[(5, myriad_mem::LOCAL_ID_MAX, NodeId(9))]);
+        assert_eq!(last.len(), 2);
+        // Overlapping input is skipped rather than producing overlapping ranges.
+        let skipped = full_ranges(creator, &[(0, 10, NodeId(5)), (5, 8, NodeId(6))]);
+        assert!(skipped.windows(2).all(|w| w[0].last < w[1].first));
     }
 }
