@@ -56,17 +56,13 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use myriad_log::header::{encoded_header_bytes, EncodeArgs};
-use myriad_log::{DiskStorage, EngineStats, IoMode, LogConfig, LogEngine};
+use myriad_log::{EngineStats, IoMode, LogConfig};
 use myriad_mem::{ChunkId, NodeId};
-use myriad_net::{Config, Endpoint, Handlers};
-use myriad_replica::{
-    BackupCandidates, BackupConfig, BackupService, Candidate, ChunkSource, Durability,
-    RegisterFuture, ReplicaError, Replicator, ReplicatorConfig, ZoneRegistry,
-};
+use myriad_replica::bench::LocalReplicas;
+use myriad_replica::{Durability, ReplicaError, ReplicatorConfig};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -306,35 +302,6 @@ impl Drop for ScratchDir {
     }
 }
 
-struct FixedCandidates(Vec<Candidate>);
-
-impl BackupCandidates for FixedCandidates {
-    fn candidates(&self) -> Vec<Candidate> {
-        self.0.clone()
-    }
-}
-
-struct InstantRegistry;
-
-impl ZoneRegistry for InstantRegistry {
-    fn register(&self, _owner: NodeId, _zone: u32, _backups: Vec<NodeId>) -> RegisterFuture {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// The master keeps no memory manager here: nothing is ever re-replicated.
-struct NoChunks;
-
-impl ChunkSource for NoChunks {
-    fn for_each_in_range(
-        &self,
-        _first: ChunkId,
-        _last: ChunkId,
-        _visit: &mut dyn FnMut(ChunkId, &[u8]) -> bool,
-    ) {
-    }
-}
-
 /// Bytes this process sent to the block layer so far (`/proc/self/io`), if known.
 fn process_write_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/io").ok()?;
@@ -497,8 +464,7 @@ pub fn run(
     options: &LogCleanerOptions,
     on_progress: &mut dyn FnMut(Progress<'_>),
 ) -> Result<Report, LogCleanerError> {
-    const SECRET: &str = "log-cleaner-bench";
-    let master_id = NodeId(1);
+    let master_id = LocalReplicas::MASTER;
     let sizing = sizing(options, master_id)?;
     let objects = sizing.objects_per_zone * options.zones as u64;
     if objects > u64::from(u32::MAX) {
@@ -507,53 +473,13 @@ pub fn run(
         ));
     }
     let scratch = ScratchDir::new(options.dir.as_deref())?;
-    let localhost = "127.0.0.1:0".parse().map_err(setup("address"))?;
     let io_mode = if options.buffered {
         IoMode::Buffered
     } else {
         IoMode::Auto
     };
-    let mut backups = Vec::new();
-    for index in 0..REPLICATION {
-        let node = NodeId(10 + index as u16);
-        let storage = DiskStorage::new(scratch.0.join(format!("backup-{index}")), io_mode)
-            .map_err(setup("log directory"))?;
-        let engine = Arc::new(
-            LogEngine::open(sizing.log_config.clone(), Arc::new(storage))
-                .map_err(setup("log engine"))?,
-        );
-        let service =
-            BackupService::new(engine, BackupConfig::default()).map_err(setup("backup service"))?;
-        let mut handlers = Handlers::new();
-        service.register(&mut handlers).map_err(setup("handlers"))?;
-        let endpoint = Endpoint::start(
-            Config::new(myriad_net::NodeId(node.0), localhost, SECRET),
-            handlers,
-        )
-        .map_err(setup("backup endpoint"))?;
-        service.attach(endpoint.handle());
-        backups.push((node, endpoint, service));
-    }
-    let master = Endpoint::start(
-        Config::new(myriad_net::NodeId(master_id.0), localhost, SECRET),
-        Handlers::new(),
-    )
-    .map_err(setup("master endpoint"))?;
-    let net = master.handle();
-    for (node, endpoint, _) in &backups {
-        net.set_address(myriad_net::NodeId(node.0), endpoint.handle().local_addr());
-        endpoint
-            .handle()
-            .set_address(myriad_net::NodeId(master_id.0), net.local_addr());
-    }
-    let candidates: Vec<Candidate> = backups
-        .iter()
-        .map(|(node, _, _)| Candidate {
-            node: *node,
-            rack: 0,
-            switch: 0,
-        })
-        .collect();
+    let local = LocalReplicas::start(&scratch.0, REPLICATION, &sizing.log_config, io_mode)
+        .map_err(|e| LogCleanerError::Setup(e.to_string()))?;
     let mut config = ReplicatorConfig::new(master_id);
     config.replication = REPLICATION;
     config.zone_bytes = sizing.zone_bytes;
@@ -565,17 +491,8 @@ pub fn run(
     config.stream_bytes_max = config
         .message_bytes_target
         .saturating_mul(options.outstanding);
-    let replicator = Replicator::new(
-        config,
-        net,
-        Arc::new(FixedCandidates(candidates)),
-        Arc::new(InstantRegistry),
-        Arc::new(NoChunks),
-    )?;
-    let engines: Vec<Arc<LogEngine>> = backups
-        .iter()
-        .map(|(_, _, service)| service.engine().clone())
-        .collect();
+    let replicator = local.replicator(config)?;
+    let engines = local.engines();
     let all_stats = || engines.iter().map(|e| e.stats()).collect::<Vec<_>>();
     let flush_all = || -> Result<(), LogCleanerError> {
         for engine in &engines {
@@ -733,9 +650,8 @@ pub fn run(
         utilization_peak: utilization_peak.max(max),
     };
     drop(replicator);
-    drop(master);
     drop(engines);
-    drop(backups);
+    drop(local);
     drop(scratch);
     Ok(Report {
         load,

@@ -119,6 +119,108 @@ fn percentile(sorted: &[Duration], fraction: f64) -> f64 {
     sorted[index.min(sorted.len() - 1)].as_secs_f64() * 1e6
 }
 
+/// A master endpoint and backups in this process over loopback, each backup a
+/// [`BackupService`] over its own log engine in `dir/backup-<i>`: the set-up shared by
+/// this benchmark and `myriad bench log-cleaner`. Dropping it stops the master, then the
+/// backups.
+pub struct LocalReplicas {
+    master_id: NodeId,
+    master: Endpoint,
+    backups: Vec<(NodeId, Endpoint, BackupService)>,
+}
+
+impl LocalReplicas {
+    /// The master's node ID.
+    pub const MASTER: NodeId = NodeId(1);
+
+    /// Starts `count` backups (node IDs 10, 11, ...) with log engines configured by `log`
+    /// on `dir` and the master ([`LocalReplicas::MASTER`]), and tells each side the
+    /// other's address.
+    pub fn start(
+        dir: &std::path::Path,
+        count: usize,
+        log: &LogConfig,
+        io_mode: IoMode,
+    ) -> Result<LocalReplicas, BenchError> {
+        const SECRET: &str = "replica-bench";
+        let localhost = "127.0.0.1:0".parse().map_err(setup("address"))?;
+        let master_id = Self::MASTER;
+        let mut backups = Vec::new();
+        for index in 0..count {
+            let node = NodeId(10 + index as u16);
+            let storage = DiskStorage::new(dir.join(format!("backup-{index}")), io_mode)
+                .map_err(setup("log directory"))?;
+            let engine = Arc::new(
+                LogEngine::open(log.clone(), Arc::new(storage)).map_err(setup("log engine"))?,
+            );
+            let service = BackupService::new(engine, BackupConfig::default())
+                .map_err(setup("backup service"))?;
+            let mut handlers = Handlers::new();
+            service.register(&mut handlers).map_err(setup("handlers"))?;
+            let endpoint = Endpoint::start(
+                Config::new(myriad_net::NodeId(node.0), localhost, SECRET),
+                handlers,
+            )
+            .map_err(setup("backup endpoint"))?;
+            service.attach(endpoint.handle());
+            backups.push((node, endpoint, service));
+        }
+        let master = Endpoint::start(
+            Config::new(myriad_net::NodeId(master_id.0), localhost, SECRET),
+            Handlers::new(),
+        )
+        .map_err(setup("master endpoint"))?;
+        let net = master.handle();
+        for (node, endpoint, _) in &backups {
+            net.set_address(myriad_net::NodeId(node.0), endpoint.handle().local_addr());
+            endpoint
+                .handle()
+                .set_address(myriad_net::NodeId(master_id.0), net.local_addr());
+        }
+        Ok(LocalReplicas {
+            master_id,
+            master,
+            backups,
+        })
+    }
+
+    /// The master's node ID.
+    pub fn master_id(&self) -> NodeId {
+        self.master_id
+    }
+
+    /// A replicator on the master (`config.node` is set to it) whose candidates are all
+    /// the local backups, whose zones are registered at once, and which has nothing to
+    /// re-replicate.
+    pub fn replicator(&self, mut config: ReplicatorConfig) -> Result<Replicator, ReplicaError> {
+        config.node = self.master_id;
+        let candidates = self
+            .backups
+            .iter()
+            .map(|(node, _, _)| Candidate {
+                node: *node,
+                rack: 0,
+                switch: 0,
+            })
+            .collect();
+        Replicator::new(
+            config,
+            self.master.handle(),
+            Arc::new(FixedCandidates(candidates)),
+            Arc::new(InstantRegistry),
+            Arc::new(NoChunks),
+        )
+    }
+
+    /// The backups' log engines, in backup order.
+    pub fn engines(&self) -> Vec<Arc<LogEngine>> {
+        self.backups
+            .iter()
+            .map(|(_, _, service)| service.engine().clone())
+            .collect()
+    }
+}
+
 /// Runs every configuration of `options` and returns one row per (R, durability).
 pub fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, BenchError> {
     let mut rows = Vec::new();
@@ -139,69 +241,23 @@ fn run_one(
     r: usize,
     durability: Durability,
 ) -> Result<BenchRow, BenchError> {
-    const SECRET: &str = "replica-bench";
     let dir = match &options.dir {
         Some(dir) => tempfile::tempdir_in(dir),
         None => tempfile::tempdir(),
     }
     .map_err(setup("temporary directory"))?;
-    let localhost = "127.0.0.1:0".parse().map_err(setup("address"))?;
-    let master_id = NodeId(1);
-    let mut backups = Vec::new();
-    for index in 0..r {
-        let node = NodeId(10 + index as u16);
-        let storage = DiskStorage::new(dir.path().join(format!("backup-{index}")), IoMode::Auto)
-            .map_err(setup("log directory"))?;
-        let config = LogConfig {
-            secondary_log_bytes: 64 << 20,
-            write_buffer_bytes: 16 << 20,
-            primary_log_bytes: 64 << 20,
-            ..LogConfig::default()
-        };
-        let engine =
-            Arc::new(LogEngine::open(config, Arc::new(storage)).map_err(setup("log engine"))?);
-        let service =
-            BackupService::new(engine, BackupConfig::default()).map_err(setup("backup service"))?;
-        let mut handlers = Handlers::new();
-        service.register(&mut handlers).map_err(setup("handlers"))?;
-        let endpoint = Endpoint::start(
-            Config::new(myriad_net::NodeId(node.0), localhost, SECRET),
-            handlers,
-        )
-        .map_err(setup("backup endpoint"))?;
-        service.attach(endpoint.handle());
-        backups.push((node, endpoint, service));
-    }
-    let master = Endpoint::start(
-        Config::new(myriad_net::NodeId(master_id.0), localhost, SECRET),
-        Handlers::new(),
-    )
-    .map_err(setup("master endpoint"))?;
-    let net = master.handle();
-    for (node, endpoint, _) in &backups {
-        net.set_address(myriad_net::NodeId(node.0), endpoint.handle().local_addr());
-        endpoint
-            .handle()
-            .set_address(myriad_net::NodeId(master_id.0), net.local_addr());
-    }
-    let candidates: Vec<Candidate> = backups
-        .iter()
-        .map(|(node, _, _)| Candidate {
-            node: *node,
-            rack: 0,
-            switch: 0,
-        })
-        .collect();
+    let log = LogConfig {
+        secondary_log_bytes: 64 << 20,
+        write_buffer_bytes: 16 << 20,
+        primary_log_bytes: 64 << 20,
+        ..LogConfig::default()
+    };
+    let local = LocalReplicas::start(dir.path(), r, &log, IoMode::Auto)?;
+    let master_id = local.master_id();
     let mut config = ReplicatorConfig::new(master_id);
     config.replication = r;
     config.default_durability = durability;
-    let replicator = Replicator::new(
-        config,
-        net,
-        Arc::new(FixedCandidates(candidates)),
-        Arc::new(InstantRegistry),
-        Arc::new(NoChunks),
-    )?;
+    let replicator = local.replicator(config)?;
     let payload = vec![0xa5u8; options.payload_bytes];
     let chunks: Vec<ChunkId> = (0..options.chunks.max(1) as u64)
         .filter_map(|local| ChunkId::new(master_id, local))
@@ -228,8 +284,7 @@ fn run_one(
     let drain = drain_started.elapsed();
     latencies.sort_unstable();
     drop(replicator);
-    drop(master);
-    drop(backups);
+    drop(local);
     Ok(BenchRow {
         r,
         durability,
