@@ -215,20 +215,30 @@ impl std::ops::Deref for Endpoint {
     }
 }
 
+/// Binds `config.listen_addr`, refusing an over-long secret first (before any port is
+/// taken).
+fn bind(config: &Config) -> Result<std::net::TcpListener, NetError> {
+    check_secret(config)?;
+    std::net::TcpListener::bind(config.listen_addr)
+        .map_err(|error| NetError::Startup(Arc::new(error)))
+}
+
+fn check_secret(config: &Config) -> Result<(), NetError> {
+    if config.secret.len() > SECRET_BYTES_MAX {
+        return Err(NetError::Startup(Arc::new(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "cluster secret longer than SECRET_BYTES_MAX",
+        ))));
+    }
+    Ok(())
+}
+
 impl Endpoint {
     /// Starts an endpoint with its own multi-thread tokio runtime (`config.io_threads`
     /// workers). Call it outside any async runtime.
     pub fn start(config: Config, handlers: Handlers) -> Result<Self, NetError> {
-        ensure_blocking_allowed()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(config.io_threads.max(1))
-            .thread_name(format!("myriad-net-io-{}", config.node_id))
-            .enable_all()
-            .build()
-            .map_err(|error| NetError::Startup(Arc::new(error)))?;
-        let mut endpoint = Self::start_on(runtime.handle().clone(), config, handlers)?;
-        endpoint.runtime = Some(runtime);
-        Ok(endpoint)
+        let listener = bind(&config)?;
+        Self::start_with_listener(config, handlers, listener)
     }
 
     /// [`Endpoint::start`] with a listener the caller bound already (see
@@ -254,14 +264,7 @@ impl Endpoint {
     /// Starts an endpoint whose tasks run on an existing tokio runtime (which must have
     /// I/O and time enabled). Callable from anywhere, also from inside that runtime.
     pub fn start_on(runtime: Handle, config: Config, handlers: Handlers) -> Result<Self, NetError> {
-        if config.secret.len() > SECRET_BYTES_MAX {
-            return Err(NetError::Startup(Arc::new(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "cluster secret longer than SECRET_BYTES_MAX",
-            ))));
-        }
-        let listener = std::net::TcpListener::bind(config.listen_addr)
-            .map_err(|error| NetError::Startup(Arc::new(error)))?;
+        let listener = bind(&config)?;
         Self::start_on_listener(runtime, config, handlers, listener)
     }
 
@@ -273,12 +276,7 @@ impl Endpoint {
         handlers: Handlers,
         listener: std::net::TcpListener,
     ) -> Result<Self, NetError> {
-        if config.secret.len() > SECRET_BYTES_MAX {
-            return Err(NetError::Startup(Arc::new(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "cluster secret longer than SECRET_BYTES_MAX",
-            ))));
-        }
+        check_secret(&config)?;
         let startup = |error: std::io::Error| NetError::Startup(Arc::new(error));
         listener.set_nonblocking(true).map_err(startup)?;
         let local_addr = listener.local_addr().map_err(startup)?;
