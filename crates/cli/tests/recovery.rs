@@ -16,8 +16,7 @@ use myriad_client::ClientError;
 use myriad_mem::{ChunkId, NodeId};
 use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
 use myriad_proto::meta::{MetaReply, MetaRequest};
-use myriad_proto::recovery::{RecoveryState, RecoveryStatusReply};
-use myriad_proto::{net_id, types};
+use myriad_proto::recovery::RecoveryState;
 
 const CHUNKS: usize = 20_000;
 const BATCH: usize = 1_000;
@@ -204,17 +203,7 @@ fn kill_and_recover(kill_first_backup: bool) {
     }
 
     // The leader's recovery table: every zone done by one of the other peers.
-    let bytes = client
-        .membership()
-        .net()
-        .request_blocking(
-            net_id(superpeers[0].0),
-            types::RECOVERY_STATUS,
-            Bytes::new(),
-            Duration::from_secs(5),
-        )
-        .expect("recovery status");
-    let status = RecoveryStatusReply::decode(bytes).expect("status decodes");
+    let status = api.recovery_status().expect("recovery status");
     for zone in &status.zones {
         println!(
             "zone {}/{}: {:?} by {:?}, {} chunks, {} ms {}",
@@ -236,6 +225,15 @@ fn kill_and_recover(kill_first_backup: bool) {
     let restored: u64 = status.zones.iter().map(|zone| zone.chunks).sum();
     assert_eq!(restored as usize, CHUNKS - removes.len());
 
+    // The terminal shows the same table.
+    let shown = term_json(cluster.dir(), "recovery");
+    let rows = shown.as_array().expect("the recovery command prints rows");
+    assert_eq!(rows.len(), zones.len(), "{shown}");
+    for row in rows {
+        assert_eq!(row["state"], "done", "{row}");
+        assert_eq!(row["owner"], victim.to_string(), "{row}");
+    }
+
     // Recovered chunks take writes at their new owners.
     let index = 1;
     let cid = cids[index];
@@ -243,4 +241,34 @@ fn kill_and_recover(kill_first_backup: bool) {
         .put(cid, payload(index, 2))
         .expect("put after recovery");
     assert_eq!(chunks.get(cid).expect("get"), payload(index, 2));
+}
+
+/// Runs `myriad term --cluster dir --json -c command` (killed after 20 s) and parses its
+/// output.
+fn term_json(cluster_dir: &Path, command: &str) -> serde_json::Value {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_myriad"))
+        .arg("term")
+        .arg("--cluster")
+        .arg(cluster_dir)
+        .args(["--json", "-c", command])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("term starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("term status").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("myriad term -c {command:?} did not end within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().expect("term output");
+    assert!(
+        output.status.success(),
+        "term failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("term prints JSON")
 }

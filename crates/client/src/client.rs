@@ -16,12 +16,17 @@ use myriad_meta::{Command, NodeRecord, Response, Role};
 use myriad_net::{Endpoint, Handlers};
 use myriad_proto::meta::{BarrierStatus, MetaReply, MetaRequest, StatusReply};
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
+use myriad_proto::recovery::RecoveryStatusReply;
+use myriad_proto::{net_id, types};
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
 
 use crate::chunk::{BlockingChunks, ChunkOptions, Chunks};
 use crate::membership::{JoinConfig, Membership};
 use crate::ClientError;
+
+/// How long a superpeer may take to answer a recovery-status request.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How a client connects.
 #[derive(Debug, Clone)]
@@ -301,6 +306,34 @@ impl Client {
         }
     }
 
+    /// The superpeer leader's recovery table: every zone recovery it coordinated, with its
+    /// state, restorer, chunks and milliseconds since the failure. Asks the configured
+    /// superpeers in turn until the leader answers (only the leader coordinates).
+    pub async fn recovery_status(&self) -> Result<RecoveryStatusReply, ClientError> {
+        let membership = &self.inner.membership;
+        let mut last_error = String::from("no superpeer is configured");
+        for &(superpeer, _) in membership.superpeers() {
+            let reply = membership
+                .net()
+                .request(
+                    net_id(superpeer),
+                    types::RECOVERY_STATUS,
+                    Bytes::new(),
+                    STATUS_TIMEOUT,
+                )
+                .await;
+            match reply {
+                Ok(bytes) => match RecoveryStatusReply::decode(bytes) {
+                    Ok(status) if status.leader => return Ok(status),
+                    Ok(_) => last_error = format!("superpeer {superpeer} does not lead"),
+                    Err(error) => return Err(ClientError::Protocol(error.to_string())),
+                },
+                Err(error) => last_error = format!("superpeer {superpeer}: {error}"),
+            }
+        }
+        Err(ClientError::SuperpeersUnavailable(last_error))
+    }
+
     /// The superpeer group's state as the answering superpeer sees it.
     pub async fn status(&self) -> Result<StatusReply, ClientError> {
         match self.request(MetaRequest::Status).await? {
@@ -443,6 +476,8 @@ impl BlockingClient<'_> {
         fn zones(owner: NodeId) -> Result<Vec<(u32, Vec<NodeId>)>, ClientError>;
         /// See [`Client::status`].
         fn status() -> Result<StatusReply, ClientError>;
+        /// See [`Client::recovery_status`].
+        fn recovery_status() -> Result<RecoveryStatusReply, ClientError>;
         /// See [`Client::migrate`].
         fn migrate(first: ChunkId, last: ChunkId, to: NodeId) -> Result<u64, ClientError>;
     }

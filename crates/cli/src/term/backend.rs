@@ -485,6 +485,26 @@ impl ClientBackend {
                 }
                 Ok(value)
             }
+            TermCommand::Recovery => {
+                let status = b.recovery_status().map_err(text)?;
+                Ok(Value::Array(
+                    status
+                        .zones
+                        .iter()
+                        .map(|zone| {
+                            json!({
+                                "owner": zone.owner.to_string(),
+                                "zone": zone.zone,
+                                "state": format!("{:?}", zone.state).to_lowercase(),
+                                "restorer": zone.restorer.map(|id| id.to_string()),
+                                "chunks": zone.chunks,
+                                "ms": zone.ms,
+                                "detail": zone.detail,
+                            })
+                        })
+                        .collect(),
+                ))
+            }
             TermCommand::Stats { node: Some(node) } => {
                 let stats = chunks.stats(*node).map_err(text)?;
                 let mut value = json!({"node": node.to_string()});

@@ -322,6 +322,8 @@ pub enum TermCommand {
         /// The node, if one.
         node: Option<NodeId>,
     },
+    /// Show the superpeer leader's table of zone recoveries.
+    Recovery,
     /// Show statistics (of one node, or of this client).
     Stats {
         /// The node, if one.
@@ -361,6 +363,7 @@ impl TermCommand {
             TermCommand::TmpList => "tmplist",
             TermCommand::LookupTree { .. } => "lookuptree",
             TermCommand::Metadata { .. } => "metadata",
+            TermCommand::Recovery => "recovery",
             TermCommand::Stats { .. } => "stats",
         }
     }
@@ -486,6 +489,11 @@ pub const COMMANDS: &[CommandSpec] = &[
         "metadata",
         "metadata [nid]",
         "summarize the superpeers' metadata",
+    ),
+    spec(
+        "recovery",
+        "recovery",
+        "show the recoveries of failed peers' zones",
     ),
     spec("stats", "stats [nid]", "show statistics"),
 ];
@@ -1048,6 +1056,10 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
             TermCommand::Metadata {
                 node: a.optional_node(0)?,
             }
+        }
+        "recovery" => {
+            a.count(0, 0)?;
+            TermCommand::Recovery
         }
         "stats" => {
             a.count(0, 1)?;
