@@ -10,4 +10,5 @@ pub mod log_cleaner;
 pub mod mem;
 pub mod net;
 pub mod process;
+pub mod recovery_local;
 pub mod replication;

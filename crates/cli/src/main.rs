@@ -51,6 +51,9 @@ enum BenchCommand {
     LogCleaner(myriad_bench::log_cleaner::LogCleanerArgs),
     /// Put throughput and latency for R = 0..=3 backups in each durability mode.
     Replication(myriad_bench::replication::ReplicationArgs),
+    /// One backup zone recovered from its logs into memory (cold cache), with the disk's
+    /// read bandwidth as baseline.
+    RecoveryLocal(myriad_bench::recovery_local::RecoveryLocalArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -81,6 +84,9 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Replication(args)) => {
             myriad_bench::replication::run(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::RecoveryLocal(args)) => {
+            myriad_bench::recovery_local::run(&args).map_err(anyhow::Error::msg)
         }
     }
 }
