@@ -225,6 +225,28 @@ fn kill_and_recover(kill_first_backup: bool) {
     let restored: u64 = status.zones.iter().map(|zone| zone.chunks).sum();
     assert_eq!(restored as usize, CHUNKS - removes.len());
 
+    // Re-replication: every restorer hands its recovered chunks to its own replication.
+    let restorers: Vec<NodeId> = status
+        .zones
+        .iter()
+        .filter_map(|zone| zone.restorer)
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for restorer in restorers {
+        loop {
+            let stats = chunks.stats(restorer).expect("restorer stats");
+            if stats.rereplication_pending == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{restorer} still has {} chunks to re-replicate",
+                stats.rereplication_pending
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     // The terminal shows the same table.
     let shown = term_json(cluster.dir(), "recovery");
     let rows = shown.as_array().expect("the recovery command prints rows");

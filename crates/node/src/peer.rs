@@ -50,7 +50,7 @@
 //! ownership events and [`ChunkService::release_locks_of`] on failure/leave events.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -148,6 +148,9 @@ pub struct ChunkService {
     migrations: AtomicUsize,
     /// Present when this peer replicates its chunks.
     replication: Option<Replication>,
+    /// Restored chunks announced by [`ChunkService::rereplication_begins`] and not yet
+    /// handed to the replicator by [`ChunkService::replicate_recovered`].
+    rereplication_pending: AtomicU64,
 }
 
 /// Keeps inline serving off while a migration runs ([`ChunkService::migration_guard`]).
@@ -214,6 +217,7 @@ impl ChunkService {
             locked_chunks: AtomicUsize::new(0),
             migrations: AtomicUsize::new(0),
             replication: None,
+            rereplication_pending: AtomicU64::new(0),
         }
     }
 
@@ -582,6 +586,7 @@ impl ChunkService {
                     used_bytes: stats.allocated_bytes,
                     free_bytes: stats.free_bytes,
                     region_bytes: stats.region_bytes,
+                    rereplication_pending: self.rereplication_pending.load(Ordering::Relaxed),
                 })
             }
         }
@@ -605,11 +610,48 @@ impl ChunkService {
             .map_err(replica_error)
     }
 
+    /// Announces `chunks` restored chunks that [`ChunkService::replicate_recovered`] will
+    /// hand to the replicator (they count in the stats' `rereplication_pending` until then).
+    pub fn rereplication_begins(&self, chunks: u64) {
+        self.rereplication_pending
+            .fetch_add(chunks, Ordering::Relaxed);
+    }
+
+    /// Takes back `chunks` announced by [`ChunkService::rereplication_begins`] that will
+    /// not be handed over (their re-replication could not start).
+    pub fn rereplication_cancelled(&self, chunks: u64) {
+        let _ = self.rereplication_pending.fetch_update(
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+            |value| Some(value.saturating_sub(chunks)),
+        );
+    }
+
     /// Makes chunks restored by a recovery part of this peer's replication: reads each
     /// from memory under its stripe (so a client's put of the same chunk is ordered before
     /// or after it) and reports it as written (`async`; chunks without a zone here get
     /// one). Chunks removed meanwhile are skipped. Returns how many were reported.
+    /// Every chunk of `cids` leaves the pending count announced by
+    /// [`ChunkService::rereplication_begins`], also when this fails partway.
     pub fn replicate_recovered(&self, cids: &[ChunkId]) -> Result<u64, ItemError> {
+        /// Takes the chunks not yet handed over off the pending count when dropped.
+        struct Pending<'a> {
+            counter: &'a AtomicU64,
+            left: u64,
+        }
+        impl Drop for Pending<'_> {
+            fn drop(&mut self) {
+                let _ = self
+                    .counter
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |value| {
+                        Some(value.saturating_sub(self.left))
+                    });
+            }
+        }
+        let mut pending = Pending {
+            counter: &self.rereplication_pending,
+            left: cids.len() as u64,
+        };
         let Some(replication) = &self.replication else {
             return Ok(0);
         };
@@ -634,6 +676,9 @@ impl ChunkService {
                 .on_put_batch(&items, Some(myriad_replica::Durability::Async))
                 .map_err(replica_error)?;
             reported += items.len() as u64;
+            pending.left -= batch.len() as u64;
+            self.rereplication_pending
+                .fetch_sub(batch.len() as u64, Ordering::Relaxed);
         }
         Ok(reported)
     }
@@ -966,5 +1011,47 @@ impl LocalChunks for ChunkService {
 
     fn node(&self) -> NodeId {
         self.me
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use myriad_mem::MemoryConfig;
+
+    fn pending(service: &ChunkService) -> u64 {
+        let reply = service.serve(NodeId(9), ChunkRequest::Stats.encode());
+        match ChunkReply::decode(reply) {
+            Ok(ChunkReply::Stats(stats)) => stats.rereplication_pending,
+            other => panic!("unexpected stats reply {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rereplication_pending_counts_announced_chunks_until_handed_over() {
+        let mem = MemoryManager::new(MemoryConfig {
+            node_id: NodeId(1),
+            region_bytes: 16 << 20,
+            ..MemoryConfig::default()
+        })
+        .expect("memory manager");
+        let service = ChunkService::new(Arc::new(mem), NodeId(1));
+        assert_eq!(pending(&service), 0);
+        let cids: Vec<ChunkId> = (1..=5)
+            .filter_map(|lid| ChunkId::new(NodeId(2), lid))
+            .collect();
+        service.rereplication_begins(cids.len() as u64);
+        service.rereplication_begins(3);
+        assert_eq!(pending(&service), 8);
+        service.rereplication_cancelled(3);
+        assert_eq!(pending(&service), 5);
+        // Without a replicator nothing is reported, but the chunks leave the count.
+        assert_eq!(service.replicate_recovered(&cids[..2]), Ok(0));
+        assert_eq!(pending(&service), 3);
+        assert_eq!(service.replicate_recovered(&cids[2..]), Ok(0));
+        assert_eq!(pending(&service), 0);
+        // The count never wraps below zero.
+        service.rereplication_cancelled(10);
+        assert_eq!(pending(&service), 0);
     }
 }

@@ -156,6 +156,9 @@ pub fn restore_zone(
             .iter()
             .map(|&raw| ChunkId::from_raw(raw))
             .collect();
+        let count = cids.len() as u64;
+        service.rereplication_begins(count);
+        let counter = Arc::clone(&service);
         let spawned = std::thread::Builder::new()
             .name(format!("rereplicate-{}-{}", request.owner.0, request.zone))
             .spawn(move || {
@@ -177,6 +180,7 @@ pub fn restore_zone(
                 }
             });
         if let Err(error) = spawned {
+            counter.rereplication_cancelled(count);
             tracing::warn!(%error, "could not start re-replication");
         }
     }

@@ -223,6 +223,9 @@ pub struct ChunkStats {
     pub free_bytes: u64,
     /// Size of the data region.
     pub region_bytes: u64,
+    /// Chunks restored here by a recovery that are not yet handed to this peer's own
+    /// replication (re-replication still running when nonzero).
+    pub rereplication_pending: u64,
 }
 
 /// A peer's answer to a [`ChunkRequest`].
@@ -842,7 +845,8 @@ impl ChunkReply {
                     .put_varint(stats.payload_bytes)
                     .put_varint(stats.used_bytes)
                     .put_varint(stats.free_bytes)
-                    .put_varint(stats.region_bytes);
+                    .put_varint(stats.region_bytes)
+                    .put_varint(stats.rereplication_pending);
                 encoder.finish()
             }
             ChunkReply::Failed(error) => {
@@ -911,6 +915,7 @@ impl ChunkReply {
                 used_bytes: decoder.get_varint()?,
                 free_bytes: decoder.get_varint()?,
                 region_bytes: decoder.get_varint()?,
+                rereplication_pending: decoder.get_varint()?,
             }),
             tag::REPLY_FAILED => ChunkReply::Failed(get_error(&mut decoder)?),
             tag::REPLY_MALFORMED => ChunkReply::Malformed(get_text(&mut decoder)?),
@@ -1081,16 +1086,18 @@ mod tests {
                 any::<u64>(),
                 any::<u64>(),
                 any::<u64>(),
+                any::<u64>(),
                 any::<u64>()
             )
                 .prop_map(
-                    |(chunks, payload_bytes, used_bytes, free_bytes, region_bytes)| {
+                    |(chunks, payload_bytes, used_bytes, free_bytes, region_bytes, pending)| {
                         ChunkReply::Stats(ChunkStats {
                             chunks,
                             payload_bytes,
                             used_bytes,
                             free_bytes,
                             region_bytes,
+                            rereplication_pending: pending,
                         })
                     }
                 ),

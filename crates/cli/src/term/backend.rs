@@ -706,6 +706,7 @@ fn stats_json(stats: &ChunkStats) -> Value {
         "used_bytes": stats.used_bytes,
         "free_bytes": stats.free_bytes,
         "region_bytes": stats.region_bytes,
+        "rereplication_pending": stats.rereplication_pending,
     })
 }
 
