@@ -10,5 +10,6 @@ pub mod log_cleaner;
 pub mod mem;
 pub mod net;
 pub mod process;
+pub mod recovery;
 pub mod recovery_local;
 pub mod replication;

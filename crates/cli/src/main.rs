@@ -54,6 +54,9 @@ enum BenchCommand {
     /// One backup zone recovered from its logs into memory (cold cache), with the disk's
     /// read bandwidth as baseline.
     RecoveryLocal(myriad_bench::recovery_local::RecoveryLocalArgs),
+    /// A local cluster's master killed: detection, availability, re-replication and a
+    /// client's throughput and latency over the whole run (CSV and PNG).
+    Recovery(myriad_bench::recovery::RecoveryArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -84,6 +87,10 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Replication(args)) => {
             myriad_bench::replication::run(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Recovery(args)) => {
+            let binary = std::env::current_exe()?;
+            myriad_bench::recovery::run(&args, &binary).map_err(anyhow::Error::msg)
         }
         Command::Bench(BenchCommand::RecoveryLocal(args)) => {
             myriad_bench::recovery_local::run(&args).map_err(anyhow::Error::msg)
