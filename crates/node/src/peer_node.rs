@@ -468,14 +468,21 @@ impl PeerNode {
 
     /// Leaves the cluster in an orderly way and stops serving.
     pub fn shutdown(mut self) {
-        self.stop();
+        self.stop(true);
     }
 
-    fn stop(&mut self) {
+    /// Stops at once without leaving, as a crash would: connections drop, nothing is
+    /// announced, so the superpeers declare this node failed (its zones are recovered, the
+    /// zones it backed up get replacements). For failure tests in one process.
+    pub fn crash(mut self) {
+        self.stop(false);
+    }
+
+    fn stop(&mut self, leave: bool) {
         if let Some(endpoint) = self.endpoint.take() {
             let membership = Arc::clone(&self.membership);
             let runtime = endpoint.runtime();
-            if tokio::runtime::Handle::try_current().is_err() {
+            if leave && tokio::runtime::Handle::try_current().is_err() {
                 if let Err(error) = runtime.block_on(async move {
                     tokio::time::timeout(Duration::from_secs(2), membership.leave()).await
                 }) {
@@ -496,7 +503,7 @@ impl PeerNode {
 
 impl Drop for PeerNode {
     fn drop(&mut self) {
-        self.stop();
+        self.stop(true);
     }
 }
 

@@ -2,7 +2,8 @@
 //! logs on disk in temporary directories) and remote clients writing in every durability
 //! mode. Every zone of every master is read back from each of its registered backups and
 //! compared with the master's memory; then a backup leaves and its zones must get a
-//! replacement, registered with the superpeer and re-replicated.
+//! replacement, registered with the superpeer and re-replicated; and a peer crashes: its
+//! zones are recovered and re-replicated, the zones it backed up get replacements.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener};
@@ -211,6 +212,7 @@ fn check_zones(
     cluster: &Cluster,
     client: &Client,
     model: &BTreeMap<ChunkId, Option<Bytes>>,
+    creators: &[NodeId],
 ) -> usize {
     let mut zones_checked = 0;
     for master in cluster.live() {
@@ -218,9 +220,12 @@ fn check_zones(
         let replicator = master.replicator().expect("replicator");
         replicator.wait_all(Durability::Durable).unwrap();
         let mem = master.service().memory();
-        // The master's memory, by zone.
+        // The master's memory, by zone: its own chunks and those it recovered.
         let mut expected: HashMap<u32, BTreeMap<u64, Vec<u8>>> = HashMap::new();
-        for (first, last) in mem.chunk_ranges(owner) {
+        let ranges = creators
+            .iter()
+            .flat_map(|creator| mem.chunk_ranges(*creator));
+        for (first, last) in ranges {
             for raw in first.raw()..=last.raw() {
                 let cid = ChunkId::from_raw(raw);
                 let data = mem.read_with(cid, <[u8]>::to_vec).unwrap();
@@ -302,7 +307,7 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
         write_workload(&client, &masters, seed as u64 + 1, &mut model);
     }
     let client = cluster.clients[0].clone();
-    let zones = check_zones(&cluster, &client, &model);
+    let zones = check_zones(&cluster, &client, &model, &masters);
     assert!(zones >= 2 * PEERS, "only {zones} zones checked");
 
     // A backup leaves: every zone it backed gets a replacement, registered and filled.
@@ -342,6 +347,91 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
     let client = cluster.client(DURABILITY_DURABLE);
     let masters = cluster.peer_ids();
     write_workload(&client, &masters, 99, &mut model);
-    let zones = check_zones(&cluster, &client, &model);
+    let zones = check_zones(&cluster, &client, &model, &masters);
     assert!(zones >= 2 * (PEERS - 1), "only {zones} zones checked");
+}
+
+/// A peer crashes (no leave): its zones are recovered by their backups and re-replicated
+/// as zones of the restorers; the zones it backed up get replacements, registered and
+/// filled. Afterwards every copy of every zone matches its master's memory, the crashed
+/// peer's chunks included, and every chunk reads back with its latest value.
+#[test]
+fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
+    let mut cluster = Cluster::start();
+    let creators = cluster.peer_ids();
+    let mut model = BTreeMap::new();
+    for (seed, level) in [DURABILITY_DURABLE, DURABILITY_REPLICATED]
+        .into_iter()
+        .enumerate()
+    {
+        let client = cluster.client(level);
+        write_workload(&client, &creators, seed as u64 + 11, &mut model);
+    }
+    for peer in cluster.live() {
+        peer.replicator()
+            .unwrap()
+            .wait_all(Durability::Durable)
+            .unwrap();
+    }
+    let client = cluster.clients[0].clone();
+    let crashed_index = 1;
+    let crashed = cluster.peers[crashed_index].as_ref().unwrap().node_id();
+    let crashed_zones = client.blocking().zones(crashed).unwrap();
+    assert!(crashed_zones.len() >= 2, "{crashed_zones:?}");
+    cluster.peers[crashed_index].take().unwrap().crash();
+
+    wait_until(
+        Duration::from_secs(30),
+        "the crashed peer's zones are recovered",
+        || {
+            client.blocking().recovery_status().is_ok_and(|status| {
+                let mine: Vec<_> = status.zones.iter().filter(|z| z.owner == crashed).collect();
+                mine.len() == crashed_zones.len()
+                    && mine
+                        .iter()
+                        .all(|z| z.state == myriad_proto::recovery::RecoveryState::Done)
+            })
+        },
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "zones are replicated again",
+        || {
+            cluster.live().all(|peer| {
+                let stats = peer.replicator().unwrap().stats();
+                let pending = client
+                    .blocking()
+                    .chunks()
+                    .stats(peer.node_id())
+                    .map_or(u64::MAX, |stats| stats.rereplication_pending);
+                let registered = client.blocking().zones(peer.node_id()).unwrap_or_default();
+                pending == 0
+                    && stats
+                        .zones
+                        .iter()
+                        .all(|z| z.registered && z.resyncs == 0 && !z.backups.contains(&crashed))
+                    && registered
+                        .iter()
+                        .all(|(_, backups)| !backups.contains(&crashed) && backups.len() == R)
+            })
+        },
+    );
+    // Every chunk, the crashed peer's included, reads back with its latest value.
+    let all: Vec<ChunkId> = model.keys().copied().collect();
+    for (cid, result) in all.iter().zip(client.blocking().chunks().get_batch(&all)) {
+        let want = model.get(cid).cloned().flatten();
+        match (result, want) {
+            (Ok(data), Some(want)) => assert_eq!(data, want, "{cid}"),
+            (Err(myriad_client::ClientError::NotFound(_)), None) => {}
+            (other, want) => panic!("{cid}: {other:?}, expected {want:?}"),
+        }
+    }
+    // The restorers' copies: recovered chunks are in zones of their new owners.
+    let zones = check_zones(&cluster, &client, &model, &creators);
+    assert!(zones >= 2 * (PEERS - 1), "only {zones} zones checked");
+    let restored_on: usize = cluster
+        .live()
+        .map(|peer| peer.service().memory().chunk_ranges(crashed).len())
+        .sum();
+    assert!(restored_on > 0, "no peer holds the crashed peer's chunks");
 }
