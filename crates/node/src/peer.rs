@@ -79,6 +79,9 @@ pub const ORDER_STRIPES: usize = 1024;
 pub const BLOCKING_REQUESTS_MAX: usize = 256;
 /// Recovered chunks reported to the replicator per stripe-locked batch.
 const RECOVERED_BATCH: usize = 256;
+/// How long re-replication keeps waiting for room in full backup streams before it gives
+/// up (each wait is the replicator's own `wait_timeout`).
+const REREPLICATION_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The replication side of a service.
 struct Replication {
@@ -656,26 +659,40 @@ impl ChunkService {
             return Ok(0);
         };
         let mut reported = 0u64;
+        let started = std::time::Instant::now();
         for batch in cids.chunks(RECOVERED_BATCH) {
-            let _order = replication.lock(batch.iter().copied());
-            let data: Vec<(ChunkId, Vec<u8>)> = batch
-                .iter()
-                .filter_map(|&cid| {
-                    self.mem
-                        .read_with(cid, |bytes| bytes.to_vec())
-                        .ok()
-                        .map(|bytes| (cid, bytes))
-                })
-                .collect();
-            let items: Vec<(ChunkId, &[u8])> = data
-                .iter()
-                .map(|(cid, bytes)| (*cid, bytes.as_slice()))
-                .collect();
-            replication
-                .replicator
-                .on_put_batch(&items, Some(myriad_replica::Durability::Async))
-                .map_err(replica_error)?;
-            reported += items.len() as u64;
+            // Background work: when the backups' streams stay full (they are busy, maybe
+            // restoring zones themselves), wait for room again rather than give up, with
+            // the stripes released in between so clients' writes go on.
+            let handed = loop {
+                let _order = replication.lock(batch.iter().copied());
+                let data: Vec<(ChunkId, Vec<u8>)> = batch
+                    .iter()
+                    .filter_map(|&cid| {
+                        self.mem
+                            .read_with(cid, |bytes| bytes.to_vec())
+                            .ok()
+                            .map(|bytes| (cid, bytes))
+                    })
+                    .collect();
+                let items: Vec<(ChunkId, &[u8])> = data
+                    .iter()
+                    .map(|(cid, bytes)| (*cid, bytes.as_slice()))
+                    .collect();
+                match replication
+                    .replicator
+                    .on_put_batch(&items, Some(myriad_replica::Durability::Async))
+                {
+                    Ok(_) => break items.len() as u64,
+                    Err(error @ myriad_replica::ReplicaError::Timeout { .. })
+                        if started.elapsed() < REREPLICATION_PATIENCE =>
+                    {
+                        tracing::debug!(%error, "re-replication waits for room in the backups' streams");
+                    }
+                    Err(error) => return Err(replica_error(error)),
+                }
+            };
+            reported += handed;
             pending.left -= batch.len() as u64;
             self.rereplication_pending
                 .fetch_sub(batch.len() as u64, Ordering::Relaxed);
