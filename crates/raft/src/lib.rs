@@ -50,5 +50,5 @@ pub use meta_raft::{
 };
 pub use myriad_meta::DecodeError;
 pub use network::{RaftTransport, TransportError};
-pub use state_machine::{MetaStateReader, SnapshotOpenError, StateMachineStore};
+pub use state_machine::{ApplyObserver, MetaStateReader, SnapshotOpenError, StateMachineStore};
 pub use types::{SuperpeerNode, TypeConfig};

@@ -31,7 +31,7 @@ use crate::codec::{RpcReply, RpcRequest, SnapshotRequest};
 use crate::limits::*;
 use crate::log_store::{LogOpenError, LogStore, LOG_COMPACT_BYTES_DEFAULT};
 use crate::network::{NetworkFactory, RaftTransport};
-use crate::state_machine::{MetaStateReader, SnapshotOpenError, StateMachineStore};
+use crate::state_machine::{ApplyObserver, MetaStateReader, SnapshotOpenError, StateMachineStore};
 use crate::types::{Raft, Snapshot, SuperpeerNode, TypeConfig};
 
 /// Name of the Raft cluster in openraft's logs.
@@ -278,10 +278,23 @@ impl MetaRaft {
         config: RaftConfig,
         transport: T,
     ) -> Result<MetaRaft, StartError> {
+        MetaRaft::start_observed(config, transport, None).await
+    }
+
+    /// [`MetaRaft::start`] with an [`ApplyObserver`] that sees every applied command in log
+    /// order (including those re-applied from the log after a restart).
+    pub async fn start_observed<T: RaftTransport>(
+        config: RaftConfig,
+        transport: T,
+        observer: Option<ApplyObserver>,
+    ) -> Result<MetaRaft, StartError> {
         config.check().map_err(StartError::Config)?;
         let raft_config = Arc::new(config.openraft_config().map_err(StartError::Config)?);
         let log_store = LogStore::open(&config.dir, config.log_compact_bytes)?;
-        let state_machine = StateMachineStore::open(&config.dir)?;
+        let mut state_machine = StateMachineStore::open(&config.dir)?;
+        if let Some(observer) = observer {
+            state_machine = state_machine.with_observer(observer);
+        }
         let reader = state_machine.reader();
         let network = NetworkFactory {
             transport: Arc::new(transport),

@@ -22,7 +22,13 @@
 //! - Applying is deterministic ([`MetaState::apply`]), so every superpeer that applied the
 //!   same entries holds byte-equal [`MetaState::snapshot`]s.
 //!
-//! **Callers.** openraft's state-machine worker; the node reads through [`MetaStateReader`].
+//! - An [`ApplyObserver`], when set, sees every applied command in log order, with the
+//!   state right after it, on every member (leader or not), also when entries are applied
+//!   again after a restart.
+//!
+//! **Callers.** openraft's state-machine worker; the node reads through [`MetaStateReader`]
+//! and observes applied commands through an [`ApplyObserver`] (e.g. to push events in
+//! commit order).
 
 use std::fs;
 use std::io;
@@ -31,7 +37,7 @@ use std::sync::Arc;
 
 use futures_util::{Stream, TryStreamExt};
 use myriad_meta::codec::{DecodeError, Reader, Writer};
-use myriad_meta::{MetaState, Response};
+use myriad_meta::{Command, MetaState, Response};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::OptionalSend;
 use parking_lot::{Mutex, RwLock};
@@ -178,11 +184,24 @@ pub fn decode_snapshot_file(
     Ok((meta, data, state))
 }
 
+/// Called for every applied command, in log order: the entry's log index, the command,
+/// its response and the state right after it. Runs on the state-machine worker under the
+/// state's write lock, so it must be quick and must not block (hand work to a channel).
+pub type ApplyObserver = Arc<dyn Fn(u64, &Command, &Response, &MetaState) + Send + Sync>;
+
 /// The state machine of one superpeer, owned by openraft's state-machine worker.
-#[derive(Debug)]
 pub struct StateMachineStore {
     applied: Arc<RwLock<Applied>>,
     slot: Arc<Mutex<SnapshotSlot>>,
+    observer: Option<ApplyObserver>,
+}
+
+impl std::fmt::Debug for StateMachineStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateMachineStore")
+            .field("observed", &self.observer.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl StateMachineStore {
@@ -223,7 +242,14 @@ impl StateMachineStore {
                 dir: dir.to_owned(),
                 current,
             })),
+            observer: None,
         })
+    }
+
+    /// Calls `observer` for every command applied from now on (see [`ApplyObserver`]).
+    pub fn with_observer(mut self, observer: ApplyObserver) -> StateMachineStore {
+        self.observer = Some(observer);
+        self
     }
 
     /// A read handle on the applied state.
@@ -293,7 +319,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 applied.last_applied = Some(entry.log_id);
                 match entry.payload {
                     EntryPayload::Blank => Response::Done,
-                    EntryPayload::Normal(command) => applied.state.apply(&command),
+                    EntryPayload::Normal(command) => {
+                        let response = applied.state.apply(&command);
+                        if let Some(observer) = &self.observer {
+                            observer(entry.log_id.index, &command, &response, &applied.state);
+                        }
+                        response
+                    }
                     EntryPayload::Membership(membership) => {
                         applied.membership = StoredMembership::new(Some(entry.log_id), membership);
                         Response::Done

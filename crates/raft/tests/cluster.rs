@@ -349,3 +349,42 @@ impl myriad_raft::RaftTransport for NoTransport {
         })
     }
 }
+
+/// Every member's apply observer sees the same commands in the same (log) order, with
+/// strictly increasing indices, also for writes issued concurrently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_observers_see_every_command_in_log_order_on_every_member() {
+    let cluster = Cluster::start(3, test_config).await;
+    cluster.wait_for_leader(None, WAIT_MAX).await.unwrap();
+    // One write first: it returns once the leader is established and committing.
+    assert_eq!(cluster.write(name_command(0)).await, Response::Done);
+    let raft = cluster.current_leader().expect("a leader").clone();
+    let writes = (1..40).map(|index| {
+        let raft = raft.clone();
+        tokio::spawn(async move { raft.write(name_command(index)).await })
+    });
+    for write in futures_util::future::join_all(writes).await {
+        assert_eq!(write.unwrap().unwrap(), Response::Done);
+    }
+    cluster.wait_converged().await;
+    let observed = cluster.observed.lock().unwrap().clone();
+    assert_eq!(
+        observed.len(),
+        3,
+        "every member observed: {:?}",
+        observed.keys()
+    );
+    let first = &observed[&1];
+    let names = first
+        .iter()
+        .filter(|(_, text)| text.contains("name"))
+        .count();
+    assert_eq!(names, 40, "{first:?}");
+    for (member, seen) in &observed {
+        assert!(
+            seen.windows(2).all(|pair| pair[0].0 < pair[1].0),
+            "member {member} saw indices out of order: {seen:?}"
+        );
+        assert_eq!(seen, first, "member {member} saw another sequence");
+    }
+}

@@ -82,6 +82,8 @@ pub struct Cluster {
     members: BTreeMap<u64, String>,
     nodes: BTreeMap<u64, MetaRaft>,
     configure: fn(&mut RaftConfig),
+    /// Per node, every applied command its observer saw: (log index, command as text).
+    pub observed: Arc<Mutex<BTreeMap<u64, Vec<(u64, String)>>>>,
 }
 
 /// Test timings: elections after 150–300 ms without a leader, heartbeats every 50 ms.
@@ -106,6 +108,7 @@ impl Cluster {
             members,
             nodes: BTreeMap::new(),
             configure,
+            observed: Arc::default(),
         };
         let ids: Vec<u64> = cluster.members.keys().copied().collect();
         for id in ids {
@@ -123,7 +126,20 @@ impl Cluster {
             from: id,
             hub: self.hub.clone(),
         };
-        let raft = MetaRaft::start(config, transport).await.unwrap();
+        let observed = Arc::clone(&self.observed);
+        let observer: myriad_raft::ApplyObserver = Arc::new(
+            move |index, command: &Command, _: &Response, _: &MetaState| {
+                observed
+                    .lock()
+                    .unwrap()
+                    .entry(id)
+                    .or_default()
+                    .push((index, command.to_string()));
+            },
+        );
+        let raft = MetaRaft::start_observed(config, transport, Some(observer))
+            .await
+            .unwrap();
         self.hub.slots.lock().unwrap().entry(id).or_default().raft = Some(raft.clone());
         self.nodes.insert(id, raft);
     }
