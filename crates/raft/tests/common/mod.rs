@@ -83,8 +83,11 @@ pub struct Cluster {
     nodes: BTreeMap<u64, MetaRaft>,
     configure: fn(&mut RaftConfig),
     /// Per node, every applied command its observer saw: (log index, command as text).
-    pub observed: Arc<Mutex<BTreeMap<u64, Vec<(u64, String)>>>>,
+    pub observed: Observed,
 }
+
+/// Per node, the (log index, command text) pairs its apply observer saw.
+pub type Observed = Arc<Mutex<BTreeMap<u64, Vec<(u64, String)>>>>;
 
 /// Test timings: elections after 150–300 ms without a leader, heartbeats every 50 ms.
 pub fn test_config(config: &mut RaftConfig) {
