@@ -531,7 +531,8 @@ impl PeerNode {
             let runtime = endpoint.runtime();
             self.self_watch.abort();
             // A node declared failed is no member any more: nothing to leave.
-            if tokio::runtime::Handle::try_current().is_err() && self.declared_failed.get().is_none()
+            if tokio::runtime::Handle::try_current().is_err()
+                && self.declared_failed.get().is_none()
             {
                 if let Err(error) = runtime.block_on(async move {
                     tokio::time::timeout(Duration::from_secs(2), membership.leave()).await
