@@ -543,11 +543,7 @@ fn workload(durability: u8) -> Run {
         thread.join().expect("workload thread");
     }
     // Every chunk once more, after the faults.
-    let mut history = Arc::try_unwrap(history)
-        .ok()
-        .expect("threads gone")
-        .into_inner()
-        .expect("history");
+    let mut history = std::mem::take(&mut *history.lock().expect("history"));
     for cid in &cids {
         let start = nanos();
         let result = client.blocking().chunks().get(*cid);
