@@ -24,9 +24,8 @@
 //!
 //! # Known gaps
 //! A leader change during a recovery does not resume it. A restorer that dies after it
-//! committed some of the zone's ranges but before it answered leaves those ranges routed
-//! to it: they are recovered again as part of the restorer's own failure only if they were
-//! re-replicated by then.
+//! committed some of the zone's ranges leaves them routed to it until the next backup
+//! commits the whole zone's ranges for itself (clients wait meanwhile).
 //!
 //! # Who calls it
 //! [`super::Core::after_commit`] (on `Fail`) and the superpeer's handlers.
