@@ -389,8 +389,11 @@ fn a_restorer_paused_during_recovery_is_replaced_when_declared_failed() {
         .iter()
         .find(|zone| zone.zone == zones[0].0)
         .expect("first zone");
+    // It was tried at the paused restorer first and moved on when that one was declared
+    // failed (the leader's fence drops the connection, and the failure wakes the zone:
+    // whichever comes first), long before the 60 s request timeout.
     assert!(
-        first.detail.contains("declared failed while restoring"),
+        first.detail.starts_with(&format!("{restorer}: ")),
         "{first:?}"
     );
     client.shutdown();
