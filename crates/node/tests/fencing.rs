@@ -93,7 +93,12 @@ fn start() -> Cluster {
         .unwrap();
         cluster.peers.push(Some(peer));
     }
-    let ids: Vec<NodeId> = cluster.peers.iter().flatten().map(PeerNode::node_id).collect();
+    let ids: Vec<NodeId> = cluster
+        .peers
+        .iter()
+        .flatten()
+        .map(PeerNode::node_id)
+        .collect();
     wait_until(Duration::from_secs(10), "peers see each other", || {
         cluster.peers.iter().flatten().all(|peer| {
             ids.iter().all(|id| {
@@ -129,13 +134,20 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
 
     // Cut the victim off from the superpeer (both directions) until the verdict.
     let superpeer = net_id(NodeId(1));
-    victim.membership().net().set_fault(superpeer, Fault::Partition);
-    wait_until(Duration::from_secs(10), "the victim is declared failed", || {
-        client
-            .membership()
-            .node(victim_id)
-            .is_some_and(|record| matches!(record.state, NodeState::Failed { .. }))
-    });
+    victim
+        .membership()
+        .net()
+        .set_fault(superpeer, Fault::Partition);
+    wait_until(
+        Duration::from_secs(10),
+        "the victim is declared failed",
+        || {
+            client
+                .membership()
+                .node(victim_id)
+                .is_some_and(|record| matches!(record.state, NodeState::Failed { .. }))
+        },
+    );
     // Its chunks come back at a restorer; the client changes them there.
     for (index, result) in chunks.chunks().get_batch(&cids).into_iter().enumerate() {
         assert_eq!(result.expect("recovered chunk"), payload(index, 0));
@@ -151,9 +163,11 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
 
     // Heal the partition: the victim must find out and stop serving.
     victim.membership().net().clear_fault(superpeer);
-    wait_until(Duration::from_secs(10), "the victim learns its verdict", || {
-        victim.declared_failed().is_some()
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "the victim learns its verdict",
+        || victim.declared_failed().is_some(),
+    );
     let line = victim.declared_failed().unwrap().to_owned();
     assert!(line.contains("declared failed"), "{line}");
     assert!(victim.service().is_declared_failed());
@@ -188,7 +202,10 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
     // the superpeers refuse its lookups.
     let local = victim.client();
     let refused = local.blocking().chunks().put(cids[7], payload(7, 2));
-    assert!(refused.is_err(), "the fenced peer's own client wrote: {refused:?}");
+    assert!(
+        refused.is_err(),
+        "the fenced peer's own client wrote: {refused:?}"
+    );
     // The recovered data holds the restorers' versions, never the fenced peer's.
     for (index, result) in chunks.chunks().get_batch(&cids).into_iter().enumerate() {
         assert_eq!(result.expect("chunk"), payload(index, 1), "chunk {index}");
