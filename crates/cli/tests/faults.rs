@@ -476,9 +476,19 @@ fn decode(bytes: &[u8]) -> Option<u64> {
 const WORKLOAD_CHUNKS: usize = 300;
 const WORKLOAD_THREADS: u64 = 4;
 
-/// Client threads put and get `WORKLOAD_CHUNKS` chunks of a peer that is SIGKILLed after
-/// a while; the workload goes on across the recovery, then every chunk is read once more.
-fn workload(durability: u8) -> Run {
+/// What happens to the workload's peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// SIGKILL.
+    Kill,
+    /// SIGSTOP until it is declared failed and recovered, then SIGCONT (it must exit).
+    Pause,
+}
+
+/// Client threads put and get `WORKLOAD_CHUNKS` chunks of a peer that is SIGKILLed (or
+/// paused and woken) after a while; the workload goes on across the recovery, then every
+/// chunk is read once more.
+fn workload(durability: u8, fault: Fault) -> Run {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut setup = start(dir.path(), 2);
     let victim = setup.peer_id(0);
@@ -538,9 +548,25 @@ fn workload(durability: u8) -> Run {
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     let killed_at = nanos();
-    setup.cluster.kill(victim.0).expect("kill");
-    // Go on across the recovery and a while after it.
-    std::thread::sleep(Duration::from_secs(5));
+    match fault {
+        Fault::Kill => {
+            setup.cluster.kill(victim.0).expect("kill");
+            // Go on across the recovery and a while after it.
+            std::thread::sleep(Duration::from_secs(5));
+        }
+        Fault::Pause => {
+            let entry = setup.peers[0].clone();
+            signal(entry.pid, "STOP");
+            // Declared failed after 0.6 s, recovered well within 3 s.
+            std::thread::sleep(Duration::from_secs(3));
+            signal(entry.pid, "CONT");
+            std::thread::sleep(Duration::from_secs(3));
+            assert!(
+                !setup.alive(&entry.name),
+                "the woken peer should have exited"
+            );
+        }
+    }
     stop.store(true, Ordering::Relaxed);
     for thread in threads {
         thread.join().expect("workload thread");
@@ -589,7 +615,7 @@ fn summary(run: &Run) -> String {
 
 #[test]
 fn replicated_history_across_a_kill_is_linearizable() {
-    let run = workload(myriad_proto::chunk::DURABILITY_REPLICATED);
+    let run = workload(myriad_proto::chunk::DURABILITY_REPLICATED, Fault::Kill);
     println!("replicated: {}", summary(&run));
     let writes_after_kill = run
         .history
@@ -608,9 +634,19 @@ fn replicated_history_across_a_kill_is_linearizable() {
     assert_eq!(history::lost_acknowledged_writes(&run.history), 0);
 }
 
+/// The paused peer wakes up while the clients keep working: whatever it still does must
+/// not show in the history (no stale reads, no writes winning over recovered data).
+#[test]
+fn replicated_history_across_a_pause_and_wake_up_is_linearizable() {
+    let run = workload(myriad_proto::chunk::DURABILITY_REPLICATED, Fault::Pause);
+    println!("replicated, paused: {}", summary(&run));
+    history::check(&run.history, Some(0)).expect("linearizable per chunk");
+    assert_eq!(history::lost_acknowledged_writes(&run.history), 0);
+}
+
 #[test]
 fn async_history_loses_only_writes_of_the_last_moment() {
-    let run = workload(myriad_proto::chunk::DURABILITY_ASYNC);
+    let run = workload(myriad_proto::chunk::DURABILITY_ASYNC, Fault::Kill);
     println!("async: {}", summary(&run));
     let lost = history::lost_acknowledged_writes(&run.history);
     let window = Duration::from_secs(1).as_nanos() as u64;
