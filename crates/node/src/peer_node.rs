@@ -33,7 +33,8 @@
 //! superpeer that refuses the connection (`NetError::Fenced` for the superpeer, which no
 //! node fences on its own side) has fenced this node. Then the chunk service is switched to
 //! answering `NotOwner` to everything ([`ChunkService::declare_failed`]: clients look the
-//! chunks up again and go to the restorers), the line "this node was declared failed at
+//! chunks up again and go to the restorers; migration and recovery requests are refused
+//! too), the line "this node was declared failed at
 //! epoch E; shutting down" is logged, [`PeerNode::declared_failed`] returns it, and the
 //! process (`myriad peer`) exits with an error after [`DECLARED_FAILED_LINGER`]. The node
 //! never rejoins under the old incarnation: a restart joins again (reclaiming its ID, with
@@ -344,6 +345,11 @@ impl PeerNode {
                     return;
                 }
                 match (&backup, cell.get(), membership.get()) {
+                    (_, Some(service), _) if service.is_declared_failed() => {
+                        let reply =
+                            RecoverReply::Failed("this node was declared failed".to_owned());
+                        let _ = incoming.respond(reply.encode());
+                    }
                     (Some(backup), Some(service), Some(membership)) => {
                         crate::recovery::serve_recover(
                             Arc::clone(backup),
@@ -784,6 +790,9 @@ fn migrate(
     request: &MigrateRequest,
 ) -> MigrateReply {
     let me = service.node();
+    if service.is_declared_failed() {
+        return MigrateReply::Failed("this node was declared failed".to_owned());
+    }
     if request.to == me {
         return MigrateReply::Failed("the target is this peer".to_owned());
     }
