@@ -23,10 +23,10 @@
 //!
 //! # Declared failed (fencing of a paused or partitioned peer)
 //! A peer that was paused (SIGSTOP, a stalled VM) or cut off long enough is declared failed
-//! by the superpeers; its zones are recovered by its backups, and every member (superpeers,
-//! peers, clients) fences it in the messaging layer: its replication and ownership messages
-//! are dropped, its connections refused. When it runs again it must learn this and stop
-//! serving, since its memory is stale. A task ([`watch_self`]) checks every
+//! by the superpeers; its zones are recovered by its backups, and the superpeer leader, the
+//! peers and the clients fence it in the messaging layer: its replication and ownership
+//! messages are dropped, its connections refused. When it runs again it must learn this
+//! and stop serving, since its memory is stale. A task (`watch_self`) checks every
 //! [`SELF_CHECK_INTERVAL`], and at once whenever a connection is lost: its own record in
 //! the node table (a `NodeFailed` about itself or a resync shows it `Failed`), and a
 //! heartbeat request to a superpeer (round robin; all of them after a lost connection): a
@@ -34,11 +34,10 @@
 //! node fences on its own side) has fenced this node. Then the chunk service is switched to
 //! answering `NotOwner` to everything ([`ChunkService::declare_failed`]: clients look the
 //! chunks up again and go to the restorers; migration and recovery requests are refused
-//! too), the line "this node was declared failed at
-//! epoch E; shutting down" is logged, [`PeerNode::declared_failed`] returns it, and the
-//! process (`myriad peer`) exits with an error after [`DECLARED_FAILED_LINGER`]. The node
-//! never rejoins under the old incarnation: a restart joins again (reclaiming its ID, with
-//! empty memory).
+//! too), the line "this node was declared failed at epoch E; shutting down" is logged,
+//! [`PeerNode::declared_failed`] returns it, and the process (`myriad peer`) exits with an
+//! error after [`DECLARED_FAILED_LINGER`]. The node never rejoins under the old
+//! incarnation: a restart joins again (reclaiming its ID, with empty memory).
 //!
 //! Known window: between waking up and the first check (milliseconds after a pause: the
 //! lost connections trigger it) the peer still serves requests that reach it. Members that
@@ -216,7 +215,7 @@ pub struct PeerNode {
     /// Logs the replicator's events until `replica_events_stop`.
     replica_events: Option<JoinHandle<()>>,
     replica_events_stop: Arc<AtomicBool>,
-    /// Checks whether this node was declared failed ([`watch_self`]).
+    /// Checks whether this node was declared failed (`watch_self`).
     self_watch: tokio::task::JoinHandle<()>,
     /// The log line, once this node learned it was declared failed.
     declared_failed: Arc<OnceLock<String>>,
