@@ -43,7 +43,7 @@ fn config(replication: usize) -> String {
         "\
 [failure]
 heartbeat_interval_ms = 100
-failure_timeout_ms = 600
+failure_timeout_ms = 1000
 
 [backup]
 replication = {replication}
@@ -55,7 +55,7 @@ primary_log_kb = 4096
     )
 }
 
-/// One cluster at a time: the tests' timing (failure detection in 0.6 s) must not suffer
+/// One cluster at a time: the tests' timing (failure detection in 1 s) must not suffer
 /// from several clusters competing for the machine's cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -99,6 +99,26 @@ fn start(dir: &Path, replication: usize) -> Setup {
         superpeers,
         peers,
         _serial: serial,
+    }
+}
+
+impl Drop for Setup {
+    /// On a failing test, the nodes' lines about failures and recoveries (the cluster's
+    /// directory goes with the test's temporary directory).
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for node in self.cluster.nodes() {
+            let log = std::fs::read_to_string(&node.log).unwrap_or_default();
+            for line in log.lines().filter(|line| {
+                ["verdict", "declared failed", "recover", "failed"]
+                    .iter()
+                    .any(|word| line.contains(word))
+            }) {
+                eprintln!("{}: {line}", node.name);
+            }
+        }
     }
 }
 
@@ -607,7 +627,7 @@ fn workload(durability: u8, fault: Fault) -> Run {
         Fault::Pause => {
             let entry = setup.peers[0].clone();
             signal(entry.pid, "STOP");
-            // Declared failed after 0.6 s, recovered well within 3 s.
+            // Declared failed after 1 s, recovered well within 3 s.
             std::thread::sleep(Duration::from_secs(3));
             signal(entry.pid, "CONT");
             std::thread::sleep(Duration::from_secs(3));
