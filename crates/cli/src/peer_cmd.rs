@@ -1,4 +1,5 @@
-//! `myriad peer`: runs one peer until SIGTERM/SIGINT (or a remote shutdown request).
+//! `myriad peer`: runs one peer until SIGTERM/SIGINT (or a remote shutdown request), or
+//! until it learns that the superpeers declared it failed (then it exits with an error).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -128,6 +129,15 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
         signal_hook::flag::register(signal, Arc::clone(&stop))?;
     }
     while !stop.load(Ordering::Relaxed) && !node.shutdown_requested() {
+        if let Some(line) = node.declared_failed() {
+            // Its memory is stale: answer NotOwner a moment longer (clients still routing
+            // here are redirected), then exit with an error.
+            let line = line.to_owned();
+            eprintln!("peer {}: {line}", node.node_id());
+            std::thread::sleep(myriad_node::peer_node::DECLARED_FAILED_LINGER);
+            node.shutdown();
+            anyhow::bail!("peer declared failed: {line}");
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     eprintln!("peer {} leaving", node.node_id());

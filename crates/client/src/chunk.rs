@@ -10,7 +10,11 @@
 //! The owner of a CID is the cached lookup range holding it, else its creator (chunks stay
 //! on their creator unless migrated or recovered). A peer that does not own a CID answers
 //! `NotOwner`: the client asks the [`Directory`] for the CID's range, caches it and tries
-//! again, at most [`ChunkOptions::attempts_max`] rounds. A batch is split per owner, the
+//! again; after [`ChunkOptions::attempts_max`] quick rounds it keeps trying every
+//! [`RECOVERY_POLL`] until the call's timeout (during a recovery or migration the
+//! superpeers' ranges and the peers' ownership views change for a moment in an order a
+//! client can observe; a call then waits instead of failing with "ownership kept
+//! moving"). A batch is split per owner, the
 //! parts are sent concurrently, and the results come back in the caller's order. An owner
 //! that cannot be reached (or that the directory reports dead) gets one lookup refresh
 //! (its chunks may have moved), then its items fail with
@@ -83,9 +87,10 @@ pub trait LocalChunks: Send + Sync + 'static {
 pub struct ChunkOptions {
     /// Longest a call takes before it fails with [`ClientError::Timeout`]. Default 2 s.
     pub timeout: Duration,
-    /// Routing rounds per call: a round sends every unfinished item to its presumed
+    /// Quick routing rounds per call: a round sends every unfinished item to its presumed
     /// owner; `NotOwner` answers and unreachable owners are looked up and retried in the
-    /// next round. Default 4.
+    /// next round. Further rounds are paced by [`RECOVERY_POLL`] until the timeout.
+    /// Default 4.
     pub attempts_max: u32,
     /// Durability level sent with changing requests (0 = cluster default; see
     /// `myriad_proto::chunk::DURABILITY_*`). Default 0.
@@ -410,7 +415,14 @@ impl<D: Directory> Chunks<D> {
         let mut last_owner = vec![NodeId(0); cids.len()];
         let mut pending: Vec<usize> = (0..cids.len()).collect();
         let mut round = 0;
-        while !pending.is_empty() && round < self.options.attempts_max {
+        while !pending.is_empty() {
+            if round >= self.options.attempts_max {
+                // Ownership kept moving: keep following it, paced, until the deadline.
+                if Instant::now() + RECOVERY_POLL >= deadline {
+                    break;
+                }
+                tokio::time::sleep(RECOVERY_POLL).await;
+            }
             round += 1;
             // Group by presumed owner, keeping the caller's order within each group.
             let mut groups: Vec<(NodeId, Vec<usize>)> = Vec::new();

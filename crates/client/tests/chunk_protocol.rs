@@ -135,15 +135,17 @@ fn a_silent_peer_times_out_within_the_timeout() {
     );
 }
 
+/// A peer that keeps answering `NotOwner` (ownership moving, or views catching up during a
+/// recovery) is followed, paced, until the call's timeout, which then ends the call.
 #[test]
-fn not_owner_forever_ends_after_the_bounded_rounds() {
+fn not_owner_forever_ends_at_the_timeout() {
     let peer = scripted_peer(|request| match request {
         ChunkRequest::Get { cids } => {
             Some(ChunkReply::Data(vec![Err(ItemError::NotOwner); cids.len()]).encode())
         }
         _ => None,
     });
-    let (_endpoint, chunks) = client(&peer, Duration::from_secs(2));
+    let (_endpoint, chunks) = client(&peer, Duration::from_secs(1));
     let started = Instant::now();
     let result = chunks.blocking().get_batch(&[cid(1), cid(2)]);
     assert!(
@@ -152,7 +154,11 @@ fn not_owner_forever_ends_after_the_bounded_rounds() {
             .all(|r| matches!(r, Err(ClientError::Server { .. }))),
         "{result:?}"
     );
-    assert!(started.elapsed() < Duration::from_secs(2));
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(500) && elapsed < Duration::from_millis(1500),
+        "{elapsed:?}"
+    );
 }
 
 #[test]

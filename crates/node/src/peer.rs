@@ -42,6 +42,13 @@
 //!   and a pool full of waiting writers would starve them. At most
 //!   [`BLOCKING_REQUESTS_MAX`] run at once; further ones are answered
 //!   [`ItemError::Internal`] ("overloaded").
+//! - Once [`ChunkService::declare_failed`] was called (the superpeers declared this node
+//!   failed: it was paused or partitioned and its zones are being or were recovered
+//!   elsewhere), every request, local or remote, is answered [`ItemError::NotOwner`] for
+//!   every item (whole-request errors for creates, lists and stats): nothing is read from
+//!   or written to this node's memory any more, and clients that still route to it look
+//!   the chunks up again and find the restorers. There is no way back: the node must exit
+//!   (or rejoin as a new, empty incarnation).
 //!
 //! # Who calls it
 //! The peer process (`myriad peer`, [`crate::peer_node::PeerNode`]) builds one service per
@@ -50,7 +57,7 @@
 //! ownership events and [`ChunkService::release_locks_of`] on failure/leave events.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -154,6 +161,8 @@ pub struct ChunkService {
     /// Restored chunks announced by [`ChunkService::rereplication_begins`] and not yet
     /// handed to the replicator by [`ChunkService::replicate_recovered`].
     rereplication_pending: AtomicU64,
+    /// Set once the superpeers declared this node failed ([`ChunkService::declare_failed`]).
+    declared_failed: AtomicBool,
 }
 
 /// Keeps inline serving off while a migration runs ([`ChunkService::migration_guard`]).
@@ -204,6 +213,30 @@ fn to_usize(value: u64, what: &str) -> Result<usize, ItemError> {
     usize::try_from(value).map_err(|_| ItemError::Invalid(format!("{what} {value} too large")))
 }
 
+/// The reply of a node that was declared failed: [`ItemError::NotOwner`] for every item,
+/// so that clients look the chunks up again (see [`ChunkService::declare_failed`]).
+fn refused(request: &ChunkRequest) -> ChunkReply {
+    let statuses = |count: usize| ChunkReply::Statuses(vec![Err(ItemError::NotOwner); count]);
+    match request {
+        ChunkRequest::Get { cids } => ChunkReply::Data(vec![Err(ItemError::NotOwner); cids.len()]),
+        ChunkRequest::ReadAt { .. } => ChunkReply::Data(vec![Err(ItemError::NotOwner)]),
+        ChunkRequest::Status { cids } => {
+            ChunkReply::Sizes(vec![Err(ItemError::NotOwner); cids.len()])
+        }
+        ChunkRequest::Put { items, .. } => statuses(items.len()),
+        ChunkRequest::Insert { items, .. } => statuses(items.len()),
+        ChunkRequest::Remove { cids, .. } => statuses(cids.len()),
+        ChunkRequest::WriteAt { .. }
+        | ChunkRequest::Resize { .. }
+        | ChunkRequest::Lock { .. }
+        | ChunkRequest::Unlock { .. } => statuses(1),
+        ChunkRequest::Create { .. }
+        | ChunkRequest::CreateWithData { .. }
+        | ChunkRequest::List { .. }
+        | ChunkRequest::Stats => ChunkReply::Failed(ItemError::NotOwner),
+    }
+}
+
 fn status<T>(result: Result<T, MemError>) -> Result<(), ItemError> {
     result.map(|_| ()).map_err(item_error)
 }
@@ -221,6 +254,7 @@ impl ChunkService {
             migrations: AtomicUsize::new(0),
             replication: None,
             rereplication_pending: AtomicU64::new(0),
+            declared_failed: AtomicBool::new(false),
         }
     }
 
@@ -332,9 +366,26 @@ impl ChunkService {
         });
     }
 
+    /// Stops serving for good: the superpeers declared this node failed (see the module
+    /// documentation). Every later request is answered [`ItemError::NotOwner`].
+    pub fn declare_failed(&self) {
+        self.declared_failed.store(true, Ordering::Release);
+    }
+
+    /// Whether [`ChunkService::declare_failed`] was called.
+    pub fn is_declared_failed(&self) -> bool {
+        self.declared_failed.load(Ordering::Acquire)
+    }
+
     /// Decodes one encoded request from `from`, executes it and returns the encoded reply
     /// (gets are copied straight from memory into the reply).
     pub fn serve(&self, from: NodeId, payload: Bytes) -> Bytes {
+        if self.is_declared_failed() {
+            return match ChunkRequest::decode(payload) {
+                Ok(request) => refused(&request).encode(),
+                Err(error) => ChunkReply::Malformed(error.to_string()).encode(),
+            };
+        }
         match ChunkRequest::decode(payload) {
             Ok(ChunkRequest::Get { cids }) => {
                 let mut writer = DataReplyWriter::new(cids.len(), cids.len() * 64);
@@ -470,6 +521,9 @@ impl ChunkService {
     /// Executes one request on behalf of `from` (a remote node, or this node for local
     /// callers) and returns the reply. Never panics.
     pub fn execute(&self, from: NodeId, request: ChunkRequest) -> ChunkReply {
+        if self.is_declared_failed() {
+            return refused(&request);
+        }
         match request {
             ChunkRequest::Create { sizes, durability } => self.create(&sizes, durability),
             ChunkRequest::CreateWithData {

@@ -21,6 +21,31 @@
 //! to the superpeers as failed (whose verdict then triggers the replacement). Every
 //! [`ReplicaEvent`] is logged.
 //!
+//! # Declared failed (fencing of a paused or partitioned peer)
+//! A peer that was paused (SIGSTOP, a stalled VM) or cut off long enough is declared failed
+//! by the superpeers; its zones are recovered by its backups, and the superpeer leader, the
+//! peers and the clients fence it in the messaging layer: its replication and ownership
+//! messages are dropped, its connections refused. When it runs again it must learn this
+//! and stop serving, since its memory is stale. A task (`watch_self`) checks every
+//! [`SELF_CHECK_INTERVAL`], and at once whenever a connection is lost: its own record in
+//! the node table (a `NodeFailed` about itself or a resync shows it `Failed`), and a
+//! heartbeat request to a superpeer (round robin; all of them after a lost connection): a
+//! superpeer that refuses the connection (`NetError::Fenced` for the superpeer, which no
+//! node fences on its own side) has fenced this node. Then the chunk service is switched to
+//! answering `NotOwner` to everything ([`ChunkService::declare_failed`]: clients look the
+//! chunks up again and go to the restorers; migration and recovery requests are refused
+//! too), the line "this node was declared failed at epoch E; shutting down" is logged,
+//! [`PeerNode::declared_failed`] returns it, and the process (`myriad peer`) exits with an
+//! error after [`DECLARED_FAILED_LINGER`]. The node never rejoins under the old
+//! incarnation: a restart joins again (reclaiming its ID, with empty memory).
+//!
+//! Known window: between waking up and the first check (milliseconds after a pause: the
+//! lost connections trigger it) the peer still serves requests that reach it. Members that
+//! applied the failure event no longer send to it, and its writes cannot reach its
+//! backups, so a write accepted there is never acknowledged as `replicated`/`durable`; only
+//! an `async` write from a client that has not applied the failure event yet can be
+//! acknowledged and then lost.
+//!
 //! # Invariants
 //! - Chunk requests that arrive before the memory manager exists are answered with a
 //!   "not ready" error, never a panic (a window of microseconds after the join commits).
@@ -42,10 +67,10 @@ use myriad_client::directory::Directory;
 use myriad_client::membership::{JoinConfig, Membership};
 use myriad_client::ClientError;
 use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
-use myriad_meta::{Capabilities, Command};
-use myriad_net::{Endpoint, Handlers, Incoming, Responder};
+use myriad_meta::{Capabilities, Command, NodeState};
+use myriad_net::{Endpoint, Handlers, Incoming, NetError, Responder};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
-use myriad_proto::meta::Event;
+use myriad_proto::meta::{Event, Heartbeat, HeartbeatReply};
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::recovery::RecoverReply;
 use myriad_proto::types;
@@ -65,6 +90,15 @@ pub const MIGRATE_CHUNKS_MAX: u64 = 1 << 20;
 
 /// Chunk requests waiting for a handler thread, at most (more are refused as "busy").
 pub const SLOW_PATH_QUEUE_MAX: usize = 16_384;
+
+/// How often a peer checks whether the superpeers declared it failed (it also checks at
+/// once whenever a connection is lost).
+pub const SELF_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// Deadline of one probe of a superpeer during that check.
+const SELF_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `myriad peer` keeps answering `NotOwner` after it learned that it was declared
+/// failed, before it exits (clients still routing to it are redirected meanwhile).
+pub const DECLARED_FAILED_LINGER: Duration = Duration::from_secs(1);
 
 /// Handler threads for chunk requests that may wait (locks, large inserts, writes that
 /// wait for backups), fed by the inline handler.
@@ -181,6 +215,10 @@ pub struct PeerNode {
     /// Logs the replicator's events until `replica_events_stop`.
     replica_events: Option<JoinHandle<()>>,
     replica_events_stop: Arc<AtomicBool>,
+    /// Checks whether this node was declared failed (`watch_self`).
+    self_watch: tokio::task::JoinHandle<()>,
+    /// The log line, once this node learned it was declared failed.
+    declared_failed: Arc<OnceLock<String>>,
 }
 
 impl std::fmt::Debug for PeerNode {
@@ -306,6 +344,11 @@ impl PeerNode {
                     return;
                 }
                 match (&backup, cell.get(), membership.get()) {
+                    (_, Some(service), _) if service.is_declared_failed() => {
+                        let reply =
+                            RecoverReply::Failed("this node was declared failed".to_owned());
+                        let _ = incoming.respond(reply.encode());
+                    }
                     (Some(backup), Some(service), Some(membership)) => {
                         crate::recovery::serve_recover(
                             Arc::clone(backup),
@@ -401,6 +444,12 @@ impl PeerNode {
                 }
             }
         });
+        let declared_failed = Arc::new(OnceLock::new());
+        let self_watch = endpoint.runtime().spawn(watch_self(
+            Arc::clone(&membership),
+            Arc::clone(&service),
+            Arc::clone(&declared_failed),
+        ));
         tracing::info!(node = %me, address = %endpoint.local_addr(), "peer serving");
         Ok(PeerNode {
             endpoint: Some(endpoint),
@@ -411,7 +460,17 @@ impl PeerNode {
             backup,
             replica_events,
             replica_events_stop,
+            self_watch,
+            declared_failed,
         })
+    }
+
+    /// Whether the superpeers declared this node failed (it was paused or cut off while
+    /// its zones were recovered elsewhere): the log line saying so, once this node learned
+    /// it. The chunk service then answers `NotOwner` to everything; the process should
+    /// exit (see the module documentation).
+    pub fn declared_failed(&self) -> Option<&str> {
+        self.declared_failed.get().map(String::as_str)
     }
 
     /// This peer's node ID.
@@ -482,7 +541,12 @@ impl PeerNode {
         if let Some(endpoint) = self.endpoint.take() {
             let membership = Arc::clone(&self.membership);
             let runtime = endpoint.runtime();
-            if leave && tokio::runtime::Handle::try_current().is_err() {
+            self.self_watch.abort();
+            // A node declared failed is no member any more: nothing to leave.
+            if leave
+                && tokio::runtime::Handle::try_current().is_err()
+                && self.declared_failed.get().is_none()
+            {
                 if let Err(error) = runtime.block_on(async move {
                     tokio::time::timeout(Duration::from_secs(2), membership.leave()).await
                 }) {
@@ -554,6 +618,92 @@ fn apply_event(service: &ChunkService, event: &Event) {
         }
         Event::NodeJoined(_) => {}
     }
+}
+
+/// Checks until this node learns that it was declared failed (see the module
+/// documentation), then stops its chunk service and records the log line in `verdict`.
+async fn watch_self(
+    membership: Arc<Membership>,
+    service: Arc<ChunkService>,
+    verdict: Arc<OnceLock<String>>,
+) {
+    let net = membership.net().clone();
+    let mut lost = net.subscribe();
+    let mut ticker = tokio::time::interval(SELF_CHECK_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut turn = 0usize;
+    loop {
+        let all = tokio::select! {
+            _ = ticker.tick() => false,
+            event = lost.recv() => match event {
+                Some(_) => true,
+                None => return,
+            },
+        };
+        if let Some(line) = self_verdict(&membership, all, &mut turn).await {
+            service.declare_failed();
+            tracing::error!(node = %membership.node_id(), "{line}");
+            let _ = verdict.set(line);
+            return;
+        }
+    }
+}
+
+/// One check: `Some(log line)` if this node was declared failed. Probes every superpeer
+/// when `all`, else the next one in turn.
+async fn self_verdict(membership: &Membership, all: bool, turn: &mut usize) -> Option<String> {
+    let me = membership.node_id();
+    if let Some(record) = membership.node(me) {
+        if let NodeState::Failed { epoch } = record.state {
+            return Some(format!(
+                "this node was declared failed at epoch {epoch}; shutting down"
+            ));
+        }
+    }
+    let superpeers = membership.superpeers();
+    if superpeers.is_empty() {
+        return None;
+    }
+    let chosen: Vec<myriad_mem::NodeId> = if all {
+        superpeers.iter().map(|(id, _)| *id).collect()
+    } else {
+        *turn = turn.wrapping_add(1);
+        vec![superpeers[*turn % superpeers.len()].0]
+    };
+    let epoch = membership.epoch();
+    let probes = chosen.into_iter().map(|superpeer| {
+        let net = membership.net().clone();
+        async move {
+            let target = myriad_proto::net_id(superpeer);
+            let reply = net
+                .request(
+                    target,
+                    types::HEARTBEAT,
+                    Heartbeat { epoch }.encode(),
+                    SELF_PROBE_TIMEOUT,
+                )
+                .await;
+            match reply {
+                // Superpeers are never fenced on this side: the superpeer refused us.
+                Err(NetError::Fenced(node)) if node == target => Some(format!(
+                    "this node was declared failed at an epoch after {epoch} (superpeer \
+                     {superpeer} refuses it); shutting down"
+                )),
+                Ok(bytes) => {
+                    if let Ok(reply) = HeartbeatReply::decode(bytes) {
+                        tracing::trace!(%superpeer, epoch = reply.epoch, "superpeer answers");
+                    }
+                    None
+                }
+                Err(_) => None,
+            }
+        }
+    });
+    futures_util::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .next()
 }
 
 /// Replication's part of a cluster event: a failed or departed node is replaced in every
@@ -647,6 +797,9 @@ fn migrate(
     request: &MigrateRequest,
 ) -> MigrateReply {
     let me = service.node();
+    if service.is_declared_failed() {
+        return MigrateReply::Failed("this node was declared failed".to_owned());
+    }
     if request.to == me {
         return MigrateReply::Failed("the target is this peer".to_owned());
     }

@@ -19,7 +19,8 @@
 //! - A chunk already present under the same CID (a retried recovery) is replaced by the
 //!   recovered version.
 //! - The failed owner is fenced by every member on `NodeFailed` (the messaging layer drops
-//!   its messages), so its zone cannot change while it is read.
+//!   its messages), and by the restorer itself before it reads the zone (the event may
+//!   arrive after the request), so its zone cannot change while it is read.
 //!
 //! # Who calls it
 //! [`crate::peer_node::PeerNode`]'s [`myriad_proto::types::RECOVER`] handler (on a blocking thread).
@@ -242,6 +243,13 @@ pub fn serve_recover(
         .spawn(move || {
             let reply = match RecoverRequest::decode(payload) {
                 Ok(request) => {
+                    // The leader asks only after committing the owner's failure; the
+                    // `NodeFailed` event may still be on its way. Fence the owner before
+                    // reading its zone, so that no late replication message of it (it may be
+                    // only paused or cut off) lands in the zone after it was read.
+                    membership
+                        .net()
+                        .fence(myriad_proto::net_id(request.owner));
                     tracing::info!(owner = %request.owner, zone = request.zone, "recovering a zone");
                     restore_zone(&backup, &service, &membership, request)
                 }

@@ -352,3 +352,55 @@ fn bad_offsets_sizes_and_bytes_are_errors_not_panics() {
     }
     service.memory().check_consistency().unwrap();
 }
+
+/// A service whose node was declared failed answers NotOwner to everything, through
+/// `execute` and through `serve` (the encoded path), and changes nothing.
+#[test]
+fn a_service_declared_failed_refuses_every_request() {
+    let service = service();
+    let cids = create(&service, &[b"one", b"two"]);
+    service.declare_failed();
+    assert!(service.is_declared_failed());
+    assert_eq!(
+        get(&service, CLIENT_A, &cids),
+        vec![Err(ItemError::NotOwner), Err(ItemError::NotOwner)]
+    );
+    let put = ChunkRequest::Put {
+        durability: 0,
+        items: vec![(cids[0], Bytes::from_static(b"new"))],
+    };
+    assert_eq!(
+        statuses(service.execute(CLIENT_A, put.clone())),
+        vec![Err(ItemError::NotOwner)]
+    );
+    let encoded = ChunkReply::decode(service.serve(CLIENT_B, put.encode())).expect("decodes");
+    assert_eq!(statuses(encoded), vec![Err(ItemError::NotOwner)]);
+    let remove = ChunkRequest::Remove {
+        durability: 0,
+        cids: cids.clone(),
+    };
+    assert_eq!(
+        statuses(service.execute(CLIENT_A, remove)),
+        vec![Err(ItemError::NotOwner), Err(ItemError::NotOwner)]
+    );
+    let create = ChunkRequest::Create {
+        sizes: vec![8],
+        durability: 0,
+    };
+    assert!(matches!(
+        service.execute(CLIENT_A, create),
+        ChunkReply::Failed(ItemError::NotOwner)
+    ));
+    assert!(matches!(
+        service.execute(CLIENT_A, ChunkRequest::Stats),
+        ChunkReply::Failed(ItemError::NotOwner)
+    ));
+    // The memory is untouched: the old values are still there, unreachable.
+    assert_eq!(
+        service
+            .memory()
+            .read_with(cids[0], |bytes| bytes.to_vec())
+            .expect("still in memory"),
+        b"one".to_vec()
+    );
+}

@@ -5,7 +5,9 @@
 //! [`RecoverRequest`] per zone of that peer in the zone table to the zone's first backup,
 //! all zones at once. A backup that is not alive, does not answer within
 //! [`RECOVER_TIMEOUT`] or answers `Failed` is skipped and the next backup in the zone's
-//! order is asked. Every zone's progress (state, restorer, chunks, milliseconds since the
+//! order is asked; so is a backup whose own failure is committed while it restores the
+//! zone (every `Fail` commit wakes the zones in progress, which stop waiting for a backup
+//! that is no longer alive). Every zone's progress (state, restorer, chunks, milliseconds since the
 //! failure) is kept in memory ([`Recoveries`]), logged, and served to
 //! [`myriad_proto::types::RECOVERY_STATUS`] requests.
 //!
@@ -21,8 +23,9 @@
 //!   committed, so it never takes a restored CID away from its restorer.
 //!
 //! # Known gaps
-//! A leader change during a recovery does not resume it; a backup that dies during its
-//! zone's recovery is detected only through the request's timeout.
+//! A leader change during a recovery does not resume it. A restorer that dies after it
+//! committed some of the zone's ranges leaves them routed to it until the next backup
+//! commits the whole zone's ranges for itself (clients wait meanwhile).
 //!
 //! # Who calls it
 //! [`super::Core::after_commit`] (on `Fail`) and the superpeer's handlers.
@@ -64,9 +67,20 @@ struct Entry {
 }
 
 /// The leader's table of zone recoveries (in memory; lost with the leader).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Recoveries {
     table: Mutex<Vec<Entry>>,
+    /// Counts committed failures: zones in progress watch it for their restorer's.
+    failures: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Recoveries {
+    fn default() -> Self {
+        Recoveries {
+            table: Mutex::new(Vec::new()),
+            failures: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl Recoveries {
@@ -127,6 +141,9 @@ impl Recoveries {
 /// Starts recovering every zone of `failed` (called on the leader right after its `Fail`
 /// committed). Returns at once; the work runs on the superpeer's runtime.
 pub(crate) fn start(core: Arc<Core>, failed: NodeId) {
+    core.recoveries
+        .failures
+        .send_modify(|count| *count = count.wrapping_add(1));
     let Some(raft) = core.raft() else {
         return;
     };
@@ -207,17 +224,25 @@ async fn recover_zone(
             entry.restorer = Some(backup);
         });
         core.sync_address(backup);
-        let reply = core
-            .net
-            .request(
+        let mut failures = core.recoveries.failures.subscribe();
+        let backup_failed = async {
+            while alive_peer(core, backup) {
+                if failures.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        let reply = tokio::select! {
+            reply = core.net.request(
                 net_id(backup),
                 types::RECOVER,
                 request.clone(),
                 RECOVER_TIMEOUT,
-            )
-            .await
-            .map_err(|error| error.to_string())
-            .and_then(|bytes| RecoverReply::decode(bytes).map_err(|error| error.to_string()));
+            ) => reply
+                .map_err(|error| error.to_string())
+                .and_then(|bytes| RecoverReply::decode(bytes).map_err(|error| error.to_string())),
+            () = backup_failed => Err("declared failed while restoring the zone".to_owned()),
+        };
         match reply {
             Ok(RecoverReply::Recovered {
                 chunks,
