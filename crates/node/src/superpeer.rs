@@ -31,7 +31,7 @@ use std::fs::File;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -230,6 +230,10 @@ pub(crate) struct Core {
     registered: AtomicBool,
     registering: tokio::sync::Mutex<()>,
     events: mpsc::Sender<EventPush>,
+    /// Log index of the blank entry that began this superpeer's current leadership
+    /// (`u64::MAX` while it does not lead): only commands applied after it are its to
+    /// announce.
+    leading_from: AtomicU64,
     heartbeat_interval: Duration,
     failure_timeout: Duration,
     stopping: AtomicBool,
@@ -297,6 +301,7 @@ impl Superpeer {
             registered: AtomicBool::new(false),
             registering: tokio::sync::Mutex::new(()),
             events,
+            leading_from: AtomicU64::new(u64::MAX),
             heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms.max(1)),
             failure_timeout: Duration::from_millis(config.failure_timeout_ms.max(1)),
             stopping: AtomicBool::new(false),
@@ -315,10 +320,20 @@ impl Superpeer {
         raft_config.heartbeat_ms = config.raft_heartbeat_ms;
         raft_config.request_timeout_ms = config.raft_request_timeout_ms;
         raft_config.snapshot_every_entries = config.snapshot_every_entries;
+        // Events are announced from the applied log, so they go out in commit order.
+        let weak = Arc::downgrade(&core);
+        let observer: myriad_raft::ApplyObserver = Arc::new(
+            move |index, command: Option<&Command>, response: &Response, state: &MetaState| {
+                if let Some(core) = weak.upgrade() {
+                    core.on_applied(index, command, response, state);
+                }
+            },
+        );
         let raft = runtime
-            .block_on(MetaRaft::start(
+            .block_on(MetaRaft::start_observed(
                 raft_config,
                 NetTransport { net: net.clone() },
+                Some(observer),
             ))
             .map_err(|error| NodeError::Raft(error.to_string()))?;
         // Set once here, before any handler can see the core.
@@ -659,46 +674,11 @@ impl Core {
 
     /// Events and barrier releases for a committed command.
     async fn after_commit(self: &Arc<Self>, command: &Command, response: &Response) {
-        let Some(raft) = self.raft() else {
-            return;
-        };
-        let event = match (command, response) {
-            (_, Response::Error(_)) => None,
-            (Command::Join { .. }, Response::Joined { id, epoch, .. }) => {
-                if self.net.is_fenced(net_id(*id)) {
-                    self.net.unfence(net_id(*id));
-                }
-                raft.read_local(|state| state.node(*id).cloned())
-                    .map(|record| (*epoch, Event::NodeJoined(record)))
-            }
-            (Command::Leave { node }, Response::Epoch(epoch)) => {
-                Some((*epoch, Event::NodeLeft(*node)))
-            }
+        match (command, response) {
             (Command::Fail { node }, Response::Epoch(epoch)) => {
                 tracing::warn!(superpeer = %self.id, %node, epoch, "failure verdict committed");
-                // A node that was only slow or partitioned must not change metadata any
-                // more; a new incarnation (a join) lifts the fence.
-                self.net.fence(net_id(*node));
                 recovery::start(self.clone(), *node);
-                Some((*epoch, Event::NodeFailed(*node)))
             }
-            (
-                Command::SetOwner {
-                    creator,
-                    first,
-                    last,
-                    owner,
-                },
-                Response::Done,
-            ) => Some((
-                raft.read_local(MetaState::epoch),
-                Event::OwnerChanged {
-                    creator: *creator,
-                    first: *first,
-                    last: *last,
-                    owner: *owner,
-                },
-            )),
             (
                 Command::BarrierSignOn { id, .. } | Command::BarrierResize { id, .. },
                 Response::Barrier(outcome),
@@ -706,12 +686,44 @@ impl Core {
                 if let Some(values) = &outcome.released {
                     self.release_barrier(*id, outcome.round, values.clone());
                 }
-                None
             }
-            _ => None,
+            _ => {}
+        }
+    }
+
+    /// Called by the state machine for every applied entry, in log order, on every
+    /// superpeer: fences failed nodes (and unfences rejoined ones), and the leader queues
+    /// the event of each command it applied during its leadership for the event pump. (Events of a leader that died before pushing them
+    /// are not repeated; nodes catch up through their heartbeats' epochs.)
+    fn on_applied(
+        &self,
+        index: u64,
+        command: Option<&Command>,
+        response: &Response,
+        state: &MetaState,
+    ) {
+        // Every superpeer fences a node from the verdict on, so that a node that was only
+        // slow or partitioned cannot change metadata through any of them; a new
+        // incarnation (a join) lifts the fence.
+        match (command, response) {
+            (Some(Command::Fail { node }), Response::Epoch(_)) => self.net.fence(net_id(*node)),
+            (Some(Command::Join { .. }), Response::Joined { id, .. }) => {
+                self.net.unfence(net_id(*id));
+            }
+            _ => {}
+        }
+        let leading = self.raft().is_some_and(MetaRaft::is_leader);
+        let Some(command) = command else {
+            // A blank entry begins a leader's term.
+            let from = if leading { index } else { u64::MAX };
+            self.leading_from.store(from, Ordering::Release);
+            return;
         };
-        if let Some((epoch, event)) = event {
-            if self.events.try_send(EventPush { epoch, event }).is_err() {
+        if !leading || index <= self.leading_from.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(push) = event_of(command, response, state) {
+            if self.events.try_send(push).is_err() {
                 tracing::warn!("event queue full; nodes will resync from heartbeats");
             }
         }
@@ -999,6 +1011,37 @@ async fn registration_loop(core: Arc<Core>) {
             }
         }
     }
+}
+
+/// The event a committed command announces, built from the state right after it.
+fn event_of(command: &Command, response: &Response, state: &MetaState) -> Option<EventPush> {
+    let (epoch, event) = match (command, response) {
+        (_, Response::Error(_)) => return None,
+        (Command::Join { .. }, Response::Joined { id, epoch, .. }) => {
+            (*epoch, Event::NodeJoined(state.node(*id)?.clone()))
+        }
+        (Command::Leave { node }, Response::Epoch(epoch)) => (*epoch, Event::NodeLeft(*node)),
+        (Command::Fail { node }, Response::Epoch(epoch)) => (*epoch, Event::NodeFailed(*node)),
+        (
+            Command::SetOwner {
+                creator,
+                first,
+                last,
+                owner,
+            },
+            Response::Done,
+        ) => (
+            state.epoch(),
+            Event::OwnerChanged {
+                creator: *creator,
+                first: *first,
+                last: *last,
+                owner: *owner,
+            },
+        ),
+        _ => return None,
+    };
+    Some(EventPush { epoch, event })
 }
 
 /// Pushes events in the order they were committed, to every live non-superpeer node and

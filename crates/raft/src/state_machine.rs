@@ -22,7 +22,7 @@
 //! - Applying is deterministic ([`MetaState::apply`]), so every superpeer that applied the
 //!   same entries holds byte-equal [`MetaState::snapshot`]s.
 //!
-//! - An [`ApplyObserver`], when set, sees every applied command in log order, with the
+//! - An [`ApplyObserver`], when set, sees every applied entry in log order, with the
 //!   state right after it, on every member (leader or not), also when entries are applied
 //!   again after a restart.
 //!
@@ -184,10 +184,12 @@ pub fn decode_snapshot_file(
     Ok((meta, data, state))
 }
 
-/// Called for every applied command, in log order: the entry's log index, the command,
-/// its response and the state right after it. Runs on the state-machine worker under the
-/// state's write lock, so it must be quick and must not block (hand work to a channel).
-pub type ApplyObserver = Arc<dyn Fn(u64, &Command, &Response, &MetaState) + Send + Sync>;
+/// Called for every applied entry, in log order: the entry's log index, its command (`None`
+/// for the blank entry a new leader appends at the start of its term, and for membership
+/// entries), the response and the state right after it. Runs on the state-machine worker
+/// under the state's write lock, so it must be quick and must not block (hand work to a
+/// channel).
+pub type ApplyObserver = Arc<dyn Fn(u64, Option<&Command>, &Response, &MetaState) + Send + Sync>;
 
 /// The state machine of one superpeer, owned by openraft's state-machine worker.
 pub struct StateMachineStore {
@@ -317,20 +319,26 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             let response = {
                 let mut applied = self.applied.write();
                 applied.last_applied = Some(entry.log_id);
-                match entry.payload {
-                    EntryPayload::Blank => Response::Done,
+                let (command, response) = match entry.payload {
+                    EntryPayload::Blank => (None, Response::Done),
                     EntryPayload::Normal(command) => {
                         let response = applied.state.apply(&command);
-                        if let Some(observer) = &self.observer {
-                            observer(entry.log_id.index, &command, &response, &applied.state);
-                        }
-                        response
+                        (Some(command), response)
                     }
                     EntryPayload::Membership(membership) => {
                         applied.membership = StoredMembership::new(Some(entry.log_id), membership);
-                        Response::Done
+                        (None, Response::Done)
                     }
+                };
+                if let Some(observer) = &self.observer {
+                    observer(
+                        entry.log_id.index,
+                        command.as_ref(),
+                        &response,
+                        &applied.state,
+                    );
                 }
+                response
             };
             if let Some(responder) = responder {
                 responder.send(response);

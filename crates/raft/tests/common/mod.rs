@@ -131,13 +131,14 @@ impl Cluster {
         };
         let observed = Arc::clone(&self.observed);
         let observer: myriad_raft::ApplyObserver = Arc::new(
-            move |index, command: &Command, _: &Response, _: &MetaState| {
+            move |index, command: Option<&Command>, _: &Response, _: &MetaState| {
+                let text = command.map_or_else(|| "-".to_owned(), ToString::to_string);
                 observed
                     .lock()
                     .unwrap()
                     .entry(id)
                     .or_default()
-                    .push((index, command.to_string()));
+                    .push((index, text));
             },
         );
         let raft = MetaRaft::start_observed(config, transport, Some(observer))
