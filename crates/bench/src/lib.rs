@@ -13,3 +13,4 @@ pub mod process;
 pub mod recovery;
 pub mod recovery_local;
 pub mod replication;
+pub mod report;

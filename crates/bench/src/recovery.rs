@@ -43,6 +43,8 @@ use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use crate::report::emit;
+
 /// Command-line arguments of `myriad bench recovery`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RecoveryArgs {
@@ -110,14 +112,6 @@ const LOAD_BATCH: usize = 2_000;
 const VERIFY_BATCH: usize = 2_000;
 /// Every this many chunks one `replicated` put before the kill.
 const SYNC_STRIDE: usize = 65_536;
-
-fn emit(json: bool, value: serde_json::Value, text: String) {
-    if json {
-        println!("{value}");
-    } else {
-        println!("{text}");
-    }
-}
 
 /// Chunk `index`'s payload: the index, then a filler derived from it.
 fn payload(index: u64, bytes: usize) -> Bytes {

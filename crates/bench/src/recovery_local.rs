@@ -34,6 +34,8 @@ use myriad_replica::backup::log_zone;
 use myriad_replica::{BackupConfig, BackupService};
 use serde_json::json;
 
+use crate::report::{emit, mb_per_sec};
+
 /// Command-line arguments of `myriad bench recovery-local`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RecoveryLocalArgs {
@@ -72,18 +74,6 @@ const OWNER: NodeId = NodeId(1);
 const RESTORER: NodeId = NodeId(2);
 /// Chunks per append call while the zone is written.
 const LOAD_BATCH: usize = 256;
-
-fn mb_per_sec(bytes: u64, elapsed: Duration) -> f64 {
-    bytes as f64 / (1 << 20) as f64 / elapsed.as_secs_f64().max(1e-9)
-}
-
-fn emit(json: bool, value: serde_json::Value, text: String) {
-    if json {
-        println!("{value}");
-    } else {
-        println!("{text}");
-    }
-}
 
 /// Sequential 8 MiB reads of a `mb` MiB file written first: read MB/s, O_DIRECT used?
 fn disk_read_baseline(storage: &dyn Storage, mb: u64) -> Result<(f64, bool), String> {
