@@ -22,6 +22,7 @@
 
 pub mod config;
 pub mod launch;
+pub mod log_gc;
 pub mod peer;
 pub mod peer_node;
 pub mod recovery;

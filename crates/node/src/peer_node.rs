@@ -217,6 +217,8 @@ pub struct PeerNode {
     replica_events_stop: Arc<AtomicBool>,
     /// Checks whether this node was declared failed (`watch_self`).
     self_watch: tokio::task::JoinHandle<()>,
+    /// The collector of logs no longer backed up here (with the backup capability).
+    log_gc: Option<tokio::task::JoinHandle<()>>,
     /// The log line, once this node learned it was declared failed.
     declared_failed: Arc<OnceLock<String>>,
 }
@@ -450,8 +452,17 @@ impl PeerNode {
             Arc::clone(&service),
             Arc::clone(&declared_failed),
         ));
+        // Logs of zones no longer backed up here are deleted after a grace period.
+        let log_gc = backup.as_ref().map(|backup| {
+            endpoint.runtime().spawn(crate::log_gc::run(
+                Arc::clone(backup),
+                Arc::clone(&membership),
+                options.backup.log_gc,
+            ))
+        });
         tracing::info!(node = %me, address = %endpoint.local_addr(), "peer serving");
         Ok(PeerNode {
+            log_gc,
             endpoint: Some(endpoint),
             membership,
             service,
@@ -542,6 +553,9 @@ impl PeerNode {
             let membership = Arc::clone(&self.membership);
             let runtime = endpoint.runtime();
             self.self_watch.abort();
+            if let Some(log_gc) = &self.log_gc {
+                log_gc.abort();
+            }
             // A node declared failed is no member any more: nothing to leave.
             if leave
                 && tokio::runtime::Handle::try_current().is_err()

@@ -60,6 +60,8 @@ pub struct BackupOptions {
     pub wait_timeout: Duration,
     /// A backup without progress for this long is reported to the superpeers as failed.
     pub unreachable_timeout: Duration,
+    /// When the logs of zones no longer backed up here are deleted.
+    pub log_gc: crate::log_gc::LogGcOptions,
 }
 
 impl Default for BackupOptions {
@@ -80,6 +82,7 @@ impl Default for BackupOptions {
             },
             wait_timeout: Duration::from_secs(10),
             unreachable_timeout: Duration::from_secs(5),
+            log_gc: crate::log_gc::LogGcOptions::default(),
         }
     }
 }
@@ -113,6 +116,10 @@ impl BackupOptions {
             },
             wait_timeout: Duration::from_secs(10),
             unreachable_timeout: Duration::from_secs(3),
+            log_gc: crate::log_gc::LogGcOptions {
+                interval: Duration::from_millis(200),
+                grace: Duration::from_secs(1),
+            },
         }
     }
 

@@ -202,6 +202,13 @@ impl BackupService {
         Ok(self.inner.engine.recover_zone(id, &options, sink)?)
     }
 
+    /// Deletes `owner`'s zone `zone` and its files (it is no longer backed up here; see
+    /// [`LogEngine::remove_zone`]).
+    pub fn remove_zone(&self, owner: NodeId, zone: u32) -> Result<(), BackupError> {
+        let id = log_zone(owner, zone)?;
+        Ok(self.inner.engine.remove_zone(id)?)
+    }
+
     /// The last applied and durable sequence numbers of `master`'s current stream.
     pub fn stream_position(&self, master: NodeId) -> Option<(u64, u64)> {
         self.inner
