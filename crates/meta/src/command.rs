@@ -113,12 +113,21 @@ pub enum Command {
         /// Backup peers, first backup first.
         backups: Vec<NodeId>,
     },
-    /// Forgets a backup zone.
+    /// Forgets a backup zone (its owner left it behind, or recovery restored or lost it).
     ZoneRemove {
         /// The peer whose zone it is.
         owner: NodeId,
         /// The zone number.
         zone: u32,
+    },
+    /// Peer `node` may hand out fresh local IDs below `up_to` (at most `LOCAL_ID_MAX + 1`).
+    /// Committed before the IDs are handed out, so a later incarnation of the peer starts
+    /// above every ID an earlier one used ([`crate::PeerBases::lids_reserved`]; never lowered).
+    ReserveLids {
+        /// The peer.
+        node: NodeId,
+        /// One past the highest local ID it may hand out.
+        up_to: u64,
     },
 }
 
@@ -267,6 +276,9 @@ impl std::fmt::Display for Command {
                 Ok(())
             }
             Command::ZoneRemove { owner, zone } => write!(f, "zone-remove {owner}/{zone}"),
+            Command::ReserveLids { node, up_to } => {
+                write!(f, "reserve-lids {node} below {up_to:#x}")
+            }
         }
     }
 }
@@ -389,6 +401,11 @@ impl Command {
                 out.varint(u64::from(owner.0));
                 out.varint(u64::from(*zone));
             }
+            Command::ReserveLids { node, up_to } => {
+                out.u8(16);
+                out.varint(u64::from(node.0));
+                out.varint(*up_to);
+            }
         }
     }
 
@@ -497,6 +514,10 @@ impl Command {
             15 => Command::ZoneRemove {
                 owner: node(reader, "owner")?,
                 zone: reader.u32("zone")?,
+            },
+            16 => Command::ReserveLids {
+                node: node(reader, "node")?,
+                up_to: reader.varint("up to")?,
             },
             tag => {
                 return Err(DecodeError::UnknownTag {

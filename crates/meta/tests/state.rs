@@ -1,7 +1,7 @@
 //! The metadata state machine: scenario tests for each service and a model-based property
 //! test over random command sequences (snapshots, encodings, refusals).
 
-use myriad_mem::{ChunkId, NodeId};
+use myriad_mem::{ChunkId, NodeId, LOCAL_ID_MAX};
 use myriad_meta::limits::*;
 use myriad_meta::*;
 use proptest::prelude::*;
@@ -364,6 +364,11 @@ fn command() -> impl Strategy<Value = Command> {
             }
         ),
         (node_id(), 0u32..3).prop_map(|(owner, zone)| Command::ZoneRemove { owner, zone }),
+        (
+            node_id(),
+            prop_oneof![0u64..100, Just(LOCAL_ID_MAX + 1), Just(u64::MAX)]
+        )
+            .prop_map(|(node, up_to)| Command::ReserveLids { node, up_to }),
     ]
 }
 
@@ -428,4 +433,98 @@ fn provisional_ids_are_never_assigned_or_reclaimed() {
         Response::Error(MetaError::ReclaimRefused(NodeId(0)))
     );
     assert_eq!(joined_id(join(&mut state, Role::Peer, None)), NodeId(1));
+}
+
+/// A restarted peer (same ID, new incarnation) numbers zones and local IDs above everything
+/// its earlier incarnation registered or reserved; the old zones are then due for recovery
+/// and its fresh local IDs route to it again.
+#[test]
+fn a_new_incarnation_starts_above_the_old_zones_and_local_ids() {
+    let mut state = MetaState::new();
+    let peer = joined_id(join(&mut state, Role::Peer, None));
+    let backup = joined_id(join(&mut state, Role::Peer, None));
+    let other = joined_id(join(&mut state, Role::Peer, None));
+    assert_eq!(state.bases(peer), PeerBases::default());
+    for zone in [0, 1, 4] {
+        assert_eq!(
+            state.apply(&Command::ZoneSet {
+                owner: peer,
+                zone,
+                backups: vec![backup],
+            }),
+            Response::Done
+        );
+    }
+    for up_to in [1 << 32, 1 << 20] {
+        assert_eq!(
+            state.apply(&Command::ReserveLids { node: peer, up_to }),
+            Response::Done
+        );
+    }
+    assert!(matches!(
+        state.apply(&Command::ReserveLids {
+            node: peer,
+            up_to: LOCAL_ID_MAX + 2
+        }),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(state.zones_to_recover().count(), 0);
+    // A recovery handed the peer's unused IDs to another peer while it was gone.
+    state.apply(&Command::Fail { node: peer });
+    assert_eq!(state.zones_to_recover().count(), 3);
+    state.apply(&Command::SetOwner {
+        creator: peer,
+        first: 0,
+        last: LOCAL_ID_MAX,
+        owner: other,
+    });
+    let rejoined = join(&mut state, Role::Peer, Some(peer));
+    assert!(matches!(rejoined, Response::Joined { id, incarnation: 2, .. } if id == peer));
+    assert_eq!(
+        state.bases(peer),
+        PeerBases {
+            zone_base: 5,
+            zones_end: 5,
+            lid_base: 1 << 32,
+            lids_reserved: 1 << 32,
+        }
+    );
+    // Alive again, but its old zones still wait for recovery.
+    let due: Vec<u32> = state
+        .zones_to_recover()
+        .map(|(owner, zone, _)| {
+            assert_eq!(owner, peer);
+            zone
+        })
+        .collect();
+    assert_eq!(due, vec![0, 1, 4]);
+    // Fresh IDs route to the new incarnation, old ones stay with the restorer.
+    let cid = |lid: u64| ChunkId::new(peer, lid).unwrap();
+    assert_eq!(state.lookup(cid(1 << 32)).owner, peer);
+    assert_eq!(state.lookup(cid(LOCAL_ID_MAX)).owner, peer);
+    assert_eq!(state.lookup(cid((1 << 32) - 1)).owner, other);
+    // The old incarnation's zone numbers are closed to registrations.
+    assert!(matches!(
+        state.apply(&Command::ZoneSet {
+            owner: peer,
+            zone: 4,
+            backups: vec![backup],
+        }),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        state.apply(&Command::ZoneSet {
+            owner: peer,
+            zone: 5,
+            backups: vec![backup],
+        }),
+        Response::Done
+    );
+    assert!(!state.zone_needs_recovery(peer, 5));
+    // A third incarnation without new reservations still starts above the second's zones.
+    join(&mut state, Role::Peer, Some(peer));
+    assert_eq!(state.bases(peer).zone_base, 6);
+    assert_eq!(state.bases(peer).lid_base, 1 << 32);
+    let restored = MetaState::from_snapshot(&state.snapshot()).unwrap();
+    assert_eq!(restored, state);
 }
