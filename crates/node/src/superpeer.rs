@@ -88,6 +88,9 @@ pub struct SuperpeerConfig {
     pub heartbeat_interval_ms: u64,
     /// Failure detection: silence before a verdict.
     pub failure_timeout_ms: u64,
+    /// Recovery: how long a zone without a live backup waits for one to come back before
+    /// it is declared lost.
+    pub recovery_backup_wait_ms: u64,
     /// Handler threads of the endpoint.
     pub handler_threads: usize,
     /// Worker threads of the superpeer's runtime (I/O, Raft, request tasks).
@@ -116,6 +119,7 @@ impl SuperpeerConfig {
             snapshot_every_entries: defaults.superpeer.snapshot_every_entries,
             heartbeat_interval_ms: defaults.failure.heartbeat_interval_ms,
             failure_timeout_ms: defaults.failure.failure_timeout_ms,
+            recovery_backup_wait_ms: defaults.failure.recovery_backup_wait_ms,
             handler_threads: 2,
             io_threads: 2,
         }
@@ -140,6 +144,7 @@ impl SuperpeerConfig {
             snapshot_every_entries: section.snapshot_every_entries,
             heartbeat_interval_ms: config.failure.heartbeat_interval_ms,
             failure_timeout_ms: config.failure.failure_timeout_ms,
+            recovery_backup_wait_ms: config.failure.recovery_backup_wait_ms,
             handler_threads: 2,
             io_threads: 2,
         })
@@ -232,6 +237,7 @@ pub(crate) struct Core {
     events: mpsc::Sender<EventPush>,
     heartbeat_interval: Duration,
     failure_timeout: Duration,
+    backup_wait: Duration,
     stopping: AtomicBool,
     /// The zone recoveries this superpeer coordinated as leader.
     recoveries: recovery::Recoveries,
@@ -299,6 +305,7 @@ impl Superpeer {
             events,
             heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms.max(1)),
             failure_timeout: Duration::from_millis(config.failure_timeout_ms.max(1)),
+            backup_wait: Duration::from_millis(config.recovery_backup_wait_ms),
             stopping: AtomicBool::new(false),
             recoveries: recovery::Recoveries::default(),
         });
@@ -327,6 +334,7 @@ impl Superpeer {
         runtime.spawn(event_pump(core.clone(), pending));
         runtime.spawn(watch::run(core.clone()));
         runtime.spawn(registration_loop(core.clone()));
+        runtime.spawn(recovery::run(core.clone()));
         tracing::info!(id = %config.id, address = %net.local_addr(), "superpeer serving");
         Ok(Superpeer {
             core,
@@ -529,6 +537,7 @@ fn read_reply(state: &MetaState, request: &MetaRequest) -> MetaReply {
             }))
         }
         MetaRequest::Nodes => MetaReply::Nodes(state.nodes().cloned().collect()),
+        MetaRequest::Bases(node) => MetaReply::Bases(state.bases(*node)),
         MetaRequest::Zones(owner) => MetaReply::Zones(
             state
                 .zones_of(*owner)
@@ -668,8 +677,37 @@ impl Core {
                 if self.net.is_fenced(net_id(*id)) {
                     self.net.unfence(net_id(*id));
                 }
-                raft.read_local(|state| state.node(*id).cloned())
-                    .map(|record| (*epoch, Event::NodeJoined(record)))
+                let (record, bases) =
+                    raft.read_local(|state| (state.node(*id).cloned(), state.bases(*id)));
+                if let Some(record) = &record {
+                    if record.role == Role::Peer && bases.lid_base > 0 {
+                        // A new incarnation: its fresh IDs route to it again (the join
+                        // reset them in the state), and its old zones are due.
+                        let joined = EventPush {
+                            epoch: *epoch,
+                            event: Event::NodeJoined(record.clone()),
+                        };
+                        let reset = EventPush {
+                            epoch: *epoch,
+                            event: Event::OwnerChanged {
+                                creator: *id,
+                                first: bases.lid_base.min(myriad_mem::LOCAL_ID_MAX),
+                                last: myriad_mem::LOCAL_ID_MAX,
+                                owner: *id,
+                            },
+                        };
+                        for push in [joined, reset] {
+                            if self.events.try_send(push).is_err() {
+                                tracing::warn!(
+                                    "event queue full; nodes will resync from heartbeats"
+                                );
+                            }
+                        }
+                        recovery::scan(self);
+                        return;
+                    }
+                }
+                record.map(|record| (*epoch, Event::NodeJoined(record)))
             }
             (Command::Leave { node }, Response::Epoch(epoch)) => {
                 Some((*epoch, Event::NodeLeft(*node)))
@@ -679,7 +717,7 @@ impl Core {
                 // A node that was only slow or partitioned must not change metadata any
                 // more; a new incarnation (a join) lifts the fence.
                 self.net.fence(net_id(*node));
-                recovery::start(self.clone(), *node);
+                recovery::scan(self);
                 Some((*epoch, Event::NodeFailed(*node)))
             }
             (
