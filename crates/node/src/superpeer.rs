@@ -923,15 +923,25 @@ impl Core {
         let Some(raft) = self.raft() else {
             return;
         };
-        let alive = raft.read_local(|state| {
-            state.node(node).is_some_and(|record| {
-                record.state == NodeState::Alive && record.role != Role::Superpeer
+        let incarnation = |raft: &MetaRaft| {
+            raft.read_local(|state| {
+                state
+                    .node(node)
+                    .filter(|record| {
+                        record.state == NodeState::Alive && record.role != Role::Superpeer
+                    })
+                    .map(|record| record.incarnation)
             })
-        });
-        if !alive {
+        };
+        let Some(checked) = incarnation(raft) else {
+            return;
+        };
+        if self.ping(node).await.is_ok() {
             return;
         }
-        if self.ping(node).await.is_ok() {
+        if incarnation(raft) != Some(checked) {
+            // It restarted meanwhile (a new incarnation joined): the report was about the
+            // old one, whose zones the join already made due for recovery.
             return;
         }
         self.verdict(node, why).await;

@@ -15,8 +15,9 @@
 //!
 //! A zone none of whose backups is alive waits up to the configured backup wait
 //! (`failure.recovery_backup_wait_ms`, 30 s by default) for one to come back: after a
-//! full restart the backups rejoin one by one. If none comes back in time, or the live
-//! backups keep failing ([`FAILED_ROUNDS_MAX`] rounds), the zone is **lost**: logged as an
+//! full restart the backups rejoin one by one, and a backup whose record still says alive
+//! may not be back yet. Rounds over the backups repeat every [`RETRY_PAUSE`] until one
+//! restores the zone; if none did within the wait, the zone is **lost**: logged as an
 //! error, shown as `Lost` in the status, and removed from the table. Its chunks are gone.
 //!
 //! Once no zone of a failed peer is left, the CIDs that still route to it (its own CIDs
@@ -71,9 +72,7 @@ pub const RECOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often the leader looks for zones to recover that nobody recovers.
 pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
 /// Pause between two rounds over a zone's backups.
-const RETRY_PAUSE: Duration = Duration::from_millis(250);
-/// Rounds in which live backups all failed to restore a zone before it counts as lost.
-pub const FAILED_ROUNDS_MAX: u32 = 3;
+pub const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// Leftover ownership commits in flight at once.
 const LEFTOVER_COMMITS_IN_FLIGHT: usize = 64;
 /// Most zone lines kept in the table (oldest dropped first).
@@ -224,7 +223,13 @@ pub(crate) fn scan(core: &Arc<Core>) {
             .lock()
             .iter()
             .any(|(owner, _)| *owner == failed);
-        if busy || !core.recoveries.leftovers_done.lock().insert((failed, incarnation)) {
+        if busy
+            || !core
+                .recoveries
+                .leftovers_done
+                .lock()
+                .insert((failed, incarnation))
+        {
             continue;
         }
         let core = Arc::clone(core);
@@ -272,8 +277,7 @@ async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant)
             .iter()
             .any(|backup| *backup != owner && alive_peer(&core, *backup));
         if alive {
-            if let Some(restorer) =
-                recover_zone(&core, owner, zone, backups.clone(), started).await
+            if let Some(restorer) = recover_zone(&core, owner, zone, backups.clone(), started).await
             {
                 remove_zone(&core, owner, zone).await;
                 tracing::debug!(%owner, zone, %restorer, "zone removed from the table");
@@ -286,7 +290,7 @@ async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant)
                 entry.detail = format!("no backup alive of {backups:?}; waiting for one");
             });
         }
-        if failed_rounds >= FAILED_ROUNDS_MAX || Instant::now() >= deadline {
+        if Instant::now() >= deadline {
             let why = if alive {
                 format!("every backup of {backups:?} failed {failed_rounds} times")
             } else {
@@ -483,9 +487,8 @@ async fn hand_over_leftovers(core: &Arc<Core>, failed: NodeId) -> bool {
             creators
                 .into_iter()
                 .flat_map(|creator| {
-                    leftovers(state, creator, failed)
-                        .into_iter()
-                        .filter_map(move |(first, last, owner)| {
+                    leftovers(state, creator, failed).into_iter().filter_map(
+                        move |(first, last, owner)| {
                             let last = if creator == failed {
                                 // IDs at or above the reservation were never handed out.
                                 if first >= own_end {
@@ -501,7 +504,8 @@ async fn hand_over_leftovers(core: &Arc<Core>, failed: NodeId) -> bool {
                                 last,
                                 owner: owner.unwrap_or(fallback),
                             })
-                        })
+                        },
+                    )
                 })
                 .collect(),
         )
