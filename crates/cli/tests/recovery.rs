@@ -244,3 +244,110 @@ fn kill_and_recover(kill_first_backup: bool) {
         .expect("put after recovery");
     assert_eq!(chunks.get(cid).expect("get"), payload(index, 2));
 }
+
+/// The Raft leader of three superpeers is SIGKILLed right after a peer: the recovery is
+/// in flight (or not started yet) when the leader dies, and the new leader finishes it
+/// from the zone table in the replicated state.
+#[test]
+fn a_new_leader_finishes_the_recovery() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("recovery.toml");
+    std::fs::write(
+        &config,
+        CONFIG.replace("replication = 3", "replication = 2"),
+    )
+    .expect("write config");
+    let mut spec = LaunchSpec::new(dir.path().join("cluster"), env!("CARGO_BIN_EXE_myriad"));
+    spec.superpeers = 3;
+    spec.peers = 4;
+    spec.peer_memory_mb = Some(64);
+    spec.extra_args = vec!["--config".into(), config.display().to_string()];
+    spec.ready_timeout = Duration::from_secs(20);
+    let mut cluster = LocalCluster::start_owned(spec).expect("cluster starts");
+    let superpeers: Vec<(NodeId, SocketAddr)> = cluster
+        .superpeer_addresses()
+        .into_iter()
+        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
+        .collect();
+    let peers: Vec<NodeId> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Peer)
+        .map(|node| NodeId(node.node_id))
+        .collect();
+    let victim = peers[0];
+    let mut config = ClientConfig::new(superpeers.clone());
+    config.chunks = ChunkOptions {
+        timeout: Duration::from_secs(10),
+        durability: 3,
+        ..ChunkOptions::default()
+    };
+    let client = Client::connect_with(config).expect("client joins");
+    let api = client.blocking();
+    let chunks = api.chunks();
+    let count = 6_000;
+    let mut cids = Vec::with_capacity(count);
+    for start in (0..count).step_by(BATCH) {
+        let payloads = (start..start + BATCH).map(|i| payload(i, 0)).collect();
+        cids.extend(chunks.create_with_data(victim, payloads).expect("create"));
+    }
+    let mut expected: BTreeMap<ChunkId, Option<Bytes>> = cids
+        .iter()
+        .enumerate()
+        .map(|(i, &cid)| (cid, Some(payload(i, 0))))
+        .collect();
+    let removes: Vec<ChunkId> = (3..count).step_by(11).map(|i| cids[i]).collect();
+    for result in chunks.remove_batch(&removes) {
+        result.expect("remove");
+    }
+    for cid in &removes {
+        expected.insert(*cid, None);
+    }
+    let runtime = client.membership().net().runtime();
+    let status = runtime
+        .block_on(client.membership().request(MetaRequest::Status))
+        .expect("status");
+    let MetaReply::Status(status) = status else {
+        panic!("unexpected status reply {status:?}");
+    };
+    let leader = status.leader.expect("a leader");
+    println!("killing peer {victim}, then the leader superpeer {leader}");
+    cluster.kill(victim.0).expect("kill the peer");
+    std::thread::sleep(Duration::from_millis(50));
+    cluster.kill(leader.0).expect("kill the leader");
+    let killed = Instant::now();
+    let bound = Duration::from_secs(25);
+    let all: Vec<ChunkId> = expected.keys().copied().collect();
+    loop {
+        let mut wrong = Vec::new();
+        for batch in all.chunks(2_000) {
+            for (cid, result) in batch.iter().zip(chunks.get_batch(batch)) {
+                let want = expected.get(cid).cloned().flatten();
+                match (result, want) {
+                    (Ok(data), Some(want)) if data == want => {}
+                    (Err(ClientError::NotFound(_)), None) => {}
+                    (other, want) => wrong.push((*cid, format!("{other:?}"), want.is_some())),
+                }
+            }
+        }
+        if wrong.is_empty() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < bound,
+            "{} chunks wrong {:?} after the kills, e.g. {:?}",
+            wrong.len(),
+            killed.elapsed(),
+            &wrong[..wrong.len().min(5)]
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!(
+        "kills to all {} chunks right under a new leader: {} ms",
+        all.len(),
+        killed.elapsed().as_millis()
+    );
+    // The zone table is empty for the victim: the new leader finished every zone.
+    let zones = runtime.block_on(client.zones(victim)).expect("zone table");
+    assert!(zones.is_empty(), "zones left: {zones:?}");
+}
