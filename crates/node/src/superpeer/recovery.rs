@@ -177,7 +177,9 @@ pub(crate) fn scan(core: &Arc<Core>) {
     if !raft.is_leader() || core.stopping() {
         return;
     }
-    let (due, finished): (Vec<(NodeId, u32)>, Vec<(NodeId, u32)>) = raft.read_local(|state| {
+    // (owner, zone) due for recovery; (failed peer, incarnation) without zones left.
+    type Keys = Vec<(NodeId, u32)>;
+    let (due, finished): (Keys, Keys) = raft.read_local(|state| {
         let due = state
             .zones_to_recover()
             .map(|(owner, zone, _)| (owner, zone))
@@ -249,10 +251,7 @@ pub(crate) fn scan(core: &Arc<Core>) {
 async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant) {
     let deadline = Instant::now() + core.backup_wait;
     let mut failed_rounds = 0u32;
-    loop {
-        let Some(raft) = core.raft() else {
-            break;
-        };
+    while let Some(raft) = core.raft() {
         if core.stopping() || !raft.is_leader() {
             tracing::info!(%owner, zone, "no longer leading; the next leader continues the zone's recovery");
             break;
