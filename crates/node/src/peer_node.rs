@@ -7,6 +7,16 @@
 //! migration handler, and follows the group's events: ownership changes update the
 //! service's ownership view; a node that failed or left loses the chunk locks it held here.
 //!
+//! # Restarts
+//! A peer restarted with its data directory is a new incarnation of its node ID: it asks
+//! the superpeers for its bases ([`myriad_proto::meta::MetaRequest::Bases`]) and numbers
+//! its zones and fresh local IDs above everything the earlier incarnation registered or
+//! reserved; its earlier zones are recovered by their backups meanwhile, and until none is
+//! left it records the CIDs routed to it as owned by [`NOBODY`] (answering `NotOwner`). A
+//! background thread keeps a local-ID reservation ([`LID_RESERVE_STEP`]) ahead of the
+//! memory manager's fresh IDs (`Command::ReserveLids`). On a joined peer's new incarnation,
+//! the replicator replaces it in the zones it backs (its stream state is gone).
+//!
 //! # Replication
 //! With the backup capability the peer keeps other peers' backups: a log engine in the
 //! log directory and a [`BackupService`] whose handler is registered *before* the join (so

@@ -11,8 +11,12 @@
 //! - failure detection ([`watch`]): each superpeer pings the peers and clients assigned to
 //!   it and asks the leader to commit `Fail` for a node that stops answering;
 //! - recovery ([`recovery`]): after the leader commits `Fail` for a peer it fences the
-//!   node and has each of its backup zones restored by one of the zone's backups (status:
-//!   [`types::RECOVERY_STATUS`]).
+//!   node; the leader has every zone the zone table says is due (of failed peers, and of
+//!   earlier incarnations of restarted peers) restored by one of the zone's backups,
+//!   resuming after a leader change (status: [`types::RECOVERY_STATUS`]);
+//! - a peer's new incarnation (a restart with its data directory) gets its zone-number and
+//!   local-ID bases ([`MetaRequest::Bases`]); its join pushes the ownership of its fresh
+//!   local IDs back to it.
 //!
 //! # Invariants
 //! - The metadata changes only through Raft; a follower never applies a request itself.
