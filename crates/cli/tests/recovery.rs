@@ -351,3 +351,110 @@ fn a_new_leader_finishes_the_recovery() {
     let zones = runtime.block_on(client.zones(victim)).expect("zone table");
     assert!(zones.is_empty(), "zones left: {zones:?}");
 }
+
+/// With one backup per zone, the victim and that backup die together: the zone waits for
+/// the backup (bounded by `recovery_backup_wait_ms`), is then reported lost, and its CIDs
+/// end with `NotFound` instead of waiting for the dead node forever.
+#[test]
+fn a_zone_without_live_backups_is_reported_lost() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("recovery.toml");
+    let text = CONFIG
+        .replace("replication = 3", "replication = 1")
+        .replace(
+            "failure_timeout_ms = 600",
+            "failure_timeout_ms = 600\nrecovery_backup_wait_ms = 1500",
+        );
+    std::fs::write(&config, text).expect("write config");
+    let mut spec = LaunchSpec::new(dir.path().join("cluster"), env!("CARGO_BIN_EXE_myriad"));
+    spec.superpeers = 1;
+    spec.peers = 3;
+    spec.peer_memory_mb = Some(64);
+    spec.extra_args = vec!["--config".into(), config.display().to_string()];
+    spec.ready_timeout = Duration::from_secs(20);
+    let mut cluster = LocalCluster::start_owned(spec).expect("cluster starts");
+    let superpeers: Vec<(NodeId, SocketAddr)> = cluster
+        .superpeer_addresses()
+        .into_iter()
+        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
+        .collect();
+    let peers: Vec<NodeId> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Peer)
+        .map(|node| NodeId(node.node_id))
+        .collect();
+    let victim = peers[0];
+    let mut config = ClientConfig::new(superpeers.clone());
+    config.chunks = ChunkOptions {
+        timeout: Duration::from_secs(5),
+        durability: 3,
+        ..ChunkOptions::default()
+    };
+    let client = Client::connect_with(config).expect("client joins");
+    let api = client.blocking();
+    let chunks = api.chunks();
+    let payloads = (0..BATCH).map(|i| payload(i, 0)).collect();
+    let cids = chunks.create_with_data(victim, payloads).expect("create");
+    let runtime = client.membership().net().runtime();
+    let zones = runtime.block_on(client.zones(victim)).expect("zone table");
+    assert_eq!(zones.len(), 1, "one zone expected: {zones:?}");
+    let backup = zones[0].1[0];
+    cluster.kill(victim.0).expect("kill the victim");
+    cluster.kill(backup.0).expect("kill its only backup");
+    let killed = Instant::now();
+    let bound = Duration::from_secs(20);
+    loop {
+        let results = chunks.get_batch(&cids);
+        let not_found = results
+            .iter()
+            .filter(|result| matches!(result, Err(ClientError::NotFound(_))))
+            .count();
+        if not_found == cids.len() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < bound,
+            "{} of {} chunks not NotFound {:?} after the kills, e.g. {:?}",
+            cids.len() - not_found,
+            cids.len(),
+            killed.elapsed(),
+            results
+                .iter()
+                .find(|result| result.is_ok() || !matches!(result, Err(ClientError::NotFound(_))))
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let elapsed = killed.elapsed();
+    println!(
+        "kills to NotFound for a lost zone: {} ms",
+        elapsed.as_millis()
+    );
+    assert!(
+        elapsed >= Duration::from_millis(1_500),
+        "the zone was given up before the backup wait ended"
+    );
+    let bytes = client
+        .membership()
+        .net()
+        .request_blocking(
+            net_id(superpeers[0].0),
+            types::RECOVERY_STATUS,
+            Bytes::new(),
+            Duration::from_secs(5),
+        )
+        .expect("recovery status");
+    let status = RecoveryStatusReply::decode(bytes).expect("status decodes");
+    let lines: Vec<_> = status
+        .zones
+        .iter()
+        .filter(|zone| zone.owner == victim)
+        .collect();
+    println!("{lines:?}");
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].state, RecoveryState::Lost);
+    assert!(runtime
+        .block_on(client.zones(victim))
+        .expect("zone table")
+        .is_empty());
+}

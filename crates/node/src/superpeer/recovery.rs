@@ -301,6 +301,7 @@ async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant)
             tracing::error!(%owner, zone, %why, "zone LOST: its chunks are gone");
             core.recoveries.update(owner, zone, |entry| {
                 entry.state = RecoveryState::Lost;
+                entry.restorer = None;
                 entry.finished = Some(started.elapsed());
                 entry.detail = why;
             });
