@@ -36,6 +36,32 @@ write_buffer_kb = 1024
 primary_log_kb = 4096
 ";
 
+/// Copies the nodes' logs out of the test directory when the test panics (declared
+/// before the cluster guard, so it runs after the processes are killed).
+struct KeepLogsOnPanic(std::path::PathBuf);
+
+impl Drop for KeepLogsOnPanic {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let from = self.0.join("cluster").join("logs");
+        let to = std::env::temp_dir().join(format!(
+            "myriad-recovery-logs-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        if std::fs::create_dir_all(&to).is_ok() {
+            if let Ok(entries) = std::fs::read_dir(&from) {
+                for entry in entries.flatten() {
+                    let _ = std::fs::copy(entry.path(), to.join(entry.file_name()));
+                }
+            }
+            eprintln!("node logs kept in {}", to.display());
+        }
+    }
+}
+
 fn start(dir: &Path) -> LocalCluster {
     let config = dir.join("recovery.toml");
     std::fs::write(&config, CONFIG).expect("write config");
@@ -69,6 +95,7 @@ fn a_dead_first_backup_is_skipped() {
 
 fn kill_and_recover(kill_first_backup: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
+    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     let mut cluster = start(dir.path());
     let superpeers: Vec<(NodeId, SocketAddr)> = cluster
         .superpeer_addresses()
@@ -251,6 +278,7 @@ fn kill_and_recover(kill_first_backup: bool) {
 #[test]
 fn a_new_leader_finishes_the_recovery() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     let config = dir.path().join("recovery.toml");
     std::fs::write(
         &config,
@@ -358,6 +386,7 @@ fn a_new_leader_finishes_the_recovery() {
 #[test]
 fn a_zone_without_live_backups_is_reported_lost() {
     let dir = tempfile::tempdir().expect("tempdir");
+    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     let config = dir.path().join("recovery.toml");
     let text = CONFIG
         .replace("replication = 3", "replication = 1")
