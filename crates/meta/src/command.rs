@@ -120,6 +120,19 @@ pub enum Command {
         /// The zone number.
         zone: u32,
     },
+    /// Recovery's last step for a failed peer without zones left: every LID range still
+    /// routed to `failed` (of its own IDs only those below its reserved local IDs) goes
+    /// to the owner of a neighbouring range, else to `fallback`, in one step
+    /// ([`crate::MetaState::leftover_ranges`]). Refused unless `failed` is still failed in
+    /// `incarnation` and `fallback` is a known node.
+    HandOver {
+        /// The failed peer.
+        failed: NodeId,
+        /// Its incarnation that failed (a rejoined peer keeps what routes to it).
+        incarnation: u32,
+        /// Who takes ranges without a neighbouring owner.
+        fallback: NodeId,
+    },
     /// Peer `node` may hand out fresh local IDs below `up_to` (at most `LOCAL_ID_MAX + 1`).
     /// Committed before the IDs are handed out, so a later incarnation of the peer starts
     /// above every ID an earlier one used ([`crate::PeerBases::lids_reserved`]; never lowered).
@@ -279,6 +292,11 @@ impl std::fmt::Display for Command {
             Command::ReserveLids { node, up_to } => {
                 write!(f, "reserve-lids {node} below {up_to:#x}")
             }
+            Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            } => write!(f, "hand-over {failed}#{incarnation} fallback {fallback}"),
         }
     }
 }
@@ -406,6 +424,16 @@ impl Command {
                 out.varint(u64::from(node.0));
                 out.varint(*up_to);
             }
+            Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            } => {
+                out.u8(17);
+                out.varint(u64::from(failed.0));
+                out.varint(u64::from(*incarnation));
+                out.varint(u64::from(fallback.0));
+            }
         }
     }
 
@@ -518,6 +546,11 @@ impl Command {
             16 => Command::ReserveLids {
                 node: node(reader, "node")?,
                 up_to: reader.varint("up to")?,
+            },
+            17 => Command::HandOver {
+                failed: node(reader, "failed")?,
+                incarnation: reader.u32("incarnation")?,
+                fallback: node(reader, "fallback")?,
             },
             tag => {
                 return Err(DecodeError::UnknownTag {

@@ -123,6 +123,11 @@ impl MetaState {
                 }),
             },
             Command::ReserveLids { node, up_to } => self.reserve_lids(*node, *up_to),
+            Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            } => self.hand_over(*failed, *incarnation, *fallback),
         };
         result.unwrap_or_else(Response::Error)
     }
@@ -222,6 +227,88 @@ impl MetaState {
         let bases = self.bases.entry(node).or_default();
         bases.lids_reserved = bases.lids_reserved.max(up_to);
         Ok(Response::Done)
+    }
+
+    fn hand_over(
+        &mut self,
+        failed: NodeId,
+        incarnation: u32,
+        fallback: NodeId,
+    ) -> Result<Response, MetaError> {
+        let record = self
+            .nodes
+            .get(&failed)
+            .ok_or(MetaError::UnknownNode(failed))?;
+        if !matches!(record.state, NodeState::Failed { .. }) || record.incarnation != incarnation {
+            return Err(MetaError::InvalidArgument(format!(
+                "{failed} is not failed in incarnation {incarnation}"
+            )));
+        }
+        if !self.nodes.contains_key(&fallback) || fallback == failed {
+            return Err(MetaError::UnknownNode(fallback));
+        }
+        for (creator, first, last, owner) in self.leftover_ranges(failed, fallback) {
+            let tree = self.lookup.entry(creator).or_default();
+            tree.set_owner(creator, first, last, owner);
+            if tree.is_empty() {
+                self.lookup.remove(&creator);
+            }
+        }
+        Ok(Response::Done)
+    }
+
+    /// The LID ranges still routed to `failed`, as `(creator, first, last, new owner)`:
+    /// the owner of the left (else right) neighbouring range when that is not `failed`,
+    /// else `fallback`. Of `failed`'s own IDs only those below its
+    /// [`PeerBases::lids_reserved`] count (higher ones were never handed out).
+    pub fn leftover_ranges(
+        &self,
+        failed: NodeId,
+        fallback: NodeId,
+    ) -> Vec<(NodeId, u64, u64, NodeId)> {
+        let own_end = self.bases(failed).lids_reserved;
+        let mut out = Vec::new();
+        for creator in self.nodes.keys().copied() {
+            // The creator's whole LID space as (first, last, owner) pieces, in order.
+            let mut pieces: Vec<(u64, u64, NodeId)> = Vec::new();
+            let mut next = 0u64;
+            if let Some(tree) = self.lookup.get(&creator) {
+                for (first, last, owner) in tree.exceptions() {
+                    if first > next {
+                        pieces.push((next, first - 1, creator));
+                    }
+                    pieces.push((first, last, owner));
+                    next = last.saturating_add(1);
+                }
+            }
+            if next <= LOCAL_ID_MAX {
+                pieces.push((next, LOCAL_ID_MAX, creator));
+            }
+            for (index, &(first, last, owner)) in pieces.iter().enumerate() {
+                if owner != failed {
+                    continue;
+                }
+                let last = if creator == failed {
+                    if first >= own_end {
+                        continue;
+                    }
+                    last.min(own_end - 1)
+                } else {
+                    last
+                };
+                let left = index
+                    .checked_sub(1)
+                    .and_then(|i| pieces.get(i))
+                    .map(|piece| piece.2)
+                    .filter(|owner| *owner != failed);
+                let right = pieces
+                    .get(index + 1)
+                    .map(|piece| piece.2)
+                    .filter(|owner| *owner != failed);
+                out.push((creator, first, last, left.or(right).unwrap_or(fallback)));
+            }
+        }
+        out
     }
 
     /// Where `node`'s current incarnation starts (all zero for a node that never joined as

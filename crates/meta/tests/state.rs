@@ -369,6 +369,13 @@ fn command() -> impl Strategy<Value = Command> {
             prop_oneof![0u64..100, Just(LOCAL_ID_MAX + 1), Just(u64::MAX)]
         )
             .prop_map(|(node, up_to)| Command::ReserveLids { node, up_to }),
+        (node_id(), 0u32..3, node_id()).prop_map(|(failed, incarnation, fallback)| {
+            Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            }
+        }),
     ]
 }
 
@@ -527,4 +534,77 @@ fn a_new_incarnation_starts_above_the_old_zones_and_local_ids() {
     assert_eq!(state.bases(peer).lid_base, 1 << 32);
     let restored = MetaState::from_snapshot(&state.snapshot()).unwrap();
     assert_eq!(restored, state);
+}
+
+/// The hand-over of a failed peer's leftover ranges: each goes to a neighbouring owner
+/// (else the fallback), only its reserved own IDs count, and a rejoined peer keeps what
+/// routes to it.
+#[test]
+fn leftover_ranges_go_to_neighbours_in_one_hand_over() {
+    let mut state = MetaState::new();
+    let failed = joined_id(join(&mut state, Role::Peer, None));
+    let a = joined_id(join(&mut state, Role::Peer, None));
+    let b = joined_id(join(&mut state, Role::Peer, None));
+    state.apply(&Command::ReserveLids {
+        node: failed,
+        up_to: 1_000,
+    });
+    for (first, last, owner) in [(1, 10, a), (12, 20, b)] {
+        state.apply(&Command::SetOwner {
+            creator: failed,
+            first,
+            last,
+            owner,
+        });
+    }
+    state.apply(&Command::SetOwner {
+        creator: a,
+        first: 5,
+        last: 6,
+        owner: failed,
+    });
+    let hand_over = Command::HandOver {
+        failed,
+        incarnation: 1,
+        fallback: b,
+    };
+    // Not before the failure.
+    assert!(matches!(
+        state.apply(&hand_over),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    state.apply(&Command::Fail { node: failed });
+    assert_eq!(
+        state.leftover_ranges(failed, b),
+        vec![
+            (failed, 0, 0, a),
+            (failed, 11, 11, a),
+            (failed, 21, 999, b),
+            (a, 5, 6, a),
+        ]
+    );
+    assert_eq!(state.apply(&hand_over), Response::Done);
+    assert!(state.leftover_ranges(failed, b).is_empty());
+    let cid = |creator, lid| ChunkId::new(creator, lid).unwrap();
+    assert_eq!(state.lookup(cid(failed, 0)).owner, a);
+    assert_eq!(state.lookup(cid(failed, 500)).owner, b);
+    assert_eq!(
+        state.lookup(cid(failed, 1_000)).owner,
+        failed,
+        "never handed out"
+    );
+    assert_eq!(state.lookup(cid(a, 5)).owner, a);
+    // A rejoined peer (a new incarnation) is not handed over for the old one.
+    state.apply(&Command::SetOwner {
+        creator: a,
+        first: 7,
+        last: 7,
+        owner: failed,
+    });
+    join(&mut state, Role::Peer, Some(failed));
+    assert!(matches!(
+        state.apply(&hand_over),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(state.lookup(cid(a, 7)).owner, failed);
 }

@@ -23,8 +23,9 @@
 //! Once no zone of a failed peer is left, the CIDs that still route to it (its own CIDs
 //! outside the recovered ranges: removed chunks, chunks of lost zones, and ranges of other
 //! creators it had taken over) are given to a live peer (the owner of the neighbouring
-//! range, else the lowest live peer), so that accesses to them end with `NotFound` instead
-//! of waiting. Of the failed peer's own ID space only the local IDs it reserved
+//! range, else the lowest live peer) in one `Command::HandOver` (one Raft entry however
+//! many ranges; refused if the peer came back), so that accesses to them end with
+//! `NotFound` instead of waiting. Of the failed peer's own ID space only the local IDs it reserved
 //! ([`myriad_meta::PeerBases::lids_reserved`]) are handed over: IDs above were never used,
 //! and a new incarnation of the peer starts there.
 //!
@@ -54,11 +55,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{self, StreamExt};
 use myriad_mem::NodeId;
-use myriad_mem::LOCAL_ID_MAX;
 use myriad_meta::{Command, MetaError, NodeState, Response, Role};
-use myriad_proto::meta::MetaReply;
+use myriad_proto::meta::{Event, EventPush, MetaReply};
 use myriad_proto::recovery::{
     RecoverReply, RecoverRequest, RecoveryState, RecoveryStatusReply, ZoneRecovery,
 };
@@ -73,8 +72,6 @@ pub const RECOVER_TIMEOUT: Duration = Duration::from_secs(60);
 pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
 /// Pause between two rounds over a zone's backups.
 pub const RETRY_PAUSE: Duration = Duration::from_millis(250);
-/// Leftover ownership commits in flight at once.
-const LEFTOVER_COMMITS_IN_FLIGHT: usize = 64;
 /// Most zone lines kept in the table (oldest dropped first).
 const TABLE_MAX: usize = 65_536;
 
@@ -418,62 +415,20 @@ async fn recover_zone(
     None
 }
 
-/// The LID ranges of `creator` that still route to `failed`, each with the owner of its
-/// left (else right) neighbour range when that is not `failed`.
-fn leftovers(
-    state: &myriad_meta::MetaState,
-    creator: NodeId,
-    failed: NodeId,
-) -> Vec<(u64, u64, Option<NodeId>)> {
-    // The creator's whole LID space as (first, last, owner) pieces, in order.
-    let mut pieces: Vec<(u64, u64, NodeId)> = Vec::new();
-    let mut next = 0u64;
-    let exceptions: Vec<(u64, u64, NodeId)> = state
-        .lookup_tree(creator)
-        .map(|tree| tree.exceptions().collect())
-        .unwrap_or_default();
-    for (first, last, owner) in exceptions {
-        if first > next {
-            pieces.push((next, first - 1, creator));
-        }
-        pieces.push((first, last, owner));
-        next = last.saturating_add(1);
-    }
-    if next <= LOCAL_ID_MAX {
-        pieces.push((next, LOCAL_ID_MAX, creator));
-    }
-    let mut out = Vec::new();
-    for (index, &(first, last, owner)) in pieces.iter().enumerate() {
-        if owner != failed {
-            continue;
-        }
-        let left = index
-            .checked_sub(1)
-            .and_then(|i| pieces.get(i))
-            .map(|piece| piece.2)
-            .filter(|owner| *owner != failed);
-        let right = pieces
-            .get(index + 1)
-            .map(|piece| piece.2)
-            .filter(|owner| *owner != failed);
-        out.push((first, last, left.or(right)));
-    }
-    out
-}
-
-/// Gives every CID range still routed to `failed` (of its own IDs only those below its
-/// reservation) to a neighbouring owner, else to the lowest live peer, so that requests for
-/// removed or lost chunks end with `NotFound`. Whether it is settled (nothing to do, or
-/// every commit went through).
+/// Hands every CID range still routed to `failed` (of its own IDs only those below its
+/// reservation) to a neighbouring owner, else to the lowest live peer, in one
+/// `Command::HandOver`, so that requests for removed or lost chunks end with `NotFound`;
+/// then tells every node (ownership events). Whether it is settled (nothing to do, the
+/// peer came back, or the hand-over committed).
 async fn hand_over_leftovers(core: &Arc<Core>, failed: NodeId) -> bool {
     let Some(raft) = core.raft() else {
         return false;
     };
-    let commands: Option<Vec<Command>> = raft.read_local(|state| {
+    let plan = raft.read_local(|state| {
         let record = state.node(failed)?;
         if !matches!(record.state, NodeState::Failed { .. }) {
             // It came back: its new incarnation answers for what is routed to it.
-            return Some(Vec::new());
+            return Some(None);
         }
         let fallback = state
             .nodes()
@@ -481,106 +436,53 @@ async fn hand_over_leftovers(core: &Arc<Core>, failed: NodeId) -> bool {
                 record.role == Role::Peer && record.state == NodeState::Alive && record.id != failed
             })
             .map(|record| record.id)?;
-        let own_end = state.bases(failed).lids_reserved;
-        let creators: Vec<NodeId> = state.nodes().map(|record| record.id).collect();
-        Some(
-            creators
-                .into_iter()
-                .flat_map(|creator| {
-                    leftovers(state, creator, failed).into_iter().filter_map(
-                        move |(first, last, owner)| {
-                            let last = if creator == failed {
-                                // IDs at or above the reservation were never handed out.
-                                if first >= own_end {
-                                    return None;
-                                }
-                                last.min(own_end - 1)
-                            } else {
-                                last
-                            };
-                            Some(Command::SetOwner {
-                                creator,
-                                first,
-                                last,
-                                owner: owner.unwrap_or(fallback),
-                            })
-                        },
-                    )
-                })
-                .collect(),
-        )
+        let ranges = state.leftover_ranges(failed, fallback);
+        Some(Some((record.incarnation, fallback, ranges)))
     });
-    let Some(commands) = commands else {
-        tracing::warn!(%failed, "no live peer to take the failed node's leftover ranges yet");
-        return false;
+    let (incarnation, fallback, ranges) = match plan {
+        None => {
+            tracing::warn!(%failed, "no live peer to take the failed node's leftover ranges yet");
+            return false;
+        }
+        Some(None) => return true,
+        Some(Some(plan)) => plan,
     };
-    let count = commands.len();
-    let failures: Vec<String> = stream::iter(commands)
-        .map(|command| {
-            let core = Arc::clone(core);
-            async move {
-                match core.execute_write(command.clone()).await {
-                    MetaReply::Response(Response::Done) => None,
-                    other => Some(format!("{command:?}: {other:?}")),
+    if ranges.is_empty() {
+        return true;
+    }
+    let command = Command::HandOver {
+        failed,
+        incarnation,
+        fallback,
+    };
+    match core.execute_write(command).await {
+        MetaReply::Response(Response::Done) => {
+            let epoch = raft.read_local(myriad_meta::MetaState::epoch);
+            for (creator, first, last, owner) in &ranges {
+                let push = EventPush {
+                    epoch,
+                    event: Event::OwnerChanged {
+                        creator: *creator,
+                        first: *first,
+                        last: *last,
+                        owner: *owner,
+                    },
+                };
+                if core.events.send(push).await.is_err() {
+                    break;
                 }
             }
-        })
-        .buffer_unordered(LEFTOVER_COMMITS_IN_FLIGHT)
-        .filter_map(|failure| async move { failure })
-        .collect()
-        .await;
-    if failures.is_empty() {
-        tracing::info!(%failed, ranges = count, "leftover ranges of the failed node handed over; recovery complete");
-        true
-    } else {
-        tracing::warn!(%failed, ranges = count, failed_commits = failures.len(), first = ?failures.first(), "some leftover ranges not handed over");
-        false
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use myriad_meta::{Capabilities, MetaState};
-
-    #[test]
-    fn leftovers_are_the_failed_nodes_ranges_with_neighbours() {
-        let mut state = MetaState::new();
-        for _ in 0..3 {
-            state.apply(&Command::Join {
-                role: Role::Peer,
-                address: "127.0.0.1:1".into(),
-                capabilities: Capabilities::default(),
-                rack: 0,
-                switch: 0,
-                reclaim: None,
-            });
+            tracing::info!(%failed, ranges = ranges.len(), "leftover ranges of the failed node handed over; recovery complete");
+            true
         }
-        let ids: Vec<NodeId> = state.nodes().map(|record| record.id).collect();
-        let (failed, a, b) = (ids[0], ids[1], ids[2]);
-        for (first, last, owner) in [(1, 10, a), (12, 20, b)] {
-            state.apply(&Command::SetOwner {
-                creator: failed,
-                first,
-                last,
-                owner,
-            });
+        MetaReply::Response(Response::Error(error)) => {
+            // It came back meanwhile, or the fallback left: the next scan looks again.
+            tracing::info!(%failed, %error, "leftover hand-over refused");
+            false
         }
-        state.apply(&Command::SetOwner {
-            creator: a,
-            first: 5,
-            last: 6,
-            owner: failed,
-        });
-        assert_eq!(
-            leftovers(&state, failed, failed),
-            vec![
-                (0, 0, Some(a)),
-                (11, 11, Some(a)),
-                (21, LOCAL_ID_MAX, Some(b)),
-            ]
-        );
-        assert_eq!(leftovers(&state, a, failed), vec![(5, 6, Some(a))]);
-        assert_eq!(leftovers(&state, b, failed), vec![]);
+        other => {
+            tracing::warn!(%failed, ?other, "leftover hand-over not committed; retrying");
+            false
+        }
     }
 }
