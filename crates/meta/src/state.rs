@@ -260,13 +260,21 @@ impl MetaState {
     /// The LID ranges still routed to `failed`, as `(creator, first, last, new owner)`:
     /// the owner of the left (else right) neighbouring range when that is not `failed`,
     /// else `fallback`. Of `failed`'s own IDs only those below its
-    /// [`PeerBases::lids_reserved`] count (higher ones were never handed out).
+    /// [`PeerBases::lids_reserved`] count (higher ones were never handed out), and none if
+    /// it never registered a backup zone.
     pub fn leftover_ranges(
         &self,
         failed: NodeId,
         fallback: NodeId,
     ) -> Vec<(NodeId, u64, u64, NodeId)> {
-        let own_end = self.bases(failed).lids_reserved;
+        // A peer that never registered a zone had no backups: nothing of it was recovered,
+        // and its own IDs stay routed to it (unavailable rather than "not found").
+        let bases = self.bases(failed);
+        let own_end = if bases.zones_end > 0 {
+            bases.lids_reserved
+        } else {
+            0
+        };
         let mut out = Vec::new();
         for creator in self.nodes.keys().copied() {
             // The creator's whole LID space as (first, last, owner) pieces, in order.

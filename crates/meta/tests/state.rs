@@ -549,6 +549,19 @@ fn leftover_ranges_go_to_neighbours_in_one_hand_over() {
         node: failed,
         up_to: 1_000,
     });
+    // Without a zone (no backups) its own IDs are not handed over.
+    state.apply(&Command::Fail { node: failed });
+    assert!(state.leftover_ranges(failed, b).is_empty());
+    join(&mut state, Role::Peer, Some(failed));
+    state.apply(&Command::ReserveLids {
+        node: failed,
+        up_to: 1_000,
+    });
+    state.apply(&Command::ZoneSet {
+        owner: failed,
+        zone: 0,
+        backups: vec![a],
+    });
     for (first, last, owner) in [(1, 10, a), (12, 20, b)] {
         state.apply(&Command::SetOwner {
             creator: failed,
@@ -565,7 +578,7 @@ fn leftover_ranges_go_to_neighbours_in_one_hand_over() {
     });
     let hand_over = Command::HandOver {
         failed,
-        incarnation: 1,
+        incarnation: 2,
         fallback: b,
     };
     // Not before the failure.

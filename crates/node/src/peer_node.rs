@@ -442,6 +442,7 @@ impl PeerNode {
         // zones are recovered, it answers `NotOwner` for those CIDs (never a false
         // `NotFound`); the restorers' ownership events move them on.
         let restarted = bases.lid_base > 0;
+        let old_zones_pending = Arc::new(AtomicBool::new(restarted));
         if restarted {
             service.set_owner(me, 0, bases.lid_base - 1, NOBODY);
         }
@@ -452,12 +453,15 @@ impl PeerNode {
                 Arc::clone(&service),
                 Arc::clone(&membership),
                 bases,
+                Arc::clone(&old_zones_pending),
                 Arc::clone(&replica_events_stop),
             )?)
         } else {
             None
         };
         let mut receiver = membership.subscribe();
+        let resync_membership = Arc::clone(&membership);
+        let pending_flag = Arc::clone(&old_zones_pending);
         let follower = Arc::clone(&service);
         let events_runtime = endpoint.runtime();
         let events = endpoint.runtime().spawn(async move {
@@ -468,7 +472,25 @@ impl PeerNode {
                         replicate_event(&follower, &events_runtime, &event);
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                        tracing::warn!(missed, "peer fell behind the cluster's events");
+                        // Missed ownership events (e.g. a recovery's burst): reload the
+                        // ownership ranges from the superpeers.
+                        tracing::warn!(
+                            missed,
+                            "peer fell behind the cluster's events; reloading ownership"
+                        );
+                        let service = Arc::clone(&follower);
+                        let membership = Arc::clone(&resync_membership);
+                        let pending = Arc::clone(&pending_flag);
+                        let runtime = events_runtime.clone();
+                        let me = service.node();
+                        events_runtime.spawn_blocking(move || {
+                            let mine_as = if pending.load(Ordering::Acquire) {
+                                NOBODY
+                            } else {
+                                me
+                            };
+                            sync_ownership(&runtime, &membership, &service, mine_as);
+                        });
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 }
@@ -594,6 +616,7 @@ fn watch_old_zones(
     service: Arc<ChunkService>,
     membership: Arc<Membership>,
     bases: myriad_meta::PeerBases,
+    pending: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<()>, PeerError> {
     let me = membership.node_id();
@@ -610,6 +633,7 @@ fn watch_old_zones(
                 });
                 if let Ok(myriad_proto::meta::MetaReply::Zones(zones)) = reply {
                     if zones.iter().all(|(zone, _)| *zone >= bases.zone_base) {
+                        pending.store(false, Ordering::Release);
                         service.set_owner(me, 0, bases.lid_base - 1, me);
                         sync_ownership(&runtime, &membership, &service, me);
                         tracing::info!(node = %me, "the earlier incarnation's zones are recovered");

@@ -181,13 +181,12 @@ pub(crate) fn scan(core: &Arc<Core>) {
             .zones_to_recover()
             .map(|(owner, zone, _)| (owner, zone))
             .collect();
-        // Failed peers that had zones (so recovery applies to them) and have none left.
+        // Failed peers without zones left (the hand-over finds what still routes to them).
         let finished = state
             .nodes()
             .filter(|record| {
                 record.role == Role::Peer
                     && matches!(record.state, NodeState::Failed { .. })
-                    && state.bases(record.id).zones_end > 0
                     && state.zones_of(record.id).next().is_none()
             })
             .map(|record| (record.id, record.incarnation))
@@ -424,18 +423,31 @@ async fn hand_over_leftovers(core: &Arc<Core>, failed: NodeId) -> bool {
     let Some(raft) = core.raft() else {
         return false;
     };
+    // The fallback: the first live peer that answers a ping now (a peer that died with
+    // the failed one may not be declared failed yet).
+    let candidates: Vec<NodeId> = raft.read_local(|state| {
+        state
+            .nodes()
+            .filter(|record| {
+                record.role == Role::Peer && record.state == NodeState::Alive && record.id != failed
+            })
+            .map(|record| record.id)
+            .collect()
+    });
+    let mut fallback = None;
+    for candidate in candidates {
+        if core.ping(candidate).await.is_ok() {
+            fallback = Some(candidate);
+            break;
+        }
+    }
     let plan = raft.read_local(|state| {
         let record = state.node(failed)?;
         if !matches!(record.state, NodeState::Failed { .. }) {
             // It came back: its new incarnation answers for what is routed to it.
             return Some(None);
         }
-        let fallback = state
-            .nodes()
-            .find(|record| {
-                record.role == Role::Peer && record.state == NodeState::Alive && record.id != failed
-            })
-            .map(|record| record.id)?;
+        let fallback = fallback?;
         let ranges = state.leftover_ranges(failed, fallback);
         Some(Some((record.incarnation, fallback, ranges)))
     });
