@@ -5,7 +5,9 @@
 //! directory, so a restarted peer keeps its identity), creates the memory manager under the
 //! assigned ID, registers the chunk service ([`crate::peer::ChunkService`]) and the
 //! migration handler, and follows the group's events: ownership changes update the
-//! service's ownership view; a node that failed or left loses the chunk locks it held here.
+//! service's ownership view (reloaded from the superpeers when the peer misses events, e.g.
+//! in a recovery's burst of them); a node that failed or left loses the chunk locks it held
+//! here.
 //!
 //! # Restarts
 //! A peer restarted with its data directory is a new incarnation of its node ID: it asks
