@@ -45,7 +45,10 @@
 //! A backup that dies during its zone's recovery is detected only through the request's
 //! timeout. Two superpeers that both believe to lead for a moment may both ask a backup to
 //! restore the same zone; the second restore replaces the first's chunks with the same
-//! versions.
+//! versions. Backups keep the logs of recovered and lost zones (disk space is not given
+//! back). `Fail` names a node, not an incarnation: a verdict on an old incarnation that
+//! commits in the moment its new incarnation joins fails the new one (the watch and the
+//! failure reports check the incarnation right before, which leaves milliseconds).
 //!
 //! # Who calls it
 //! [`super::Core::after_commit`] (on `Fail` and joins), [`run`] (spawned at start) and
