@@ -68,6 +68,13 @@ impl ZoneTree {
         }
     }
 
+    /// Numbers new zones from `first` on (no effect on numbers already at or above it): a
+    /// restarted master starts above the zones of its earlier incarnation, which its backups
+    /// still hold. Call before the first assignment.
+    pub fn start_zones_at(&mut self, first: u32) {
+        self.next_zone = self.next_zone.max(first);
+    }
+
     fn own_last(&self) -> u64 {
         ChunkId::new(self.master, LOCAL_ID_MAX).map_or(u64::MAX, ChunkId::raw)
     }

@@ -162,3 +162,15 @@ fn recovered_chunks_form_one_zone() {
         .is_err());
     assert_eq!(tree.ranges_of(zone).len(), 1);
 }
+
+#[test]
+fn a_restarted_master_numbers_its_zones_from_the_given_base() {
+    let mut tree = ZoneTree::new(MASTER, ZONE_BYTES);
+    tree.start_zones_at(40);
+    let first = tree.assign(ChunkId::new(MASTER, 1 << 32).unwrap(), 600);
+    assert_eq!(first.zone, ZoneId(40));
+    assert!(first.opened);
+    let second = tree.assign(ChunkId::new(MASTER, (1 << 32) + 1).unwrap(), 600);
+    assert_eq!(second.zone, ZoneId(41));
+    assert_eq!(tree.new_zone(), ZoneId(42));
+}

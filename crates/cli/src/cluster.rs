@@ -42,14 +42,18 @@ pub enum ClusterCommand {
         #[arg(long)]
         node: String,
     },
-    /// Restart one node with its arguments and data directory.
+    /// Restart one node with its arguments and data directory; without `--node`, every
+    /// node that is down (a whole killed cluster: superpeers first, then the peers).
     Restart {
         /// The cluster directory.
         #[arg(long)]
         dir: PathBuf,
-        /// Node ID (decimal or 0x hex) or name (`peer-2`).
+        /// Node ID (decimal or 0x hex) or name (`peer-2`); all nodes that are down if absent.
         #[arg(long)]
-        node: String,
+        node: Option<String>,
+        /// Pause between two peers when restarting every node, in milliseconds.
+        #[arg(long, default_value_t = 0)]
+        peer_gap_ms: u64,
     },
 }
 
@@ -144,13 +148,25 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        ClusterCommand::Restart { dir, node } => {
+        ClusterCommand::Restart {
+            dir,
+            node,
+            peer_gap_ms,
+        } => {
             let mut cluster = LocalCluster::open(&dir)?;
-            let entry = cluster.restart(&node)?;
-            println!(
-                "restarted {} (node 0x{:04x}, {}, pid {})",
-                entry.name, entry.node_id, entry.address, entry.pid
-            );
+            let entries = match node {
+                Some(node) => vec![cluster.restart(&node)?],
+                None => cluster.restart_all(std::time::Duration::from_millis(peer_gap_ms))?,
+            };
+            if entries.is_empty() {
+                println!("every node is alive; nothing restarted");
+            }
+            for entry in entries {
+                println!(
+                    "restarted {} (node 0x{:04x}, {}, pid {})",
+                    entry.name, entry.node_id, entry.address, entry.pid
+                );
+            }
             Ok(())
         }
     }

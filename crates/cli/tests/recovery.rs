@@ -35,6 +35,32 @@ write_buffer_kb = 1024
 primary_log_kb = 4096
 ";
 
+/// Copies the nodes' logs out of the test directory when the test panics (declared
+/// before the cluster guard, so it runs after the processes are killed).
+struct KeepLogsOnPanic(std::path::PathBuf);
+
+impl Drop for KeepLogsOnPanic {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let from = self.0.join("cluster").join("logs");
+        let to = std::env::temp_dir().join(format!(
+            "myriad-recovery-logs-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        if std::fs::create_dir_all(&to).is_ok() {
+            if let Ok(entries) = std::fs::read_dir(&from) {
+                for entry in entries.flatten() {
+                    let _ = std::fs::copy(entry.path(), to.join(entry.file_name()));
+                }
+            }
+            eprintln!("node logs kept in {}", to.display());
+        }
+    }
+}
+
 fn start(dir: &Path) -> LocalCluster {
     let config = dir.join("recovery.toml");
     std::fs::write(&config, CONFIG).expect("write config");
@@ -68,6 +94,7 @@ fn a_dead_first_backup_is_skipped() {
 
 fn kill_and_recover(kill_first_backup: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
+    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     let mut cluster = start(dir.path());
     let superpeers: Vec<(NodeId, SocketAddr)> = cluster
         .superpeer_addresses()
@@ -293,4 +320,213 @@ fn term_json(cluster_dir: &Path, command: &str) -> serde_json::Value {
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).expect("term prints JSON")
+}
+
+/// The Raft leader of three superpeers is SIGKILLed right after a peer: the recovery is
+/// in flight (or not started yet) when the leader dies, and the new leader finishes it
+/// from the zone table in the replicated state.
+#[test]
+fn a_new_leader_finishes_the_recovery() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
+    let config = dir.path().join("recovery.toml");
+    std::fs::write(
+        &config,
+        CONFIG.replace("replication = 3", "replication = 2"),
+    )
+    .expect("write config");
+    let mut spec = LaunchSpec::new(dir.path().join("cluster"), env!("CARGO_BIN_EXE_myriad"));
+    spec.superpeers = 3;
+    spec.peers = 4;
+    spec.peer_memory_mb = Some(64);
+    spec.extra_args = vec!["--config".into(), config.display().to_string()];
+    spec.ready_timeout = Duration::from_secs(20);
+    let mut cluster = LocalCluster::start_owned(spec).expect("cluster starts");
+    let superpeers: Vec<(NodeId, SocketAddr)> = cluster
+        .superpeer_addresses()
+        .into_iter()
+        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
+        .collect();
+    let peers: Vec<NodeId> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Peer)
+        .map(|node| NodeId(node.node_id))
+        .collect();
+    let victim = peers[0];
+    let mut config = ClientConfig::new(superpeers.clone());
+    config.chunks = ChunkOptions {
+        timeout: Duration::from_secs(10),
+        durability: 3,
+        ..ChunkOptions::default()
+    };
+    let client = Client::connect_with(config).expect("client joins");
+    let api = client.blocking();
+    let chunks = api.chunks();
+    let count = 6_000;
+    let mut cids = Vec::with_capacity(count);
+    for start in (0..count).step_by(BATCH) {
+        let payloads = (start..start + BATCH).map(|i| payload(i, 0)).collect();
+        cids.extend(chunks.create_with_data(victim, payloads).expect("create"));
+    }
+    let mut expected: BTreeMap<ChunkId, Option<Bytes>> = cids
+        .iter()
+        .enumerate()
+        .map(|(i, &cid)| (cid, Some(payload(i, 0))))
+        .collect();
+    let removes: Vec<ChunkId> = (3..count).step_by(11).map(|i| cids[i]).collect();
+    for result in chunks.remove_batch(&removes) {
+        result.expect("remove");
+    }
+    for cid in &removes {
+        expected.insert(*cid, None);
+    }
+    let runtime = client.membership().net().runtime();
+    let status = runtime
+        .block_on(client.membership().request(MetaRequest::Status))
+        .expect("status");
+    let MetaReply::Status(status) = status else {
+        panic!("unexpected status reply {status:?}");
+    };
+    let leader = status.leader.expect("a leader");
+    println!("killing peer {victim}, then the leader superpeer {leader}");
+    cluster.kill(victim.0).expect("kill the peer");
+    std::thread::sleep(Duration::from_millis(50));
+    cluster.kill(leader.0).expect("kill the leader");
+    let killed = Instant::now();
+    let bound = Duration::from_secs(25);
+    let all: Vec<ChunkId> = expected.keys().copied().collect();
+    loop {
+        let mut wrong = Vec::new();
+        for batch in all.chunks(2_000) {
+            for (cid, result) in batch.iter().zip(chunks.get_batch(batch)) {
+                let want = expected.get(cid).cloned().flatten();
+                match (result, want) {
+                    (Ok(data), Some(want)) if data == want => {}
+                    (Err(ClientError::NotFound(_)), None) => {}
+                    (other, want) => wrong.push((*cid, format!("{other:?}"), want.is_some())),
+                }
+            }
+        }
+        if wrong.is_empty() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < bound,
+            "{} chunks wrong {:?} after the kills, e.g. {:?}",
+            wrong.len(),
+            killed.elapsed(),
+            &wrong[..wrong.len().min(5)]
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!(
+        "kills to all {} chunks right under a new leader: {} ms",
+        all.len(),
+        killed.elapsed().as_millis()
+    );
+    // The zone table is empty for the victim: the new leader finished every zone.
+    let zones = runtime.block_on(client.zones(victim)).expect("zone table");
+    assert!(zones.is_empty(), "zones left: {zones:?}");
+}
+
+/// With one backup per zone, the victim and that backup die together: the zone waits for
+/// the backup (bounded by `recovery_backup_wait_ms`), is then reported lost, and its CIDs
+/// end with `NotFound` instead of waiting for the dead node forever.
+#[test]
+fn a_zone_without_live_backups_is_reported_lost() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
+    let config = dir.path().join("recovery.toml");
+    let text = CONFIG
+        .replace("replication = 3", "replication = 1")
+        .replace(
+            "failure_timeout_ms = 600",
+            "failure_timeout_ms = 600\nrecovery_backup_wait_ms = 1500",
+        );
+    std::fs::write(&config, text).expect("write config");
+    let mut spec = LaunchSpec::new(dir.path().join("cluster"), env!("CARGO_BIN_EXE_myriad"));
+    spec.superpeers = 1;
+    spec.peers = 3;
+    spec.peer_memory_mb = Some(64);
+    spec.extra_args = vec!["--config".into(), config.display().to_string()];
+    spec.ready_timeout = Duration::from_secs(20);
+    let mut cluster = LocalCluster::start_owned(spec).expect("cluster starts");
+    let superpeers: Vec<(NodeId, SocketAddr)> = cluster
+        .superpeer_addresses()
+        .into_iter()
+        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
+        .collect();
+    let peers: Vec<NodeId> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Peer)
+        .map(|node| NodeId(node.node_id))
+        .collect();
+    let victim = peers[0];
+    let mut config = ClientConfig::new(superpeers.clone());
+    config.chunks = ChunkOptions {
+        timeout: Duration::from_secs(5),
+        durability: 3,
+        ..ChunkOptions::default()
+    };
+    let client = Client::connect_with(config).expect("client joins");
+    let api = client.blocking();
+    let chunks = api.chunks();
+    let payloads = (0..BATCH).map(|i| payload(i, 0)).collect();
+    let cids = chunks.create_with_data(victim, payloads).expect("create");
+    let runtime = client.membership().net().runtime();
+    let zones = runtime.block_on(client.zones(victim)).expect("zone table");
+    assert_eq!(zones.len(), 1, "one zone expected: {zones:?}");
+    let backup = zones[0].1[0];
+    cluster.kill(victim.0).expect("kill the victim");
+    cluster.kill(backup.0).expect("kill its only backup");
+    let killed = Instant::now();
+    let bound = Duration::from_secs(20);
+    loop {
+        let results = chunks.get_batch(&cids);
+        let not_found = results
+            .iter()
+            .filter(|result| matches!(result, Err(ClientError::NotFound(_))))
+            .count();
+        if not_found == cids.len() {
+            break;
+        }
+        assert!(
+            killed.elapsed() < bound,
+            "{} of {} chunks not NotFound {:?} after the kills, e.g. {:?}",
+            cids.len() - not_found,
+            cids.len(),
+            killed.elapsed(),
+            results
+                .iter()
+                .find(|result| result.is_ok() || !matches!(result, Err(ClientError::NotFound(_))))
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let elapsed = killed.elapsed();
+    println!(
+        "kills to NotFound for a lost zone: {} ms",
+        elapsed.as_millis()
+    );
+    assert!(
+        elapsed >= Duration::from_millis(1_500),
+        "the zone was given up before the backup wait ended"
+    );
+    let status = client
+        .blocking()
+        .recovery_status()
+        .expect("recovery status");
+    let lines: Vec<_> = status
+        .zones
+        .iter()
+        .filter(|zone| zone.owner == victim)
+        .collect();
+    println!("{lines:?}");
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].state, RecoveryState::Lost);
+    assert!(runtime
+        .block_on(client.zones(victim))
+        .expect("zone table")
+        .is_empty());
 }

@@ -10,7 +10,9 @@
 //! The owner of a CID is the cached lookup range holding it, else its creator (chunks stay
 //! on their creator unless migrated or recovered). A peer that does not own a CID answers
 //! `NotOwner`: the client asks the [`Directory`] for the CID's range, caches it and tries
-//! again; after [`ChunkOptions::attempts_max`] quick rounds it keeps trying every
+//! again; while the directory still names the node that refused (a restarted peer whose
+//! earlier chunks are being recovered), rounds are [`RECOVERY_POLL`] apart and do not
+//! count; after [`ChunkOptions::attempts_max`] quick rounds it keeps trying every
 //! [`RECOVERY_POLL`] until the call's timeout (during a recovery or migration the
 //! superpeers' ranges and the peers' ownership views change for a moment in an order a
 //! client can observe; a call then waits instead of failing with "ownership kept
@@ -412,6 +414,8 @@ impl<D: Directory> Chunks<D> {
             std::iter::repeat_with(|| None).take(cids.len()).collect();
         let mut refreshed_after_failure = vec![false; cids.len()];
         let mut waiting_on: Vec<Option<NodeId>> = vec![None; cids.len()];
+        // The node that answered `NotOwner` for an item in the last round.
+        let mut refused_by: Vec<Option<NodeId>> = vec![None; cids.len()];
         let mut last_owner = vec![NodeId(0); cids.len()];
         let mut pending: Vec<usize> = (0..cids.len()).collect();
         let mut round = 0;
@@ -452,7 +456,10 @@ impl<D: Directory> Chunks<D> {
                         for (index, item) in indices.into_iter().zip(items) {
                             match item {
                                 Ok(value) => results[index] = Some(Ok(value)),
-                                Err(ItemError::NotOwner) => to_refresh.push(index),
+                                Err(ItemError::NotOwner) => {
+                                    refused_by[index] = Some(owner);
+                                    to_refresh.push(index);
+                                }
                                 Err(error) => {
                                     results[index] =
                                         Some(Err(item_failure(error, cids[index], owner)))
@@ -556,6 +563,19 @@ impl<D: Directory> Chunks<D> {
                 still_waiting = true;
                 true
             });
+            // Items refused by the node the directory still names (a restarted peer whose
+            // earlier chunks are being recovered, or a view that lags): wait a poll
+            // interval and ask again, bounded by `deadline`, without using up a round.
+            for &index in &pending {
+                let Some(refuser) = refused_by[index].take() else {
+                    continue;
+                };
+                if self.owner_of(cids[index]) == refuser
+                    && Instant::now() + RECOVERY_POLL < deadline
+                {
+                    still_waiting = true;
+                }
+            }
             if still_waiting {
                 round -= 1;
                 tokio::time::sleep(RECOVERY_POLL).await;

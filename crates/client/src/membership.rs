@@ -644,7 +644,10 @@ impl Membership {
             }
             Event::OwnerChanged { .. } => {}
         }
-        if push.epoch > table.epoch {
+        // Only membership events advance the epoch: an ownership event committed after a
+        // join may be pushed before the join's event (pushes follow the end of each
+        // commit's handling, not the commit order), and must not make the join look known.
+        if membership_change && push.epoch > table.epoch {
             table.epoch = push.epoch;
         }
         gap

@@ -197,6 +197,20 @@ impl MemoryManager {
 
     // ----- local IDs -------------------------------------------------------------------
 
+    /// Fresh local IDs are handed out from `first` on (no effect if they already are). A
+    /// restarted node calls it before its first create, so that it never hands out an ID
+    /// an earlier incarnation may have used. IDs below `first` stay free (a gap).
+    pub fn start_local_ids_at(&self, first: u64) {
+        self.next_local_id
+            .fetch_max(first.min(LOCAL_ID_MAX + 1), Ordering::Relaxed);
+    }
+
+    /// One past the highest local ID handed out (or reserved for a thread's block) so far:
+    /// no fresh ID at or above it was given to anyone yet.
+    pub fn local_id_mark(&self) -> u64 {
+        self.next_local_id.load(Ordering::Relaxed)
+    }
+
     fn check_size(&self, size: usize) -> MemResult<()> {
         if size == 0 || size as u64 > self.config.chunk_bytes_max {
             return Err(MemError::InvalidSize {
@@ -1270,6 +1284,23 @@ mod tests {
             ..MemoryConfig::default()
         })
         .unwrap()
+    }
+
+    #[test]
+    fn local_ids_start_at_the_given_first_one() {
+        let memory = MemoryManager::new(MemoryConfig {
+            node_id: NodeId(4),
+            region_bytes: 1 << 20,
+            ..MemoryConfig::default()
+        })
+        .unwrap();
+        memory.start_local_ids_at(1000);
+        memory.start_local_ids_at(10);
+        let cid = memory.create(8).unwrap();
+        assert_eq!(cid.local_id(), 1000);
+        assert!(memory.local_id_mark() > 1000);
+        let many = memory.create_batch(&[8, 8]).unwrap();
+        assert!(many.iter().all(|cid| cid.local_id() > 1000));
     }
 
     #[test]

@@ -113,12 +113,34 @@ pub enum Command {
         /// Backup peers, first backup first.
         backups: Vec<NodeId>,
     },
-    /// Forgets a backup zone.
+    /// Forgets a backup zone (its owner left it behind, or recovery restored or lost it).
     ZoneRemove {
         /// The peer whose zone it is.
         owner: NodeId,
         /// The zone number.
         zone: u32,
+    },
+    /// Recovery's last step for a failed peer without zones left: every LID range still
+    /// routed to `failed` (of its own IDs only those below its reserved local IDs) goes
+    /// to the owner of a neighbouring range, else to `fallback`, in one step
+    /// ([`crate::MetaState::leftover_ranges`]). Refused unless `failed` is still failed in
+    /// `incarnation` and `fallback` is a known node.
+    HandOver {
+        /// The failed peer.
+        failed: NodeId,
+        /// Its incarnation that failed (a rejoined peer keeps what routes to it).
+        incarnation: u32,
+        /// Who takes ranges without a neighbouring owner.
+        fallback: NodeId,
+    },
+    /// Peer `node` may hand out fresh local IDs below `up_to` (at most `LOCAL_ID_MAX + 1`).
+    /// Committed before the IDs are handed out, so a later incarnation of the peer starts
+    /// above every ID an earlier one used ([`crate::PeerBases::lids_reserved`]; never lowered).
+    ReserveLids {
+        /// The peer.
+        node: NodeId,
+        /// One past the highest local ID it may hand out.
+        up_to: u64,
     },
 }
 
@@ -267,6 +289,14 @@ impl std::fmt::Display for Command {
                 Ok(())
             }
             Command::ZoneRemove { owner, zone } => write!(f, "zone-remove {owner}/{zone}"),
+            Command::ReserveLids { node, up_to } => {
+                write!(f, "reserve-lids {node} below {up_to:#x}")
+            }
+            Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            } => write!(f, "hand-over {failed}#{incarnation} fallback {fallback}"),
         }
     }
 }
@@ -389,6 +419,21 @@ impl Command {
                 out.varint(u64::from(owner.0));
                 out.varint(u64::from(*zone));
             }
+            Command::ReserveLids { node, up_to } => {
+                out.u8(16);
+                out.varint(u64::from(node.0));
+                out.varint(*up_to);
+            }
+            Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            } => {
+                out.u8(17);
+                out.varint(u64::from(failed.0));
+                out.varint(u64::from(*incarnation));
+                out.varint(u64::from(fallback.0));
+            }
         }
     }
 
@@ -497,6 +542,15 @@ impl Command {
             15 => Command::ZoneRemove {
                 owner: node(reader, "owner")?,
                 zone: reader.u32("zone")?,
+            },
+            16 => Command::ReserveLids {
+                node: node(reader, "node")?,
+                up_to: reader.varint("up to")?,
+            },
+            17 => Command::HandOver {
+                failed: node(reader, "failed")?,
+                incarnation: reader.u32("incarnation")?,
+                fallback: node(reader, "fallback")?,
             },
             tag => {
                 return Err(DecodeError::UnknownTag {

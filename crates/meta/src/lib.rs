@@ -2,7 +2,8 @@
 //!
 //! **Job.** The deterministic state machine that every superpeer replicates through Raft:
 //! the node table (roles, addresses, liveness, the cluster epoch), range-based chunk lookup
-//! per creator, the nameservice, barriers, temporary storage and the backup-zone table. It
+//! per creator, the nameservice, barriers, temporary storage, the backup-zone table and each peer's
+//! incarnation bases ([`PeerBases`]: where a restarted peer's zone numbers and local IDs start). It
 //! also defines the commands that change that state and their explicit binary encoding.
 //!
 //! **Invariants.**
@@ -28,5 +29,5 @@ pub mod state;
 pub use codec::DecodeError;
 pub use command::{BarrierOutcome, Command, MetaError, Response};
 pub use lookup::{LookupRange, LookupTree};
-pub use node::{Capabilities, NodeRecord, NodeState, Role};
+pub use node::{Capabilities, NodeRecord, NodeState, PeerBases, Role};
 pub use state::{Barrier, MetaState};

@@ -101,3 +101,21 @@ impl NodeRecord {
         self.state != NodeState::Alive && (self.role != Role::Peer || self.released)
     }
 }
+
+/// Where a peer's current incarnation starts in its own number spaces, and how far all
+/// its incarnations reached. A restarted peer (same ID, new incarnation) numbers its zones
+/// from `zone_base` and hands out fresh local IDs from `lid_base`, so nothing it creates
+/// collides with what its earlier incarnations left in the backups' logs; the zones below
+/// `zone_base` still in the zone table are recovered like a failed peer's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerBases {
+    /// First zone number of the current incarnation.
+    pub zone_base: u32,
+    /// One past the highest zone number any incarnation registered (`ZoneSet`).
+    pub zones_end: u32,
+    /// First fresh local ID of the current incarnation.
+    pub lid_base: u64,
+    /// Local IDs below this may have been handed out by some incarnation (raised by
+    /// `ReserveLids` before the peer hands them out).
+    pub lids_reserved: u64,
+}

@@ -12,10 +12,10 @@ use crate::codec::{DecodeError, Reader, Writer};
 use crate::command::{BarrierOutcome, Command, MetaError, Response};
 use crate::limits::*;
 use crate::lookup::{LookupRange, LookupTree};
-use crate::node::{Capabilities, NodeRecord, NodeState, Role};
+use crate::node::{Capabilities, NodeRecord, NodeState, PeerBases, Role};
 
-/// Version byte at the start of a snapshot.
-const SNAPSHOT_VERSION: u8 = 1;
+/// Version byte at the start of a snapshot (version 1, without peer bases, still decodes).
+const SNAPSHOT_VERSION: u8 = 2;
 
 /// One barrier.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +42,7 @@ pub struct MetaState {
     tmp: BTreeMap<String, Vec<u8>>,
     tmp_bytes: usize,
     zones: BTreeMap<(NodeId, u32), Vec<NodeId>>,
+    bases: BTreeMap<NodeId, PeerBases>,
 }
 
 fn check_name(name: &str) -> Result<(), MetaError> {
@@ -121,6 +122,12 @@ impl MetaState {
                     zone: *zone,
                 }),
             },
+            Command::ReserveLids { node, up_to } => self.reserve_lids(*node, *up_to),
+            Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            } => self.hand_over(*failed, *incarnation, *fallback),
         };
         result.unwrap_or_else(Response::Error)
     }
@@ -165,6 +172,9 @@ impl MetaState {
             }
         };
         self.epoch += 1;
+        if role == Role::Peer {
+            self.start_incarnation(id);
+        }
         self.nodes.insert(
             id,
             NodeRecord {
@@ -185,6 +195,134 @@ impl MetaState {
             incarnation,
             epoch: self.epoch,
         })
+    }
+
+    /// A peer's new incarnation starts above everything earlier ones numbered: zones from
+    /// `zones_end`, fresh local IDs from `lids_reserved`, and those fresh IDs route to it
+    /// again (a recovery may have handed them to a restorer while it was gone).
+    fn start_incarnation(&mut self, id: NodeId) {
+        let bases = self.bases.entry(id).or_default();
+        bases.zone_base = bases.zones_end;
+        bases.lid_base = bases.lid_base.max(bases.lids_reserved);
+        bases.lids_reserved = bases.lid_base;
+        let lid_base = bases.lid_base;
+        if lid_base <= LOCAL_ID_MAX {
+            if let Some(tree) = self.lookup.get_mut(&id) {
+                tree.set_owner(id, lid_base, LOCAL_ID_MAX, id);
+                if tree.is_empty() {
+                    self.lookup.remove(&id);
+                }
+            }
+        }
+    }
+
+    fn reserve_lids(&mut self, node: NodeId, up_to: u64) -> Result<Response, MetaError> {
+        let record = self.nodes.get(&node).ok_or(MetaError::UnknownNode(node))?;
+        if record.role != Role::Peer || up_to > LOCAL_ID_MAX + 1 {
+            return Err(MetaError::InvalidArgument(format!(
+                "local IDs are reserved by peers, up to {:#x}",
+                LOCAL_ID_MAX + 1
+            )));
+        }
+        let bases = self.bases.entry(node).or_default();
+        bases.lids_reserved = bases.lids_reserved.max(up_to);
+        Ok(Response::Done)
+    }
+
+    fn hand_over(
+        &mut self,
+        failed: NodeId,
+        incarnation: u32,
+        fallback: NodeId,
+    ) -> Result<Response, MetaError> {
+        let record = self
+            .nodes
+            .get(&failed)
+            .ok_or(MetaError::UnknownNode(failed))?;
+        if !matches!(record.state, NodeState::Failed { .. }) || record.incarnation != incarnation {
+            return Err(MetaError::InvalidArgument(format!(
+                "{failed} is not failed in incarnation {incarnation}"
+            )));
+        }
+        if !self.nodes.contains_key(&fallback) || fallback == failed {
+            return Err(MetaError::UnknownNode(fallback));
+        }
+        for (creator, first, last, owner) in self.leftover_ranges(failed, fallback) {
+            let tree = self.lookup.entry(creator).or_default();
+            tree.set_owner(creator, first, last, owner);
+            if tree.is_empty() {
+                self.lookup.remove(&creator);
+            }
+        }
+        Ok(Response::Done)
+    }
+
+    /// The LID ranges still routed to `failed`, as `(creator, first, last, new owner)`:
+    /// the owner of the left (else right) neighbouring range when that is not `failed`,
+    /// else `fallback`. Of `failed`'s own IDs only those below its
+    /// [`PeerBases::lids_reserved`] count (higher ones were never handed out), and none if
+    /// it never registered a backup zone.
+    pub fn leftover_ranges(
+        &self,
+        failed: NodeId,
+        fallback: NodeId,
+    ) -> Vec<(NodeId, u64, u64, NodeId)> {
+        // A peer that never registered a zone had no backups: nothing of it was recovered,
+        // and its own IDs stay routed to it (unavailable rather than "not found").
+        let bases = self.bases(failed);
+        let own_end = if bases.zones_end > 0 {
+            bases.lids_reserved
+        } else {
+            0
+        };
+        let mut out = Vec::new();
+        for creator in self.nodes.keys().copied() {
+            // The creator's whole LID space as (first, last, owner) pieces, in order.
+            let mut pieces: Vec<(u64, u64, NodeId)> = Vec::new();
+            let mut next = 0u64;
+            if let Some(tree) = self.lookup.get(&creator) {
+                for (first, last, owner) in tree.exceptions() {
+                    if first > next {
+                        pieces.push((next, first - 1, creator));
+                    }
+                    pieces.push((first, last, owner));
+                    next = last.saturating_add(1);
+                }
+            }
+            if next <= LOCAL_ID_MAX {
+                pieces.push((next, LOCAL_ID_MAX, creator));
+            }
+            for (index, &(first, last, owner)) in pieces.iter().enumerate() {
+                if owner != failed {
+                    continue;
+                }
+                let last = if creator == failed {
+                    if first >= own_end {
+                        continue;
+                    }
+                    last.min(own_end - 1)
+                } else {
+                    last
+                };
+                let left = index
+                    .checked_sub(1)
+                    .and_then(|i| pieces.get(i))
+                    .map(|piece| piece.2)
+                    .filter(|owner| *owner != failed);
+                let right = pieces
+                    .get(index + 1)
+                    .map(|piece| piece.2)
+                    .filter(|owner| *owner != failed);
+                out.push((creator, first, last, left.or(right).unwrap_or(fallback)));
+            }
+        }
+        out
+    }
+
+    /// Where `node`'s current incarnation starts (all zero for a node that never joined as
+    /// a peer).
+    pub fn bases(&self, node: NodeId) -> PeerBases {
+        self.bases.get(&node).copied().unwrap_or_default()
     }
 
     fn set_gone(&mut self, node: NodeId, state: NodeState) -> Result<Response, MetaError> {
@@ -449,6 +587,12 @@ impl MetaState {
                 return Err(MetaError::UnknownNode(*node));
             }
         }
+        let zone_base = self.bases.get(&owner).map_or(0, |bases| bases.zone_base);
+        if zone < zone_base {
+            return Err(MetaError::InvalidArgument(format!(
+                "zone {zone} of {owner} belongs to an earlier incarnation (this one starts at {zone_base})"
+            )));
+        }
         let is_new = !self.zones.contains_key(&(owner, zone));
         if is_new && self.zones.range((owner, 0)..=(owner, u32::MAX)).count() >= ZONES_PER_NODE_MAX
         {
@@ -457,6 +601,8 @@ impl MetaState {
             )));
         }
         self.zones.insert((owner, zone), backups.to_vec());
+        let bases = self.bases.entry(owner).or_default();
+        bases.zones_end = bases.zones_end.max(zone.saturating_add(1));
         Ok(Response::Done)
     }
 
@@ -470,6 +616,30 @@ impl MetaState {
         self.zones
             .range((owner, 0)..=(owner, u32::MAX))
             .map(|(&(_, zone), backups)| (zone, backups.as_slice()))
+    }
+
+    /// Every zone in the table as `(owner, zone, backups)`, by owner and zone.
+    pub fn zones(&self) -> impl Iterator<Item = (NodeId, u32, &[NodeId])> {
+        self.zones
+            .iter()
+            .map(|(&(owner, zone), backups)| (owner, zone, backups.as_slice()))
+    }
+
+    /// Whether the zone's data must be recovered from its backups: its owner failed, or
+    /// the zone belongs to an earlier incarnation of its owner (below its
+    /// [`PeerBases::zone_base`]; the peer restarted and lost its memory).
+    pub fn zone_needs_recovery(&self, owner: NodeId, zone: u32) -> bool {
+        let failed = self
+            .nodes
+            .get(&owner)
+            .is_some_and(|record| matches!(record.state, NodeState::Failed { .. }));
+        failed || zone < self.bases(owner).zone_base
+    }
+
+    /// Every zone that [needs recovery](Self::zone_needs_recovery), with its backups.
+    pub fn zones_to_recover(&self) -> impl Iterator<Item = (NodeId, u32, &[NodeId])> {
+        self.zones()
+            .filter(|(owner, zone, _)| self.zone_needs_recovery(*owner, *zone))
     }
 
     // ----- snapshots -----------------------------------------------------------------------
@@ -549,6 +719,14 @@ impl MetaState {
                 out.varint(u64::from(backup.0));
             }
         }
+        out.varint(self.bases.len() as u64);
+        for (node, bases) in &self.bases {
+            out.varint(u64::from(node.0));
+            out.varint(u64::from(bases.zone_base));
+            out.varint(u64::from(bases.zones_end));
+            out.varint(bases.lid_base);
+            out.varint(bases.lids_reserved);
+        }
         out.into_bytes()
     }
 
@@ -556,7 +734,7 @@ impl MetaState {
     pub fn from_snapshot(bytes: &[u8]) -> Result<MetaState, DecodeError> {
         let mut input = Reader::new(bytes);
         let version = input.u8("snapshot version")?;
-        if version != SNAPSHOT_VERSION {
+        if version != SNAPSHOT_VERSION && version != 1 {
             return Err(DecodeError::UnknownTag {
                 what: "snapshot version",
                 tag: u64::from(version),
@@ -689,6 +867,24 @@ impl MetaState {
             }
             if state.zones.insert((owner, zone), backups).is_some() {
                 return Err(DecodeError::Invalid("duplicate zone"));
+            }
+        }
+        if version >= 2 {
+            let count = input.count("peer bases", 5, usize::from(u16::MAX) + 1)?;
+            for _ in 0..count {
+                let node = NodeId(input.u16("node")?);
+                let bases = PeerBases {
+                    zone_base: input.u32("zone base")?,
+                    zones_end: input.u32("zones end")?,
+                    lid_base: input.varint("lid base")?,
+                    lids_reserved: input.varint("lids reserved")?,
+                };
+                if bases.zone_base > bases.zones_end
+                    || bases.lid_base > bases.lids_reserved
+                    || state.bases.insert(node, bases).is_some()
+                {
+                    return Err(DecodeError::Invalid("peer bases"));
+                }
             }
         }
         input.finish()?;

@@ -1,7 +1,7 @@
 //! The metadata state machine: scenario tests for each service and a model-based property
 //! test over random command sequences (snapshots, encodings, refusals).
 
-use myriad_mem::{ChunkId, NodeId};
+use myriad_mem::{ChunkId, NodeId, LOCAL_ID_MAX};
 use myriad_meta::limits::*;
 use myriad_meta::*;
 use proptest::prelude::*;
@@ -364,6 +364,18 @@ fn command() -> impl Strategy<Value = Command> {
             }
         ),
         (node_id(), 0u32..3).prop_map(|(owner, zone)| Command::ZoneRemove { owner, zone }),
+        (
+            node_id(),
+            prop_oneof![0u64..100, Just(LOCAL_ID_MAX + 1), Just(u64::MAX)]
+        )
+            .prop_map(|(node, up_to)| Command::ReserveLids { node, up_to }),
+        (node_id(), 0u32..3, node_id()).prop_map(|(failed, incarnation, fallback)| {
+            Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            }
+        }),
     ]
 }
 
@@ -428,4 +440,184 @@ fn provisional_ids_are_never_assigned_or_reclaimed() {
         Response::Error(MetaError::ReclaimRefused(NodeId(0)))
     );
     assert_eq!(joined_id(join(&mut state, Role::Peer, None)), NodeId(1));
+}
+
+/// A restarted peer (same ID, new incarnation) numbers zones and local IDs above everything
+/// its earlier incarnation registered or reserved; the old zones are then due for recovery
+/// and its fresh local IDs route to it again.
+#[test]
+fn a_new_incarnation_starts_above_the_old_zones_and_local_ids() {
+    let mut state = MetaState::new();
+    let peer = joined_id(join(&mut state, Role::Peer, None));
+    let backup = joined_id(join(&mut state, Role::Peer, None));
+    let other = joined_id(join(&mut state, Role::Peer, None));
+    assert_eq!(state.bases(peer), PeerBases::default());
+    for zone in [0, 1, 4] {
+        assert_eq!(
+            state.apply(&Command::ZoneSet {
+                owner: peer,
+                zone,
+                backups: vec![backup],
+            }),
+            Response::Done
+        );
+    }
+    for up_to in [1 << 32, 1 << 20] {
+        assert_eq!(
+            state.apply(&Command::ReserveLids { node: peer, up_to }),
+            Response::Done
+        );
+    }
+    assert!(matches!(
+        state.apply(&Command::ReserveLids {
+            node: peer,
+            up_to: LOCAL_ID_MAX + 2
+        }),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(state.zones_to_recover().count(), 0);
+    // A recovery handed the peer's unused IDs to another peer while it was gone.
+    state.apply(&Command::Fail { node: peer });
+    assert_eq!(state.zones_to_recover().count(), 3);
+    state.apply(&Command::SetOwner {
+        creator: peer,
+        first: 0,
+        last: LOCAL_ID_MAX,
+        owner: other,
+    });
+    let rejoined = join(&mut state, Role::Peer, Some(peer));
+    assert!(matches!(rejoined, Response::Joined { id, incarnation: 2, .. } if id == peer));
+    assert_eq!(
+        state.bases(peer),
+        PeerBases {
+            zone_base: 5,
+            zones_end: 5,
+            lid_base: 1 << 32,
+            lids_reserved: 1 << 32,
+        }
+    );
+    // Alive again, but its old zones still wait for recovery.
+    let due: Vec<u32> = state
+        .zones_to_recover()
+        .map(|(owner, zone, _)| {
+            assert_eq!(owner, peer);
+            zone
+        })
+        .collect();
+    assert_eq!(due, vec![0, 1, 4]);
+    // Fresh IDs route to the new incarnation, old ones stay with the restorer.
+    let cid = |lid: u64| ChunkId::new(peer, lid).unwrap();
+    assert_eq!(state.lookup(cid(1 << 32)).owner, peer);
+    assert_eq!(state.lookup(cid(LOCAL_ID_MAX)).owner, peer);
+    assert_eq!(state.lookup(cid((1 << 32) - 1)).owner, other);
+    // The old incarnation's zone numbers are closed to registrations.
+    assert!(matches!(
+        state.apply(&Command::ZoneSet {
+            owner: peer,
+            zone: 4,
+            backups: vec![backup],
+        }),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        state.apply(&Command::ZoneSet {
+            owner: peer,
+            zone: 5,
+            backups: vec![backup],
+        }),
+        Response::Done
+    );
+    assert!(!state.zone_needs_recovery(peer, 5));
+    // A third incarnation without new reservations still starts above the second's zones.
+    join(&mut state, Role::Peer, Some(peer));
+    assert_eq!(state.bases(peer).zone_base, 6);
+    assert_eq!(state.bases(peer).lid_base, 1 << 32);
+    let restored = MetaState::from_snapshot(&state.snapshot()).unwrap();
+    assert_eq!(restored, state);
+}
+
+/// The hand-over of a failed peer's leftover ranges: each goes to a neighbouring owner
+/// (else the fallback), only its reserved own IDs count, and a rejoined peer keeps what
+/// routes to it.
+#[test]
+fn leftover_ranges_go_to_neighbours_in_one_hand_over() {
+    let mut state = MetaState::new();
+    let failed = joined_id(join(&mut state, Role::Peer, None));
+    let a = joined_id(join(&mut state, Role::Peer, None));
+    let b = joined_id(join(&mut state, Role::Peer, None));
+    state.apply(&Command::ReserveLids {
+        node: failed,
+        up_to: 1_000,
+    });
+    // Without a zone (no backups) its own IDs are not handed over.
+    state.apply(&Command::Fail { node: failed });
+    assert!(state.leftover_ranges(failed, b).is_empty());
+    join(&mut state, Role::Peer, Some(failed));
+    state.apply(&Command::ReserveLids {
+        node: failed,
+        up_to: 1_000,
+    });
+    state.apply(&Command::ZoneSet {
+        owner: failed,
+        zone: 0,
+        backups: vec![a],
+    });
+    for (first, last, owner) in [(1, 10, a), (12, 20, b)] {
+        state.apply(&Command::SetOwner {
+            creator: failed,
+            first,
+            last,
+            owner,
+        });
+    }
+    state.apply(&Command::SetOwner {
+        creator: a,
+        first: 5,
+        last: 6,
+        owner: failed,
+    });
+    let hand_over = Command::HandOver {
+        failed,
+        incarnation: 2,
+        fallback: b,
+    };
+    // Not before the failure.
+    assert!(matches!(
+        state.apply(&hand_over),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    state.apply(&Command::Fail { node: failed });
+    assert_eq!(
+        state.leftover_ranges(failed, b),
+        vec![
+            (failed, 0, 0, a),
+            (failed, 11, 11, a),
+            (failed, 21, 999, b),
+            (a, 5, 6, a),
+        ]
+    );
+    assert_eq!(state.apply(&hand_over), Response::Done);
+    assert!(state.leftover_ranges(failed, b).is_empty());
+    let cid = |creator, lid| ChunkId::new(creator, lid).unwrap();
+    assert_eq!(state.lookup(cid(failed, 0)).owner, a);
+    assert_eq!(state.lookup(cid(failed, 500)).owner, b);
+    assert_eq!(
+        state.lookup(cid(failed, 1_000)).owner,
+        failed,
+        "never handed out"
+    );
+    assert_eq!(state.lookup(cid(a, 5)).owner, a);
+    // A rejoined peer (a new incarnation) is not handed over for the old one.
+    state.apply(&Command::SetOwner {
+        creator: a,
+        first: 7,
+        last: 7,
+        owner: failed,
+    });
+    join(&mut state, Role::Peer, Some(failed));
+    assert!(matches!(
+        state.apply(&hand_over),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(state.lookup(cid(a, 7)).owner, failed);
 }

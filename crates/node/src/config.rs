@@ -24,6 +24,7 @@
 //! [failure]
 //! heartbeat_interval_ms = 250
 //! failure_timeout_ms = 1000
+//! recovery_backup_wait_ms = 30000   # a zone without live backups waits this long for one
 //!
 //! [peer]
 //! memory_mb = 1024
@@ -188,6 +189,9 @@ pub struct FailureSection {
     pub heartbeat_interval_ms: u64,
     /// A node that answers no ping for this long is declared failed.
     pub failure_timeout_ms: u64,
+    /// How long the recovery of a zone whose backups are all down waits for one of them to
+    /// come back (a cluster restarting) before it declares the zone lost.
+    pub recovery_backup_wait_ms: u64,
 }
 
 impl Default for FailureSection {
@@ -195,6 +199,7 @@ impl Default for FailureSection {
         FailureSection {
             heartbeat_interval_ms: 250,
             failure_timeout_ms: 1_000,
+            recovery_backup_wait_ms: 30_000,
         }
     }
 }

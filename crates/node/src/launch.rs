@@ -7,8 +7,10 @@
 //! stdin from `/dev/null`, stdout and stderr appended to `DIR/logs/<name>.log`), waits for
 //! every node's ready file and writes `DIR/cluster.json`. A later process reopens the
 //! cluster with [`LocalCluster::open`] to ask its [`status`](LocalCluster::status),
-//! [`stop`](LocalCluster::stop) it, [`kill`](LocalCluster::kill) a node (failure drills) or
-//! [`restart`](LocalCluster::restart) one with its arguments and data directory.
+//! [`stop`](LocalCluster::stop) it, [`kill`](LocalCluster::kill) a node (failure drills),
+//! [`restart`](LocalCluster::restart) one with its arguments and data directory, or
+//! [`restart_all`](LocalCluster::restart_all) every node that is down (a whole cluster
+//! after a power outage: superpeers from their Raft state, peers reclaiming their IDs).
 //!
 //! Directory layout under `DIR`: `cluster.json`, `logs/<name>.log`, `data/<name>/` (the
 //! node's `--data-dir`) and `run/<name>.ready` (the node's `--ready-file`). Node names are
@@ -538,8 +540,53 @@ impl LocalCluster {
         }
         self.spawn(&node)?;
         let deadline = Instant::now() + self.ready_timeout;
+        self.await_restarted(&node, deadline)
+    }
+
+    /// Restarts every node whose process is not alive, with its arguments and data
+    /// directory: the superpeers all at once (they need each other for a quorum), then the
+    /// peers one at a time in `cluster.json` order, `peer_gap` apart, each waited for until
+    /// ready. Returns the restarted nodes. Live nodes are left alone.
+    pub fn restart_all(&mut self, peer_gap: Duration) -> Result<Vec<NodeEntry>, LaunchError> {
+        let down: Vec<NodeEntry> = self
+            .file
+            .nodes
+            .clone()
+            .into_iter()
+            .filter(|node| !self.is_alive(node))
+            .collect();
+        let (superpeers, peers): (Vec<NodeEntry>, Vec<NodeEntry>) = down
+            .into_iter()
+            .partition(|node| node.role == NodeRole::Superpeer);
+        let mut restarted = Vec::new();
+        for node in &superpeers {
+            self.children.remove(&node.name);
+            self.spawn(node)?;
+        }
+        let deadline = Instant::now() + self.ready_timeout;
+        for node in superpeers {
+            restarted.push(self.await_restarted(&node, deadline)?);
+        }
+        for (index, node) in peers.into_iter().enumerate() {
+            if index > 0 {
+                std::thread::sleep(peer_gap);
+            }
+            self.children.remove(&node.name);
+            self.spawn(&node)?;
+            let deadline = Instant::now() + self.ready_timeout;
+            restarted.push(self.await_restarted(&node, deadline)?);
+        }
+        Ok(restarted)
+    }
+
+    /// Waits for a node spawned again to be ready and records its new pid and address.
+    fn await_restarted(
+        &mut self,
+        node: &NodeEntry,
+        deadline: Instant,
+    ) -> Result<NodeEntry, LaunchError> {
         let result = wait_ready(
-            &node,
+            node,
             self.children.get_mut(&node.name),
             deadline,
             self.ready_timeout,

@@ -5,7 +5,19 @@
 //! directory, so a restarted peer keeps its identity), creates the memory manager under the
 //! assigned ID, registers the chunk service ([`crate::peer::ChunkService`]) and the
 //! migration handler, and follows the group's events: ownership changes update the
-//! service's ownership view; a node that failed or left loses the chunk locks it held here.
+//! service's ownership view (reloaded from the superpeers when the peer misses events, e.g.
+//! in a recovery's burst of them); a node that failed or left loses the chunk locks it held
+//! here.
+//!
+//! # Restarts
+//! A peer restarted with its data directory is a new incarnation of its node ID: it asks
+//! the superpeers for its bases ([`myriad_proto::meta::MetaRequest::Bases`]) and numbers
+//! its zones and fresh local IDs above everything the earlier incarnation registered or
+//! reserved; its earlier zones are recovered by their backups meanwhile, and until none is
+//! left it records the CIDs routed to it as owned by [`NOBODY`] (answering `NotOwner`). A
+//! background thread keeps a local-ID reservation ([`LID_RESERVE_STEP`]) ahead of the
+//! memory manager's fresh IDs (`Command::ReserveLids`). On a joined peer's new incarnation,
+//! the replicator replaces it in the zones it backs (its stream state is gone).
 //!
 //! # Replication
 //! With the backup capability the peer keeps other peers' backups: a log engine in the
@@ -87,6 +99,14 @@ use crate::replication::{
 pub const NODE_ID_FILE: &str = "node-id";
 /// Most chunks one migration request may move.
 pub const MIGRATE_CHUNKS_MAX: u64 = 1 << 20;
+
+/// Local IDs a peer reserves (`Command::ReserveLids`) ahead of the ones it handed out. A
+/// new reservation is committed when fewer than half of them are left, checked every
+/// [`LID_RESERVE_CHECK`]: safe as long as a peer hands out fewer than 2^31 fresh IDs in
+/// one check interval (plus a commit), far beyond what a memory manager can create.
+pub const LID_RESERVE_STEP: u64 = 1 << 32;
+/// How often a peer compares its fresh local IDs with its reservation.
+pub const LID_RESERVE_CHECK: Duration = Duration::from_millis(100);
 
 /// Chunk requests waiting for a handler thread, at most (more are refused as "busy").
 pub const SLOW_PATH_QUEUE_MAX: usize = 16_384;
@@ -199,6 +219,10 @@ pub enum PeerError {
     /// The replicator could not start.
     #[error("replication: {0}")]
     Replica(#[from] myriad_replica::ReplicaError),
+    /// The superpeers did not say where this incarnation's zone numbers and local IDs
+    /// start, or refused their reservation.
+    #[error("incarnation bases: {0}")]
+    Bases(String),
     /// A thread could not be started.
     #[error("starting a thread: {0}")]
     Thread(std::io::Error),
@@ -214,6 +238,10 @@ pub struct PeerNode {
     backup: Option<Arc<BackupService>>,
     /// Logs the replicator's events until `replica_events_stop`.
     replica_events: Option<JoinHandle<()>>,
+    /// Keeps the local-ID reservation ahead until `replica_events_stop`.
+    lid_reserver: Option<JoinHandle<()>>,
+    /// A restarted peer's watch for the end of its earlier incarnation's recovery.
+    old_zones_watch: Option<JoinHandle<()>>,
     replica_events_stop: Arc<AtomicBool>,
     /// Checks whether this node was declared failed (`watch_self`).
     self_watch: tokio::task::JoinHandle<()>,
@@ -389,11 +417,19 @@ impl PeerNode {
         }
         let me = membership.node_id();
         write_node_id(&options.data_dir, me)?;
+        // A restarted peer starts above everything its earlier incarnation numbered: its
+        // old zones are recovered by their backups meanwhile, under the old numbers.
+        let bases = fetch_bases(&membership)?;
+        if bases.lid_base > 0 || bases.zone_base > 0 {
+            tracing::info!(node = %me, zone_base = bases.zone_base, lid_base = bases.lid_base, "new incarnation starts above the earlier one's zones and local IDs");
+        }
         let mem = Arc::new(MemoryManager::new(MemoryConfig {
             node_id: me,
             region_bytes: options.memory_bytes,
             ..MemoryConfig::default()
         })?);
+        mem.start_local_ids_at(bases.lid_base);
+        let mut reserved = reserve_lids(&membership, bases.lid_base)?;
         let mut service = ChunkService::new(Arc::clone(&mem), me);
         let replica_events_stop = Arc::new(AtomicBool::new(false));
         let mut replica_events = None;
@@ -408,6 +444,7 @@ impl PeerNode {
             config.default_durability = backup_options.durability;
             config.wait_timeout = backup_options.wait_timeout;
             config.unreachable_timeout = backup_options.unreachable_timeout;
+            config.first_zone = bases.zone_base;
             let replicator = Arc::new(Replicator::new(
                 config,
                 membership.net().clone(),
@@ -422,14 +459,56 @@ impl PeerNode {
             )?);
             service = service.with_replication(replicator, endpoint.runtime());
         }
+        let lid_reserver = {
+            let mem = Arc::clone(service.memory());
+            let membership = Arc::clone(&membership);
+            let stop = Arc::clone(&replica_events_stop);
+            std::thread::Builder::new()
+                .name(format!("lid-reserve-{}", me.0))
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(LID_RESERVE_CHECK);
+                        if mem.local_id_mark().saturating_add(LID_RESERVE_STEP / 2) < reserved {
+                            continue;
+                        }
+                        match reserve_lids(&membership, mem.local_id_mark()) {
+                            Ok(up_to) => reserved = up_to,
+                            Err(error) => tracing::warn!(%error, "local-ID reservation not committed; retrying"),
+                        }
+                    }
+                })
+                .map_err(PeerError::Thread)?
+        };
         let service = Arc::new(service);
         // The cell was empty until now; a second set cannot happen.
         let _ = cell.set(Arc::clone(&service));
         let _ = migrate_cell.set(Arc::clone(&membership));
 
         // Ownership ranges already committed before this peer joined.
-        sync_ownership(&endpoint.runtime(), &membership, &service);
+        // A restarted peer does not hold what its earlier incarnation held: until the old
+        // zones are recovered, it answers `NotOwner` for those CIDs (never a false
+        // `NotFound`); the restorers' ownership events move them on.
+        let restarted = bases.lid_base > 0;
+        let old_zones_pending = Arc::new(AtomicBool::new(restarted));
+        if restarted {
+            service.set_owner(me, 0, bases.lid_base - 1, NOBODY);
+        }
+        let mine_as = if restarted { NOBODY } else { me };
+        sync_ownership(&endpoint.runtime(), &membership, &service, mine_as);
+        let old_zones_watch = if restarted {
+            Some(watch_old_zones(
+                Arc::clone(&service),
+                Arc::clone(&membership),
+                bases,
+                Arc::clone(&old_zones_pending),
+                Arc::clone(&replica_events_stop),
+            )?)
+        } else {
+            None
+        };
         let mut receiver = membership.subscribe();
+        let resync_membership = Arc::clone(&membership);
+        let pending_flag = Arc::clone(&old_zones_pending);
         let follower = Arc::clone(&service);
         let events_runtime = endpoint.runtime();
         let events = endpoint.runtime().spawn(async move {
@@ -440,7 +519,25 @@ impl PeerNode {
                         replicate_event(&follower, &events_runtime, &event);
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                        tracing::warn!(missed, "peer fell behind the cluster's events");
+                        // Missed ownership events (e.g. a recovery's burst): reload the
+                        // ownership ranges from the superpeers.
+                        tracing::warn!(
+                            missed,
+                            "peer fell behind the cluster's events; reloading ownership"
+                        );
+                        let service = Arc::clone(&follower);
+                        let membership = Arc::clone(&resync_membership);
+                        let pending = Arc::clone(&pending_flag);
+                        let runtime = events_runtime.clone();
+                        let me = service.node();
+                        events_runtime.spawn_blocking(move || {
+                            let mine_as = if pending.load(Ordering::Acquire) {
+                                NOBODY
+                            } else {
+                                me
+                            };
+                            sync_ownership(&runtime, &membership, &service, mine_as);
+                        });
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
                 }
@@ -470,6 +567,8 @@ impl PeerNode {
             shutdown_requested,
             backup,
             replica_events,
+            lid_reserver: Some(lid_reserver),
+            old_zones_watch,
             replica_events_stop,
             self_watch,
             declared_failed,
@@ -572,6 +671,12 @@ impl PeerNode {
             if let Some(thread) = self.replica_events.take() {
                 let _ = thread.join();
             }
+            if let Some(thread) = self.lid_reserver.take() {
+                let _ = thread.join();
+            }
+            if let Some(thread) = self.old_zones_watch.take() {
+                let _ = thread.join();
+            }
             endpoint.shutdown();
             // The log engine stops when the last handle goes (the handlers held one).
             self.backup = None;
@@ -585,12 +690,96 @@ impl Drop for PeerNode {
     }
 }
 
+/// The owner a restarted peer records for CIDs its earlier incarnation held until they are
+/// recovered (node ID 0 is never assigned), so that it answers `NotOwner` for them.
+pub const NOBODY: NodeId = NodeId(0);
+/// How often a restarted peer asks whether its earlier incarnation's zones are recovered.
+const OLD_ZONES_POLL: Duration = Duration::from_millis(250);
+
+/// Starts the thread that waits until no zone of the earlier incarnations is left in the
+/// zone table (all recovered or lost), then routes the CIDs still routed to this peer to
+/// itself again: they answer `NotFound` from then on (removed, or lost).
+fn watch_old_zones(
+    service: Arc<ChunkService>,
+    membership: Arc<Membership>,
+    bases: myriad_meta::PeerBases,
+    pending: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) -> Result<JoinHandle<()>, PeerError> {
+    let me = membership.node_id();
+    std::thread::Builder::new()
+        .name(format!("old-zones-{}", me.0))
+        .spawn(move || {
+            let runtime = membership.net().runtime();
+            while !stop.load(Ordering::Relaxed) {
+                let asking = Arc::clone(&membership);
+                let reply = runtime.block_on(async move {
+                    asking
+                        .request(myriad_proto::meta::MetaRequest::Zones(me))
+                        .await
+                });
+                if let Ok(myriad_proto::meta::MetaReply::Zones(zones)) = reply {
+                    if zones.iter().all(|(zone, _)| *zone >= bases.zone_base) {
+                        pending.store(false, Ordering::Release);
+                        service.set_owner(me, 0, bases.lid_base - 1, me);
+                        sync_ownership(&runtime, &membership, &service, me);
+                        tracing::info!(node = %me, "the earlier incarnation's zones are recovered");
+                        return;
+                    }
+                }
+                std::thread::sleep(OLD_ZONES_POLL);
+            }
+        })
+        .map_err(PeerError::Thread)
+}
+
+/// Where this incarnation's zone numbers and fresh local IDs start (asked right after the
+/// join; the join itself set them).
+fn fetch_bases(membership: &Arc<Membership>) -> Result<myriad_meta::PeerBases, PeerError> {
+    let me = membership.node_id();
+    let asking = Arc::clone(membership);
+    let reply = membership.net().runtime().block_on(async move {
+        asking
+            .request(myriad_proto::meta::MetaRequest::Bases(me))
+            .await
+    });
+    match reply {
+        Ok(myriad_proto::meta::MetaReply::Bases(bases)) => Ok(bases),
+        Ok(other) => Err(PeerError::Bases(format!("unexpected reply {other:?}"))),
+        Err(error) => Err(PeerError::Bases(error.to_string())),
+    }
+}
+
+/// Commits a reservation of [`LID_RESERVE_STEP`] local IDs above `from`; the new bound.
+fn reserve_lids(membership: &Arc<Membership>, from: u64) -> Result<u64, PeerError> {
+    let up_to = from
+        .saturating_add(LID_RESERVE_STEP)
+        .min(myriad_mem::LOCAL_ID_MAX + 1);
+    let command = Command::ReserveLids {
+        node: membership.node_id(),
+        up_to,
+    };
+    let writer = Arc::clone(membership);
+    membership
+        .net()
+        .runtime()
+        .block_on(async move { writer.write(command).await })
+        .map_err(|error| PeerError::Bases(format!("reserving local IDs: {error}")))?;
+    Ok(up_to)
+}
+
 /// Loads the ownership ranges committed before this peer joined into its chunk service.
+///
+/// Ranges routed to this peer are recorded with owner `mine_as`: this peer's ID, or
+/// [`NOBODY`] while a restarted peer's earlier incarnation is being recovered (the chunks
+/// routed to it are then in its backups' logs, not in its memory).
 fn sync_ownership(
     runtime: &tokio::runtime::Handle,
     membership: &Arc<Membership>,
     service: &ChunkService,
+    mine_as: NodeId,
 ) {
+    let me = membership.node_id();
     let creators: Vec<NodeId> = membership
         .nodes()
         .into_iter()
@@ -607,6 +796,7 @@ fn sync_ownership(
         match reply {
             Ok(myriad_proto::meta::MetaReply::LookupTree(ranges)) => {
                 for (first, last, owner) in ranges {
+                    let owner = if owner == me { mine_as } else { owner };
                     service.set_owner(creator, first, last, owner);
                 }
             }
@@ -738,8 +928,19 @@ fn replicate_event(service: &Arc<ChunkService>, runtime: &tokio::runtime::Handle
                 }
             });
         }
-        Event::NodeJoined(_) => {
+        Event::NodeJoined(record) => {
+            // A new incarnation of a backup lost its streams' state (a restart): streams
+            // to it cannot go on, so it is replaced like a failed backup first, and may be
+            // chosen again with a fresh stream.
+            let restarted = (record.incarnation > 1 && record.role == myriad_meta::Role::Peer)
+                .then_some(record.id);
             runtime.spawn_blocking(move || {
+                if let Some(node) = restarted {
+                    let changed = replicator.replace_backup(node);
+                    if !changed.is_empty() {
+                        tracing::info!(%node, zones = changed.len(), "replaced a restarted backup");
+                    }
+                }
                 let changed = replicator.fill_zones();
                 if !changed.is_empty() {
                     tracing::info!(zones = changed.len(), ?changed, "gave zones more backups");

@@ -8,7 +8,8 @@
 //! excluded), inserts the chunks into the memory manager in the engine's large batches
 //! keeping their CIDs ([`MemoryManager::create_with_ids`]), turns the recovered CIDs into
 //! sorted, merged ranges per creator, takes them over in this peer's ownership view at once
-//! and commits `Command::SetOwner { owner: me }` for each range through the superpeers.
+//! and commits `Command::SetOwner { owner: me }` for each range through the superpeers,
+//! then `Command::ZoneRemove` for the zone (the zone table is the recovery's progress).
 //! The reply carries the count and the ranges. Afterwards, in the background,
 //! [`ChunkService::replicate_recovered`] makes the chunks part of this peer's own
 //! replication (re-replication).
@@ -137,6 +138,20 @@ pub fn restore_zone(
     }
     if let Err(reason) = commit_ranges(membership, &ranges) {
         return RecoverReply::Failed(reason);
+    }
+    // The zone is done: its removal from the zone table is the progress a new leader
+    // continues from (the leader commits it too; whoever comes second finds it gone).
+    let remove = Command::ZoneRemove {
+        owner: request.owner,
+        zone: request.zone,
+    };
+    let writer = Arc::clone(membership);
+    let removed = membership
+        .net()
+        .runtime()
+        .block_on(async move { writer.write(remove).await });
+    if let Err(error) = removed {
+        tracing::warn!(owner = %request.owner, zone = request.zone, %error, "zone removal not committed; the leader retries it");
     }
     let ms = started.elapsed().as_millis() as u64;
     tracing::info!(

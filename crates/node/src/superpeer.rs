@@ -11,8 +11,12 @@
 //! - failure detection ([`watch`]): each superpeer pings the peers and clients assigned to
 //!   it and asks the leader to commit `Fail` for a node that stops answering;
 //! - recovery ([`recovery`]): after the leader commits `Fail` for a peer it fences the
-//!   node and has each of its backup zones restored by one of the zone's backups (status:
-//!   [`types::RECOVERY_STATUS`]).
+//!   node; the leader has every zone the zone table says is due (of failed peers, and of
+//!   earlier incarnations of restarted peers) restored by one of the zone's backups,
+//!   resuming after a leader change (status: [`types::RECOVERY_STATUS`]);
+//! - a peer's new incarnation (a restart with its data directory) gets its zone-number and
+//!   local-ID bases ([`MetaRequest::Bases`]); its join pushes the ownership of its fresh
+//!   local IDs back to it.
 //!
 //! # Invariants
 //! - The metadata changes only through Raft; a follower never applies a request itself.
@@ -88,6 +92,9 @@ pub struct SuperpeerConfig {
     pub heartbeat_interval_ms: u64,
     /// Failure detection: silence before a verdict.
     pub failure_timeout_ms: u64,
+    /// Recovery: how long a zone without a live backup waits for one to come back before
+    /// it is declared lost.
+    pub recovery_backup_wait_ms: u64,
     /// Handler threads of the endpoint.
     pub handler_threads: usize,
     /// Worker threads of the superpeer's runtime (I/O, Raft, request tasks).
@@ -116,6 +123,7 @@ impl SuperpeerConfig {
             snapshot_every_entries: defaults.superpeer.snapshot_every_entries,
             heartbeat_interval_ms: defaults.failure.heartbeat_interval_ms,
             failure_timeout_ms: defaults.failure.failure_timeout_ms,
+            recovery_backup_wait_ms: defaults.failure.recovery_backup_wait_ms,
             handler_threads: 2,
             io_threads: 2,
         }
@@ -140,6 +148,7 @@ impl SuperpeerConfig {
             snapshot_every_entries: section.snapshot_every_entries,
             heartbeat_interval_ms: config.failure.heartbeat_interval_ms,
             failure_timeout_ms: config.failure.failure_timeout_ms,
+            recovery_backup_wait_ms: config.failure.recovery_backup_wait_ms,
             handler_threads: 2,
             io_threads: 2,
         })
@@ -236,6 +245,7 @@ pub(crate) struct Core {
     leading_from: AtomicU64,
     heartbeat_interval: Duration,
     failure_timeout: Duration,
+    backup_wait: Duration,
     stopping: AtomicBool,
     /// The zone recoveries this superpeer coordinated as leader.
     recoveries: recovery::Recoveries,
@@ -304,6 +314,7 @@ impl Superpeer {
             leading_from: AtomicU64::new(u64::MAX),
             heartbeat_interval: Duration::from_millis(config.heartbeat_interval_ms.max(1)),
             failure_timeout: Duration::from_millis(config.failure_timeout_ms.max(1)),
+            backup_wait: Duration::from_millis(config.recovery_backup_wait_ms),
             stopping: AtomicBool::new(false),
             recoveries: recovery::Recoveries::default(),
         });
@@ -342,6 +353,7 @@ impl Superpeer {
         runtime.spawn(event_pump(core.clone(), pending));
         runtime.spawn(watch::run(core.clone()));
         runtime.spawn(registration_loop(core.clone()));
+        runtime.spawn(recovery::run(core.clone()));
         tracing::info!(id = %config.id, address = %net.local_addr(), "superpeer serving");
         Ok(Superpeer {
             core,
@@ -544,6 +556,7 @@ fn read_reply(state: &MetaState, request: &MetaRequest) -> MetaReply {
             }))
         }
         MetaRequest::Nodes => MetaReply::Nodes(state.nodes().cloned().collect()),
+        MetaRequest::Bases(node) => MetaReply::Bases(state.bases(*node)),
         MetaRequest::Zones(owner) => MetaReply::Zones(
             state
                 .zones_of(*owner)
@@ -675,9 +688,25 @@ impl Core {
     /// Events and barrier releases for a committed command.
     async fn after_commit(self: &Arc<Self>, command: &Command, response: &Response) {
         match (command, response) {
+            (Command::Join { .. }, Response::Joined { id, .. }) => {
+                // A peer's new incarnation (it restarted with its data directory): the
+                // zones of the old one are due for recovery now.
+                let restarted = self.raft().is_some_and(|raft| {
+                    raft.read_local(|state| {
+                        state
+                            .node(*id)
+                            .is_some_and(|record| record.role == Role::Peer)
+                            && state.bases(*id).lid_base > 0
+                    })
+                });
+                if restarted {
+                    recovery::scan(self);
+                }
+            }
             (Command::Fail { node }, Response::Epoch(epoch)) => {
                 tracing::warn!(superpeer = %self.id, %node, epoch, "failure verdict committed");
-                recovery::start(self.clone(), *node);
+                self.recoveries.failure_committed();
+                recovery::scan(self);
             }
             (
                 Command::BarrierSignOn { id, .. } | Command::BarrierResize { id, .. },
@@ -722,7 +751,7 @@ impl Core {
         if !leading || index <= self.leading_from.load(Ordering::Acquire) {
             return;
         }
-        if let Some(push) = event_of(command, response, state) {
+        for push in event_of(command, response, state) {
             if self.events.try_send(push).is_err() {
                 tracing::warn!("event queue full; nodes will resync from heartbeats");
             }
@@ -897,15 +926,25 @@ impl Core {
         let Some(raft) = self.raft() else {
             return;
         };
-        let alive = raft.read_local(|state| {
-            state.node(node).is_some_and(|record| {
-                record.state == NodeState::Alive && record.role != Role::Superpeer
+        let incarnation = |raft: &MetaRaft| {
+            raft.read_local(|state| {
+                state
+                    .node(node)
+                    .filter(|record| {
+                        record.state == NodeState::Alive && record.role != Role::Superpeer
+                    })
+                    .map(|record| record.incarnation)
             })
-        });
-        if !alive {
+        };
+        let Some(checked) = incarnation(raft) else {
+            return;
+        };
+        if self.ping(node).await.is_ok() {
             return;
         }
-        if self.ping(node).await.is_ok() {
+        if incarnation(raft) != Some(checked) {
+            // It restarted meanwhile (a new incarnation joined): the report was about the
+            // old one, whose zones the join already made due for recovery.
             return;
         }
         self.verdict(node, why).await;
@@ -1014,11 +1053,32 @@ async fn registration_loop(core: Arc<Core>) {
 }
 
 /// The event a committed command announces, built from the state right after it.
-fn event_of(command: &Command, response: &Response, state: &MetaState) -> Option<EventPush> {
+fn event_of(command: &Command, response: &Response, state: &MetaState) -> Vec<EventPush> {
     let (epoch, event) = match (command, response) {
-        (_, Response::Error(_)) => return None,
+        (_, Response::Error(_)) => return Vec::new(),
         (Command::Join { .. }, Response::Joined { id, epoch, .. }) => {
-            (*epoch, Event::NodeJoined(state.node(*id)?.clone()))
+            let Some(record) = state.node(*id) else {
+                return Vec::new();
+            };
+            let joined = EventPush {
+                epoch: *epoch,
+                event: Event::NodeJoined(record.clone()),
+            };
+            let bases = state.bases(*id);
+            if record.role != Role::Peer || bases.lid_base == 0 {
+                return vec![joined];
+            }
+            // A peer's new incarnation: the join routed its fresh IDs back to it.
+            let reset = EventPush {
+                epoch: *epoch,
+                event: Event::OwnerChanged {
+                    creator: *id,
+                    first: bases.lid_base.min(myriad_mem::LOCAL_ID_MAX),
+                    last: myriad_mem::LOCAL_ID_MAX,
+                    owner: *id,
+                },
+            };
+            return vec![joined, reset];
         }
         (Command::Leave { node }, Response::Epoch(epoch)) => (*epoch, Event::NodeLeft(*node)),
         (Command::Fail { node }, Response::Epoch(epoch)) => (*epoch, Event::NodeFailed(*node)),
@@ -1039,9 +1099,9 @@ fn event_of(command: &Command, response: &Response, state: &MetaState) -> Option
                 owner: *owner,
             },
         ),
-        _ => return None,
+        _ => return Vec::new(),
     };
-    Some(EventPush { epoch, event })
+    vec![EventPush { epoch, event }]
 }
 
 /// Pushes events in the order they were committed, to every live non-superpeer node and

@@ -24,7 +24,7 @@
 
 use bytes::Bytes;
 use myriad_meta::{
-    Capabilities, Command, LookupRange, MetaError, NodeRecord, NodeState, Response, Role,
+    Capabilities, Command, LookupRange, MetaError, NodeRecord, NodeState, PeerBases, Response, Role,
 };
 use myriad_net::codec::{Decoder, Encoder};
 
@@ -66,6 +66,9 @@ pub enum MetaRequest {
     Nodes,
     /// The backup zones of one owner.
     Zones(NodeId),
+    /// Where a peer's current incarnation starts numbering zones and local IDs (a joined
+    /// peer asks for its own right after the join).
+    Bases(NodeId),
     /// The answering superpeer's view of the group (answered by any superpeer, from its
     /// local state, not forwarded).
     Status,
@@ -126,6 +129,8 @@ pub enum MetaReply {
     Nodes(Vec<NodeRecord>),
     /// [`MetaRequest::Zones`]: `(zone, backups)`.
     Zones(Vec<(u32, Vec<NodeId>)>),
+    /// [`MetaRequest::Bases`].
+    Bases(PeerBases),
     /// [`MetaRequest::Status`].
     Status(StatusReply),
     /// This superpeer does not lead; ask `leader` (unknown: `None`). Nothing was applied.
@@ -513,6 +518,10 @@ impl MetaRequest {
             MetaRequest::Status => {
                 out.put_u8(11);
             }
+            MetaRequest::Bases(node) => {
+                out.put_u8(12);
+                put_node(&mut out, *node);
+            }
         }
         out.finish()
     }
@@ -536,6 +545,7 @@ impl MetaRequest {
             9 => MetaRequest::Nodes,
             10 => MetaRequest::Zones(get_node(&mut input)?),
             11 => MetaRequest::Status,
+            12 => MetaRequest::Bases(get_node(&mut input)?),
             tag => {
                 return Err(ProtoError::UnknownTag {
                     what: "metadata request",
@@ -624,6 +634,13 @@ impl MetaReply {
                         put_node(&mut out, *backup);
                     }
                 }
+            }
+            MetaReply::Bases(bases) => {
+                out.put_u8(14)
+                    .put_varint(u64::from(bases.zone_base))
+                    .put_varint(u64::from(bases.zones_end))
+                    .put_varint(bases.lid_base)
+                    .put_varint(bases.lids_reserved);
             }
             MetaReply::Status(status) => {
                 out.put_u8(11);
@@ -767,6 +784,12 @@ impl MetaReply {
                 leader: get_option_node(&mut input)?,
             },
             13 => MetaReply::Unavailable(get_string(&mut input, "reason", REASON_BYTES_MAX)?),
+            14 => MetaReply::Bases(PeerBases {
+                zone_base: get_u32(&mut input, "zone base")?,
+                zones_end: get_u32(&mut input, "zones end")?,
+                lid_base: input.get_varint()?,
+                lids_reserved: input.get_varint()?,
+            }),
             tag => {
                 return Err(ProtoError::UnknownTag {
                     what: "metadata reply",

@@ -79,6 +79,11 @@ pub enum RecoveryState {
     Done,
     /// No backup could restore it.
     Failed,
+    /// No backup of it is alive; waiting (bounded) for one to come back (a restart).
+    Waiting,
+    /// No backup came back in time: the zone's data is lost (removed from the zone table;
+    /// its CIDs answer "not found").
+    Lost,
 }
 
 /// One zone's line in the leader's recovery table.
@@ -241,6 +246,8 @@ impl RecoveryState {
             RecoveryState::Running => 1,
             RecoveryState::Done => 2,
             RecoveryState::Failed => 3,
+            RecoveryState::Waiting => 4,
+            RecoveryState::Lost => 5,
         }
     }
 
@@ -250,6 +257,8 @@ impl RecoveryState {
             1 => RecoveryState::Running,
             2 => RecoveryState::Done,
             3 => RecoveryState::Failed,
+            4 => RecoveryState::Waiting,
+            5 => RecoveryState::Lost,
             tag => {
                 return Err(ProtoError::UnknownTag {
                     what: "recovery state",
@@ -384,6 +393,8 @@ mod tests {
             Just(RecoveryState::Pending),
             Just(RecoveryState::Running),
             Just(RecoveryState::Done),
+            Just(RecoveryState::Waiting),
+            Just(RecoveryState::Lost),
             Just(RecoveryState::Failed),
         ]
     }

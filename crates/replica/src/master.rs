@@ -128,6 +128,9 @@ pub struct ReplicatorConfig {
     pub events_max: usize,
     /// Seed of the placement's random choices.
     pub placement_seed: u64,
+    /// Number of this master's first zone. Default 0; a restarted master starts above its
+    /// earlier incarnation's zones (the superpeers hand it the base when it joins).
+    pub first_zone: u32,
 }
 
 impl ReplicatorConfig {
@@ -149,6 +152,7 @@ impl ReplicatorConfig {
             resync_slice_bytes: 1 << 20,
             events_max: 1024,
             placement_seed: u64::from(node.0) ^ 0x5eed,
+            first_zone: 0,
         }
     }
 
@@ -455,8 +459,10 @@ impl Replicator {
             switch: config.switch,
         };
         let (events, events_rx) = crossbeam_channel::bounded(config.events_max);
+        let mut tree = ZoneTree::new(config.node, config.zone_bytes);
+        tree.start_zones_at(config.first_zone);
         let state = State {
-            tree: ZoneTree::new(config.node, config.zone_bytes),
+            tree,
             placement: Placement::new(master, config.replication, config.strategy),
             rng: SmallRng::seed_from_u64(config.placement_seed),
             zones: BTreeMap::new(),

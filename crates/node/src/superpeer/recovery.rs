@@ -1,43 +1,70 @@
 //! Recovery coordination on the superpeer leader (issue 6).
 //!
 //! # Job
-//! After the leader commits `Fail { node }` for a peer, [`start`] sends one
-//! [`RecoverRequest`] per zone of that peer in the zone table to the zone's first backup,
-//! all zones at once. A backup that is not alive, does not answer within
-//! [`RECOVER_TIMEOUT`] or answers `Failed` is skipped and the next backup in the zone's
-//! order is asked; so is a backup whose own failure is committed while it restores the
-//! zone (every `Fail` commit wakes the zones in progress, which stop waiting for a backup
-//! that is no longer alive). Every zone's progress (state, restorer, chunks, milliseconds since the
-//! failure) is kept in memory ([`Recoveries`]), logged, and served to
-//! [`myriad_proto::types::RECOVERY_STATUS`] requests.
+//! The zone table in the replicated state says what is left to recover: every zone whose
+//! owner failed, or that belongs to an earlier incarnation of its owner (a peer that
+//! restarted with its data directory: [`myriad_meta::MetaState::zones_to_recover`]). The
+//! leader ([`scan`], right after a `Fail` or a peer's join commits, and every
+//! [`SCAN_INTERVAL`] from [`run`]) starts a recovery for each such zone it is not already
+//! recovering, all zones at once. A zone's recovery ([`drive_zone`]) sends one
+//! [`RecoverRequest`] to the zone's first backup; a backup that is not alive, does not
+//! answer within [`RECOVER_TIMEOUT`] or answers `Failed` is skipped and the next backup in
+//! the zone's order is asked; so is a backup whose own failure is committed while it
+//! restores the zone (every `Fail` commit wakes the zones in progress, which stop waiting
+//! for a backup that is no longer alive). The restorer commits the ownership of the CIDs it restored
+//! and then the zone's removal (`ZoneRemove`); the leader commits the removal too, so the
+//! table shrinks as zones are done and a new leader continues where the old one stopped.
 //!
-//! Once every zone of the failed peer is restored, the CIDs that still route to it (its
-//! own CIDs outside the recovered ranges: removed chunks and IDs never handed out, and
-//! ranges of other creators it had taken over) are given to a restorer (the owner of the
-//! neighbouring range), so that accesses to them end with `NotFound` instead of waiting.
+//! A zone none of whose backups is alive waits up to the configured backup wait
+//! (`failure.recovery_backup_wait_ms`, 30 s by default) for one to come back: after a
+//! full restart the backups rejoin one by one, and a backup whose record still says alive
+//! may not be back yet. Rounds over the backups repeat every [`RETRY_PAUSE`] until one
+//! restores the zone; if none did within the wait, the zone is **lost**: logged as an
+//! error, shown as `Lost` in the status, and removed from the table. Its chunks are gone.
+//!
+//! Once no zone of a failed peer is left, the CIDs that still route to it (its own CIDs
+//! outside the recovered ranges: removed chunks, chunks of lost zones, and ranges of other
+//! creators it had taken over) are given to a live peer (the owner of the neighbouring
+//! range, else the lowest live peer) in one `Command::HandOver` (one Raft entry however
+//! many ranges; refused if the peer came back), so that accesses to them end with
+//! `NotFound` instead of waiting. Of the failed peer's own ID space only the local IDs it reserved
+//! ([`myriad_meta::PeerBases::lids_reserved`]) are handed over: IDs above were never used,
+//! and a new incarnation of the peer starts there.
+//!
+//! Every zone's progress (state, restorer, chunks, milliseconds since the recovery began)
+//! is kept in the leader's memory ([`Recoveries`]), logged, and served to
+//! [`myriad_proto::types::RECOVERY_STATUS`] requests; a new leader starts a fresh table.
 //!
 //! # Invariants
-//! - Only the leader coordinates; a zone is sent to one backup at a time.
+//! - Only the leader starts recoveries; a zone is recovered by at most one task of a
+//!   superpeer at a time, and a task stops when its superpeer stops leading.
 //! - The restorers commit the ownership of the CIDs they restored themselves; the leftover
-//!   step only touches ranges that still point to the failed node after all restorers
-//!   committed, so it never takes a restored CID away from its restorer.
+//!   step only touches ranges that still point to the failed node after every zone of it
+//!   is gone from the table, so it never takes a restored CID away from its restorer.
+//! - A zone leaves the table only after its CIDs are owned by a restorer, or as lost.
 //!
 //! # Known gaps
-//! A leader change during a recovery does not resume it. A restorer that dies after it
-//! committed some of the zone's ranges leaves them routed to it until the next backup
-//! commits the whole zone's ranges for itself (clients wait meanwhile).
+//! Two superpeers that both believe to lead for a moment may both ask a backup to restore
+//! the same zone; the second restore replaces the first's chunks with the same versions.
+//! A restorer that dies after it committed some of the zone's ranges leaves them routed to
+//! it until the next backup commits the whole zone's ranges for itself (clients wait
+//! meanwhile). `Fail` names a node, not an incarnation: a verdict on an old incarnation
+//! that commits in the moment its new incarnation joins fails the new one (the watch and
+//! the failure reports check the incarnation right before, which leaves milliseconds).
+//! The backups delete the logs of recovered and lost zones only after a grace period
+//! ([`crate::log_gc`]).
 //!
 //! # Who calls it
-//! [`super::Core::after_commit`] (on `Fail`) and the superpeer's handlers.
+//! [`super::Core::after_commit`] (on `Fail` and joins), [`run`] (spawned at start) and
+//! the superpeer's status handler.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::stream::{self, StreamExt};
 use myriad_mem::NodeId;
-use myriad_mem::LOCAL_ID_MAX;
-use myriad_meta::{Command, NodeState, Role};
-use myriad_proto::meta::MetaReply;
+use myriad_meta::{Command, MetaError, NodeState, Response, Role};
+use myriad_proto::meta::{Event, EventPush, MetaReply};
 use myriad_proto::recovery::{
     RecoverReply, RecoverRequest, RecoveryState, RecoveryStatusReply, ZoneRecovery,
 };
@@ -48,8 +75,10 @@ use super::Core;
 
 /// How long one backup may take to restore one zone before the next backup is asked.
 pub const RECOVER_TIMEOUT: Duration = Duration::from_secs(60);
-/// Leftover ownership commits in flight at once.
-const LEFTOVER_COMMITS_IN_FLIGHT: usize = 64;
+/// How often the leader looks for zones to recover that nobody recovers.
+pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
+/// Pause between two rounds over a zone's backups.
+pub const RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// Most zone lines kept in the table (oldest dropped first).
 const TABLE_MAX: usize = 65_536;
 
@@ -66,12 +95,17 @@ struct Entry {
     detail: String,
 }
 
-/// The leader's table of zone recoveries (in memory; lost with the leader).
+/// The leader's table of zone recoveries (in memory; lost with the leader) and the work
+/// in progress.
 #[derive(Debug)]
 pub(crate) struct Recoveries {
     table: Mutex<Vec<Entry>>,
     /// Counts committed failures: zones in progress watch it for their restorer's.
     failures: tokio::sync::watch::Sender<u64>,
+    /// Zones a task of this superpeer is recovering.
+    active: Mutex<HashSet<(NodeId, u32)>>,
+    /// Failed peers (ID, incarnation) whose leftover ranges this superpeer handed over.
+    leftovers_done: Mutex<HashSet<(NodeId, u32)>>,
 }
 
 impl Default for Recoveries {
@@ -79,6 +113,8 @@ impl Default for Recoveries {
         Recoveries {
             table: Mutex::new(Vec::new()),
             failures: tokio::sync::watch::Sender::new(0),
+            active: Mutex::new(HashSet::new()),
+            leftovers_done: Mutex::new(HashSet::new()),
         }
     }
 }
@@ -105,6 +141,12 @@ impl Recoveries {
                 })
                 .collect(),
         }
+    }
+
+    /// A `Fail` committed: zones whose restorer it names stop waiting for that restorer.
+    pub(crate) fn failure_committed(&self) {
+        self.failures
+            .send_modify(|count| *count = count.wrapping_add(1));
     }
 
     fn begin(&self, owner: NodeId, zones: &[u32], started: Instant) {
@@ -138,55 +180,174 @@ impl Recoveries {
     }
 }
 
-/// Starts recovering every zone of `failed` (called on the leader right after its `Fail`
-/// committed). Returns at once; the work runs on the superpeer's runtime.
-pub(crate) fn start(core: Arc<Core>, failed: NodeId) {
-    core.recoveries
-        .failures
-        .send_modify(|count| *count = count.wrapping_add(1));
+/// Scans the state every [`SCAN_INTERVAL`] while the superpeer runs (see [`scan`]).
+pub(crate) async fn run(core: Arc<Core>) {
+    let mut ticker = tokio::time::interval(SCAN_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while !core.stopping() {
+        ticker.tick().await;
+        scan(&core);
+    }
+}
+
+/// On the leader: starts the recovery of every zone that needs one and is not being
+/// recovered here, and the leftover step of every failed peer without zones left. Cheap
+/// (one pass over the zone and node tables); returns at once.
+pub(crate) fn scan(core: &Arc<Core>) {
     let Some(raft) = core.raft() else {
         return;
     };
-    let zones: Vec<(u32, Vec<NodeId>)> = raft.read_local(|state| {
-        state
-            .zones_of(failed)
-            .map(|(zone, backups)| (zone, backups.to_vec()))
-            .collect()
-    });
-    if zones.is_empty() {
-        tracing::info!(%failed, "failed node has no backup zones; nothing to recover");
+    if !raft.is_leader() || core.stopping() {
         return;
     }
-    let started = Instant::now();
-    let numbers: Vec<u32> = zones.iter().map(|(zone, _)| *zone).collect();
-    core.recoveries.begin(failed, &numbers, started);
-    tracing::warn!(%failed, zones = zones.len(), "recovery started");
-    let runtime = core.net.runtime();
-    runtime.spawn(async move {
-        let tasks = zones.into_iter().map(|(zone, backups)| {
-            let core = Arc::clone(&core);
-            tokio::spawn(async move { recover_zone(&core, failed, zone, backups, started).await })
-        });
-        let outcomes = futures_util::future::join_all(tasks).await;
-        let restorers: Vec<NodeId> = outcomes
-            .iter()
-            .filter_map(|outcome| outcome.as_ref().ok().copied().flatten())
+    // (owner, zone) due for recovery; (failed peer, incarnation) without zones left.
+    type Keys = Vec<(NodeId, u32)>;
+    let (due, finished): (Keys, Keys) = raft.read_local(|state| {
+        let due = state
+            .zones_to_recover()
+            .map(|(owner, zone, _)| (owner, zone))
             .collect();
-        let all_done = restorers.len() == outcomes.len();
-        tracing::warn!(
-            %failed,
-            zones = outcomes.len(),
-            restored = restorers.len(),
-            ms = started.elapsed().as_millis() as u64,
-            "recovery of the zones finished"
-        );
-        if all_done {
-            if let Some(&fallback) = restorers.first() {
-                hand_over_leftovers(&core, failed, fallback).await;
-            }
-            tracing::info!(%failed, ms = started.elapsed().as_millis() as u64, "recovery complete");
-        }
+        // Failed peers without zones left (the hand-over finds what still routes to them).
+        let finished = state
+            .nodes()
+            .filter(|record| {
+                record.role == Role::Peer
+                    && matches!(record.state, NodeState::Failed { .. })
+                    && state.zones_of(record.id).next().is_none()
+            })
+            .map(|record| (record.id, record.incarnation))
+            .collect();
+        (due, finished)
     });
+    let started = Instant::now();
+    let fresh: Vec<(NodeId, u32)> = {
+        let mut active = core.recoveries.active.lock();
+        due.into_iter().filter(|key| active.insert(*key)).collect()
+    };
+    let mut owners: Vec<NodeId> = fresh.iter().map(|(owner, _)| *owner).collect();
+    owners.dedup();
+    for owner in owners {
+        let zones: Vec<u32> = fresh
+            .iter()
+            .filter(|(o, _)| *o == owner)
+            .map(|(_, zone)| *zone)
+            .collect();
+        tracing::warn!(%owner, zones = zones.len(), "recovery of zones started");
+        core.recoveries.begin(owner, &zones, started);
+    }
+    let runtime = core.net.runtime();
+    for (owner, zone) in fresh {
+        let core = Arc::clone(core);
+        runtime.spawn(async move { drive_zone(core, owner, zone, started).await });
+    }
+    for (failed, incarnation) in finished {
+        let busy = core
+            .recoveries
+            .active
+            .lock()
+            .iter()
+            .any(|(owner, _)| *owner == failed);
+        if busy
+            || !core
+                .recoveries
+                .leftovers_done
+                .lock()
+                .insert((failed, incarnation))
+        {
+            continue;
+        }
+        let core = Arc::clone(core);
+        runtime.spawn(async move {
+            if !hand_over_leftovers(&core, failed).await {
+                core.recoveries
+                    .leftovers_done
+                    .lock()
+                    .remove(&(failed, incarnation));
+            }
+        });
+    }
+}
+
+/// Recovers one zone until it is restored, lost, no longer due, or this superpeer stops
+/// leading.
+async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant) {
+    let deadline = Instant::now() + core.backup_wait;
+    let mut failed_rounds = 0u32;
+    while let Some(raft) = core.raft() {
+        if core.stopping() || !raft.is_leader() {
+            tracing::info!(%owner, zone, "no longer leading; the next leader continues the zone's recovery");
+            break;
+        }
+        let backups: Option<Vec<NodeId>> = raft.read_local(|state| {
+            state
+                .zone_needs_recovery(owner, zone)
+                .then(|| state.zone(owner, zone).map(<[NodeId]>::to_vec))
+                .flatten()
+        });
+        let Some(backups) = backups else {
+            // Done by someone else (a restorer's removal, an earlier leader).
+            core.recoveries.update(owner, zone, |entry| {
+                if entry.finished.is_none() {
+                    entry.state = RecoveryState::Done;
+                    entry.finished = Some(started.elapsed());
+                }
+            });
+            break;
+        };
+        let alive = backups
+            .iter()
+            .any(|backup| *backup != owner && alive_peer(&core, *backup));
+        if alive {
+            if let Some(restorer) = recover_zone(&core, owner, zone, backups.clone(), started).await
+            {
+                remove_zone(&core, owner, zone).await;
+                tracing::debug!(%owner, zone, %restorer, "zone removed from the table");
+                break;
+            }
+            failed_rounds += 1;
+        } else {
+            core.recoveries.update(owner, zone, |entry| {
+                entry.state = RecoveryState::Waiting;
+                entry.detail = format!("no backup alive of {backups:?}; waiting for one");
+            });
+        }
+        if Instant::now() >= deadline {
+            let why = if alive {
+                format!("every backup of {backups:?} failed {failed_rounds} times")
+            } else {
+                format!(
+                    "no backup of {backups:?} came back within {} ms",
+                    core.backup_wait.as_millis()
+                )
+            };
+            tracing::error!(%owner, zone, %why, "zone LOST: its chunks are gone");
+            core.recoveries.update(owner, zone, |entry| {
+                entry.state = RecoveryState::Lost;
+                entry.restorer = None;
+                entry.finished = Some(started.elapsed());
+                entry.detail = why;
+            });
+            remove_zone(&core, owner, zone).await;
+            break;
+        }
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+    core.recoveries.active.lock().remove(&(owner, zone));
+    scan(&core);
+}
+
+/// Commits the zone's removal from the table (already removed counts as done).
+async fn remove_zone(core: &Arc<Core>, owner: NodeId, zone: u32) {
+    match core
+        .execute_write(Command::ZoneRemove { owner, zone })
+        .await
+    {
+        MetaReply::Response(Response::Done)
+        | MetaReply::Response(Response::Error(MetaError::ZoneNotFound { .. })) => {}
+        other => {
+            tracing::warn!(%owner, zone, ?other, "zone removal not committed; the next scan retries")
+        }
+    }
 }
 
 /// Whether `node` is an alive peer in the applied node table.
@@ -287,136 +448,87 @@ async fn recover_zone(
     None
 }
 
-/// The LID ranges of `creator` that still route to `failed`, each with the owner of its
-/// left (else right) neighbour range when that is not `failed`.
-fn leftovers(
-    state: &myriad_meta::MetaState,
-    creator: NodeId,
-    failed: NodeId,
-) -> Vec<(u64, u64, Option<NodeId>)> {
-    // The creator's whole LID space as (first, last, owner) pieces, in order.
-    let mut pieces: Vec<(u64, u64, NodeId)> = Vec::new();
-    let mut next = 0u64;
-    let exceptions: Vec<(u64, u64, NodeId)> = state
-        .lookup_tree(creator)
-        .map(|tree| tree.exceptions().collect())
-        .unwrap_or_default();
-    for (first, last, owner) in exceptions {
-        if first > next {
-            pieces.push((next, first - 1, creator));
-        }
-        pieces.push((first, last, owner));
-        next = last.saturating_add(1);
-    }
-    if next <= LOCAL_ID_MAX {
-        pieces.push((next, LOCAL_ID_MAX, creator));
-    }
-    let mut out = Vec::new();
-    for (index, &(first, last, owner)) in pieces.iter().enumerate() {
-        if owner != failed {
-            continue;
-        }
-        let left = index
-            .checked_sub(1)
-            .and_then(|i| pieces.get(i))
-            .map(|piece| piece.2)
-            .filter(|owner| *owner != failed);
-        let right = pieces
-            .get(index + 1)
-            .map(|piece| piece.2)
-            .filter(|owner| *owner != failed);
-        out.push((first, last, left.or(right)));
-    }
-    out
-}
-
-/// Gives every CID range still routed to `failed` to a neighbouring restorer (else
-/// `fallback`), so that requests for removed chunks end with `NotFound`.
-async fn hand_over_leftovers(core: &Arc<Core>, failed: NodeId, fallback: NodeId) {
+/// Hands every CID range still routed to `failed` (of its own IDs only those below its
+/// reservation) to a neighbouring owner, else to the lowest live peer, in one
+/// `Command::HandOver`, so that requests for removed or lost chunks end with `NotFound`;
+/// then tells every node (ownership events). Whether it is settled (nothing to do, the
+/// peer came back, or the hand-over committed).
+async fn hand_over_leftovers(core: &Arc<Core>, failed: NodeId) -> bool {
     let Some(raft) = core.raft() else {
-        return;
+        return false;
     };
-    let commands: Vec<Command> = raft.read_local(|state| {
-        let creators: Vec<NodeId> = state.nodes().map(|record| record.id).collect();
-        creators
-            .into_iter()
-            .flat_map(|creator| {
-                leftovers(state, creator, failed)
-                    .into_iter()
-                    .map(move |(first, last, owner)| Command::SetOwner {
-                        creator,
-                        first,
-                        last,
-                        owner: owner.unwrap_or(fallback),
-                    })
+    // The fallback: the first live peer that answers a ping now (a peer that died with
+    // the failed one may not be declared failed yet).
+    let candidates: Vec<NodeId> = raft.read_local(|state| {
+        state
+            .nodes()
+            .filter(|record| {
+                record.role == Role::Peer && record.state == NodeState::Alive && record.id != failed
             })
+            .map(|record| record.id)
             .collect()
     });
-    let count = commands.len();
-    let failures: Vec<String> = stream::iter(commands)
-        .map(|command| {
-            let core = Arc::clone(core);
-            async move {
-                match core.execute_write(command.clone()).await {
-                    MetaReply::Response(myriad_meta::Response::Done) => None,
-                    other => Some(format!("{command:?}: {other:?}")),
+    let mut fallback = None;
+    for candidate in candidates {
+        if core.ping(candidate).await.is_ok() {
+            fallback = Some(candidate);
+            break;
+        }
+    }
+    let plan = raft.read_local(|state| {
+        let record = state.node(failed)?;
+        if !matches!(record.state, NodeState::Failed { .. }) {
+            // It came back: its new incarnation answers for what is routed to it.
+            return Some(None);
+        }
+        let fallback = fallback?;
+        let ranges = state.leftover_ranges(failed, fallback);
+        Some(Some((record.incarnation, fallback, ranges)))
+    });
+    let (incarnation, fallback, ranges) = match plan {
+        None => {
+            tracing::warn!(%failed, "no live peer to take the failed node's leftover ranges yet");
+            return false;
+        }
+        Some(None) => return true,
+        Some(Some(plan)) => plan,
+    };
+    if ranges.is_empty() {
+        return true;
+    }
+    let command = Command::HandOver {
+        failed,
+        incarnation,
+        fallback,
+    };
+    match core.execute_write(command).await {
+        MetaReply::Response(Response::Done) => {
+            let epoch = raft.read_local(myriad_meta::MetaState::epoch);
+            for (creator, first, last, owner) in &ranges {
+                let push = EventPush {
+                    epoch,
+                    event: Event::OwnerChanged {
+                        creator: *creator,
+                        first: *first,
+                        last: *last,
+                        owner: *owner,
+                    },
+                };
+                if core.events.send(push).await.is_err() {
+                    break;
                 }
             }
-        })
-        .buffer_unordered(LEFTOVER_COMMITS_IN_FLIGHT)
-        .filter_map(|failure| async move { failure })
-        .collect()
-        .await;
-    if failures.is_empty() {
-        tracing::info!(%failed, ranges = count, "leftover ranges of the failed node handed over");
-    } else {
-        tracing::warn!(%failed, ranges = count, failed_commits = failures.len(), first = ?failures.first(), "some leftover ranges not handed over");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use myriad_meta::{Capabilities, MetaState};
-
-    #[test]
-    fn leftovers_are_the_failed_nodes_ranges_with_neighbours() {
-        let mut state = MetaState::new();
-        for _ in 0..3 {
-            state.apply(&Command::Join {
-                role: Role::Peer,
-                address: "127.0.0.1:1".into(),
-                capabilities: Capabilities::default(),
-                rack: 0,
-                switch: 0,
-                reclaim: None,
-            });
+            tracing::info!(%failed, ranges = ranges.len(), "leftover ranges of the failed node handed over; recovery complete");
+            true
         }
-        let ids: Vec<NodeId> = state.nodes().map(|record| record.id).collect();
-        let (failed, a, b) = (ids[0], ids[1], ids[2]);
-        for (first, last, owner) in [(1, 10, a), (12, 20, b)] {
-            state.apply(&Command::SetOwner {
-                creator: failed,
-                first,
-                last,
-                owner,
-            });
+        MetaReply::Response(Response::Error(error)) => {
+            // It came back meanwhile, or the fallback left: the next scan looks again.
+            tracing::info!(%failed, %error, "leftover hand-over refused");
+            false
         }
-        state.apply(&Command::SetOwner {
-            creator: a,
-            first: 5,
-            last: 6,
-            owner: failed,
-        });
-        assert_eq!(
-            leftovers(&state, failed, failed),
-            vec![
-                (0, 0, Some(a)),
-                (11, 11, Some(a)),
-                (21, LOCAL_ID_MAX, Some(b)),
-            ]
-        );
-        assert_eq!(leftovers(&state, a, failed), vec![(5, 6, Some(a))]);
-        assert_eq!(leftovers(&state, b, failed), vec![]);
+        other => {
+            tracing::warn!(%failed, ?other, "leftover hand-over not committed; retrying");
+            false
+        }
     }
 }

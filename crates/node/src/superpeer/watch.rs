@@ -8,6 +8,10 @@
 //! verdict (`Command::Fail` through the leader). Views of superpeer liveness may differ
 //! for a moment: a node is then watched twice or briefly not at all, never wrongly failed
 //! for that reason alone.
+//!
+//! A watch belongs to one incarnation of a node: when a node restarts (a new incarnation
+//! joins under its ID) its silence so far is forgotten, and a verdict whose node rejoined
+//! meanwhile is dropped.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +30,8 @@ struct Watched {
     last_ok: Instant,
     in_flight: bool,
     verdict: bool,
+    /// The incarnation watched (a restarted node's new incarnation starts a new watch).
+    incarnation: u32,
 }
 
 #[derive(Default)]
@@ -57,6 +63,7 @@ pub(crate) async fn run(core: Arc<Core>) {
                         last_ok: now,
                         in_flight: false,
                         verdict: false,
+                        incarnation: 0,
                     },
                 );
             }
@@ -94,10 +101,10 @@ fn tick(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>) {
     };
     let now = Instant::now();
     let timeout = core.failure_timeout();
-    let nodes: Vec<NodeId> = raft.read_local(|meta| {
+    let nodes: Vec<(NodeId, u32)> = raft.read_local(|meta| {
         meta.nodes()
             .filter(|record| record.state == NodeState::Alive && record.role != Role::Superpeer)
-            .map(|record| record.id)
+            .map(|record| (record.id, record.incarnation))
             .collect()
     });
     let mut guard = state.lock();
@@ -118,16 +125,19 @@ fn tick(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>) {
     }
     alive.sort();
     // Nodes this superpeer watches.
-    let mine: Vec<NodeId> = nodes
+    let mine: Vec<(NodeId, u32)> = nodes
         .into_iter()
-        .filter(|node| watcher_of(&alive, *node) == Some(core.id()))
+        .filter(|(node, _)| watcher_of(&alive, *node) == Some(core.id()))
         .collect();
-    guard.nodes.retain(|node, _| mine.contains(node));
-    for node in mine {
+    guard
+        .nodes
+        .retain(|node, watched| mine.contains(&(*node, watched.incarnation)));
+    for (node, incarnation) in mine {
         let entry = guard.nodes.entry(node).or_insert(Watched {
             last_ok: now,
             in_flight: false,
             verdict: false,
+            incarnation,
         });
         if entry.verdict {
             continue;
@@ -139,7 +149,15 @@ fn tick(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>) {
             let silent_ms = now.duration_since(entry.last_ok).as_millis() as u64;
             tokio::spawn(async move {
                 let why = format!("no heartbeat reply for {silent_ms} ms");
-                let settled = core.verdict(node, &why).await;
+                let same = core.raft().is_some_and(|raft| {
+                    raft.read_local(|meta| {
+                        meta.node(node).is_some_and(|record| {
+                            record.incarnation == incarnation && record.state == NodeState::Alive
+                        })
+                    })
+                });
+                // A new incarnation joined since the silence began: it gets its own watch.
+                let settled = !same || core.verdict(node, &why).await;
                 if !settled {
                     if let Some(entry) = state.lock().nodes.get_mut(&node) {
                         entry.verdict = false;

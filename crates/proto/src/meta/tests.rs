@@ -145,6 +145,7 @@ fn request() -> impl Strategy<Value = MetaRequest> {
         any::<u32>().prop_map(MetaRequest::BarrierStatus),
         Just(MetaRequest::Nodes),
         node().prop_map(MetaRequest::Zones),
+        node().prop_map(MetaRequest::Bases),
         Just(MetaRequest::Status),
     ]
 }
@@ -187,6 +188,14 @@ fn reply() -> impl Strategy<Value = MetaReply> {
         ))),
         vec(record(), 0..5).prop_map(MetaReply::Nodes),
         vec((any::<u32>(), vec(node(), 0..4)), 0..4).prop_map(MetaReply::Zones),
+        (any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
+            |(zone_base, zones_end, lid_base, lids_reserved)| MetaReply::Bases(PeerBases {
+                zone_base,
+                zones_end,
+                lid_base,
+                lids_reserved,
+            })
+        ),
         (
             node(),
             any::<u64>(),
