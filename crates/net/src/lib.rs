@@ -61,19 +61,21 @@ mod conn;
 mod endpoint;
 mod error;
 mod handler;
+mod lane;
 mod pool;
 pub mod wire;
 
 pub use bytes::Bytes;
 pub use config::{
     Config, ACCEPT_RETRY_DELAY, AGGREGATION_BUFFER_BYTES, COPY_PAYLOAD_BYTES_MAX, DEADLINE_FAR,
-    EVENTS_QUEUED_MAX, IO_SLICES_MAX, PENDING_REQUESTS_MAX, READ_BUFFER_BYTES,
+    EVENTS_QUEUED_MAX, IO_SLICES_MAX, LANE_CHECK_IDLE, PENDING_REQUESTS_MAX, READ_BUFFER_BYTES,
     READ_SPACE_BYTES_MIN, SECRET_BYTES_MAX,
 };
 pub use conn::{CloseReason, ConnectionStats};
 pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, Fault, NetHandle, PendingResponse};
 pub use error::{DecodeError, FrameError, HandshakeError, NetError};
 pub use handler::{Handler, Handlers, Incoming, MessageType, Responder};
+pub use lane::LaneStats;
 
 /// A node's 16-bit ID (the same numbering as chunk IDs' creator field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
