@@ -35,6 +35,9 @@
 //! - `endpoint`: listener, connection table, handshake driver, the public [`NetHandle`].
 //! - `conn`: one connection's send queue, writer and reader tasks, flow control.
 //! - `pool`: handler threads; `handler`: message types and what handlers receive.
+//! - `lane`: direct request lanes, the fast path of `NetHandle::request_blocking` (the
+//!   calling thread writes the request and reads the response on a pooled connection of
+//!   its own, no I/O-thread hand-off; see `docs/wire-format.md`, "Lanes").
 //!
 //! # Threads
 //! An endpoint runs its I/O on a tokio multi-thread runtime (its own, or one passed in)
