@@ -14,6 +14,11 @@
 //! So both sides always end with the same single TCP connection, and no frame is ever sent
 //! on a connection that loses.
 //!
+//! Direct request lanes (`lane.rs`) are extra connections outside the table: dialed with
+//! blocking calls by a thread in `request_blocking`, accepted here with the lane flag
+//! (at most `lanes_per_node_max` per node, refused when fenced), kept in
+//! `Shared::incoming_lanes`, closed on fence and shutdown, and never reported as lost.
+//!
 //! Invariants: the table lock is never held across an await, and locks are taken in the
 //! order table → fenced/faults/addresses (never the reverse); every connection in the
 //! table with state `Up` has running reader and writer tasks or is about to get them (the
@@ -376,7 +381,9 @@ impl Drop for Endpoint {
 /// Sends messages and requests; cheap to clone, usable from any thread. Methods without
 /// `_blocking` are async; the `_blocking` ones may be called from any thread that is not
 /// running async tasks (they return `BlockingInAsyncContext` there) and take a fast path
-/// with no runtime involvement when the connection is up and its queue has room.
+/// with no runtime involvement when the connection is up and its queue has room;
+/// [`NetHandle::request_blocking`] goes further and uses a direct request lane (the
+/// calling thread writes and reads the socket itself).
 #[derive(Clone)]
 pub struct NetHandle {
     shared: Arc<Shared>,
