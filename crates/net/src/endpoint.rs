@@ -867,7 +867,11 @@ impl NetHandle {
         let deadline = now
             .checked_add(timeout)
             .unwrap_or_else(|| now + DEADLINE_FAR);
-        if self.lookup(to).is_none() {
+        if let Some(conn) = self.lookup(to) {
+            // Lane traffic counts as use of the node's connection (least recently used
+            // eviction must not pick a connection whose lanes are busy).
+            conn.touch(self.shared.now_ms());
+        } else {
             // The node's connection comes first, as on the connection path: its events
             // report the node, and its errors are the ones a failed request gives.
             let until = Instant::from_std(deadline);
