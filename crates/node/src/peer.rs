@@ -741,7 +741,7 @@ impl ChunkService {
         statuses
     }
 
-    /// Writes the items to memory. A put that had to wait for a chunk's write lock may
+    /// Writes the items to memory. A put (or write-at) that had to wait for a chunk's write lock may
     /// find that a migration held it and moved the chunk meanwhile (the migration commits
     /// the new owner before it unlocks, then drops the old copy): such a write went to the
     /// copy being dropped, so the put is answered [`ItemError::NotOwner`] and the client
@@ -755,12 +755,22 @@ impl ChunkService {
         // write that waited for that unlock sees the change here.
         if self.ownership_changes.load(Ordering::Acquire) != changes {
             for (status, (cid, _)) in statuses.iter_mut().zip(items) {
-                if status.is_ok() && self.owner_of(*cid) != self.me {
-                    *status = Err(ItemError::NotOwner);
+                if status.is_ok() {
+                    *status = self.check_not_moved(*cid, changes);
                 }
             }
         }
         statuses
+    }
+
+    /// After a write that may have waited on `cid`'s lock: `NotOwner` if the ownership
+    /// view changed since `changes` was read and `cid` is no longer this peer's (see
+    /// [`ChunkService::put_memory`]).
+    fn check_not_moved(&self, cid: ChunkId, changes: u64) -> Result<(), ItemError> {
+        if self.ownership_changes.load(Ordering::Acquire) == changes {
+            return Ok(());
+        }
+        self.check_owner(cid)
     }
 
     fn put_memory_unchecked(
@@ -834,11 +844,14 @@ impl ChunkService {
         self.check_owner(cid)?;
         self.refuse_write_locked(from, cid)?;
         let offset = to_usize(offset, "offset")?;
+        let changes = self.ownership_changes.load(Ordering::Acquire);
         let Some(replication) = &self.replication else {
-            return status(self.mem.write_at(cid, offset, data));
+            status(self.mem.write_at(cid, offset, data))?;
+            return self.check_not_moved(cid, changes);
         };
         let _order = replication.lock([cid]);
         status(self.mem.write_at(cid, offset, data))?;
+        self.check_not_moved(cid, changes)?;
         // Backups hold whole chunks: send the chunk as it is now.
         let whole = self.whole(cid)?;
         replication

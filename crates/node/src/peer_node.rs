@@ -636,8 +636,8 @@ const MIGRATE_INSERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// (`set_owner`) before the unlock, that put sees the ownership change and is answered
 /// `NotOwner` (the client retries at the new owner) instead of being acknowledged and
 /// lost with the old copy (`ChunkService` put path; test
-/// `a_put_waiting_on_a_migrating_chunk_is_refused_not_lost`). Remove, write-at and resize
-/// waiting on a lock are not covered yet.
+/// `a_put_waiting_on_a_migrating_chunk_is_refused_not_lost`; a write-at likewise). A
+/// remove or resize waiting on a lock is not covered yet.
 fn migrate(
     service: &ChunkService,
     membership: &Arc<Membership>,

@@ -353,7 +353,7 @@ fn bad_offsets_sizes_and_bytes_are_errors_not_panics() {
     service.memory().check_consistency().unwrap();
 }
 
-/// A put that waits on a chunk's write lock while a migration holds it (the migration
+/// A put (or write-at) that waits on a chunk's write lock while a migration holds it (the migration
 /// locks, copies, commits the new owner, unlocks, then drops its copy) must not be
 /// acknowledged and then lost with the old copy: it either lands before the copy is taken
 /// or is answered `NotOwner`, so that the client retries at the new owner.
@@ -370,8 +370,9 @@ fn a_put_waiting_on_a_migrating_chunk_is_refused_not_lost() {
     })
     .expect("memory manager");
     let service = Arc::new(ChunkService::new(Arc::new(mem), ME));
-    let cids = create(&service, &[b"old", b"any"]);
-    for (cid, guarded) in [(cids[0], false), (cids[1], true)] {
+    let cids = create(&service, &[b"old", b"any", b"abc"]);
+    for (index, guarded) in [(0, false), (1, true), (2, false)] {
+        let cid = cids[index];
         let mem = Arc::clone(service.memory());
         // The migration takes the chunk's write lock first (with or without switching
         // inline serving off, as `migrate` does).
@@ -380,13 +381,21 @@ fn a_put_waiting_on_a_migrating_chunk_is_refused_not_lost() {
         let putter = {
             let service = Arc::clone(&service);
             std::thread::spawn(move || {
-                statuses(service.execute(
-                    CLIENT_A,
+                // The third chunk is changed with a write-at instead of a put.
+                let request = if index == 2 {
+                    ChunkRequest::WriteAt {
+                        cid,
+                        offset: 1,
+                        data: Bytes::from_static(b"x"),
+                        durability: 0,
+                    }
+                } else {
                     ChunkRequest::Put {
                         durability: 0,
                         items: vec![(cid, Bytes::from_static(b"new"))],
-                    },
-                ))
+                    }
+                };
+                statuses(service.execute(CLIENT_A, request))
             })
         };
         // Let the put reach the lock and wait there.
@@ -399,7 +408,7 @@ fn a_put_waiting_on_a_migrating_chunk_is_refused_not_lost() {
         assert_eq!(
             outcome,
             vec![Err(ItemError::NotOwner)],
-            "a put acknowledged after the copy was taken is lost (guarded: {guarded})"
+            "a write acknowledged after the copy was taken is lost (chunk {index})"
         );
     }
 }
