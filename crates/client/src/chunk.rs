@@ -914,15 +914,27 @@ impl<D: Directory> BlockingChunks<'_, D> {
     /// see the `single_get_round_trips_per_second` test in `myriad-node`). Anything
     /// but a clean answer (`NotOwner`, an unreachable owner) falls back to the routed
     /// call, which refreshes the lookup and retries.
+    ///
+    /// The blocking request travels on one of the messaging layer's direct request lanes
+    /// (`NetHandle::request_blocking`): the calling thread writes the request and reads
+    /// the answer itself, with no hand-off to the I/O thread.
     pub fn get(&self, cid: ChunkId) -> Result<Bytes, ClientError> {
-        if let Some(result) = self.get_direct(cid) {
+        let direct = self.direct(cid, || ChunkRequest::get_one(cid), parse_data);
+        if let Some(result) = direct {
             return result;
         }
         self.block(self.chunks.get(cid))
     }
 
-    /// The direct attempt of [`BlockingChunks::get`]; `None` to fall back to routing.
-    fn get_direct(&self, cid: ChunkId) -> Option<Result<Bytes, ClientError>> {
+    /// The direct attempt of a single-item call to `cid`'s presumed owner (the blocking
+    /// [`BlockingChunks::get`] and [`BlockingChunks::put`]); `None` to fall back to
+    /// routing.
+    fn direct<T>(
+        &self,
+        cid: ChunkId,
+        request: impl FnOnce() -> ChunkRequest,
+        parse: fn(ChunkReply, usize) -> ItemResults<T>,
+    ) -> Option<Result<T, ClientError>> {
         let chunks = self.chunks;
         let owner = chunks.owner_of(cid);
         if chunks.is_local(owner).is_some() || !chunks.directory.is_alive(owner) {
@@ -931,7 +943,7 @@ impl<D: Directory> BlockingChunks<'_, D> {
         let reply = chunks.net.request_blocking(
             myriad_proto::net_id(owner),
             myriad_proto::types::CHUNK,
-            ChunkRequest::get_one(cid).encode(),
+            request().encode(),
             chunks.options.timeout,
         );
         let bytes = match reply {
@@ -947,7 +959,7 @@ impl<D: Directory> BlockingChunks<'_, D> {
             .map_err(|error| {
                 ClientError::Protocol(format!("undecodable reply from node {owner}: {error}"))
             })
-            .and_then(|reply| parse_data(reply, 1));
+            .and_then(|reply| parse(reply, 1));
         match items.map(|mut items| items.pop()) {
             Ok(Some(Ok(data))) => Some(Ok(data)),
             Ok(Some(Err(ItemError::NotOwner))) => None,
@@ -962,8 +974,18 @@ impl<D: Directory> BlockingChunks<'_, D> {
         self.block_each(cids.len(), self.chunks.get_batch(cids))
     }
 
-    /// [`Chunks::put`].
+    /// [`Chunks::put`]. Like [`BlockingChunks::get`], first tried as one blocking request
+    /// to the presumed owner (on a direct request lane); anything but a clean answer falls
+    /// back to the routed call.
     pub fn put(&self, cid: ChunkId, data: Bytes) -> Result<(), ClientError> {
+        let durability = self.chunks.options.durability;
+        let request = || ChunkRequest::Put {
+            durability,
+            items: vec![(cid, data.clone())],
+        };
+        if let Some(result) = self.direct(cid, request, parse_statuses) {
+            return result;
+        }
         self.block(self.chunks.put(cid, data))
     }
 

@@ -41,6 +41,10 @@ pub const IO_SLICES_MAX: usize = 64;
 /// misses the oldest events (and is told how many).
 pub const EVENTS_QUEUED_MAX: usize = 1024;
 
+/// A direct request lane idle for longer than this is checked for a close by the peer
+/// (one non-blocking peek) before it carries a request; busier lanes skip the check.
+pub const LANE_CHECK_IDLE: Duration = Duration::from_millis(1);
+
 /// Longest cluster secret accepted (bytes).
 pub const SECRET_BYTES_MAX: usize = 1024;
 
@@ -76,6 +80,13 @@ pub struct Config {
     /// more in contention than it gains (see `docs/benchmarks.md`). Raise it for many busy
     /// connections on many cores.
     pub io_threads: usize,
+    /// Direct request lanes kept at most per remote node, in each direction (see
+    /// `NetHandle::request_blocking`): the calling side opens at most this many, the
+    /// accepting side refuses more (the caller then uses the node's connection). 0 turns
+    /// lanes off: blocking requests then go through the connection and the I/O thread.
+    pub lanes_per_node_max: usize,
+    /// An idle lane is closed after this long unused.
+    pub lane_idle_timeout: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -96,6 +107,8 @@ impl std::fmt::Debug for Config {
             .field("message_bytes_max", &self.message_bytes_max)
             .field("handler_threads", &self.handler_threads)
             .field("io_threads", &self.io_threads)
+            .field("lanes_per_node_max", &self.lanes_per_node_max)
+            .field("lane_idle_timeout", &self.lane_idle_timeout)
             .finish()
     }
 }
@@ -103,7 +116,7 @@ impl std::fmt::Debug for Config {
 impl Config {
     /// Defaults: 100 connections, 2 s connect and handshake timeouts, 10 s send timeout,
     /// 4 MiB send queue, 4 MiB unprocessed receive bytes, 256 MiB messages, 2 handler
-    /// threads, 1 I/O thread.
+    /// threads, 1 I/O thread, 64 lanes per node closed after 30 s idle.
     pub fn new(node_id: NodeId, listen_addr: SocketAddr, secret: impl Into<Vec<u8>>) -> Self {
         Self {
             node_id,
@@ -118,6 +131,8 @@ impl Config {
             message_bytes_max: 256 << 20,
             handler_threads: 2,
             io_threads: 1,
+            lanes_per_node_max: 64,
+            lane_idle_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -141,6 +141,9 @@ pub(crate) struct Conn {
     pub peer: NodeId,
     pub peer_instance: u64,
     pub initiated_locally: bool,
+    /// A direct request lane the peer opened (not the node's connection): it may carry
+    /// only requests of unordered types, and its close raises no event.
+    pub lane: bool,
     /// Sequence number of this connection in its endpoint (chooses the ordered lane).
     pub serial: u64,
     pub limits: ConnLimits,
@@ -192,10 +195,12 @@ pub struct ConnectionStats {
 }
 
 impl Conn {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         peer: NodeId,
         peer_instance: u64,
         initiated_locally: bool,
+        lane: bool,
         serial: u64,
         limits: ConnLimits,
         runtime: Handle,
@@ -206,6 +211,7 @@ impl Conn {
             peer,
             peer_instance,
             initiated_locally,
+            lane,
             serial,
             limits,
             runtime,
@@ -713,6 +719,12 @@ fn cut_and_dispatch(
     while let Some(frame) = decoder.decode(buf)? {
         conn.frames_received.fetch_add(1, Ordering::Relaxed);
         let header = frame.header;
+        if conn.lane && (header.kind != Kind::Request || header.ordered) {
+            return Err(FrameError::NotALaneRequest {
+                type_id: header.type_id,
+                subtype: header.subtype,
+            });
+        }
         let handler = if header.kind == Kind::Response {
             None
         } else {

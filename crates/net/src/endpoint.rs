@@ -14,6 +14,11 @@
 //! So both sides always end with the same single TCP connection, and no frame is ever sent
 //! on a connection that loses.
 //!
+//! Direct request lanes (`lane.rs`) are extra connections outside the table: dialed with
+//! blocking calls by a thread in `request_blocking`, accepted here with the lane flag
+//! (at most `lanes_per_node_max` per node, refused when fenced), kept in
+//! `Shared::incoming_lanes`, closed on fence and shutdown, and never reported as lost.
+//!
 //! Invariants: the table lock is never held across an await, and locks are taken in the
 //! order table → fenced/faults/addresses (never the reverse); every connection in the
 //! table with state `Up` has running reader and writer tasks or is about to get them (the
@@ -39,7 +44,7 @@ use tokio::sync::{broadcast, oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::config::{
-    Config, ACCEPT_RETRY_DELAY, DEADLINE_FAR, EVENTS_QUEUED_MAX, SECRET_BYTES_MAX,
+    Config, ACCEPT_RETRY_DELAY, DEADLINE_FAR, EVENTS_QUEUED_MAX, LANE_CHECK_IDLE, SECRET_BYTES_MAX,
 };
 use crate::conn::{
     reader_loop, writer_loop, Batch, CloseReason, Conn, ConnLimits, ConnectionStats, Direct,
@@ -47,6 +52,7 @@ use crate::conn::{
 };
 use crate::error::{HandshakeError, NetError};
 use crate::handler::{HandlerMap, Handlers, MessageType};
+use crate::lane::{Lane, LaneFailure, LaneStats, OutgoingLanes, Take};
 use crate::pool::PoolSenders;
 use crate::wire::{
     self, Fragment, FrameHeader, Greeting, Kind, Verdict, FRAME_PAYLOAD_BYTES_MAX, GREETING_BYTES,
@@ -171,6 +177,10 @@ pub(crate) struct Shared {
     shut_down: AtomicBool,
     shutdown_tx: watch::Sender<bool>,
     serial: AtomicU64,
+    /// Direct request lanes this endpoint opened (calling side).
+    lanes: OutgoingLanes,
+    /// Direct request lanes other nodes opened to this endpoint, by node.
+    incoming_lanes: parking_lot::Mutex<HashMap<NodeId, Vec<Arc<Conn>>>>,
 }
 
 impl ReaderContext for Shared {
@@ -308,9 +318,12 @@ impl Endpoint {
             shut_down: AtomicBool::new(false),
             shutdown_tx,
             serial: AtomicU64::new(0),
+            lanes: OutgoingLanes::default(),
+            incoming_lanes: parking_lot::Mutex::new(HashMap::new()),
             config,
         });
-        runtime.spawn(accept_loop(shared.clone(), listener, shutdown_rx));
+        runtime.spawn(accept_loop(shared.clone(), listener, shutdown_rx.clone()));
+        runtime.spawn(sweep_lanes(shared.clone(), shutdown_rx));
         tracing::debug!(node = %shared.config.node_id, %local_addr, "endpoint started");
         Ok(Self {
             handle: NetHandle { shared },
@@ -346,6 +359,16 @@ impl Drop for Endpoint {
         for conn in conns {
             conn.close();
         }
+        shared.lanes.close_all();
+        let lanes: Vec<Arc<Conn>> = shared
+            .incoming_lanes
+            .lock()
+            .drain()
+            .flat_map(|(_, lanes)| lanes)
+            .collect();
+        for lane in lanes {
+            lane.close();
+        }
         shared.table_changed.notify_waiters();
         // Handler threads exit once every pool sender is gone.
         shared.pool.write().take();
@@ -358,7 +381,9 @@ impl Drop for Endpoint {
 /// Sends messages and requests; cheap to clone, usable from any thread. Methods without
 /// `_blocking` are async; the `_blocking` ones may be called from any thread that is not
 /// running async tasks (they return `BlockingInAsyncContext` there) and take a fast path
-/// with no runtime involvement when the connection is up and its queue has room.
+/// with no runtime involvement when the connection is up and its queue has room;
+/// [`NetHandle::request_blocking`] goes further and uses a direct request lane (the
+/// calling thread writes and reads the socket itself).
 #[derive(Clone)]
 pub struct NetHandle {
     shared: Arc<Shared>,
@@ -442,6 +467,13 @@ impl NetHandle {
             conn.fenced.store(true, Ordering::Release);
             self.shared.retire(&conn, CloseReason::Fenced);
         }
+        // Its lanes too, both ways (new ones are refused from now on).
+        self.shared.lanes.close_node(node);
+        let lanes = self.shared.incoming_lanes.lock().remove(&node);
+        for lane in lanes.unwrap_or_default() {
+            lane.fenced.store(true, Ordering::Release);
+            lane.close();
+        }
         tracing::info!(%node, "node fenced");
     }
 
@@ -460,7 +492,11 @@ impl NetHandle {
         // Lock order: never hold `faults` while taking `table` (accepting does table → faults).
         self.shared.faults.write().insert(node, fault);
         self.shared.faults_any.store(true, Ordering::Release);
-        if let Some(conn) = self.lookup(node) {
+        for conn in self
+            .lookup(node)
+            .into_iter()
+            .chain(self.incoming_lanes(node))
+        {
             conn.drop_outgoing
                 .store(fault.drops_outgoing(), Ordering::Release);
             conn.drop_incoming
@@ -477,9 +513,32 @@ impl NetHandle {
                 .faults_any
                 .store(!faults.is_empty(), Ordering::Release);
         }
-        if let Some(conn) = self.lookup(node) {
+        for conn in self
+            .lookup(node)
+            .into_iter()
+            .chain(self.incoming_lanes(node))
+        {
             conn.drop_outgoing.store(false, Ordering::Release);
             conn.drop_incoming.store(false, Ordering::Release);
+        }
+    }
+
+    /// The lanes `node` opened to this endpoint that are still open.
+    fn incoming_lanes(&self, node: NodeId) -> Vec<Arc<Conn>> {
+        self.shared
+            .incoming_lanes
+            .lock()
+            .get(&node)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Figures about the direct request lanes to and from `node` (see
+    /// [`NetHandle::request_blocking`]).
+    pub fn lane_stats(&self, node: NodeId) -> LaneStats {
+        LaneStats {
+            incoming: self.incoming_lanes(node).len(),
+            ..self.shared.lanes.stats(node)
         }
     }
 
@@ -753,6 +812,19 @@ impl NetHandle {
     }
 
     /// [`NetHandle::request`] for non-async threads.
+    ///
+    /// A request of an unordered type whose payload fits one frame goes over a direct
+    /// request lane when one can be had: a connection to `to` that this thread takes from
+    /// a per-node pool, writes the request to and reads the response from itself (one
+    /// write and usually one read system call, no hand-off to the I/O thread), then hands
+    /// back. At most `Config::lanes_per_node_max` lanes per node; when all are busy, the
+    /// peer refuses another, a fault switch is set for `to`, or lanes are off, the request
+    /// goes through the node's connection as [`NetHandle::request`] does. Errors are the
+    /// same either way (a lane failing to open gives the connection's errors: `Fenced`,
+    /// `UnknownNode`, `ConnectTimeout`, `ConnectFailed`, `AuthenticationFailed`; a lane
+    /// that breaks gives `ConnectionLost`; no response in time gives `Timeout`). With no
+    /// connection to the node, it is opened first (as any request would), so connection
+    /// events keep reporting the node.
     pub fn request_blocking(
         &self,
         to: NodeId,
@@ -760,8 +832,157 @@ impl NetHandle {
         payload: Bytes,
         timeout: Duration,
     ) -> Result<Bytes, NetError> {
+        ensure_blocking_allowed()?;
+        if let Some(result) = self.request_on_lane(to, message_type, &payload, timeout) {
+            return result;
+        }
         self.request_later_blocking(to, message_type, payload, timeout)?
             .wait_blocking()
+    }
+
+    /// The lane path of [`NetHandle::request_blocking`]; `None` to use the connection.
+    fn request_on_lane(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+        timeout: Duration,
+    ) -> Option<Result<Bytes, NetError>> {
+        let max = self.shared.config.lanes_per_node_max;
+        if max == 0 || message_type.ordered || payload.len() > FRAME_PAYLOAD_BYTES_MAX {
+            return None;
+        }
+        if let Err(error) = self.check_open().and_then(|()| self.check_size(payload)) {
+            return Some(Err(error));
+        }
+        if self.shared.faults_any.load(Ordering::Acquire)
+            && self.shared.faults.read().contains_key(&to)
+        {
+            return None;
+        }
+        if self.is_fenced(to) {
+            return Some(Err(NetError::Fenced(to)));
+        }
+        let now = std::time::Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + DEADLINE_FAR);
+        if let Some(conn) = self.lookup(to) {
+            // Lane traffic counts as use of the node's connection (least recently used
+            // eviction must not pick a connection whose lanes are busy).
+            conn.touch(self.shared.now_ms());
+        } else {
+            // The node's connection comes first, as on the connection path: its events
+            // report the node, and its errors are the ones a failed request gives.
+            let until = Instant::from_std(deadline);
+            let connected = self.block_on(async {
+                match tokio::time::timeout_at(until, self.shared.connection(to)).await {
+                    Ok(conn) => conn.map(|_| ()),
+                    Err(_) => Err(NetError::Timeout(to)),
+                }
+            });
+            if let Err(error) = connected {
+                return Some(Err(error));
+            }
+        }
+        let lanes = &self.shared.lanes;
+        // Bounded: each pass takes an idle lane out of the pool for good or ends.
+        let mut lane = loop {
+            match lanes.take(to, max) {
+                Take::Idle(mut lane) => {
+                    if lane.is_stale(LANE_CHECK_IDLE) {
+                        lanes.discard(to, lane);
+                        continue;
+                    }
+                    break lane;
+                }
+                Take::Open => match self.open_lane(to, deadline) {
+                    Ok(Some(lane)) => break lane,
+                    Ok(None) => return None,
+                    Err(error) => return Some(Err(error)),
+                },
+                Take::Full => return None,
+            }
+        };
+        let header = whole_header(Kind::Request, message_type, 0, payload.len());
+        let message_bytes_max = self.shared.config.message_bytes_max;
+        match lane.call(header, payload, deadline, message_bytes_max) {
+            Ok(response) => {
+                lanes.give_back(to, lane);
+                Some(Ok(response))
+            }
+            Err(failure) => {
+                lanes.discard(to, lane);
+                if self.shared.shut_down.load(Ordering::Acquire) {
+                    return Some(Err(NetError::Shutdown));
+                }
+                if self.is_fenced(to) {
+                    return Some(Err(NetError::Fenced(to)));
+                }
+                Some(Err(match failure {
+                    LaneFailure::Timeout => NetError::Timeout(to),
+                    LaneFailure::Io(_) => NetError::ConnectionLost(to),
+                    LaneFailure::Protocol(_) | LaneFailure::Unexpected => {
+                        tracing::warn!(peer = %to, %failure, "lane closed");
+                        NetError::ConnectionLost(to)
+                    }
+                }))
+            }
+        }
+    }
+
+    /// Opens a lane to `to` on this thread (a slot is reserved by the caller). `Ok(None)`:
+    /// the peer holds its maximum of lanes from us; use the connection.
+    fn open_lane(
+        &self,
+        to: NodeId,
+        deadline: std::time::Instant,
+    ) -> Result<Option<Lane>, NetError> {
+        let lanes = &self.shared.lanes;
+        let opened = self
+            .address(to)
+            .ok_or(NetError::UnknownNode(to))
+            .and_then(|addr| {
+                let connect_timeout = self.shared.config.connect_timeout;
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                // As on the connection path: the request's own deadline, if shorter, makes a
+                // slow connect a request timeout.
+                let (limit, timed_out) = if left < connect_timeout {
+                    (left, NetError::Timeout(to))
+                } else {
+                    (connect_timeout, NetError::ConnectTimeout(to))
+                };
+                dial_lane(&self.shared, to, addr, limit).map_err(|failure| match failure {
+                    DialFailure::TimedOut => timed_out,
+                    DialFailure::Error(error) => error,
+                })
+            });
+        let (stream, peer_instance, verdict) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                lanes.open_failed(to);
+                return Err(error);
+            }
+        };
+        match verdict {
+            Verdict::Accepted => {}
+            Verdict::Duplicate => {
+                lanes.open_failed(to);
+                return Ok(None);
+            }
+            Verdict::Refused => {
+                lanes.open_failed(to);
+                return Err(NetError::Fenced(to));
+            }
+        }
+        let Some(lane) = lanes.opened(to, stream, peer_instance) else {
+            return Ok(None);
+        };
+        if self.is_fenced(to) {
+            lanes.discard(to, lane);
+            return Err(NetError::Fenced(to));
+        }
+        Ok(Some(lane))
     }
 
     fn block_on<T>(
@@ -979,6 +1200,24 @@ impl Shared {
         if !conn.close() {
             return;
         }
+        if conn.lane {
+            // A lane is not the node's connection: it leaves only the lane list.
+            let mut lanes = self.incoming_lanes.lock();
+            if let Some(list) = lanes.get_mut(&conn.peer) {
+                list.retain(|lane| !Arc::ptr_eq(lane, conn));
+                if list.is_empty() {
+                    lanes.remove(&conn.peer);
+                }
+            }
+            drop(lanes);
+            match &reason {
+                CloseReason::Protocol(_) => {
+                    tracing::warn!(peer = %conn.peer, %reason, "lane closed")
+                }
+                _ => tracing::trace!(peer = %conn.peer, %reason, "lane closed"),
+            }
+            return;
+        }
         {
             let mut table = self.table.write();
             if let Some(Slot::Up(current)) = table.get(&conn.peer) {
@@ -1003,11 +1242,18 @@ impl Shared {
         });
     }
 
-    fn new_conn(&self, peer: NodeId, peer_instance: u64, initiated_locally: bool) -> Arc<Conn> {
+    fn new_conn(
+        &self,
+        peer: NodeId,
+        peer_instance: u64,
+        initiated_locally: bool,
+        lane: bool,
+    ) -> Arc<Conn> {
         let conn = Arc::new(Conn::new(
             peer,
             peer_instance,
             initiated_locally,
+            lane,
             self.serial.fetch_add(1, Ordering::Relaxed),
             self.limits(),
             self.runtime.clone(),
@@ -1115,7 +1361,7 @@ impl Shared {
                 }
                 _ => None,
             };
-            let conn = self.new_conn(node, peer_instance, false);
+            let conn = self.new_conn(node, peer_instance, false, false);
             table.insert(node, Slot::Up(conn.clone()));
             (conn, replaced)
         };
@@ -1126,15 +1372,114 @@ impl Shared {
         (Verdict::Accepted, Some(conn))
     }
 
-    fn greeting(&self) -> Greeting {
+    /// Decides an authenticated incoming lane: refused if the node is fenced,
+    /// `Duplicate` (use the connection) at the lane limit.
+    fn decide_lane(&self, node: NodeId, peer_instance: u64) -> (Verdict, Option<Arc<Conn>>) {
+        if self.fenced.read().contains(&node) {
+            return (Verdict::Refused, None);
+        }
+        let mut lanes = self.incoming_lanes.lock();
+        let list = lanes.entry(node).or_default();
+        list.retain(|lane| !lane.is_closed());
+        if list.len() >= self.config.lanes_per_node_max {
+            return (Verdict::Duplicate, None);
+        }
+        let conn = self.new_conn(node, peer_instance, false, true);
+        list.push(conn.clone());
+        (Verdict::Accepted, Some(conn))
+    }
+
+    fn greeting(&self, lane: bool) -> Greeting {
         let mut nonce = [0u8; NONCE_BYTES];
         rand::rngs::OsRng.fill_bytes(&mut nonce);
         Greeting {
             node: self.config.node_id.0,
             instance: self.instance,
             nonce,
+            lane,
         }
     }
+}
+
+/// Why a lane could not be dialed.
+enum DialFailure {
+    /// The time limit passed.
+    TimedOut,
+    /// Anything else, as the connection path reports it.
+    Error(NetError),
+}
+
+/// TCP connect and the connector's half of the handshake for a lane, with blocking calls
+/// on this thread, all within `limit`. The socket is left blocking with no receive
+/// timeout and the send timeout as its write timeout.
+fn dial_lane(
+    shared: &Shared,
+    node: NodeId,
+    addr: SocketAddr,
+    limit: Duration,
+) -> Result<(std::net::TcpStream, u64, Verdict), DialFailure> {
+    use std::io::{Read, Write};
+    let start = std::time::Instant::now();
+    let io = |error: std::io::Error| match error.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => DialFailure::TimedOut,
+        _ => DialFailure::Error(connect_failed(node, error)),
+    };
+    // Each step waits at most what is left of the limit (a zero timeout means "none" to
+    // the socket calls, so an exhausted limit is a timeout here).
+    let left = || {
+        let left = limit.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            Err(DialFailure::TimedOut)
+        } else {
+            Ok(left)
+        }
+    };
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, left()?).map_err(io)?;
+    stream.set_nodelay(true).map_err(io)?;
+    stream.set_write_timeout(Some(left()?)).map_err(io)?;
+    stream.set_read_timeout(Some(left()?)).map_err(io)?;
+    let ours = shared.greeting(true).encode();
+    stream.write_all(&ours).map_err(io)?;
+    let mut reply = [0u8; GREETING_BYTES + PROOF_BYTES];
+    stream.read_exact(&mut reply).map_err(io)?;
+    let (theirs, proof) = reply.split_at(GREETING_BYTES);
+    let mut theirs_array = [0u8; GREETING_BYTES];
+    theirs_array.copy_from_slice(theirs);
+    let mut proof_array = [0u8; PROOF_BYTES];
+    proof_array.copy_from_slice(proof);
+    let greeting =
+        Greeting::decode(&theirs_array).map_err(|e| DialFailure::Error(connect_failed(node, e)))?;
+    if greeting.node != node.0 {
+        return Err(DialFailure::Error(connect_failed(
+            node,
+            HandshakeError::UnexpectedNode(greeting.node),
+        )));
+    }
+    let secret = &shared.config.secret;
+    if wire::verify_acceptor_proof(secret, &ours, &theirs_array, &proof_array).is_err() {
+        tracing::warn!(%node, %addr, "peer failed to prove the cluster secret (lane)");
+        return Err(DialFailure::Error(NetError::AuthenticationFailed(node)));
+    }
+    stream
+        .write_all(&wire::connector_proof(secret, &ours, &theirs_array))
+        .map_err(io)?;
+    stream.set_read_timeout(Some(left()?)).map_err(io)?;
+    let mut verdict = [0u8; 1];
+    if let Err(error) = stream.read_exact(&mut verdict) {
+        // The acceptor closes without a verdict when our proof fails.
+        return Err(match io(error) {
+            DialFailure::TimedOut => DialFailure::TimedOut,
+            DialFailure::Error(_) => DialFailure::Error(NetError::AuthenticationFailed(node)),
+        });
+    }
+    let [verdict] = verdict;
+    let verdict =
+        Verdict::decode(verdict).map_err(|e| DialFailure::Error(connect_failed(node, e)))?;
+    stream.set_read_timeout(None).map_err(io)?;
+    stream
+        .set_write_timeout(Some(shared.config.send_timeout))
+        .map_err(io)?;
+    Ok((stream, greeting.instance, verdict))
 }
 
 /// Dials `node` at `addr`, authenticates, and installs the connection.
@@ -1151,7 +1496,7 @@ async fn connect(shared: Arc<Shared>, node: NodeId, addr: SocketAddr, attempt: A
     };
     match verdict {
         Verdict::Accepted => {
-            let conn = shared.new_conn(node, peer_instance, true);
+            let conn = shared.new_conn(node, peer_instance, true, false);
             if shared.install_outgoing(node, &conn) {
                 shared.run(conn.clone(), stream);
                 shared.enforce_connection_limit(&conn);
@@ -1188,7 +1533,7 @@ async fn dial(
     stream
         .set_nodelay(true)
         .map_err(|e| connect_failed(node, e))?;
-    let ours = shared.greeting().encode();
+    let ours = shared.greeting(false).encode();
     stream
         .write_all(&ours)
         .await
@@ -1275,7 +1620,7 @@ async fn accept(shared: &Arc<Shared>, mut stream: TcpStream) -> Result<(), Strin
     if node == shared.config.node_id {
         return Err(HandshakeError::UnexpectedNode(greeting.node).to_string());
     }
-    let ours = shared.greeting().encode();
+    let ours = shared.greeting(false).encode();
     let proof = wire::acceptor_proof(&shared.config.secret, &theirs, &ours);
     let mut reply = [0u8; GREETING_BYTES + PROOF_BYTES];
     let (greeting_part, proof_part) = reply.split_at_mut(GREETING_BYTES);
@@ -1296,7 +1641,11 @@ async fn accept(shared: &Arc<Shared>, mut stream: TcpStream) -> Result<(), Strin
     if shared.shut_down.load(Ordering::Acquire) {
         return Err("endpoint shutting down".into());
     }
-    let (verdict, conn) = shared.decide_incoming(node, greeting.instance);
+    let (verdict, conn) = if greeting.lane {
+        shared.decide_lane(node, greeting.instance)
+    } else {
+        shared.decide_incoming(node, greeting.instance)
+    };
     let written = stream.write_all(&[verdict.encode()]).await;
     let Some(conn) = conn else {
         tracing::debug!(%node, ?verdict, "incoming connection not used");
@@ -1307,6 +1656,21 @@ async fn accept(shared: &Arc<Shared>, mut stream: TcpStream) -> Result<(), Strin
         return Err(format!("writing verdict: {error}"));
     }
     shared.run(conn.clone(), stream);
-    shared.enforce_connection_limit(&conn);
+    if !conn.lane {
+        shared.enforce_connection_limit(&conn);
+    }
     Ok(())
+}
+
+/// Closes lanes idle for longer than `Config::lane_idle_timeout`, until shutdown.
+async fn sweep_lanes(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let idle_max = shared.config.lane_idle_timeout;
+    let period = (idle_max / 2).max(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shutdown.changed() => return,
+        }
+        shared.lanes.sweep(idle_max);
+    }
 }

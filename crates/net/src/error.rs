@@ -130,6 +130,14 @@ pub enum FrameError {
         /// Subtype byte.
         subtype: u8,
     },
+    /// A direct request lane carried something other than a request of an unordered type.
+    #[error("type {type_id}/{subtype} sent on a lane is not an unordered request")]
+    NotALaneRequest {
+        /// Type byte.
+        type_id: u8,
+        /// Subtype byte.
+        subtype: u8,
+    },
     /// The stream ended inside a frame.
     #[error("connection ended inside a frame ({buffered_bytes} bytes buffered)")]
     Truncated {

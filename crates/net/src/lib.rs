@@ -35,6 +35,9 @@
 //! - `endpoint`: listener, connection table, handshake driver, the public [`NetHandle`].
 //! - `conn`: one connection's send queue, writer and reader tasks, flow control.
 //! - `pool`: handler threads; `handler`: message types and what handlers receive.
+//! - `lane`: direct request lanes, the fast path of `NetHandle::request_blocking` (the
+//!   calling thread writes the request and reads the response on a pooled connection of
+//!   its own, no I/O-thread hand-off; see `docs/wire-format.md`, "Lanes").
 //!
 //! # Threads
 //! An endpoint runs its I/O on a tokio multi-thread runtime (its own, or one passed in)
@@ -61,19 +64,21 @@ mod conn;
 mod endpoint;
 mod error;
 mod handler;
+mod lane;
 mod pool;
 pub mod wire;
 
 pub use bytes::Bytes;
 pub use config::{
     Config, ACCEPT_RETRY_DELAY, AGGREGATION_BUFFER_BYTES, COPY_PAYLOAD_BYTES_MAX, DEADLINE_FAR,
-    EVENTS_QUEUED_MAX, IO_SLICES_MAX, PENDING_REQUESTS_MAX, READ_BUFFER_BYTES,
+    EVENTS_QUEUED_MAX, IO_SLICES_MAX, LANE_CHECK_IDLE, PENDING_REQUESTS_MAX, READ_BUFFER_BYTES,
     READ_SPACE_BYTES_MIN, SECRET_BYTES_MAX,
 };
 pub use conn::{CloseReason, ConnectionStats};
 pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, Fault, NetHandle, PendingResponse};
 pub use error::{DecodeError, FrameError, HandshakeError, NetError};
 pub use handler::{Handler, Handlers, Incoming, MessageType, Responder};
+pub use lane::LaneStats;
 
 /// A node's 16-bit ID (the same numbering as chunk IDs' creator field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -346,6 +346,11 @@ pub const GREETING_BYTES: usize = 32;
 pub const PROOF_BYTES: usize = 32;
 /// Bytes of a handshake nonce.
 pub const NONCE_BYTES: usize = 16;
+/// Greeting flags byte: the connector opens a direct request lane, not the node's
+/// connection (see `docs/wire-format.md`, "Lanes"). Only a connector may set it.
+pub const GREETING_FLAG_LANE: u8 = 0b0000_0001;
+/// Greeting flags byte: bits that must be zero.
+const GREETING_FLAGS_RESERVED: u8 = !GREETING_FLAG_LANE;
 
 /// What each side says first: who it is and a fresh nonce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -356,6 +361,9 @@ pub struct Greeting {
     pub instance: u64,
     /// Fresh random bytes.
     pub nonce: [u8; NONCE_BYTES],
+    /// The connector opens a direct request lane ([`GREETING_FLAG_LANE`]); always false in
+    /// an acceptor's greeting.
+    pub lane: bool,
 }
 
 impl Greeting {
@@ -366,8 +374,8 @@ impl Greeting {
         magic.copy_from_slice(&HANDSHAKE_MAGIC);
         let (version, rest) = rest.split_at_mut(1);
         version.copy_from_slice(&[PROTOCOL_VERSION]);
-        let (reserved, rest) = rest.split_at_mut(1);
-        reserved.copy_from_slice(&[0]);
+        let (flags, rest) = rest.split_at_mut(1);
+        flags.copy_from_slice(&[if self.lane { GREETING_FLAG_LANE } else { 0 }]);
         let (node, rest) = rest.split_at_mut(2);
         node.copy_from_slice(&self.node.to_le_bytes());
         let (instance, nonce) = rest.split_at_mut(8);
@@ -378,7 +386,7 @@ impl Greeting {
 
     /// Parses 32 greeting bytes.
     pub fn decode(bytes: &[u8; GREETING_BYTES]) -> Result<Self, HandshakeError> {
-        let [m0, m1, m2, m3, version, reserved, n0, n1, i0, i1, i2, i3, i4, i5, i6, i7, nonce @ ..] =
+        let [m0, m1, m2, m3, version, flags, n0, n1, i0, i1, i2, i3, i4, i5, i6, i7, nonce @ ..] =
             *bytes;
         if [m0, m1, m2, m3] != HANDSHAKE_MAGIC {
             return Err(HandshakeError::BadMagic);
@@ -386,13 +394,14 @@ impl Greeting {
         if version != PROTOCOL_VERSION {
             return Err(HandshakeError::BadVersion(version));
         }
-        if reserved != 0 {
+        if flags & GREETING_FLAGS_RESERVED != 0 {
             return Err(HandshakeError::BadReserved);
         }
         Ok(Self {
             node: u16::from_le_bytes([n0, n1]),
             instance: u64::from_le_bytes([i0, i1, i2, i3, i4, i5, i6, i7]),
             nonce,
+            lane: flags & GREETING_FLAG_LANE != 0,
         })
     }
 }
@@ -472,7 +481,8 @@ pub enum Verdict {
     /// The connection is in use from now on; frames may follow.
     Accepted,
     /// A connection between the two nodes already exists or wins the tie-break; the
-    /// connector uses that one and closes this.
+    /// connector uses that one and closes this. To a lane: the acceptor holds its maximum
+    /// of lanes from the connector, which sends over the node's connection instead.
     Duplicate,
     /// The acceptor refuses the connector (fenced, or its own node ID).
     Refused,
@@ -602,13 +612,23 @@ mod tests {
             node: 3,
             instance: 99,
             nonce: [5; NONCE_BYTES],
+            lane: false,
         };
         let b = Greeting {
             node: 4,
             instance: 7,
             nonce: [6; NONCE_BYTES],
+            lane: true,
         };
         assert_eq!(Greeting::decode(&a.encode()), Ok(a));
+        assert_eq!(Greeting::decode(&b.encode()), Ok(b));
+        assert_eq!(b.encode()[5], GREETING_FLAG_LANE);
+        let mut unknown_flag = b.encode();
+        unknown_flag[5] = 0b10;
+        assert_eq!(
+            Greeting::decode(&unknown_flag),
+            Err(HandshakeError::BadReserved)
+        );
         let (ae, be) = (a.encode(), b.encode());
         let p = acceptor_proof(b"secret", &ae, &be);
         assert!(verify_acceptor_proof(b"secret", &ae, &be, &p).is_ok());

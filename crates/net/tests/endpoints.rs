@@ -471,6 +471,7 @@ fn a_wrong_secret_is_refused_and_no_handler_runs() {
         node: 77,
         instance: 1,
         nonce: [1; 16],
+        lane: false,
     };
     raw.write_all(&greeting.encode()).expect("greeting");
     let mut challenge = [0u8; GREETING_BYTES + PROOF_BYTES];
@@ -493,6 +494,7 @@ fn raw_authenticated(addr: SocketAddr, id: u16, acceptor: u16) -> TcpStream {
         node: id,
         instance: u64::from(id),
         nonce: [id as u8; 16],
+        lane: false,
     }
     .encode();
     raw.write_all(&ours).expect("greeting");

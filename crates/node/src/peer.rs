@@ -149,6 +149,9 @@ pub struct ChunkService {
     /// Per creator, the LID ranges that live on a node other than their creator (the
     /// default owner). Changed by [`ChunkService::set_owner`].
     ownership: RwLock<HashMap<NodeId, LookupTree>>,
+    /// Counts changes of `ownership` (bumped with its write lock held): a put that saw it
+    /// change while it ran checks its chunks' owners again.
+    ownership_changes: AtomicU64,
     /// Chunk locks taken through this service, with their holders.
     locks: Mutex<HashMap<ChunkId, Holders>>,
     /// `locks.len()`, readable without the mutex: data requests look at holders only when
@@ -249,6 +252,7 @@ impl ChunkService {
             mem,
             me,
             ownership: RwLock::new(HashMap::new()),
+            ownership_changes: AtomicU64::new(0),
             locks: Mutex::new(HashMap::new()),
             locked_chunks: AtomicUsize::new(0),
             migrations: AtomicUsize::new(0),
@@ -413,6 +417,7 @@ impl ChunkService {
         if tree.is_empty() {
             ownership.remove(&creator);
         }
+        self.ownership_changes.fetch_add(1, Ordering::AcqRel);
     }
 
     /// The node that owns `cid` in this peer's view.
@@ -852,7 +857,43 @@ impl ChunkService {
         statuses
     }
 
+    /// Writes the items to memory. A put (or write-at) that had to wait for a chunk's write lock may
+    /// find that a migration held it and moved the chunk meanwhile (the migration commits
+    /// the new owner before it unlocks, then drops the old copy): such a write went to the
+    /// copy being dropped, so the put is answered [`ItemError::NotOwner`] and the client
+    /// retries at the new owner. Writes that landed before the migration copied the chunk
+    /// are answered the same when the move committed before the put returned; the retry
+    /// writes the same bytes again, which is a valid order for a put still in progress.
     fn put_memory(&self, from: NodeId, items: &[(ChunkId, Bytes)]) -> Vec<Result<(), ItemError>> {
+        let changes = self.ownership_changes.load(Ordering::Acquire);
+        let mut statuses = self.put_memory_unchecked(from, items);
+        // Acquire pairs with the migration's unlock (release) after its `set_owner`: a
+        // write that waited for that unlock sees the change here.
+        if self.ownership_changes.load(Ordering::Acquire) != changes {
+            for (status, (cid, _)) in statuses.iter_mut().zip(items) {
+                if status.is_ok() {
+                    *status = self.check_not_moved(*cid, changes);
+                }
+            }
+        }
+        statuses
+    }
+
+    /// After a write that may have waited on `cid`'s lock: `NotOwner` if the ownership
+    /// view changed since `changes` was read and `cid` is no longer this peer's (see
+    /// [`ChunkService::put_memory`]).
+    fn check_not_moved(&self, cid: ChunkId, changes: u64) -> Result<(), ItemError> {
+        if self.ownership_changes.load(Ordering::Acquire) == changes {
+            return Ok(());
+        }
+        self.check_owner(cid)
+    }
+
+    fn put_memory_unchecked(
+        &self,
+        from: NodeId,
+        items: &[(ChunkId, Bytes)],
+    ) -> Vec<Result<(), ItemError>> {
         let simple = self.ownership.read().is_empty()
             && self.locked_chunks.load(Ordering::Acquire) == 0
             && items.iter().all(|(cid, _)| cid.creator() == self.me);
@@ -919,11 +960,14 @@ impl ChunkService {
         self.check_owner(cid)?;
         self.refuse_write_locked(from, cid)?;
         let offset = to_usize(offset, "offset")?;
+        let changes = self.ownership_changes.load(Ordering::Acquire);
         let Some(replication) = &self.replication else {
-            return status(self.mem.write_at(cid, offset, data));
+            status(self.mem.write_at(cid, offset, data))?;
+            return self.check_not_moved(cid, changes);
         };
         let _order = replication.lock([cid]);
         status(self.mem.write_at(cid, offset, data))?;
+        self.check_not_moved(cid, changes)?;
         // Backups hold whole chunks: send the chunk as it is now.
         let whole = self.whole(cid)?;
         replication

@@ -1003,9 +1003,13 @@ const MIGRATE_INSERT_TIMEOUT: Duration = Duration::from_secs(30);
 /// `request.to`: write-lock the chunks, copy them to the target with an insert, commit the
 /// new owner, then drop the local copies. Runs on a handler thread (it blocks).
 ///
-/// Known gap (the migration issue closes it): a put that passed the ownership check before
-/// the locks were taken and waits on a lock writes the old copy after the unlock and is
-/// lost with it.
+/// A put that passed the ownership check before the locks were taken and waits on a lock
+/// writes the old copy after the unlock; since the new owner is committed to the service
+/// (`set_owner`) before the unlock, that put sees the ownership change and is answered
+/// `NotOwner` (the client retries at the new owner) instead of being acknowledged and
+/// lost with the old copy (`ChunkService` put path; test
+/// `a_put_waiting_on_a_migrating_chunk_is_refused_not_lost`; a write-at likewise). A
+/// remove or resize waiting on a lock is not covered yet.
 fn migrate(
     service: &ChunkService,
     membership: &Arc<Membership>,

@@ -404,3 +404,63 @@ fn a_service_declared_failed_refuses_every_request() {
         b"one".to_vec()
     );
 }
+
+/// A put (or write-at) that waits on a chunk's write lock while a migration holds it (the migration
+/// locks, copies, commits the new owner, unlocks, then drops its copy) must not be
+/// acknowledged and then lost with the old copy: it either lands before the copy is taken
+/// or is answered `NotOwner`, so that the client retries at the new owner.
+#[test]
+fn a_put_waiting_on_a_migrating_chunk_is_refused_not_lost() {
+    let mem = MemoryManager::new(MemoryConfig {
+        node_id: ME,
+        region_bytes: 64 << 20,
+        chunk_bytes_max: 1 << 20,
+        lock_timeout: Duration::from_secs(10),
+        shards: 2,
+        huge_pages: false,
+        ..MemoryConfig::default()
+    })
+    .expect("memory manager");
+    let service = Arc::new(ChunkService::new(Arc::new(mem), ME));
+    let cids = create(&service, &[b"old", b"any", b"abc"]);
+    for (index, guarded) in [(0, false), (1, true), (2, false)] {
+        let cid = cids[index];
+        let mem = Arc::clone(service.memory());
+        // The migration takes the chunk's write lock first (with or without switching
+        // inline serving off, as `migrate` does).
+        let guard = guarded.then(|| service.migration_guard());
+        mem.lock_write(cid, Duration::from_secs(1)).expect("locked");
+        let putter = {
+            let service = Arc::clone(&service);
+            std::thread::spawn(move || {
+                // The third chunk is changed with a write-at instead of a put.
+                let request = if index == 2 {
+                    ChunkRequest::WriteAt {
+                        cid,
+                        offset: 1,
+                        data: Bytes::from_static(b"x"),
+                        durability: 0,
+                    }
+                } else {
+                    ChunkRequest::Put {
+                        durability: 0,
+                        items: vec![(cid, Bytes::from_static(b"new"))],
+                    }
+                };
+                statuses(service.execute(CLIENT_A, request))
+            })
+        };
+        // Let the put reach the lock and wait there.
+        std::thread::sleep(Duration::from_millis(200));
+        service.set_owner(ME, cid.local_id(), cid.local_id(), OTHER);
+        mem.unlock_write(cid).expect("unlocked");
+        drop(guard);
+        let outcome = putter.join().expect("put thread");
+        mem.remove(cid).expect("old copy dropped");
+        assert_eq!(
+            outcome,
+            vec![Err(ItemError::NotOwner)],
+            "a write acknowledged after the copy was taken is lost (chunk {index})"
+        );
+    }
+}

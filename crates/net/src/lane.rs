@@ -1,0 +1,395 @@
+//! Direct request lanes: the calling side of `NetHandle::request_blocking`'s fast path.
+//!
+//! A lane is a TCP connection to one node that carries requests of one calling thread at a
+//! time, written and read by that thread itself with blocking socket calls: one write and
+//! (for a response that fits one read) one read per request, no hand-off to the endpoint's
+//! I/O thread and back. Lanes are opened with the normal authenticated handshake plus the
+//! lane flag in the connector's greeting (`docs/wire-format.md`, "Lanes"); the accepting
+//! node serves them with its usual reader task and handlers but never makes one its
+//! connection to the caller (no replacement, no `ConnectionLost` events).
+//!
+//! This module holds the per-node pools of idle lanes and the blocking request on one
+//! lane; `endpoint.rs` decides when a lane is used, opens lanes and fences them.
+//!
+//! Invariants:
+//! - A lane carries one request at a time; it goes back to its pool only after a complete,
+//!   matching response was read and nothing else is buffered. Any failure (timeout, socket
+//!   error, a bad frame, an unexpected byte) drops it: no late response is ever read as the
+//!   answer to a later request.
+//! - At most `Config::lanes_per_node_max` lanes per node are open or being opened
+//!   (`NodeLanes::sockets` plus `NodeLanes::opening`).
+//! - Closing a node's lanes (fence, shutdown) shuts down every open socket, also those in
+//!   use: their calls fail at once, and the lanes are dropped when handed back.
+//! - Every read is bounded by the request's deadline (the socket's receive timeout, set
+//!   only when it changes), every write by the send timeout.
+
+use std::collections::HashMap;
+use std::io::{IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+
+use crate::error::FrameError;
+use crate::wire::{FrameDecoder, FrameHeader, Kind, Reassembler, HEADER_BYTES};
+use crate::NodeId;
+
+/// Bytes a lane asks the kernel for per read, at least (small responses fit one read).
+const LANE_READ_BYTES: usize = 8 * 1024;
+
+/// A receive timeout set on a lane's socket may exceed the time left by this much before
+/// it is set again (so that back-to-back requests with one timeout make no extra system
+/// call; a deadline may thus be overshot by this much).
+const READ_TIMEOUT_SLACK: Duration = Duration::from_millis(1);
+
+/// Figures about the direct request lanes to and from one node (see
+/// `NetHandle::lane_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LaneStats {
+    /// Lanes this endpoint opened to the node (idle or in use).
+    pub outgoing_open: usize,
+    /// Of those, lanes idle in the pool.
+    pub outgoing_idle: usize,
+    /// Lanes the node opened to this endpoint and this endpoint serves.
+    pub incoming: usize,
+    /// Lanes opened to the node since the endpoint started (for reuse figures).
+    pub outgoing_opened_total: u64,
+}
+
+/// Why a request on a lane failed; the lane is dropped in every case.
+#[derive(Debug)]
+pub(crate) enum LaneFailure {
+    /// The deadline passed before the response arrived.
+    Timeout,
+    /// The socket failed or the peer closed it.
+    Io(std::io::Error),
+    /// The peer sent something other than the response.
+    Protocol(FrameError),
+    /// A frame of the wrong kind, ID or type arrived.
+    Unexpected,
+}
+
+impl std::fmt::Display for LaneFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LaneFailure::Timeout => write!(f, "timed out"),
+            LaneFailure::Io(error) => write!(f, "socket error: {error}"),
+            LaneFailure::Protocol(error) => write!(f, "protocol violation: {error}"),
+            LaneFailure::Unexpected => write!(f, "a frame that is not the response"),
+        }
+    }
+}
+
+/// One open lane, owned by the pool or by the thread using it.
+#[derive(Debug)]
+pub(crate) struct Lane {
+    id: u64,
+    stream: TcpStream,
+    buf: BytesMut,
+    read_timeout: Option<Duration>,
+    last_used: Instant,
+    /// The peer's endpoint instance (a lane of an older instance is never reused).
+    pub peer_instance: u64,
+    next_request_id: u32,
+}
+
+impl Lane {
+    /// Whether the peer has closed the lane (or sent bytes nobody asked for) while it was
+    /// idle. Checked only for lanes idle longer than `idle_min`: a request on a lane the
+    /// peer closed would fail with `ConnectionLost` although a new lane would work.
+    pub fn is_stale(&mut self, idle_min: Duration) -> bool {
+        if self.last_used.elapsed() < idle_min {
+            return false;
+        }
+        if self.stream.set_nonblocking(true).is_err() {
+            return true;
+        }
+        let mut probe = [0u8; 1];
+        let stale = !matches!(
+            self.stream.peek(&mut probe),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock
+        );
+        stale || self.stream.set_nonblocking(false).is_err()
+    }
+
+    /// Sends one request and reads its response (reassembling fragments), blocking this
+    /// thread until the response is complete or `deadline` passes.
+    pub fn call(
+        &mut self,
+        header: FrameHeader,
+        payload: &Bytes,
+        deadline: Instant,
+        message_bytes_max: usize,
+    ) -> Result<Bytes, LaneFailure> {
+        let request_id = self.next_request_id;
+        self.next_request_id = self.next_request_id.wrapping_add(1).max(1);
+        let header = FrameHeader {
+            message_id: request_id,
+            ..header
+        };
+        self.write_frame(&header.encode(), payload)?;
+        let decoder = FrameDecoder::default();
+        let mut reassembler = Reassembler::new(message_bytes_max);
+        loop {
+            while let Some(frame) = decoder
+                .decode(&mut self.buf)
+                .map_err(LaneFailure::Protocol)?
+            {
+                let got = frame.header;
+                if got.kind != Kind::Response
+                    || got.message_id != request_id
+                    || got.type_id != header.type_id
+                    || got.subtype != header.subtype
+                {
+                    return Err(LaneFailure::Unexpected);
+                }
+                if let Some(message) = reassembler.push(frame).map_err(LaneFailure::Protocol)? {
+                    if !self.buf.is_empty() {
+                        return Err(LaneFailure::Unexpected);
+                    }
+                    self.last_used = Instant::now();
+                    return Ok(message.payload);
+                }
+            }
+            let needed = decoder
+                .bytes_needed(&self.buf)
+                .saturating_sub(self.buf.len());
+            self.read_some(needed.max(LANE_READ_BYTES), deadline)?;
+        }
+    }
+
+    fn write_frame(
+        &mut self,
+        head: &[u8; HEADER_BYTES],
+        payload: &Bytes,
+    ) -> Result<(), LaneFailure> {
+        let mut head = &head[..];
+        let mut body = &payload[..];
+        while !head.is_empty() || !body.is_empty() {
+            let written = match self
+                .stream
+                .write_vectored(&[IoSlice::new(head), IoSlice::new(body)])
+            {
+                Ok(0) => return Err(LaneFailure::Io(std::io::ErrorKind::WriteZero.into())),
+                Ok(written) => written,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(error) if is_timeout(&error) => return Err(LaneFailure::Timeout),
+                Err(error) => return Err(LaneFailure::Io(error)),
+            };
+            let from_head = written.min(head.len());
+            head = head.get(from_head..).unwrap_or_default();
+            body = body.get(written - from_head..).unwrap_or_default();
+        }
+        Ok(())
+    }
+
+    /// One read of up to `bytes` bytes appended to the buffer, waiting at most until
+    /// `deadline`.
+    fn read_some(&mut self, bytes: usize, deadline: Instant) -> Result<(), LaneFailure> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(LaneFailure::Timeout);
+            }
+            let fits = self
+                .read_timeout
+                .is_some_and(|set| set <= left + READ_TIMEOUT_SLACK);
+            if !fits {
+                self.stream
+                    .set_read_timeout(Some(left))
+                    .map_err(LaneFailure::Io)?;
+                self.read_timeout = Some(left);
+            }
+            let start = self.buf.len();
+            self.buf.resize(start + bytes, 0);
+            let result = self
+                .stream
+                .read(self.buf.get_mut(start..).unwrap_or_default());
+            self.buf.truncate(start + *result.as_ref().unwrap_or(&0));
+            match result {
+                Ok(0) => return Err(LaneFailure::Io(std::io::ErrorKind::UnexpectedEof.into())),
+                Ok(_) => return Ok(()),
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                // The receive timeout ran out: check the deadline again (a timeout set
+                // for an earlier, shorter wait may have ended early).
+                Err(error) if is_timeout(&error) => {
+                    self.read_timeout = None;
+                }
+                Err(error) => return Err(LaneFailure::Io(error)),
+            }
+        }
+    }
+}
+
+fn is_timeout(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// The lanes to one node.
+#[derive(Debug, Default)]
+struct NodeLanes {
+    /// Lanes waiting for a caller, most recently used last.
+    idle: Vec<Lane>,
+    /// A second handle to every open lane's socket (idle or in use), by lane ID, to shut
+    /// it down when the node's lanes are closed.
+    sockets: HashMap<u64, TcpStream>,
+    /// Lanes being opened (counted against the limit).
+    opening: usize,
+    /// Lanes opened so far.
+    opened_total: u64,
+}
+
+/// What [`OutgoingLanes::take`] found.
+#[derive(Debug)]
+pub(crate) enum Take {
+    /// An idle lane, now owned by the caller.
+    Idle(Lane),
+    /// No idle lane; the caller may open one (a slot is reserved: call
+    /// [`OutgoingLanes::opened`] or [`OutgoingLanes::open_failed`]).
+    Open,
+    /// The node has its maximum of lanes, all in use.
+    Full,
+}
+
+/// The calling side's lanes, per node.
+#[derive(Debug, Default)]
+pub(crate) struct OutgoingLanes {
+    nodes: Mutex<HashMap<NodeId, NodeLanes>>,
+    next_id: AtomicU64,
+}
+
+impl OutgoingLanes {
+    /// Takes an idle lane to `node` or reserves the right to open one (at most `max`).
+    pub fn take(&self, node: NodeId, max: usize) -> Take {
+        let mut nodes = self.nodes.lock();
+        let lanes = nodes.entry(node).or_default();
+        if let Some(lane) = lanes.idle.pop() {
+            return Take::Idle(lane);
+        }
+        if lanes.sockets.len() + lanes.opening >= max {
+            return Take::Full;
+        }
+        lanes.opening += 1;
+        Take::Open
+    }
+
+    /// A reserved opening failed or was refused: frees its slot.
+    pub fn open_failed(&self, node: NodeId) {
+        if let Some(lanes) = self.nodes.lock().get_mut(&node) {
+            lanes.opening = lanes.opening.saturating_sub(1);
+        }
+    }
+
+    /// A reserved opening succeeded: registers the lane (in use by the caller). Idle lanes
+    /// of another instance of the peer (it restarted) are closed. `None` (and the slot
+    /// freed) if the socket cannot be duplicated.
+    pub fn opened(&self, node: NodeId, stream: TcpStream, peer_instance: u64) -> Option<Lane> {
+        let handle = stream.try_clone();
+        let mut nodes = self.nodes.lock();
+        let lanes = nodes.entry(node).or_default();
+        lanes.opening = lanes.opening.saturating_sub(1);
+        let handle = handle.ok()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lanes.sockets.insert(id, handle);
+        lanes.opened_total += 1;
+        let stale: Vec<Lane> = {
+            let (keep, stale) = std::mem::take(&mut lanes.idle)
+                .into_iter()
+                .partition(|lane| lane.peer_instance == peer_instance);
+            lanes.idle = keep;
+            stale
+        };
+        for lane in &stale {
+            lanes.sockets.remove(&lane.id);
+        }
+        drop(nodes);
+        Some(Lane {
+            id,
+            stream,
+            buf: BytesMut::new(),
+            read_timeout: None,
+            last_used: Instant::now(),
+            peer_instance,
+            next_request_id: 1,
+        })
+    }
+
+    /// Hands a lane that finished a request cleanly back to the pool (dropped if the
+    /// node's lanes were closed meanwhile).
+    pub fn give_back(&self, node: NodeId, lane: Lane) {
+        let mut nodes = self.nodes.lock();
+        if let Some(lanes) = nodes.get_mut(&node) {
+            if lanes.sockets.contains_key(&lane.id) {
+                lanes.idle.push(lane);
+            }
+        }
+    }
+
+    /// Drops a lane that failed (its socket closes).
+    pub fn discard(&self, node: NodeId, lane: Lane) {
+        if let Some(lanes) = self.nodes.lock().get_mut(&node) {
+            lanes.sockets.remove(&lane.id);
+        }
+        let _ = lane.stream.shutdown(Shutdown::Both);
+    }
+
+    /// Closes every lane to `node`, also those in use (their calls fail).
+    pub fn close_node(&self, node: NodeId) {
+        let lanes = self.nodes.lock().remove(&node);
+        if let Some(lanes) = lanes {
+            for socket in lanes.sockets.values() {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    /// Closes every lane (endpoint shutdown).
+    pub fn close_all(&self) {
+        let nodes: Vec<NodeLanes> = self.nodes.lock().drain().map(|(_, lanes)| lanes).collect();
+        for lanes in nodes {
+            for socket in lanes.sockets.values() {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
+        }
+    }
+
+    /// Closes lanes idle for longer than `idle_max`.
+    pub fn sweep(&self, idle_max: Duration) {
+        let mut closed = Vec::new();
+        {
+            let mut nodes = self.nodes.lock();
+            for lanes in nodes.values_mut() {
+                let (keep, old): (Vec<Lane>, Vec<Lane>) = std::mem::take(&mut lanes.idle)
+                    .into_iter()
+                    .partition(|lane| lane.last_used.elapsed() <= idle_max);
+                lanes.idle = keep;
+                for lane in &old {
+                    lanes.sockets.remove(&lane.id);
+                }
+                closed.extend(old);
+            }
+        }
+        for lane in closed {
+            let _ = lane.stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// The calling side's figures for `node` (`incoming` left 0).
+    pub fn stats(&self, node: NodeId) -> LaneStats {
+        let nodes = self.nodes.lock();
+        match nodes.get(&node) {
+            Some(lanes) => LaneStats {
+                outgoing_open: lanes.sockets.len(),
+                outgoing_idle: lanes.idle.len(),
+                incoming: 0,
+                outgoing_opened_total: lanes.opened_total,
+            },
+            None => LaneStats::default(),
+        }
+    }
+}
