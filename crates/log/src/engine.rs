@@ -99,8 +99,28 @@ struct WriteBuffer {
     next_seq: Seq,
     /// Flush everything up to this sequence number as soon as possible.
     flush_wanted: Seq,
+    /// The last sequence number the flusher took out of the buffer (handed to the writer).
+    taken_seq: Seq,
     /// Flush now even if everything is durable (a sealed epoch must reach the disk).
     wake_now: bool,
+}
+
+/// One flush sorted by the flusher, waiting for the writer.
+#[derive(Debug)]
+struct SortedFlush {
+    groups: Groups,
+    last_seq: Seq,
+}
+
+/// Flusher → writer handoff: one sorted flush queued while the writer writes the one
+/// before (double buffering), and the sets of sorting buffers not in use.
+#[derive(Debug)]
+struct Handoff {
+    queued: Option<SortedFlush>,
+    /// Sorting buffer sets free for the flusher (two exist in all).
+    free: Vec<Groups>,
+    /// Set by the flusher when it stops; the writer ends once the queue is empty.
+    closed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -129,6 +149,10 @@ pub(crate) struct Inner {
     wb_cv: Condvar,
     durability: Mutex<Durability>,
     durable_cv: Condvar,
+    handoff: Mutex<Handoff>,
+    /// The flusher waits here for a free set of sorting buffers or queue room; the writer
+    /// for work.
+    handoff_cv: Condvar,
     primary: Mutex<Option<PrimaryLog>>,
     pub reorg: Mutex<ReorgRequests>,
     pub reorg_cv: Condvar,
@@ -263,11 +287,18 @@ impl LogEngine {
                 spare: Some(Vec::with_capacity(half)),
                 next_seq: 1,
                 flush_wanted: 0,
+                taken_seq: 0,
                 wake_now: false,
             }),
             wb_cv: Condvar::new(),
             durability: Mutex::new(Durability::default()),
             durable_cv: Condvar::new(),
+            handoff: Mutex::new(Handoff {
+                queued: None,
+                free: vec![Groups::new(), Groups::new()],
+                closed: false,
+            }),
+            handoff_cv: Condvar::new(),
             primary: Mutex::new(Some(primary)),
             reorg: Mutex::new(ReorgRequests::default()),
             reorg_cv: Condvar::new(),
@@ -283,6 +314,13 @@ impl LogEngine {
                 .spawn(move || inner.flusher_loop())
                 .map_err(io_context("spawning the flusher"))?
         };
+        let writer = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("log-writer".into())
+                .spawn(move || inner.writer_loop())
+                .map_err(io_context("spawning the writer"))?
+        };
         let reorganizer = {
             let inner = inner.clone();
             std::thread::Builder::new()
@@ -292,7 +330,7 @@ impl LogEngine {
         };
         let engine = LogEngine {
             inner,
-            threads: vec![flusher, reorganizer],
+            threads: vec![flusher, writer, reorganizer],
         };
         // Replay, then start the primary log over.
         for (zone, entries) in &replay {
@@ -545,12 +583,15 @@ impl LogEngine {
             })
             .collect();
         zones.sort_by_key(|z| z.zone);
-        let secondary_device_bytes_written = inner
+        let (secondary_device_bytes_written, version_log_bytes_written) = inner
             .zones
             .read()
             .values()
-            .map(|z| z.log.lock().seclog.device_bytes_written())
-            .sum();
+            .map(|z| {
+                let log = z.log.lock();
+                (log.seclog.device_bytes_written(), log.vlog.bytes_written())
+            })
+            .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
         let c = &inner.counters;
         let primary_bytes_written = inner
             .primary
@@ -568,6 +609,7 @@ impl LogEngine {
             secondary_bytes_written: c.secondary_bytes_written.load(Ordering::Relaxed),
             primary_bytes_written,
             secondary_device_bytes_written,
+            version_log_bytes_written,
             flushes: c.flushes.load(Ordering::Relaxed),
             reorg_passes: c.reorg_passes.load(Ordering::Relaxed),
             reorg_segments_cleaned: c.reorg_segments_cleaned.load(Ordering::Relaxed),
@@ -664,6 +706,9 @@ pub struct EngineStats {
     /// Bytes handed to the storage for the secondary logs of the current zones, by the
     /// flusher and the reorganizer (whole pages, rewritten partial pages included).
     pub secondary_device_bytes_written: u64,
+    /// Bytes handed to the storage for the version logs of the current zones: sealed
+    /// epochs, removes and compactions (whole pages).
+    pub version_log_bytes_written: u64,
     /// Flushes of the write buffer.
     pub flushes: u64,
     /// Reorganization passes.
@@ -967,14 +1012,18 @@ impl Inner {
         let interval = self.config.flush_interval;
         let half = (self.config.write_buffer_bytes / 2) as usize;
         let mut last = Instant::now();
-        let mut groups = Groups::new();
         loop {
+            // A free set of sorting buffers first: while the writer holds both, the write
+            // buffer's halves stay with the producers (back pressure).
+            let Some(mut groups) = self.take_free_groups() else {
+                return;
+            };
             let (batch, last_seq) = {
                 let mut wb = self.wb.lock();
                 loop {
                     let due = self.shutdown.load(Ordering::Relaxed)
                         || wb.wake_now
-                        || wb.flush_wanted > self.durable_now()
+                        || wb.flush_wanted > wb.taken_seq
                         || wb.active.len() >= flush_threshold(half)
                         || last.elapsed() >= interval;
                     if due {
@@ -987,13 +1036,88 @@ impl Inner {
                 let spare = wb.spare.take().unwrap_or_default();
                 let batch = std::mem::replace(&mut wb.active, spare);
                 let last_seq = wb.next_seq - 1;
+                wb.taken_seq = last_seq;
                 self.wb_cv.notify_all();
                 (batch, last_seq)
             };
             last = Instant::now();
-            if self.durability.lock().failed.is_none() {
-                let result = self.flush_batch(&batch, last_seq, &mut groups);
-                match result {
+            let sorted = if self.failed.load(Ordering::Relaxed) {
+                false
+            } else {
+                match self.sort_batch(&batch, &mut groups) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        self.fail(e.to_string());
+                        false
+                    }
+                }
+            };
+            // The half goes back to the producers before the disk sees it.
+            let mut batch = batch;
+            batch.clear();
+            {
+                let mut wb = self.wb.lock();
+                wb.spare = Some(batch);
+                self.wb_cv.notify_all();
+            }
+            {
+                let mut h = self.handoff.lock();
+                if sorted {
+                    while h.queued.is_some() {
+                        self.handoff_cv.wait(&mut h);
+                    }
+                    h.queued = Some(SortedFlush { groups, last_seq });
+                } else {
+                    h.free.push(groups);
+                }
+                self.handoff_cv.notify_all();
+            }
+            if self.shutdown.load(Ordering::Relaxed) && self.wb.lock().active.is_empty() {
+                let mut h = self.handoff.lock();
+                h.closed = true;
+                self.handoff_cv.notify_all();
+                return;
+            }
+        }
+    }
+
+    /// A set of sorting buffers not in use by the writer; `None` once the handoff is
+    /// closed.
+    fn take_free_groups(&self) -> Option<Groups> {
+        let mut h = self.handoff.lock();
+        loop {
+            if h.closed {
+                return None;
+            }
+            if let Some(g) = h.free.pop() {
+                return Some(g);
+            }
+            self.handoff_cv.wait(&mut h);
+        }
+    }
+
+    /// The writer thread: writes the flushes the flusher sorted, one after the other, and
+    /// moves `durable_seq` after each.
+    fn writer_loop(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut h = self.handoff.lock();
+                loop {
+                    if let Some(job) = h.queued.take() {
+                        self.handoff_cv.notify_all();
+                        break Some(job);
+                    }
+                    if h.closed {
+                        break None;
+                    }
+                    self.handoff_cv.wait(&mut h);
+                }
+            };
+            let Some(SortedFlush { groups, last_seq }) = job else {
+                return;
+            };
+            if !self.failed.load(Ordering::Relaxed) {
+                match self.write_sorted(&groups, last_seq) {
                     Ok(()) => {
                         let mut d = self.durability.lock();
                         d.durable_seq = d.durable_seq.max(last_seq);
@@ -1002,22 +1126,20 @@ impl Inner {
                     Err(e) => self.fail(e.to_string()),
                 }
             }
-            let mut batch = batch;
-            batch.clear();
             {
-                let mut wb = self.wb.lock();
-                wb.spare = Some(batch);
-                self.wb_cv.notify_all();
+                let mut h = self.handoff.lock();
+                h.free.push(groups);
+                self.handoff_cv.notify_all();
             }
-            if self.shutdown.load(Ordering::Relaxed) && self.wb.lock().active.is_empty() {
-                return;
-            }
+            // Producers waiting for a sealed epoch to reach the disk retry now (under the
+            // buffer lock, so the wake-up is not lost between their check and their wait).
+            let _wb = self.wb.lock();
+            self.wb_cv.notify_all();
         }
     }
 
-    /// Writes one half of the write buffer. See the module docs.
-    fn flush_batch(&self, batch: &[u8], last_seq: Seq, groups: &mut Groups) -> LogResult<()> {
-        let payload_max = self.config.entry_payload_bytes_max();
+    /// Sorts one half of the write buffer by zone into `groups` (the flusher's part).
+    fn sort_batch(&self, batch: &[u8], groups: &mut Groups) -> LogResult<()> {
         // Sort by zone, keeping each zone's order. The group buffers are kept from flush
         // to flush (no allocation and page faults per flush) while they hold at most
         // half the write buffer together.
@@ -1064,6 +1186,14 @@ impl Inner {
                 _ => return Err(bad()),
             }
         }
+        Ok(())
+    }
+
+    /// Writes one sorted flush (the writer's part): each zone's batch to its secondary
+    /// log, or to the primary log and its secondary-log buffer; removes and sealed epochs
+    /// to the version logs. Everything up to `last_seq` is durable when it returns Ok.
+    fn write_sorted(&self, groups: &Groups, last_seq: Seq) -> LogResult<()> {
+        let payload_max = self.config.entry_payload_bytes_max();
         let two_level = self.config.secondary_buffer_bytes > 0;
         let mut primary_blocks: Vec<(ZoneId, u8, Vec<u8>)> = Vec::new();
         let mut touched: HashSet<ZoneId> = HashSet::new();
@@ -1116,6 +1246,15 @@ impl Inner {
                 zone.log.lock().vlog.append(removes)?;
             }
         }
+        // Secondary logs first: a primary block flagged as a buffer start makes reopen
+        // skip the zone's earlier blocks, so what was taken out of the zone's buffer must
+        // be durable in its secondary log before that block can reach the disk (even
+        // torn: its header alone carries the flag).
+        for zone_id in &touched {
+            if let Ok(zone) = self.zone(*zone_id) {
+                zone.log.lock().seclog.sync()?;
+            }
+        }
         if !primary_blocks.is_empty() {
             let bytes: usize = primary_blocks.iter().map(|b| b.2.len()).sum();
             let mut primary = self.primary.lock();
@@ -1148,11 +1287,6 @@ impl Inner {
                 .collect();
             p.append(&refs, payload_max)?;
             p.sync()?;
-        }
-        for zone_id in &touched {
-            if let Ok(zone) = self.zone(*zone_id) {
-                zone.log.lock().seclog.sync()?;
-            }
         }
         // Sealed epochs go to the version logs (not needed for durability: entries carry
         // their versions; needed before the manager may seal again).
@@ -1263,7 +1397,7 @@ fn encode_record(out: &mut Vec<u8>, zone: ZoneId, cid: u64, v: Version, record: 
 /// reorganization pass's output and the freeing of its sources, both are on disk and the
 /// log may have no free segment left for cleaning. Visits segments newest first; an
 /// entry is needed if it is the current version of its chunk and no newer segment holds
-/// it already. Segments with chain links are kept.
+/// it already (for links of chained chunks: the same link of the current version).
 fn free_redundant_segments(
     config: &LogConfig,
     zone: ZoneId,
@@ -1281,6 +1415,7 @@ fn free_redundant_segments(
         .collect();
     order.sort_by_key(|(_, s)| std::cmp::Reverse(s.generation));
     let mut claimed: CidMap<()> = CidMap::default();
+    let mut claimed_links: HashSet<(u64, u8)> = HashSet::new();
     let mut buf = AlignedBuf::zeroed(segment_bytes);
     for (index, info) in order {
         SecondaryLog::read_segment(
@@ -1300,10 +1435,6 @@ fn free_redundant_segments(
             true,
             |_, e| {
                 let h = e.header;
-                if h.chain.is_some() {
-                    needed = true;
-                    return;
-                }
                 let current = table.get(&h.cid).is_some_and(|s| {
                     !s.deleted
                         && s.version
@@ -1312,7 +1443,14 @@ fn free_redundant_segments(
                                 version: h.version,
                             }
                 });
-                if current && claimed.insert(h.cid, ()).is_none() {
+                if !current {
+                    return;
+                }
+                let first_copy = match h.chain {
+                    None => claimed.insert(h.cid, ()).is_none(),
+                    Some(link) => claimed_links.insert((h.cid, link.index)),
+                };
+                if first_copy {
                     needed = true;
                 }
             },

@@ -511,6 +511,8 @@ pub struct VersionLog {
     end: u64,
     /// Records in the active file (compaction is due when it is much larger than needed).
     records: u64,
+    /// Bytes handed to the storage since open (appends and compactions, whole pages).
+    bytes_written: u64,
 }
 
 impl VersionLog {
@@ -548,6 +550,7 @@ impl VersionLog {
             generation,
             end,
             records: records.len() as u64,
+            bytes_written: 0,
         };
         if end == 0 {
             // A fresh log: write an empty first block so the file has a generation.
@@ -559,6 +562,12 @@ impl VersionLog {
     /// Records in the active file.
     pub fn records(&self) -> u64 {
         self.records
+    }
+
+    /// Bytes handed to the storage since open: appended blocks and compactions (whole
+    /// pages, zero pages included).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
     }
 
     fn ensure_len(&mut self, index: usize, needed: u64) -> LogResult<()> {
@@ -587,6 +596,7 @@ impl VersionLog {
             .map_err(io_context("syncing version log"))?;
         self.end += buf.len() as u64;
         self.records += records.len() as u64;
+        self.bytes_written += buf.len() as u64;
         Ok(())
     }
 
@@ -607,11 +617,13 @@ impl VersionLog {
         self.files[other]
             .write_at(&buf, 0)
             .map_err(io_context("compacting version log"))?;
+        self.bytes_written += buf.len() as u64;
         if self.files[other].len() >= buf.len() as u64 + PAGE_BYTES as u64 {
             let zero = AlignedBuf::zeroed(PAGE_BYTES);
             self.files[other]
                 .write_at(&zero, buf.len() as u64)
                 .map_err(io_context("compacting version log"))?;
+            self.bytes_written += PAGE_BYTES as u64;
         }
         self.files[other]
             .sync()
