@@ -64,6 +64,7 @@ pub(crate) struct Counters {
     pub secondary_bytes_written: AtomicU64,
     pub flushes: AtomicU64,
     pub reorg_passes: AtomicU64,
+    pub reorg_urgent_passes: AtomicU64,
     pub reorg_segments_cleaned: AtomicU64,
     pub reorg_bytes_written: AtomicU64,
     pub reorg_entries_restamped: AtomicU64,
@@ -612,6 +613,7 @@ impl LogEngine {
             version_log_bytes_written,
             flushes: c.flushes.load(Ordering::Relaxed),
             reorg_passes: c.reorg_passes.load(Ordering::Relaxed),
+            reorg_urgent_passes: c.reorg_urgent_passes.load(Ordering::Relaxed),
             reorg_segments_cleaned: c.reorg_segments_cleaned.load(Ordering::Relaxed),
             reorg_bytes_written: c.reorg_bytes_written.load(Ordering::Relaxed),
             reorg_entries_restamped: c.reorg_entries_restamped.load(Ordering::Relaxed),
@@ -713,6 +715,8 @@ pub struct EngineStats {
     pub flushes: u64,
     /// Reorganization passes.
     pub reorg_passes: u64,
+    /// Of which urgent (a write waited for a free segment).
+    pub reorg_urgent_passes: u64,
     /// Segments cleaned by them.
     pub reorg_segments_cleaned: u64,
     /// Bytes they wrote.
@@ -1312,12 +1316,26 @@ impl Inner {
     pub(crate) fn write_secondary(&self, zone: &Zone, batch: &[u8]) -> LogResult<()> {
         let deadline = Instant::now() + self.config.wait_timeout;
         let mut rest = batch;
+        let mut placed = Vec::new();
         loop {
             let (result, utilization, written) = {
                 let mut log = zone.log.lock();
                 let before = log.seclog.used_bytes();
-                let r = log.seclog.append(rest, false);
+                placed.clear();
+                let r = log.seclog.append(rest, false, &mut placed);
                 let after = log.seclog.used_bytes();
+                // Under the log lock, so the reorganizer sees each entry counted before it
+                // can clean the segment; the version lock in parts (producers wait for it).
+                for part in placed.chunks(crate::reorg::PLACED_PER_LOCK) {
+                    let mut vm = zone.versions.lock();
+                    for (h, loc) in part {
+                        let version = Version {
+                            epoch: h.epoch,
+                            version: h.version,
+                        };
+                        vm.placed(h.cid, version, h.chain.is_some(), *loc);
+                    }
+                }
                 (
                     r,
                     log.seclog.utilization_percent(),

@@ -64,7 +64,10 @@ pub use recovery::{RecoveredChunk, RecoveryOptions, RecoveryReport};
 pub use storage::{
     round_up_to_page, AlignedBuf, DiskStorage, IoMode, LogFile, MemStorage, Storage, PAGE_BYTES,
 };
-pub use version::{Version, VersionLog, VersionManager, VersionRecord, VersionState, EON_EPOCHS};
+pub use version::{
+    EntryLoc, SegmentUsage, Version, VersionLog, VersionManager, VersionRecord, VersionState,
+    EON_EPOCHS,
+};
 
 use std::fmt;
 
