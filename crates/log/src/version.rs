@@ -168,10 +168,11 @@ impl Slot {
 /// generation, so a freed and reused segment starts from zero); an entry is subtracted
 /// when the version manager learns that its chunk got a newer version or was removed and
 /// knows where the old entry lies: that is the case while the old version is in the
-/// version buffer (written in the current epoch) and the writer recorded its place. A
-/// chunk whose previous version is from an earlier epoch, links of chained chunks, and
-/// every entry found when the log was reopened are never subtracted, so the figure is an
-/// upper bound of the live bytes (exact when no epoch ended since the segment was
+/// version buffer (written in the current epoch) or in the previous epoch's buffer (kept
+/// as the *carry* until the next epoch ends) and the writer recorded its place. A chunk
+/// whose previous version is from an older epoch, links of chained chunks, and every
+/// entry found when the log was reopened are never subtracted, so the figure is an upper
+/// bound of the live bytes (exact while at most one epoch ended since the segment was
 /// written); cleaning a segment makes its successor exact again.
 #[derive(Debug, Default, Clone)]
 pub struct SegmentUsage {
@@ -225,6 +226,10 @@ impl SegmentUsage {
 pub struct VersionManager {
     epoch: u16,
     buffer: CidMap<Slot>,
+    /// The previous epoch's buffer (kept after it was sealed): where the entries of its
+    /// chunks lie, so the first write of a chunk in this epoch still outdates its old
+    /// entry. Emptied by the next seal.
+    carry: CidMap<Slot>,
     /// Live bytes per segment, kept up to date as versions supersede placed entries.
     usage: SegmentUsage,
     sealed: Option<SealedEpoch>,
@@ -245,6 +250,7 @@ impl VersionManager {
         VersionManager {
             epoch,
             buffer: CidMap::default(),
+            carry: CidMap::default(),
             usage: SegmentUsage::default(),
             sealed: None,
             epoch_last_seq: 0,
@@ -273,10 +279,11 @@ impl VersionManager {
         self.buffer.len()
     }
 
-    /// Bytes of RAM the buffer and the sealed epoch use (approximate, by capacity).
+    /// Bytes of RAM the buffer, the previous epoch's carry, the segment counters and the
+    /// sealed epoch use (approximate, by capacity).
     pub fn memory_bytes(&self) -> u64 {
         let per = (std::mem::size_of::<(u64, Slot)>() + 1) as u64;
-        self.buffer.capacity() as u64 * per
+        (self.buffer.capacity() + self.carry.capacity()) as u64 * per
             + self.usage.segments.capacity() as u64 * 16
             + self.sealed.as_ref().map_or(0, |s| {
                 s.records.capacity() as u64 * std::mem::size_of::<VersionRecord>() as u64
@@ -302,10 +309,14 @@ impl VersionManager {
         if self.buffer.is_empty() {
             return true;
         }
+        // The buffer becomes the carry (the ended epoch's places, for the next epoch's
+        // first writes), the old carry's table the new, empty buffer.
+        std::mem::swap(&mut self.buffer, &mut self.carry);
+        self.buffer.clear();
         let records = self
-            .buffer
-            .drain()
-            .map(|(cid, slot)| VersionRecord {
+            .carry
+            .iter()
+            .map(|(&cid, &slot)| VersionRecord {
                 cid,
                 state: VersionState {
                     version: Version {
@@ -354,6 +365,11 @@ impl VersionManager {
             }
             std::collections::hash_map::Entry::Vacant(e) if !full => {
                 e.insert(Slot::new(0, deleted));
+                if !self.carry.is_empty() {
+                    if let Some(old) = self.carry.remove(&cid) {
+                        self.usage.outdate(old.loc);
+                    }
+                }
                 Some(0)
             }
             _ => None,
@@ -367,6 +383,9 @@ impl VersionManager {
                 }
                 self.hold = false;
                 self.buffer.insert(cid, Slot::new(0, deleted));
+                if let Some(old) = self.carry.remove(&cid) {
+                    self.usage.outdate(old.loc);
+                }
                 0
             }
         };
@@ -455,10 +474,18 @@ impl VersionManager {
     pub fn placed(&mut self, cid: u64, version: Version, chained: bool, loc: EntryLoc) {
         self.usage
             .add(loc.segment, loc.generation, u64::from(loc.bytes));
-        if version.epoch != self.epoch {
-            return; // from a sealed epoch: its successor, if any, is not known here
-        }
-        if let Some(slot) = self.buffer.get_mut(&cid) {
+        let slot = if version.epoch == self.epoch {
+            self.buffer.get_mut(&cid)
+        } else if self.buffer.contains_key(&cid) {
+            // Written again in this epoch: any entry of an earlier one is outdated.
+            self.usage.outdate(loc);
+            return;
+        } else if version.epoch == self.epoch.wrapping_sub(1) {
+            self.carry.get_mut(&cid)
+        } else {
+            None // older: whether it is current is not known here (counted live)
+        };
+        if let Some(slot) = slot {
             if slot.version != version.version || slot.deleted {
                 self.usage.outdate(loc);
             } else if !chained {
