@@ -1,19 +1,34 @@
-//! The log engine: zones, the write buffer, the flusher thread, durability, reopen.
+//! The log engine: zones, the write buffer, the flusher and writer threads, durability,
+//! reopen.
 //!
 //! Job: accept appends and removes for (owner, zone) pairs, give each a version and a
-//! sequence number, keep them in the bounded write buffer, and have the flusher write
-//! them to secondary logs (large batches) or the primary log plus secondary-log buffers
-//! (small batches); report durability by sequence number.
+//! sequence number, keep them in the bounded write buffer, and have them written to
+//! secondary logs (large batches) or the primary log plus secondary-log buffers (small
+//! batches); report durability by sequence number.
+//!
+//! Pipeline (DXRAM's BufferProcessingThread and writer thread): producers fill one half of
+//! the write buffer; the **flusher** takes the other half, sorts its records by zone into
+//! one of two sets of sorting buffers and gives the half back at once; the **writer**
+//! writes a sorted set (secondary logs, primary log, version logs), syncs, and moves
+//! `durable_seq`. One sorted set may wait while the writer writes the other (double
+//! buffering), so sorting and copying the next flush overlaps the disk writes of the
+//! current one. Each entry the writer places is reported to its zone's version manager,
+//! which keeps the per-segment live-byte estimates the reorganizer picks segments by.
 //!
 //! Invariants:
 //! - Sequence numbers are assigned in write-buffer order, under the same lock as versions:
 //!   `durable_seq = s` means every append with a sequence number `<= s` is on disk (synced),
-//!   including the version-log records of removes.
-//! - The flusher is the only writer of secondary logs besides the reorganizer; both hold
-//!   the zone's log lock while they write.
+//!   including the version-log records of removes. The writer writes flushes in the order
+//!   the flusher took them.
+//! - The writer is the only writer of secondary logs besides the reorganizer (and a
+//!   recovery read's `flush_zone`); they hold the zone's log lock while they write.
 //! - Lock order: write buffer → zone versions; zone reorganization lock → zone log → zone
-//!   versions. Nobody waits for the flusher while holding a zone log lock.
-//! - Every wait is bounded by `wait_timeout` and ends early on an engine failure.
+//!   versions; the flusher/writer handoff lock is taken alone. Nobody waits for the
+//!   writer while holding a zone log lock.
+//! - Every wait of a caller is bounded by `wait_timeout` and ends early on an engine
+//!   failure; the flusher waits for the writer only until its current flush is written.
+//! - RAM: the write buffer plus at most one write buffer of sorting buffers (two sets,
+//!   each dropped when it grew beyond half the write buffer).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -21,8 +21,8 @@
 //!
 //! Picking segments (prompt and periodic passes): **cost-benefit**, as LFS and RAMCloud, at most
 //! `reorg_segments_per_pass` of the closed segments by benefit/cost = (1 − u) × age /
-//! (1 + u), best first, among those emptier than the mean or older than two turnovers of
-//! the log ([`pick_segments`]). `u` is the segment's estimated live bytes over its size,
+//! (1 + u), best first, leaving out those estimated all live unless older than two
+//! turnovers of the log ([`pick_segments`]). `u` is the segment's estimated live bytes over its size,
 //! from the counters the version manager keeps as writes outdate placed entries
 //! (`SegmentUsage`: an upper bound, exact while no epoch ended since the segment was
 //! written); `age` counts the segments written since its data was (the reorganizer's
@@ -460,11 +460,15 @@ impl SegmentView {
     }
 }
 
-/// The reorganizer's segment choice: at most `max` segments by benefit/cost, best first,
-/// among those emptier than the candidates' mean (cleaning a segment fuller than the rest
-/// costs more than it frees) or older than two turnovers of the log's `segments` (their
-/// estimate may be stale). Picks the single best one if none qualifies, so a pass always
-/// makes progress when there are candidates. `max` = 0: every segment, best first.
+/// Estimated utilization taken as "all live": such a segment frees nothing (unless its
+/// estimate is stale).
+const FULL: f64 = 0.99;
+
+/// The reorganizer's segment choice (LFS's): at most `max` segments by benefit/cost, best
+/// first, leaving out those estimated all live unless older than two turnovers of the
+/// log's `segments` (their estimate may be stale). Picks the single best one if none
+/// qualifies, so a pass always makes progress when there are candidates. `max` = 0:
+/// every segment, best first.
 pub(crate) fn pick_segments(
     closed: &[SegmentView],
     segment_bytes: usize,
@@ -482,11 +486,6 @@ pub(crate) fn pick_segments(
         all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.index.cmp(&b.1.index)));
         return all.into_iter().map(|(_, v)| v).collect();
     }
-    let mean = closed
-        .iter()
-        .map(|v| v.utilization(segment_bytes))
-        .sum::<f64>()
-        / closed.len() as f64;
     let old = 2 * segments as u64;
     let mut ranked: Vec<(f64, SegmentView)> = closed
         .iter()
@@ -497,7 +496,7 @@ pub(crate) fn pick_segments(
     let picked: Vec<SegmentView> = ranked
         .into_iter()
         .map(|(_, v)| v)
-        .filter(|v| v.utilization(segment_bytes) < mean || u64::from(v.age) > old)
+        .filter(|v| v.utilization(segment_bytes) < FULL || u64::from(v.age) > old)
         .take(max)
         .collect();
     if picked.is_empty() {
@@ -535,13 +534,20 @@ mod tests {
             .map(|v| v.index)
             .collect();
         assert_eq!(picked, vec![4, 2]);
-        // Without a limit: the young unknown one is fuller than the mean and not old;
-        // the oldest qualifies by age although fuller than the mean.
+        // Without a limit: the young one estimated all live is left out; an old one
+        // estimated all live is not (its estimate may be stale).
         let picked: Vec<usize> = pick_segments(&closed, 1000, 20, 10)
             .iter()
             .map(|v| v.index)
             .collect();
         assert_eq!(picked, vec![4, 2, 1, 0]);
+        let mut aged = closed;
+        aged[3].age = 21;
+        let picked: Vec<usize> = pick_segments(&aged, 1000, 20, 10)
+            .iter()
+            .map(|v| v.index)
+            .collect();
+        assert_eq!(picked, vec![4, 2, 1, 0, 3]);
         // Every segment, best first (urgent passes).
         let all: Vec<usize> = pick_segments(&closed, 1000, 0, 10)
             .iter()
@@ -552,8 +558,8 @@ mod tests {
 
     #[test]
     fn a_pass_always_has_a_segment_when_any_is_closed() {
-        // All equally full and young: none is below the mean; the best one is taken.
-        let closed = [view(5, 1000, Some(700), 3), view(6, 1000, Some(700), 4)];
+        // All estimated all live and young: none qualifies; the best (oldest) is taken.
+        let closed = [view(5, 1000, None, 3), view(6, 1000, Some(1000), 4)];
         let picked = pick_segments(&closed, 1000, 20, 64);
         assert_eq!(picked.len(), 1);
         assert_eq!(picked[0].index, 6);

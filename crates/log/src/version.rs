@@ -18,12 +18,18 @@
 //!   at least once per `eon_visit_epochs` and re-stamping old valid entries with a fresh
 //!   version ([`VersionManager::restamp`]).
 //!
+//! - **Segment usage**: each buffered version also remembers where the writer placed its
+//!   entry; a newer version or a remove of the chunk then takes the old entry's bytes off
+//!   its segment's live count ([`SegmentUsage`], an upper bound; see there). The previous
+//!   epoch's buffer is kept as a *carry* until the next seal for the same purpose.
+//!
 //! Invariants: at most one sealed epoch waits for the disk (a producer that would need a
 //! second waits for the flusher); the buffer never exceeds its maximum; the manager does
 //! no I/O (the engine persists sealed epochs with [`VersionLog`]).
 //!
-//! Callers: the engine's append path (assign), its flusher (persist), reorganization and
-//! recovery (snapshot, restamp), reopen (rebuild).
+//! Callers: the engine's append path (assign), its writer (persist, placed),
+//! reorganization (snapshot, restamp, placed, usage) and recovery (snapshot), reopen
+//! (rebuild).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
