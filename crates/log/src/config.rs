@@ -33,7 +33,7 @@ pub struct LogConfig {
     /// other; the flusher takes a half once the buffer is about half full (the half
     /// 15/16 full), or after `flush_interval`, or when someone waits for durability. The
     /// flusher sorts a taken half into sorting buffers for the writer thread (two sets,
-    /// together at most this size again). Default 32 MiB; at least 2 segments (a half must
+    /// together at most twice this size). Default 32 MiB; at least 2 segments (a half must
     /// hold the largest entry), at most 16 GiB.
     pub write_buffer_bytes: u64,
     /// Flush the write buffer at least this often. Default 100 ms.

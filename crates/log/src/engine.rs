@@ -27,8 +27,9 @@
 //!   writer while holding a zone log lock.
 //! - Every wait of a caller is bounded by `wait_timeout` and ends early on an engine
 //!   failure; the flusher waits for the writer only until its current flush is written.
-//! - RAM: the write buffer plus at most one write buffer of sorting buffers (two sets,
-//!   each dropped when it grew beyond half the write buffer).
+//! - RAM: the write buffer plus at most two write buffers of sorting buffers (two sets,
+//!   each dropped when its capacity grew beyond the write buffer's size: kept from flush
+//!   to flush, they cost no allocation and no page faults).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,13 +46,16 @@ use crate::primary::PrimaryLog;
 use crate::seclog::{self, PlaceError, SecondaryLog, SegmentInfo};
 use crate::storage::{round_up_to_page, AlignedBuf, Storage};
 use crate::version::{
-    merge, table_from_records, AssignBlocked, CidMap, Version, VersionLog, VersionManager,
-    VersionRecord, VersionState,
+    merge, table_from_records, AssignBlocked, CidHasher, CidMap, Version, VersionLog,
+    VersionManager, VersionRecord, VersionState,
 };
 use crate::ZoneId;
 
 /// The flusher's per-zone sorting buffers: entries and removes of one flush.
 type Groups = BTreeMap<ZoneId, (Vec<u8>, Vec<VersionRecord>)>;
+
+/// The engine's zones.
+pub(crate) type ZoneMap = HashMap<ZoneId, Arc<Zone>, std::hash::BuildHasherDefault<CidHasher>>;
 
 /// Position of an append in the engine's single order of appends (starts at 1).
 pub type Seq = u64;
@@ -159,7 +163,9 @@ pub(crate) struct ReorgRequests {
 pub(crate) struct Inner {
     pub config: LogConfig,
     pub storage: Arc<dyn Storage>,
-    pub zones: RwLock<HashMap<ZoneId, Arc<Zone>>>,
+    /// Looked up on every append: keyed with the cheap CID hasher, not SipHash (zone IDs
+    /// come from the owners, trusted peers).
+    pub zones: RwLock<ZoneMap>,
     wb: Mutex<WriteBuffer>,
     /// Producers wait here for room; the flusher waits here for work.
     wb_cv: Condvar,
@@ -213,7 +219,7 @@ impl LogEngine {
         let names = storage
             .list()
             .map_err(io_context("listing the log directory"))?;
-        let mut zones = HashMap::new();
+        let mut zones = ZoneMap::default();
         let mut rebuilt: HashMap<ZoneId, (ZoneLog, CidMap<VersionState>, ChainTracker)> =
             HashMap::new();
         let found: Vec<ZoneId> = names.iter().filter_map(|n| parse_sec_name(n)).collect();
@@ -1160,10 +1166,11 @@ impl Inner {
     /// Sorts one half of the write buffer by zone into `groups` (the flusher's part).
     fn sort_batch(&self, batch: &[u8], groups: &mut Groups) -> LogResult<()> {
         // Sort by zone, keeping each zone's order. The group buffers are kept from flush
-        // to flush (no allocation and page faults per flush) while they hold at most
-        // half the write buffer together.
+        // to flush (no allocation and page faults per flush) while their capacity is at
+        // most the write buffer's size together (a half's data, with the slack of growth
+        // by doubling).
         let retained: usize = groups.values().map(|g| g.0.capacity()).sum();
-        if retained > (self.config.write_buffer_bytes / 2) as usize {
+        if retained > self.config.write_buffer_bytes as usize {
             groups.clear();
         }
         for group in groups.values_mut() {
