@@ -57,7 +57,8 @@ pub struct LogConfig {
     /// Log utilization (percent) at which a write registers a prompt reorganization
     /// request. Default 75.
     pub reorg_prompt_percent: u32,
-    /// Segments cleaned per reorganization pass. Default 20.
+    /// Segments cleaned per prompt or periodic reorganization pass (twice as many when the
+    /// log is nearly out of free segments). Default 20.
     pub reorg_segments_per_pass: usize,
     /// How often the reorganizer looks for work. Default 100 ms.
     pub reorg_interval: Duration,

@@ -19,14 +19,16 @@
 //!    visit: all segments, re-stamping entries and removes older than that with a fresh
 //!    version, so no current version gets half an epoch space old.
 //!
-//! Picking segments (prompt and periodic passes): **cost-benefit**, as LFS and RAMCloud, at most
-//! `reorg_segments_per_pass` of the closed segments by benefit/cost = (1 − u) × age /
+//! Picking segments (prompt and periodic passes): **cost-benefit**, as LFS and RAMCloud:
+//! at most `reorg_segments_per_pass` of the closed segments (twice that when at most a
+//! sixteenth of the log, or 2 segments, is free) by benefit/cost = (1 − u) × age /
 //! (1 + u), best first, leaving out those estimated all live unless older than two
-//! turnovers of the log ([`pick_segments`]). `u` is the segment's estimated live bytes over its size,
-//! from the counters the version manager keeps as writes outdate placed entries
-//! (`SegmentUsage`: an upper bound, exact while no epoch ended since the segment was
-//! written); `age` counts the segments written since its data was (the reorganizer's
-//! output keeps its sources' age, so cold data stays old and is not cleaned again soon).
+//! turnovers of the log ([`pick_segments`]). `u` is the segment's estimated live bytes
+//! over its size, from the counters the version manager keeps as writes outdate placed
+//! entries (`SegmentUsage`: an upper bound, exact while at most one epoch ended since the
+//! segment was written); `age` counts the segments written since its data was (the
+//! reorganizer's output keeps its sources' age, so cold data stays old and is not
+//! cleaned again soon).
 //!
 //! Invariants:
 //! - An entry is dropped only if the version table says another version is current, and
@@ -189,12 +191,11 @@ impl Inner {
                 // Every segment, best first; the pass stops once it freed enough.
                 pick_segments(&closed, segment_bytes, 0, segments.len())
             } else {
-                pick_segments(
-                    &closed,
-                    segment_bytes,
-                    config.reorg_segments_per_pass,
-                    segments.len(),
-                )
+                // Nearly out of free segments: twice as many per pass, so the version
+                // table built for the pass frees more before a write has to wait.
+                let low = log.seclog.free_segments() <= (segments.len() / 16).max(2);
+                let max = config.reorg_segments_per_pass * if low { 2 } else { 1 };
+                pick_segments(&closed, segment_bytes, max, segments.len())
             };
             // The output holds the picked segments' data: it is as old as the youngest.
             let youngest = picked.iter().map(|v| v.age).min().unwrap_or(0);
