@@ -123,8 +123,9 @@ fn large_chunks_are_chained_and_reassembled() {
 
 /// Many overwrites of few chunks write several times the log's size: only reorganization
 /// keeps the log from filling up, and it must keep every latest version, while a writer
-/// keeps writing and recovery reads check the state. Most passes pick their segments by
-/// cost-benefit from the live-byte estimates.
+/// keeps writing and recovery reads check the state. Every pass orders segments by
+/// cost-benefit from the live-byte estimates (prompt ones take the best few, urgent ones
+/// go best first until enough is free).
 #[test]
 fn reorganization_under_concurrent_writes_keeps_every_latest_version() {
     // 8 segments: mostly urgent passes. 16: room for prompt passes to run ahead of the
