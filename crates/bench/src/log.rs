@@ -9,8 +9,8 @@
 //!    round-robin over 4 zones as fast as it can. "Into the write buffer" is the rate of
 //!    the append calls; "to disk" includes the final flush until everything is durable.
 //!    Bytes written per payload byte is what the storage layer was handed: entry
-//!    headers, primary-log copies of small batches, block headers, page padding and the
-//!    partial last page every append rewrites.
+//!    headers, primary-log copies of small batches, block headers, page padding, the
+//!    partial last page every append rewrites, and the version logs (sealed epochs).
 //! 3. **Recovery read** of one zone of `--zone-mb` of 64-byte chunks (default 256 MiB,
 //!    about 4.2 M chunks), with O_DIRECT reads (cold: no page cache), `--threads` threads
 //!    validating checksums; the callback only sums the bytes (inserting into the memory
@@ -224,7 +224,9 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
             let durable = started.elapsed();
             let stats = engine.stats();
             let payload_bytes = entries * entry_bytes as u64;
-            let written = stats.secondary_device_bytes_written + stats.primary_bytes_written;
+            let written = stats.secondary_device_bytes_written
+                + stats.primary_bytes_written
+                + stats.version_log_bytes_written;
             let written_per_payload = written as f64 / payload_bytes as f64;
             let rate = |t: Duration| entries as f64 / t.as_secs_f64().max(1e-9);
             let mb = mb_per_sec(payload_bytes, durable);
@@ -237,6 +239,7 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
                    "disk_mb_per_sec": mb_per_sec(written, durable),
                    "disk_write_mb_per_sec": disk_write, "fio_mb_per_sec": fio,
                    "baseline_ratio": mb_per_sec(written, durable) / disk_write,
+                   "version_log_bytes_written": stats.version_log_bytes_written,
                    "bytes_written_per_payload_byte": written_per_payload}),
             format!(
                 "append {entry_bytes:>5} B x {entries} (batch {batch:>2}): into buffer {:.2} M entries/s ({:.0} MB/s); \

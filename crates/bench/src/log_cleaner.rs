@@ -41,15 +41,15 @@
 //!   every backup. The *live* utilization (valid entries only) is fixed by the load:
 //!   objects × entry bytes / capacity, reported with the load.
 //! - *Write amplification* = bytes the backups handed to their disks during the update
-//!   phase (primary log + secondary logs, the flusher's and the reorganizer's writes,
-//!   whole pages: `primary_bytes_written + secondary_device_bytes_written` of
+//!   phase (primary log, secondary logs with the flusher's and the reorganizer's writes,
+//!   and version logs; whole pages: `primary_bytes_written +
+//!   secondary_device_bytes_written + version_log_bytes_written` of
 //!   [`myriad_log::EngineStats`], summed over backups) / (payload bytes updated × R). It is
 //!   1.0 if every updated byte reached each backup's disk exactly once with no header, no
 //!   padding and no cleaning; entry headers, page padding, two-level logging (primary log
-//!   then secondary log) and the reorganizer's copies of valid entries all add to it.
-//!   Version-log writes are not in the engine's counters; `process_write_bytes` (from
-//!   `/proc/self/io`, Linux) counts everything this process sent to the block layer during
-//!   the phase (version logs included once written back), as a cross-check.
+//!   then secondary log), version records and the reorganizer's copies of valid entries
+//!   all add to it. `process_write_bytes` (from `/proc/self/io`, Linux) counts everything
+//!   this process sent to the block layer during the phase, as a cross-check.
 //!
 //! Prints a table (or JSON lines with `--json`: one `load`, one `sample` per second, one
 //! `summary`); `--csv FILE` writes the samples. Asserts nothing; called by `myriad bench`.
@@ -187,8 +187,8 @@ pub struct Sample {
     pub utilization_max: f64,
     /// Per backup.
     pub per_backup: Vec<BackupUtilization>,
-    /// Bytes written to disk by all backups since the update phase started (primary log +
-    /// secondary logs).
+    /// Bytes written to disk by all backups since the update phase started (primary,
+    /// secondary and version logs).
     pub disk_bytes_written: u64,
     /// Of which by the reorganizer (entry bytes it copied).
     pub reorg_bytes_written: u64,
@@ -220,10 +220,15 @@ pub struct Summary {
     /// Bytes all backups wrote to their secondary logs during the phase (flusher and
     /// reorganizer, whole pages).
     pub secondary_device_bytes_written: u64,
+    /// Bytes all backups wrote to their version logs during the phase (sealed epochs,
+    /// compactions).
+    pub version_log_bytes_written: u64,
     /// Entry bytes the reorganizers copied during the phase.
     pub reorg_bytes_written: u64,
     /// Reorganization passes during the phase, all backups.
     pub reorg_passes: u64,
+    /// Of which urgent (a write waited for a free segment), all backups.
+    pub reorg_urgent_passes: u64,
     /// Segments cleaned during the phase, all backups.
     pub reorg_segments_cleaned: u64,
     /// Bytes this process sent to the block layer during the phase (`/proc/self/io`
@@ -414,11 +419,34 @@ fn utilization(stats: &[EngineStats]) -> (Vec<BackupUtilization>, f64, f64) {
     (per_backup, sum / count.max(1) as f64, max)
 }
 
-/// Totals over backups since `base`: (primary, secondary device, reorg bytes, reorg
-/// passes, segments cleaned).
-fn written_since(now: &[EngineStats], base: &[EngineStats]) -> (u64, u64, u64, u64, u64) {
+/// Totals over backups since `base`.
+#[derive(Debug, Default, Clone, Copy)]
+struct Written {
+    primary: u64,
+    secondary: u64,
+    version_log: u64,
+    reorg_bytes: u64,
+    passes: u64,
+    urgent_passes: u64,
+    segments: u64,
+}
+
+impl Written {
+    /// Everything the backups handed to their disks: primary, secondary and version logs.
+    fn disk(&self) -> u64 {
+        self.primary + self.secondary + self.version_log
+    }
+}
+
+fn written_since(now: &[EngineStats], base: &[EngineStats]) -> Written {
     let mut totals = (0, 0, 0, 0, 0);
+    let mut version_log = 0;
+    let mut urgent_passes = 0;
     for (n, b) in now.iter().zip(base) {
+        urgent_passes += n.reorg_urgent_passes.saturating_sub(b.reorg_urgent_passes);
+        version_log += n
+            .version_log_bytes_written
+            .saturating_sub(b.version_log_bytes_written);
         totals.0 += n
             .primary_bytes_written
             .saturating_sub(b.primary_bytes_written);
@@ -431,7 +459,15 @@ fn written_since(now: &[EngineStats], base: &[EngineStats]) -> (u64, u64, u64, u
             .reorg_segments_cleaned
             .saturating_sub(b.reorg_segments_cleaned);
     }
-    totals
+    Written {
+        primary: totals.0,
+        secondary: totals.1,
+        version_log,
+        reorg_bytes: totals.2,
+        passes: totals.3,
+        urgent_passes,
+        segments: totals.4,
+    }
 }
 
 /// Object indexes drawn from a zipfian distribution over `objects` ranks, each rank mapped
@@ -589,10 +625,11 @@ pub fn run(
         if now >= next_sample {
             let stats = all_stats();
             let (per_backup, mean, max) = utilization(&stats);
-            let (primary, secondary, reorg_bytes, passes, _) = written_since(&stats, &base);
+            let w = written_since(&stats, &base);
+            let (reorg_bytes, passes) = (w.reorg_bytes, w.passes);
             let t_sec = now.duration_since(started).as_secs_f64();
             let interval = (t_sec - last_t).max(1e-9);
-            let disk = primary + secondary;
+            let disk = w.disk();
             let applied_now = applied();
             let sample = Sample {
                 t_sec,
@@ -628,7 +665,7 @@ pub fn run(
     };
     let stats = all_stats();
     let (_, mean, max) = utilization(&stats);
-    let (primary, secondary, reorg_bytes, passes, segments) = written_since(&stats, &base);
+    let w = written_since(&stats, &base);
     let payload_updated = updates as f64 * options.object_bytes as f64;
     let summary = Summary {
         load_objects_per_sec: load.objects_per_sec,
@@ -637,13 +674,14 @@ pub fn run(
         drain_seconds: finished.duration_since(submitted).as_secs_f64(),
         update_ops_per_sec: updates as f64 / seconds,
         update_mb_per_sec: payload_updated / 1e6 / seconds,
-        write_amplification: (primary + secondary) as f64
-            / (payload_updated * REPLICATION as f64).max(1.0),
-        primary_bytes_written: primary,
-        secondary_device_bytes_written: secondary,
-        reorg_bytes_written: reorg_bytes,
-        reorg_passes: passes,
-        reorg_segments_cleaned: segments,
+        write_amplification: w.disk() as f64 / (payload_updated * REPLICATION as f64).max(1.0),
+        primary_bytes_written: w.primary,
+        secondary_device_bytes_written: w.secondary,
+        version_log_bytes_written: w.version_log,
+        reorg_bytes_written: w.reorg_bytes,
+        reorg_passes: w.passes,
+        reorg_urgent_passes: w.urgent_passes,
+        reorg_segments_cleaned: w.segments,
         process_write_bytes: process_bytes,
         utilization: mean,
         utilization_max: max,
@@ -793,12 +831,14 @@ pub fn summary_json(summary: &Summary, options: &LogCleanerOptions) -> serde_jso
         "update_mb_per_sec": summary.update_mb_per_sec,
         "write_amplification": summary.write_amplification,
         "write_amplification_formula":
-            "(primary + secondary log bytes written by all backups during updates) / (payload bytes updated * R)",
+            "(primary + secondary + version log bytes written by all backups during updates) / (payload bytes updated * R)",
         "primary_bytes_written": summary.primary_bytes_written,
         "secondary_device_bytes_written": summary.secondary_device_bytes_written,
+        "version_log_bytes_written": summary.version_log_bytes_written,
         "reorg_bytes_written": summary.reorg_bytes_written,
         "reorg_passes": summary.reorg_passes,
         "reorg_segments_cleaned": summary.reorg_segments_cleaned,
+        "reorg_urgent_passes": summary.reorg_urgent_passes,
         "process_write_bytes": summary.process_write_bytes,
         "process_write_amplification": summary.process_write_amplification(options.object_bytes),
         "utilization": summary.utilization,
@@ -899,18 +939,20 @@ pub fn run_cli(args: &LogCleanerArgs) -> Result<(), String> {
         summary.update_mb_per_sec
     );
     println!(
-        "disk:    primary {:.1} MB + secondary {:.1} MB (reorganizer {:.1} MB, {} passes, \
-         {} segments) over {} backups",
+        "disk:    primary {:.1} MB + secondary {:.1} MB (reorganizer {:.1} MB, {} passes of \
+         which {} urgent, {} segments) + version logs {:.1} MB over {} backups",
         summary.primary_bytes_written as f64 / 1e6,
         summary.secondary_device_bytes_written as f64 / 1e6,
         summary.reorg_bytes_written as f64 / 1e6,
         summary.reorg_passes,
+        summary.reorg_urgent_passes,
         summary.reorg_segments_cleaned,
+        summary.version_log_bytes_written as f64 / 1e6,
         REPLICATION
     );
     println!(
-        "write amplification {:.2} = (primary + secondary log bytes written by all backups \
-         during updates) / (payload bytes updated × R={REPLICATION})",
+        "write amplification {:.2} = (primary + secondary + version log bytes written by all \
+         backups during updates) / (payload bytes updated × R={REPLICATION})",
         summary.write_amplification
     );
     if let Some(amplification) = summary.process_write_amplification(options.object_bytes) {

@@ -31,8 +31,10 @@ pub struct LogConfig {
     pub segment_bytes: u64,
     /// Write buffer size, in two halves: appends fill one half while the flusher drains the
     /// other; the flusher takes a half once the buffer is about half full (the half
-    /// 15/16 full), or after `flush_interval`, or when someone waits for durability. Default 32 MiB; at least 2
-    /// segments (a half must hold the largest entry), at most 16 GiB.
+    /// 15/16 full), or after `flush_interval`, or when someone waits for durability. The
+    /// flusher sorts a taken half into sorting buffers for the writer thread (two sets,
+    /// together at most twice this size). Default 32 MiB; at least 2 segments (a half must
+    /// hold the largest entry), at most 16 GiB.
     pub write_buffer_bytes: u64,
     /// Flush the write buffer at least this often. Default 100 ms.
     pub flush_interval: Duration,
@@ -55,7 +57,8 @@ pub struct LogConfig {
     /// Log utilization (percent) at which a write registers a prompt reorganization
     /// request. Default 75.
     pub reorg_prompt_percent: u32,
-    /// Segments cleaned per reorganization pass. Default 20.
+    /// Segments cleaned per prompt or periodic reorganization pass (twice as many when the
+    /// log is nearly out of free segments). Default 20.
     pub reorg_segments_per_pass: usize,
     /// How often the reorganizer looks for work. Default 100 ms.
     pub reorg_interval: Duration,

@@ -11,16 +11,20 @@
 //!   O_DIRECT (detected per file, buffered fallback) and [`MemStorage`], an in-memory
 //!   backend that injects torn writes, failing syncs and crashes for tests.
 //! - **Entry header** (`header`): self-describing, variable-width, CRC32C-checked.
-//! - **Write buffer and flusher** (`engine`): appends go into a bounded buffer; a flusher
-//!   thread sorts them by zone and writes each zone's batch straight to its secondary log
-//!   (large batches) or to the primary log plus the zone's secondary-log buffer (small
-//!   ones).
+//! - **Write buffer, flusher and writer** (`engine`): appends go into a bounded buffer; a
+//!   flusher thread sorts them by zone and a writer thread writes each zone's batch
+//!   straight to its secondary log (large batches) or to the primary log plus the zone's
+//!   secondary-log buffer (small ones), the sorting of the next flush overlapping the
+//!   writes of the current one.
 //! - **Secondary logs** (`seclog`): one preallocated file per zone in fixed segments.
 //! - **Primary log** (`primary`): the durable home of small batches until their zone's
 //!   buffer is written; read only when reopening after a crash.
 //! - **Versions** (`version`): per zone a version buffer (current epoch) and a version log;
-//!   epochs and eons; a remove is a version, not a log entry.
-//! - **Reorganization** (`reorg`): a thread that cleans the fullest logs.
+//!   epochs and eons; a remove is a version, not a log entry. The version manager also
+//!   estimates each segment's live bytes (`SegmentUsage`) as new versions outdate placed
+//!   entries.
+//! - **Reorganization** (`reorg`): a thread that cleans the fullest logs, picking their
+//!   segments by cost-benefit ((1 − u) × age / (1 + u), as LFS and RAMCloud).
 //! - **Recovery reads** (`recovery`): a zone's current chunks, validated by several
 //!   threads, handed out as slices of the read buffers.
 //!
@@ -64,7 +68,10 @@ pub use recovery::{RecoveredChunk, RecoveryOptions, RecoveryReport};
 pub use storage::{
     round_up_to_page, AlignedBuf, DiskStorage, IoMode, LogFile, MemStorage, Storage, PAGE_BYTES,
 };
-pub use version::{Version, VersionLog, VersionManager, VersionRecord, VersionState, EON_EPOCHS};
+pub use version::{
+    EntryLoc, SegmentUsage, Version, VersionLog, VersionManager, VersionRecord, VersionState,
+    EON_EPOCHS,
+};
 
 use std::fmt;
 

@@ -6,15 +6,29 @@
 //! then it compacts the zone's version log.
 //!
 //! Picking a log, in this order:
-//! 1. **urgent**: a write found no free segment and waits; all segments are cleaned, with
-//!    versions rebuilt from what is durable on disk (the flusher cannot make anything
-//!    durable while it waits, so the RAM versions cannot be used safely);
+//! 1. **urgent**: a write found no free segment and waits; segments are cleaned best
+//!    benefit/cost first (the active one included) until an eighth of the log (at least
+//!    2 segments) is free net, or all are done, so the pass frees space even where the
+//!    live-byte estimates are stale; versions are rebuilt from what is durable on disk
+//!    (the writer cannot make anything durable while it waits, so the RAM versions
+//!    cannot be used safely);
 //! 2. **prompt**: a write took the log over `reorg_prompt_percent`;
 //! 3. **periodic**: the fullest log above `reorg_activation_percent` that was written to
 //!    since its last pass;
 //! 4. **eon visit**: a log whose epoch advanced `eon_visit_epochs` since its last full
 //!    visit: all segments, re-stamping entries and removes older than that with a fresh
 //!    version, so no current version gets half an epoch space old.
+//!
+//! Picking segments (prompt and periodic passes): **cost-benefit**, as LFS and RAMCloud:
+//! at most `reorg_segments_per_pass` of the closed segments (twice that when at most a
+//! sixteenth of the log, or 2 segments, is free) by benefit/cost = (1 − u) × age /
+//! (1 + u), best first, leaving out those estimated all live unless older than two
+//! turnovers of the log ([`pick_segments`]). `u` is the segment's estimated live bytes
+//! over its size, from the counters the version manager keeps as writes outdate placed
+//! entries (`SegmentUsage`: an upper bound, exact while at most one epoch ended since the
+//! segment was written); `age` counts the segments written since its data was (the
+//! reorganizer's output keeps its sources' age, so cold data stays old and is not
+//! cleaned again soon).
 //!
 //! Invariants:
 //! - An entry is dropped only if the version table says another version is current, and
@@ -126,7 +140,14 @@ impl Inner {
             std::thread::sleep(Duration::from_millis(1));
         }
         let records = zone.log.lock().vlog.load()?;
-        let mut table = table_from_records(&records);
+        // Sized for both parts at once: growing a table of this size is a fifth of the
+        // pass.
+        let mut table: CidMap<VersionState> =
+            CidMap::with_capacity_and_hasher(records.len() + ram.len(), Default::default());
+        for r in &records {
+            merge(&mut table, r.cid, r.state);
+        }
+        drop(records);
         for (cid, state) in ram {
             merge(&mut table, cid, state);
         }
@@ -144,24 +165,45 @@ impl Inner {
         // Candidates first, versions second: every entry in a candidate was appended
         // before the versions are taken, so the table knows a version at least as new as
         // each of them and an entry is dropped only for a newer durable one.
-        let (file, segments, candidates) = {
+        let (file, segments, candidates, out_stamp) = {
             let mut log = zone.log.lock();
             if all {
                 log.seclog.close_active();
             }
             let active = log.seclog.active();
             let segments = log.seclog.segments();
-            let mut c: Vec<(usize, seclog::SegmentInfo)> = segments
+            let now = log.seclog.next_generation();
+            let usage = zone.versions.lock().usage().clone();
+            let closed: Vec<SegmentView> = segments
                 .iter()
-                .copied()
                 .enumerate()
                 .filter(|(i, s)| s.used > 0 && Some(*i) != active)
+                .map(|(i, s)| SegmentView {
+                    index: i,
+                    used: u64::from(s.used),
+                    live: usage.live(i as u32, s.generation),
+                    age: now.wrapping_sub(log.seclog.stamp(i)),
+                })
                 .collect();
-            c.sort_by_key(|(_, s)| s.generation);
-            if !all {
-                c.truncate(config.reorg_segments_per_pass);
-            }
-            (log.seclog.file(), segments, c)
+            let picked = if mode == Mode::EonVisit {
+                closed.clone()
+            } else if mode == Mode::Urgent {
+                // Every segment, best first; the pass stops once it freed enough.
+                pick_segments(&closed, segment_bytes, 0, segments.len())
+            } else {
+                // Nearly out of free segments: twice as many per pass, so the version
+                // table built for the pass frees more before a write has to wait.
+                let low = log.seclog.free_segments() <= (segments.len() / 16).max(2);
+                let max = config.reorg_segments_per_pass * if low { 2 } else { 1 };
+                pick_segments(&closed, segment_bytes, max, segments.len())
+            };
+            // The output holds the picked segments' data: it is as old as the youngest.
+            let youngest = picked.iter().map(|v| v.age).min().unwrap_or(0);
+            let c: Vec<(usize, seclog::SegmentInfo)> = picked
+                .iter()
+                .map(|v| (v.index, segments[v.index]))
+                .collect();
+            (log.seclog.file(), segments, c, now.wrapping_sub(youngest))
         };
         let (mut table, snapshot_epoch) = if mode == Mode::Urgent {
             let records = zone.log.lock().vlog.load()?;
@@ -189,6 +231,10 @@ impl Inner {
         // Sources whose valid entries are all in `out` (or written already).
         let mut pending: Vec<usize> = Vec::new();
         let mut buf = AlignedBuf::zeroed(segment_bytes);
+        // An urgent pass cleans until it freed an eighth of the log (at least 2 segments)
+        // net, or everything.
+        let urgent_target = (mode == Mode::Urgent).then(|| (segments.len() as i64 / 8).max(2));
+        let free_at_start = zone.log.lock().seclog.free_segments() as i64;
         for (index, info) in candidates {
             SecondaryLog::read_segment(
                 file.as_ref(),
@@ -265,7 +311,9 @@ impl Inner {
                 .map_err(|e| crate::error::LogError::Failed(format!("internal: {e}")))?;
             for (offset, h) in headers {
                 let bytes = h.entry_bytes();
-                if out.len() + bytes > room && !self.write_out(zone, &mut out, &mut pending)? {
+                if out.len() + bytes > room
+                    && !self.write_out(zone, &mut out, &mut pending, out_stamp)?
+                {
                     return Ok(()); // no free segment: keep every source
                 }
                 out.extend_from_slice(&valid[offset..offset + bytes]);
@@ -274,8 +322,17 @@ impl Inner {
             self.counters
                 .reorg_segments_cleaned
                 .fetch_add(1, Ordering::Relaxed);
+            if let Some(target) = urgent_target {
+                // Net segments this pass freed so far: sources done, less the output.
+                let free_now = zone.log.lock().seclog.free_segments() as i64;
+                let net = free_now - free_at_start + pending.len() as i64
+                    - out.len().div_ceil(room) as i64;
+                if net >= target {
+                    break;
+                }
+            }
         }
-        if !self.write_out(zone, &mut out, &mut pending)? {
+        if !self.write_out(zone, &mut out, &mut pending, out_stamp)? {
             return Ok(());
         }
         if mode == Mode::EonVisit {
@@ -307,6 +364,11 @@ impl Inner {
         let used = zone.log.lock().seclog.used_bytes();
         zone.used_after_pass.store(used, Ordering::Relaxed);
         self.counters.reorg_passes.fetch_add(1, Ordering::Relaxed);
+        if mode == Mode::Urgent {
+            self.counters
+                .reorg_urgent_passes
+                .fetch_add(1, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -318,11 +380,28 @@ impl Inner {
         zone: &Zone,
         out: &mut Vec<u8>,
         pending: &mut Vec<usize>,
+        stamp: u32,
     ) -> LogResult<bool> {
         let mut log = zone.log.lock();
         if !out.is_empty() {
-            if log.seclog.write_closed(out)?.is_none() {
+            let mut placed = Vec::new();
+            let Some(written) = log.seclog.write_closed(out, &mut placed)? else {
                 return Ok(false);
+            };
+            for index in written {
+                log.seclog.set_stamp(index, stamp);
+            }
+            // Count the copies (and remember where the current ones went) before the
+            // sources are freed; a chunk written meanwhile outdates its copy at once.
+            for part in placed.chunks(PLACED_PER_LOCK) {
+                let mut vm = zone.versions.lock();
+                for (h, loc) in part {
+                    let version = Version {
+                        epoch: h.epoch,
+                        version: h.version,
+                    };
+                    vm.placed(h.cid, version, h.chain.is_some(), *loc);
+                }
             }
             log.seclog.sync()?;
             self.counters
@@ -355,5 +434,145 @@ impl Inner {
             .map(|(cid, state)| VersionRecord { cid, state })
             .collect();
         log.vlog.compact(&compacted)
+    }
+}
+
+/// Placements applied per hold of a zone's version lock (producers wait for it).
+pub(crate) const PLACED_PER_LOCK: usize = 1024;
+
+/// What the segment choice knows of one closed segment.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct SegmentView {
+    /// Segment index.
+    pub index: usize,
+    /// Bytes used (header, valid and outdated entries).
+    pub used: u64,
+    /// Estimated live bytes (see `SegmentUsage`); `None` = not known, taken as `used`.
+    pub live: Option<u64>,
+    /// Age of its data in segments written since (the log's generation clock).
+    pub age: u32,
+}
+
+impl SegmentView {
+    /// Estimated utilization: live bytes over the segment size, at most 0.99 (an
+    /// estimate of "all live" may be stale, so old segments still get picked).
+    pub fn utilization(&self, segment_bytes: usize) -> f64 {
+        let live = self.live.unwrap_or(self.used).min(self.used);
+        (live as f64 / segment_bytes.max(1) as f64).min(0.99)
+    }
+
+    /// LFS's and RAMCloud's benefit/cost ratio: (1 − u) × age / (1 + u).
+    pub fn benefit_per_cost(&self, segment_bytes: usize) -> f64 {
+        let u = self.utilization(segment_bytes);
+        (1.0 - u) * f64::from(self.age.max(1)) / (1.0 + u)
+    }
+}
+
+/// Estimated utilization taken as "all live": such a segment frees nothing (unless its
+/// estimate is stale).
+const FULL: f64 = 0.99;
+
+/// The reorganizer's segment choice (LFS's): at most `max` segments by benefit/cost, best
+/// first, leaving out those estimated all live unless older than two turnovers of the
+/// log's `segments` (their estimate may be stale). Picks the single best one if none
+/// qualifies, so a pass always makes progress when there are candidates. `max` = 0:
+/// every segment, best first.
+pub(crate) fn pick_segments(
+    closed: &[SegmentView],
+    segment_bytes: usize,
+    max: usize,
+    segments: usize,
+) -> Vec<SegmentView> {
+    if closed.is_empty() {
+        return Vec::new();
+    }
+    if max == 0 {
+        let mut all: Vec<(f64, SegmentView)> = closed
+            .iter()
+            .map(|v| (v.benefit_per_cost(segment_bytes), *v))
+            .collect();
+        all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.index.cmp(&b.1.index)));
+        return all.into_iter().map(|(_, v)| v).collect();
+    }
+    let old = 2 * segments as u64;
+    let mut ranked: Vec<(f64, SegmentView)> = closed
+        .iter()
+        .map(|v| (v.benefit_per_cost(segment_bytes), *v))
+        .collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.index.cmp(&b.1.index)));
+    let best = ranked[0].1;
+    let picked: Vec<SegmentView> = ranked
+        .into_iter()
+        .map(|(_, v)| v)
+        .filter(|v| v.utilization(segment_bytes) < FULL || u64::from(v.age) > old)
+        .take(max)
+        .collect();
+    if picked.is_empty() {
+        vec![best]
+    } else {
+        picked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(index: usize, used: u64, live: Option<u64>, age: u32) -> SegmentView {
+        SegmentView {
+            index,
+            used,
+            live,
+            age,
+        }
+    }
+
+    #[test]
+    fn cost_benefit_picks_empty_and_old_segments_not_the_oldest_full_one() {
+        // Segments of 1000 bytes; 10 in the log (so "old" is an age above 20).
+        let closed = [
+            view(0, 1000, Some(900), 100), // oldest, 90 % live: (0.1 × 100) / 1.9 = 5.3
+            view(1, 1000, Some(300), 10),  // young, 30 % live: 5.4
+            view(2, 1000, Some(500), 40),  // 13.3
+            view(3, 1000, None, 5),        // unknown: taken as full, young
+            view(4, 400, Some(400), 50),   // closed early, all live: 40 % of a segment: 21.4
+        ];
+        let picked: Vec<usize> = pick_segments(&closed, 1000, 2, 10)
+            .iter()
+            .map(|v| v.index)
+            .collect();
+        assert_eq!(picked, vec![4, 2]);
+        // Without a limit: the young one estimated all live is left out; an old one
+        // estimated all live is not (its estimate may be stale).
+        let picked: Vec<usize> = pick_segments(&closed, 1000, 20, 10)
+            .iter()
+            .map(|v| v.index)
+            .collect();
+        assert_eq!(picked, vec![4, 2, 1, 0]);
+        let mut aged = closed;
+        aged[3].age = 21;
+        let picked: Vec<usize> = pick_segments(&aged, 1000, 20, 10)
+            .iter()
+            .map(|v| v.index)
+            .collect();
+        assert_eq!(picked, vec![4, 2, 1, 0, 3]);
+        // Every segment, best first (urgent passes).
+        let all: Vec<usize> = pick_segments(&closed, 1000, 0, 10)
+            .iter()
+            .map(|v| v.index)
+            .collect();
+        assert_eq!(all, vec![4, 2, 1, 0, 3]);
+    }
+
+    #[test]
+    fn a_pass_always_has_a_segment_when_any_is_closed() {
+        // All estimated all live and young: none qualifies; the best (oldest) is taken.
+        let closed = [view(5, 1000, None, 3), view(6, 1000, Some(1000), 4)];
+        let picked = pick_segments(&closed, 1000, 20, 64);
+        assert_eq!(picked.len(), 1);
+        assert_eq!(picked[0].index, 6);
+        assert!(pick_segments(&[], 1000, 20, 64).is_empty());
+        // Utilization is capped below 1, so an all-live estimate still ages into a pick.
+        assert!(view(0, 1000, None, 1000).benefit_per_cost(1000) > 0.0);
     }
 }

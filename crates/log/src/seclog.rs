@@ -24,6 +24,10 @@
 use crate::error::{io_context, DecodeError, LogResult};
 use crate::header::{self, EntryHeader};
 use crate::storage::{round_up_to_page, with_write_scratch, AlignedBuf, LogFile, PAGE_BYTES};
+use crate::version::EntryLoc;
+
+/// An entry written to a segment: its header and where it went.
+pub type Placement = (EntryHeader, EntryLoc);
 
 /// Bytes of the segment header.
 pub const SEGMENT_HEADER_BYTES: usize = 16;
@@ -131,6 +135,10 @@ pub struct SecondaryLog {
     /// The active segment's bytes from the start of its last partial page to `used`.
     tail: Vec<u8>,
     next_generation: u32,
+    /// Per segment, the logical time its data was written: the generation counter when a
+    /// flush filled it, the youngest source's stamp for the reorganizer's output (RAM
+    /// only; a reopened log starts from the generations).
+    stamps: Vec<u32>,
     /// Bytes handed to the storage (whole pages, rewritten partial pages included).
     device_bytes_written: u64,
 }
@@ -152,11 +160,13 @@ impl SecondaryLog {
             .map(|s| s.generation)
             .max()
             .map_or(1, |g| g.wrapping_add(1));
+        let stamps = segments.iter().map(|s| s.generation).collect();
         SecondaryLog {
             file,
             zone_owner,
             segment_bytes,
             payload_max,
+            stamps,
             segments,
             active: active.as_ref().map(|a| a.0),
             tail: active.map(|a| a.1).unwrap_or_default(),
@@ -178,6 +188,24 @@ impl SecondaryLog {
     /// The active segment, if any.
     pub fn active(&self) -> Option<usize> {
         self.active
+    }
+
+    /// The generation the next segment taken will get (the log's logical clock).
+    pub fn next_generation(&self) -> u32 {
+        self.next_generation
+    }
+
+    /// The logical time segment `index`'s data was written (see the field).
+    pub fn stamp(&self, index: usize) -> u32 {
+        self.stamps.get(index).copied().unwrap_or(0)
+    }
+
+    /// Sets the logical time of segment `index`'s data (the reorganizer's output carries
+    /// its sources' age).
+    pub fn set_stamp(&mut self, index: usize, stamp: u32) {
+        if let Some(s) = self.stamps.get_mut(index) {
+            *s = stamp;
+        }
     }
 
     /// Bytes used in all segments (valid and outdated entries alike).
@@ -218,6 +246,9 @@ impl SecondaryLog {
             used: SEGMENT_HEADER_BYTES as u32,
             generation,
         };
+        if let Some(s) = self.stamps.get_mut(index) {
+            *s = generation;
+        }
         let mut tail = vec![0u8; SEGMENT_HEADER_BYTES];
         encode_segment_header(generation, &mut tail);
         Some((index, tail))
@@ -234,6 +265,7 @@ impl SecondaryLog {
         entries: &[u8],
         headers: &[(usize, EntryHeader)],
         base: usize,
+        placed: &mut Vec<Placement>,
     ) -> LogResult<()> {
         let info = self.segments[index];
         let start = info.used as usize;
@@ -267,6 +299,16 @@ impl SecondaryLog {
         })?;
         self.segments[index].used = end as u32;
         self.device_bytes_written += len as u64;
+        placed.extend(headers.iter().map(|&(_, h)| {
+            (
+                h,
+                EntryLoc {
+                    segment: index as u32,
+                    generation: info.generation,
+                    bytes: h.entry_bytes() as u32,
+                },
+            )
+        }));
         Ok(())
     }
 
@@ -283,8 +325,13 @@ impl SecondaryLog {
     /// Appends a batch of whole entries (write-buffer form). Entries go to the active
     /// segment while they fit; a batch of at least 3/4 of a segment starts a new one. On
     /// [`PlaceError::NoSpace`] the caller asks for reorganization and retries with the
-    /// rest of the batch.
-    pub fn append(&mut self, batch: &[u8], use_reserve: bool) -> Result<(), PlaceError> {
+    /// rest of the batch. Every entry written is added to `placed`.
+    pub fn append(
+        &mut self,
+        batch: &[u8],
+        use_reserve: bool,
+        placed: &mut Vec<Placement>,
+    ) -> Result<(), PlaceError> {
         let headers = walk_batch(batch, self.zone_owner, self.payload_max).map_err(|e| {
             PlaceError::Io(crate::error::LogError::Failed(format!(
                 "internal: batch does not decode: {e}"
@@ -325,8 +372,14 @@ impl SecondaryLog {
             let first = headers[i].0;
             let end = headers[j - 1].0 + headers[j - 1].1.entry_bytes();
             let mut tail = std::mem::take(&mut self.tail);
-            let result =
-                self.write_into(index, &mut tail, &batch[first..end], &headers[i..j], first);
+            let result = self.write_into(
+                index,
+                &mut tail,
+                &batch[first..end],
+                &headers[i..j],
+                first,
+                placed,
+            );
             self.tail = tail;
             result.map_err(PlaceError::Io)?;
             i = j;
@@ -337,8 +390,13 @@ impl SecondaryLog {
     /// Writes a batch of whole entries into fresh segments, closed afterwards (the
     /// reorganizer's output; may use the reserved segment). Returns the segments written,
     /// or `None` if no free segment was left (those written so far stay used; the caller
-    /// frees its sources only for what was written).
-    pub fn write_closed(&mut self, batch: &[u8]) -> LogResult<Option<Vec<usize>>> {
+    /// frees its sources only for what was written). Every entry written is added to
+    /// `placed`.
+    pub fn write_closed(
+        &mut self,
+        batch: &[u8],
+        placed: &mut Vec<Placement>,
+    ) -> LogResult<Option<Vec<usize>>> {
         let headers = walk_batch(batch, self.zone_owner, self.payload_max)
             .map_err(|e| crate::error::LogError::Failed(format!("internal: {e}")))?;
         let mut written = Vec::new();
@@ -356,7 +414,14 @@ impl SecondaryLog {
             }
             let first = headers[i].0;
             let end = headers[j - 1].0 + headers[j - 1].1.entry_bytes();
-            self.write_into(index, &mut tail, &batch[first..end], &headers[i..j], first)?;
+            self.write_into(
+                index,
+                &mut tail,
+                &batch[first..end],
+                &headers[i..j],
+                first,
+                placed,
+            )?;
             written.push(index);
             i = j;
         }
@@ -471,14 +536,16 @@ mod tests {
     fn entries_never_span_segments_and_appends_share_the_active_segment() {
         let mut l = log(6);
         for round in 0..10 {
-            l.append(&batch(round * 100, 20, 200), false).unwrap();
+            l.append(&batch(round * 100, 20, 200), false, &mut Vec::new())
+                .unwrap();
         }
         assert_eq!(entries_on_disk(&l), 200);
         // 200 entries of ~210 bytes fill about 3 segments, not 10.
         assert!(l.free_segments() >= 2, "{:?}", l.segments());
         // A batch of 3/4 of a segment or more starts a new segment.
         let active = l.active();
-        l.append(&batch(5000, 60, 200), false).unwrap();
+        l.append(&batch(5000, 60, 200), false, &mut Vec::new())
+            .unwrap();
         assert_ne!(l.active(), active);
         assert_eq!(entries_on_disk(&l), 260);
     }
@@ -487,13 +554,13 @@ mod tests {
     fn the_last_free_segment_is_kept_for_reorganization() {
         let mut l = log(3);
         let big = batch(0, 170, 200); // more than two segments
-        match l.append(&big, false) {
+        match l.append(&big, false, &mut Vec::new()) {
             Err(PlaceError::NoSpace { placed }) => {
                 assert!(placed > 0 && placed < big.len());
                 assert_eq!(l.free_segments(), 1);
                 // The reorganizer may use it.
                 let rest = &big[placed..];
-                let written = l.write_closed(rest).unwrap().unwrap();
+                let written = l.write_closed(rest, &mut Vec::new()).unwrap().unwrap();
                 assert_eq!(written.len(), 1);
                 assert_eq!(l.free_segments(), 0);
             }

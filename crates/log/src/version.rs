@@ -18,12 +18,18 @@
 //!   at least once per `eon_visit_epochs` and re-stamping old valid entries with a fresh
 //!   version ([`VersionManager::restamp`]).
 //!
+//! - **Segment usage**: each buffered version also remembers where the writer placed its
+//!   entry; a newer version or a remove of the chunk then takes the old entry's bytes off
+//!   its segment's live count ([`SegmentUsage`], an upper bound; see there). The previous
+//!   epoch's buffer is kept as a *carry* until the next seal for the same purpose.
+//!
 //! Invariants: at most one sealed epoch waits for the disk (a producer that would need a
 //! second waits for the flusher); the buffer never exceeds its maximum; the manager does
 //! no I/O (the engine persists sealed epochs with [`VersionLog`]).
 //!
-//! Callers: the engine's append path (assign), its flusher (persist), reorganization and
-//! recovery (snapshot, restamp), reopen (rebuild).
+//! Callers: the engine's append path (assign), its writer (persist, placed),
+//! reorganization (snapshot, restamp, placed, usage) and recovery (snapshot), reopen
+//! (rebuild).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -130,11 +136,108 @@ pub enum AssignBlocked {
     SealPending,
 }
 
+/// Where an entry lies in its zone's secondary log: segment, the segment's generation
+/// (0 = not known) and the entry's bytes (header and payload).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct EntryLoc {
+    /// Segment index.
+    pub segment: u32,
+    /// Generation of the segment's use that holds the entry; 0 if the place is not known.
+    pub generation: u32,
+    /// Entry bytes.
+    pub bytes: u32,
+}
+
+/// One chunk in the version buffer: its version in the current epoch, whether that is a
+/// remove, and where that version's entry was placed (once the writer placed it).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Slot {
+    version: u32,
+    deleted: bool,
+    loc: EntryLoc,
+}
+
+impl Slot {
+    fn new(version: u32, deleted: bool) -> Slot {
+        Slot {
+            version,
+            deleted,
+            loc: EntryLoc::default(),
+        }
+    }
+}
+
+/// Estimated live bytes per segment of one zone's secondary log (for the reorganizer's
+/// cost-benefit choice of segments).
+///
+/// Every entry placed adds its bytes to its segment's use (keyed by the segment's
+/// generation, so a freed and reused segment starts from zero); an entry is subtracted
+/// when the version manager learns that its chunk got a newer version or was removed and
+/// knows where the old entry lies: that is the case while the old version is in the
+/// version buffer (written in the current epoch) or in the previous epoch's buffer (kept
+/// as the *carry* until the next epoch ends) and the writer recorded its place. A chunk
+/// whose previous version is from an older epoch, links of chained chunks, and every
+/// entry found when the log was reopened are never subtracted, so the figure is an upper
+/// bound of the live bytes (exact while at most one epoch ended since the segment was
+/// written); cleaning a segment makes its successor exact again.
+#[derive(Debug, Default, Clone)]
+pub struct SegmentUsage {
+    /// Per segment: (generation, live bytes); generation 0 = nothing known.
+    segments: Vec<(u32, u64)>,
+}
+
+impl SegmentUsage {
+    fn slot(&mut self, segment: u32) -> &mut (u32, u64) {
+        let i = segment as usize;
+        if i >= self.segments.len() {
+            self.segments.resize(i + 1, (0, 0));
+        }
+        &mut self.segments[i]
+    }
+
+    /// Counts an entry of `bytes` placed in `segment` (use `generation`).
+    pub fn add(&mut self, segment: u32, generation: u32, bytes: u64) {
+        let s = self.slot(segment);
+        if s.0 != generation {
+            *s = (generation, 0);
+        }
+        s.1 += bytes;
+    }
+
+    /// Takes an outdated entry off its segment's count (if the segment still holds that
+    /// use).
+    pub fn outdate(&mut self, loc: EntryLoc) {
+        if loc.generation == 0 {
+            return;
+        }
+        if let Some(s) = self.segments.get_mut(loc.segment as usize) {
+            if s.0 == loc.generation {
+                s.1 = s.1.saturating_sub(u64::from(loc.bytes));
+            }
+        }
+    }
+
+    /// Estimated live bytes of `segment` in its use `generation`; `None` if nothing was
+    /// counted for that use (a segment found at reopen: treat it as all live).
+    pub fn live(&self, segment: u32, generation: u32) -> Option<u64> {
+        self.segments
+            .get(segment as usize)
+            .filter(|s| s.0 == generation && generation != 0)
+            .map(|s| s.1)
+    }
+}
+
 /// Version buffer and epoch counter of one zone (no I/O). See the module docs.
 #[derive(Debug)]
 pub struct VersionManager {
     epoch: u16,
-    buffer: CidMap<(u32, bool)>,
+    buffer: CidMap<Slot>,
+    /// The previous epoch's buffer (kept after it was sealed): where the entries of its
+    /// chunks lie, so the first write of a chunk in this epoch still outdates its old
+    /// entry. Emptied by the next seal.
+    carry: CidMap<Slot>,
+    /// Live bytes per segment, kept up to date as versions supersede placed entries.
+    usage: SegmentUsage,
     sealed: Option<SealedEpoch>,
     /// Highest sequence number assigned in the current epoch.
     epoch_last_seq: u64,
@@ -153,6 +256,8 @@ impl VersionManager {
         VersionManager {
             epoch,
             buffer: CidMap::default(),
+            carry: CidMap::default(),
+            usage: SegmentUsage::default(),
             sealed: None,
             epoch_last_seq: 0,
             seal_entries: seal_entries.clamp(1, entries_max.max(1)),
@@ -180,10 +285,12 @@ impl VersionManager {
         self.buffer.len()
     }
 
-    /// Bytes of RAM the buffer and the sealed epoch use (approximate, by capacity).
+    /// Bytes of RAM the buffer, the previous epoch's carry, the segment counters and the
+    /// sealed epoch use (approximate, by capacity).
     pub fn memory_bytes(&self) -> u64 {
-        let per = (std::mem::size_of::<(u64, (u32, bool))>() + 1) as u64;
-        self.buffer.capacity() as u64 * per
+        let per = (std::mem::size_of::<(u64, Slot)>() + 1) as u64;
+        (self.buffer.capacity() + self.carry.capacity()) as u64 * per
+            + self.usage.segments.capacity() as u64 * 16
             + self.sealed.as_ref().map_or(0, |s| {
                 s.records.capacity() as u64 * std::mem::size_of::<VersionRecord>() as u64
             })
@@ -208,17 +315,21 @@ impl VersionManager {
         if self.buffer.is_empty() {
             return true;
         }
+        // The buffer becomes the carry (the ended epoch's places, for the next epoch's
+        // first writes), the old carry's table the new, empty buffer.
+        std::mem::swap(&mut self.buffer, &mut self.carry);
+        self.buffer.clear();
         let records = self
-            .buffer
-            .drain()
-            .map(|(cid, (version, deleted))| VersionRecord {
+            .carry
+            .iter()
+            .map(|(&cid, &slot)| VersionRecord {
                 cid,
                 state: VersionState {
                     version: Version {
                         epoch: self.epoch,
-                        version,
+                        version: slot.version,
                     },
-                    deleted,
+                    deleted: slot.deleted,
                 },
             })
             .collect();
@@ -249,14 +360,22 @@ impl VersionManager {
         // One hash lookup in the common case (room left, no overflow).
         let version = match self.buffer.entry(cid) {
             std::collections::hash_map::Entry::Occupied(mut e)
-                if e.get().0 < VERSION_IN_EPOCH_MAX =>
+                if e.get().version < VERSION_IN_EPOCH_MAX =>
             {
-                let v = e.get().0 + 1;
-                *e.get_mut() = (v, deleted);
+                let slot = e.get_mut();
+                let v = slot.version + 1;
+                let outdated = slot.loc;
+                *slot = Slot::new(v, deleted);
+                self.usage.outdate(outdated);
                 Some(v)
             }
             std::collections::hash_map::Entry::Vacant(e) if !full => {
-                e.insert((0, deleted));
+                e.insert(Slot::new(0, deleted));
+                if !self.carry.is_empty() {
+                    if let Some(old) = self.carry.remove(&cid) {
+                        self.usage.outdate(old.loc);
+                    }
+                }
                 Some(0)
             }
             _ => None,
@@ -269,7 +388,10 @@ impl VersionManager {
                     return Err(AssignBlocked::SealPending);
                 }
                 self.hold = false;
-                self.buffer.insert(cid, (0, deleted));
+                self.buffer.insert(cid, Slot::new(0, deleted));
+                if let Some(old) = self.carry.remove(&cid) {
+                    self.usage.outdate(old.loc);
+                }
                 0
             }
         };
@@ -310,13 +432,13 @@ impl VersionManager {
     /// The version state in RAM (buffer, then sealed epoch), `None` if the chunk was not
     /// written since the last sealed epoch reached the disk.
     pub fn lookup(&self, cid: u64) -> Option<VersionState> {
-        if let Some(&(version, deleted)) = self.buffer.get(&cid) {
+        if let Some(slot) = self.buffer.get(&cid) {
             return Some(VersionState {
                 version: Version {
                     epoch: self.epoch,
-                    version,
+                    version: slot.version,
                 },
-                deleted,
+                deleted: slot.deleted,
             });
         }
         let sealed = self.sealed.as_ref()?;
@@ -336,19 +458,51 @@ impl VersionManager {
                 merge(table, r.cid, r.state);
             }
         }
-        for (&cid, &(version, deleted)) in &self.buffer {
+        for (&cid, slot) in &self.buffer {
             merge(
                 table,
                 cid,
                 VersionState {
                     version: Version {
                         epoch: self.epoch,
-                        version,
+                        version: slot.version,
                     },
-                    deleted,
+                    deleted: slot.deleted,
                 },
             );
         }
+    }
+
+    /// Records that the entry of `cid` with version `version` (`chain`: a link of a chained
+    /// chunk) was placed at `loc`: counts it in its segment, remembers the place while that
+    /// version is current in the buffer, or takes it off again at once if the chunk got a
+    /// newer version meanwhile.
+    pub fn placed(&mut self, cid: u64, version: Version, chained: bool, loc: EntryLoc) {
+        self.usage
+            .add(loc.segment, loc.generation, u64::from(loc.bytes));
+        let slot = if version.epoch == self.epoch {
+            self.buffer.get_mut(&cid)
+        } else if self.buffer.contains_key(&cid) {
+            // Written again in this epoch: any entry of an earlier one is outdated.
+            self.usage.outdate(loc);
+            return;
+        } else if version.epoch == self.epoch.wrapping_sub(1) {
+            self.carry.get_mut(&cid)
+        } else {
+            None // older: whether it is current is not known here (counted live)
+        };
+        if let Some(slot) = slot {
+            if slot.version != version.version || slot.deleted {
+                self.usage.outdate(loc);
+            } else if !chained {
+                slot.loc = loc;
+            }
+        }
+    }
+
+    /// The estimated live bytes per segment.
+    pub fn usage(&self) -> &SegmentUsage {
+        &self.usage
     }
 
     /// Gives `cid`, whose current state the caller saw as `expected` in a snapshot taken
@@ -366,13 +520,13 @@ impl VersionManager {
             return None;
         }
         match self.buffer.get(&cid) {
-            Some(&(v, deleted))
+            Some(slot)
                 if VersionState {
                     version: Version {
                         epoch: self.epoch,
-                        version: v,
+                        version: slot.version,
                     },
-                    deleted,
+                    deleted: slot.deleted,
                 } == expected => {}
             Some(_) => return None,
             None => {}
@@ -511,6 +665,8 @@ pub struct VersionLog {
     end: u64,
     /// Records in the active file (compaction is due when it is much larger than needed).
     records: u64,
+    /// Bytes handed to the storage since open (appends and compactions, whole pages).
+    bytes_written: u64,
 }
 
 impl VersionLog {
@@ -548,6 +704,7 @@ impl VersionLog {
             generation,
             end,
             records: records.len() as u64,
+            bytes_written: 0,
         };
         if end == 0 {
             // A fresh log: write an empty first block so the file has a generation.
@@ -559,6 +716,12 @@ impl VersionLog {
     /// Records in the active file.
     pub fn records(&self) -> u64 {
         self.records
+    }
+
+    /// Bytes handed to the storage since open: appended blocks and compactions (whole
+    /// pages, zero pages included).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written
     }
 
     fn ensure_len(&mut self, index: usize, needed: u64) -> LogResult<()> {
@@ -587,6 +750,7 @@ impl VersionLog {
             .map_err(io_context("syncing version log"))?;
         self.end += buf.len() as u64;
         self.records += records.len() as u64;
+        self.bytes_written += buf.len() as u64;
         Ok(())
     }
 
@@ -607,11 +771,13 @@ impl VersionLog {
         self.files[other]
             .write_at(&buf, 0)
             .map_err(io_context("compacting version log"))?;
+        self.bytes_written += buf.len() as u64;
         if self.files[other].len() >= buf.len() as u64 + PAGE_BYTES as u64 {
             let zero = AlignedBuf::zeroed(PAGE_BYTES);
             self.files[other]
                 .write_at(&zero, buf.len() as u64)
                 .map_err(io_context("compacting version log"))?;
+            self.bytes_written += PAGE_BYTES as u64;
         }
         self.files[other]
             .sync()
@@ -742,14 +908,15 @@ mod tests {
     #[test]
     fn version_overflow_ends_the_epoch_early() {
         let mut vm = VersionManager::new(7, 1000, 1000);
-        vm.buffer.insert(1, (VERSION_IN_EPOCH_MAX - 1, false));
+        vm.buffer
+            .insert(1, Slot::new(VERSION_IN_EPOCH_MAX - 1, false));
         let a = vm.assign_put(1, 1).unwrap();
         assert_eq!(a.version, VERSION_IN_EPOCH_MAX);
         let b = vm.assign_put(1, 1).unwrap();
         assert_eq!((b.epoch, b.version), (8, 0));
         assert!(b.is_newer_than(a));
         // A second overflow while the first seal is pending blocks.
-        vm.buffer.insert(2, (VERSION_IN_EPOCH_MAX, false));
+        vm.buffer.insert(2, Slot::new(VERSION_IN_EPOCH_MAX, false));
         assert_eq!(vm.assign_put(2, 2), Err(AssignBlocked::SealPending));
         vm.sealed_written(7);
         assert_eq!(vm.assign_put(2, 2).unwrap().epoch, 9);

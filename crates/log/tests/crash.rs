@@ -115,6 +115,7 @@ fn writes_cut_at_random_points_reopen_to_an_acknowledged_prefix() {
         let engine = open(&storage, &config);
         let recovered: HashMap<ZoneId, HashMap<u64, Vec<u8>>> =
             zones.iter().map(|&z| (z, read_zone(&engine, z))).collect();
+        eprintln!("seed {seed}: cut after op {cut_after_op}, acked {acked}, issued {issued}");
         check_prefix(&recovered, &zones, acked, issued);
         assert!(acked > 0, "seed {seed}: something was acknowledged");
     }

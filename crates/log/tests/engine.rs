@@ -123,11 +123,26 @@ fn large_chunks_are_chained_and_reassembled() {
 
 /// Many overwrites of few chunks write several times the log's size: only reorganization
 /// keeps the log from filling up, and it must keep every latest version, while a writer
-/// keeps writing and recovery reads check the state.
+/// keeps writing and recovery reads check the state. Every pass orders segments by
+/// cost-benefit from the live-byte estimates (prompt ones take the best few, urgent ones
+/// go best first until enough is free).
 #[test]
 fn reorganization_under_concurrent_writes_keeps_every_latest_version() {
+    // 8 segments: mostly urgent passes. 16: room for prompt passes to run ahead of the
+    // writers most of the time (urgent ones, which give way to nothing, can otherwise
+    // take every turn).
+    for segments in [8, 16] {
+        let config = LogConfig {
+            secondary_log_bytes: segments * 16384,
+            ..LogConfig::small_for_tests()
+        };
+        concurrent_writes_and_reorganization(&config, segments == 16);
+    }
+}
+
+fn concurrent_writes_and_reorganization(config: &LogConfig, expect_prompt_passes: bool) {
+    let config = config.clone();
     let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
-    let config = LogConfig::small_for_tests();
     let engine = Arc::new(open(&storage, &config));
     let zones = [zone(4, 0), zone(4, 1)];
     for z in zones {
@@ -184,6 +199,11 @@ fn reorganization_under_concurrent_writes_keeps_every_latest_version() {
         stats.reorg_passes > 0 && stats.reorg_segments_cleaned > 0,
         "{stats:?}"
     );
+    // Prompt and periodic passes (at most `reorg_segments_per_pass` segments chosen by
+    // cost-benefit) ran, not only urgent ones (best first until enough is free).
+    if expect_prompt_passes {
+        assert!(stats.reorg_passes > stats.reorg_urgent_passes, "{stats:?}");
+    }
     for (z, model) in zones.iter().zip(&models) {
         assert_same(&read_zone(&engine, *z), model, &format!("zone {z}"));
     }
@@ -318,4 +338,88 @@ fn disk_storage_in_both_io_modes_round_trips_through_restart() {
         drop(engine);
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// Runs `f` on a thread and fails the test if it takes longer than `limit` (a hang in the
+/// flusher/writer handoff would otherwise hang the test run).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .expect("finished within the limit (no hang between flusher and writer)")
+}
+
+/// The writer thread: with a small write buffer the flusher keeps a sorted flush queued
+/// while the writer writes the one before. Shutting down with work in flight writes all
+/// of it; dropping without shutdown ends both threads; a failing disk stops the engine
+/// with an error (not a hang), even with a flush queued behind the failing one.
+#[test]
+fn writer_thread_shutdown_and_failure_with_flushes_in_flight() {
+    let config = LogConfig {
+        write_buffer_bytes: 2 * 16384,
+        flush_interval: Duration::from_millis(1),
+        ..LogConfig::small_for_tests()
+    };
+    let z = zone(9, 0);
+    // Shutdown with appends still in the write buffer and the writer's queue.
+    let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let model: HashMap<u64, Vec<u8>> = {
+        let storage = storage.clone();
+        let config = config.clone();
+        within(Duration::from_secs(20), move || {
+            let engine = open(&storage, &config);
+            engine.create_zone(z).unwrap();
+            let mut model = HashMap::new();
+            for op in 0..3000u64 {
+                let c = cid(9, op % 150);
+                let p = payload(c, op, 40 + (op % 100) as usize);
+                engine.append(z, c, &p).unwrap();
+                model.insert(c, p);
+            }
+            assert!(engine.stats().flushes > 1, "flushes were pipelined");
+            engine.shutdown().unwrap();
+            model
+        })
+    };
+    let engine = open(&storage, &config);
+    assert_same(&read_zone(&engine, z), &model, "after shutdown");
+    // Dropped without shutdown while appending: both threads end.
+    within(Duration::from_secs(20), move || {
+        for op in 0..500u64 {
+            let c = cid(9, op % 150);
+            engine.append(z, c, &payload(c, op, 60)).unwrap();
+        }
+        drop(engine);
+    });
+    // The disk fails partway: waits end with an error, appends stop, the engine drops.
+    let mem = MemStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(mem.clone());
+    within(Duration::from_secs(20), move || {
+        let engine = open(&storage, &config);
+        engine.create_zone(z).unwrap();
+        mem.set_write_budget(Some(20_000));
+        let mut failed = false;
+        for op in 0..20_000u64 {
+            let c = cid(9, op % 150);
+            match engine.append(z, c, &payload(c, op, 100)) {
+                Ok(t) if op % 50 == 49 => {
+                    if engine.wait_durable(t.seq, Duration::from_secs(10)).is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        assert!(failed, "the disk failure reached the caller");
+        let last = engine.append(z, cid(9, 1), b"after the failure");
+        assert!(last.is_err(), "no append accepted after the failure");
+        drop(engine);
+    });
 }
