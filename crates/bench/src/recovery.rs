@@ -36,7 +36,7 @@ use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::ClientError;
 use myriad_mem::{ChunkId, NodeId};
-use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_node::launch::{LaunchSpec, LocalCluster};
 use myriad_proto::meta::Event;
 use myriad_proto::recovery::RecoveryState;
 use parking_lot::Mutex;
@@ -222,17 +222,8 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
     spec.extra_args = vec!["--config".into(), config.display().to_string()];
     spec.ready_timeout = Duration::from_secs(60);
     let mut cluster = LocalCluster::start_owned(spec).map_err(|e| format!("cluster: {e}"))?;
-    let superpeers: Vec<(NodeId, std::net::SocketAddr)> = cluster
-        .superpeer_addresses()
-        .into_iter()
-        .filter_map(|(id, address)| Some((NodeId(id), address.parse().ok()?)))
-        .collect();
-    let peers: Vec<NodeId> = cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == NodeRole::Peer)
-        .map(|node| NodeId(node.node_id))
-        .collect();
+    let superpeers: Vec<(NodeId, std::net::SocketAddr)> = cluster.superpeers();
+    let peers: Vec<NodeId> = cluster.peer_ids();
     let master = *peers.first().ok_or("the cluster has no peer")?;
     emit(
         args.json,

@@ -16,7 +16,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use myriad_client::client::Client;
 use myriad_mem::{ChunkId, NodeId};
-use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_node::launch::{LaunchSpec, LocalCluster};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -112,12 +112,7 @@ fn exercise(cluster: &LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
     let client = Client::connect(superpeers)?;
     let api = client.blocking();
     println!("\njoined as client {}", client.node_id());
-    let peers: Vec<NodeId> = cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == NodeRole::Peer)
-        .map(|node| NodeId(node.node_id))
-        .collect();
+    let peers: Vec<NodeId> = cluster.peer_ids();
 
     // Load.
     let bar = ProgressBar::new(args.chunks as u64);

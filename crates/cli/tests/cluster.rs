@@ -13,7 +13,7 @@ use myriad_client::client::Client;
 use myriad_client::ClientError;
 use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::{Command, NodeState, Role};
-use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_node::launch::{LaunchSpec, LocalCluster};
 
 fn start(dir: &Path, superpeers: usize, peers: usize) -> LocalCluster {
     let mut spec = LaunchSpec::new(dir, env!("CARGO_BIN_EXE_myriad"));
@@ -25,20 +25,11 @@ fn start(dir: &Path, superpeers: usize, peers: usize) -> LocalCluster {
 }
 
 fn superpeers(cluster: &LocalCluster) -> Vec<(NodeId, SocketAddr)> {
-    cluster
-        .superpeer_addresses()
-        .into_iter()
-        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
-        .collect()
+    cluster.superpeers()
 }
 
 fn peers(cluster: &LocalCluster) -> Vec<NodeId> {
-    cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == NodeRole::Peer)
-        .map(|node| NodeId(node.node_id))
-        .collect()
+    cluster.peer_ids()
 }
 
 fn payload(index: usize) -> Bytes {

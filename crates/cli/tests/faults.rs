@@ -82,11 +82,7 @@ fn start(dir: &Path, replication: usize) -> Setup {
     spec.extra_args = vec!["--config".into(), path.display().to_string()];
     spec.ready_timeout = Duration::from_secs(20);
     let cluster = LocalCluster::start_owned(spec).expect("cluster starts");
-    let superpeers = cluster
-        .superpeer_addresses()
-        .into_iter()
-        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
-        .collect();
+    let superpeers = cluster.superpeers();
     let peers: Vec<NodeEntry> = cluster
         .nodes()
         .iter()

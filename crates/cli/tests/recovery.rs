@@ -14,7 +14,7 @@ use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::ClientError;
 use myriad_mem::{ChunkId, NodeId};
-use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_node::launch::{LaunchSpec, LocalCluster};
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::RecoveryState;
 
@@ -96,17 +96,8 @@ fn kill_and_recover(kill_first_backup: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
     let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     let mut cluster = start(dir.path());
-    let superpeers: Vec<(NodeId, SocketAddr)> = cluster
-        .superpeer_addresses()
-        .into_iter()
-        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
-        .collect();
-    let peers: Vec<NodeId> = cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == NodeRole::Peer)
-        .map(|node| NodeId(node.node_id))
-        .collect();
+    let superpeers: Vec<(NodeId, SocketAddr)> = cluster.superpeers();
+    let peers: Vec<NodeId> = cluster.peer_ids();
     assert_eq!(peers.len(), 4);
     let victim = peers[0];
 
@@ -342,17 +333,8 @@ fn a_new_leader_finishes_the_recovery() {
     spec.extra_args = vec!["--config".into(), config.display().to_string()];
     spec.ready_timeout = Duration::from_secs(20);
     let mut cluster = LocalCluster::start_owned(spec).expect("cluster starts");
-    let superpeers: Vec<(NodeId, SocketAddr)> = cluster
-        .superpeer_addresses()
-        .into_iter()
-        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
-        .collect();
-    let peers: Vec<NodeId> = cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == NodeRole::Peer)
-        .map(|node| NodeId(node.node_id))
-        .collect();
+    let superpeers: Vec<(NodeId, SocketAddr)> = cluster.superpeers();
+    let peers: Vec<NodeId> = cluster.peer_ids();
     let victim = peers[0];
     let mut config = ClientConfig::new(superpeers.clone());
     config.chunks = ChunkOptions {
@@ -452,17 +434,8 @@ fn a_zone_without_live_backups_is_reported_lost() {
     spec.extra_args = vec!["--config".into(), config.display().to_string()];
     spec.ready_timeout = Duration::from_secs(20);
     let mut cluster = LocalCluster::start_owned(spec).expect("cluster starts");
-    let superpeers: Vec<(NodeId, SocketAddr)> = cluster
-        .superpeer_addresses()
-        .into_iter()
-        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
-        .collect();
-    let peers: Vec<NodeId> = cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == NodeRole::Peer)
-        .map(|node| NodeId(node.node_id))
-        .collect();
+    let superpeers: Vec<(NodeId, SocketAddr)> = cluster.superpeers();
+    let peers: Vec<NodeId> = cluster.peer_ids();
     let victim = peers[0];
     let mut config = ClientConfig::new(superpeers.clone());
     config.chunks = ChunkOptions {

@@ -77,11 +77,7 @@ fn start(dir: &Path, peers: usize, failure_timeout_ms: u64) -> LocalCluster {
 }
 
 fn superpeers(cluster: &LocalCluster) -> Vec<(NodeId, SocketAddr)> {
-    cluster
-        .superpeer_addresses()
-        .into_iter()
-        .map(|(id, address)| (NodeId(id), address.parse().expect("address")))
-        .collect()
+    cluster.superpeers()
 }
 
 fn peers(cluster: &LocalCluster) -> Vec<(String, NodeId)> {

@@ -448,6 +448,26 @@ impl LocalCluster {
             .collect()
     }
 
+    /// The superpeers as a client's configuration names them: node ID and socket address
+    /// (an entry whose address does not parse is left out; the launcher records only the
+    /// addresses its nodes reported).
+    pub fn superpeers(&self) -> Vec<(myriad_mem::NodeId, std::net::SocketAddr)> {
+        self.superpeer_addresses()
+            .into_iter()
+            .filter_map(|(id, address)| Some((myriad_mem::NodeId(id), address.parse().ok()?)))
+            .collect()
+    }
+
+    /// The peers' node IDs, in start order.
+    pub fn peer_ids(&self) -> Vec<myriad_mem::NodeId> {
+        self.file
+            .nodes
+            .iter()
+            .filter(|node| node.role == NodeRole::Peer)
+            .map(|node| myriad_mem::NodeId(node.node_id))
+            .collect()
+    }
+
     /// Every node with whether its process is alive.
     pub fn status(&mut self) -> Vec<NodeStatus> {
         let nodes = self.file.nodes.clone();

@@ -73,6 +73,22 @@ fn start_writes_cluster_file_and_all_nodes_serve() {
     for (id, address) in &superpeers {
         assert!(list.contains(&format!("{id}={address}")), "{list}");
     }
+    // The same, parsed for a client's configuration; and the peers' IDs.
+    let parsed = cluster.superpeers();
+    assert_eq!(parsed.len(), 3);
+    for ((id, address), (node, socket)) in superpeers.iter().zip(&parsed) {
+        assert_eq!(node.0, *id);
+        assert_eq!(socket.to_string(), *address);
+    }
+    let peer_ids: Vec<u16> = cluster.peer_ids().iter().map(|id| id.0).collect();
+    let expected: Vec<u16> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Peer)
+        .map(|node| node.node_id)
+        .collect();
+    assert_eq!(peer_ids.len(), 2);
+    assert_eq!(peer_ids, expected);
     // Peers got the memory flag and the superpeer list; their IDs come from ready files.
     let peer = cluster.find("peer-1").expect("peer-1").clone();
     assert_eq!(peer.role, NodeRole::Peer);
