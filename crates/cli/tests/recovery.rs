@@ -4,10 +4,13 @@
 //! its latest value (removed ones stay removed) at the restorers. Every process is
 //! SIGKILLed when the cluster guard drops, also when the test panics.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use support::verify;
 
 use bytes::Bytes;
 use myriad_client::chunk::ChunkOptions;
@@ -159,40 +162,7 @@ fn kill_and_recover(kill_first_backup: bool) {
     let killed = Instant::now();
     let bound = Duration::from_secs(15);
     let all: Vec<ChunkId> = expected.keys().copied().collect();
-    let mut first_pass = true;
-    loop {
-        let mut wrong = Vec::new();
-        for batch in all.chunks(2_000) {
-            for (cid, result) in batch.iter().zip(chunks.get_batch(batch)) {
-                let want = expected.get(cid).cloned().flatten();
-                match (result, want) {
-                    (Ok(data), Some(want)) if data == want => {}
-                    (Err(ClientError::NotFound(_)), None) => {}
-                    (other, want) => wrong.push((*cid, format!("{other:?}"), want.is_some())),
-                }
-            }
-        }
-        if wrong.is_empty() {
-            break;
-        }
-        assert!(
-            killed.elapsed() < bound,
-            "{} chunks wrong {:?} after the kill, e.g. {:?}",
-            wrong.len(),
-            killed.elapsed(),
-            &wrong[..wrong.len().min(5)]
-        );
-        if first_pass {
-            println!(
-                "first pass ({} ms): {} chunks not yet right, e.g. {:?}",
-                killed.elapsed().as_millis(),
-                wrong.len(),
-                &wrong[..wrong.len().min(3)]
-            );
-            first_pass = false;
-        }
-    }
-    let available = killed.elapsed();
+    let (available, _) = verify(&chunks, &expected, killed, bound);
     println!(
         "kill to all {} chunks readable (latest values, {} removed NotFound): {} ms",
         all.len(),
@@ -378,30 +348,7 @@ fn a_new_leader_finishes_the_recovery() {
     let killed = Instant::now();
     let bound = Duration::from_secs(25);
     let all: Vec<ChunkId> = expected.keys().copied().collect();
-    loop {
-        let mut wrong = Vec::new();
-        for batch in all.chunks(2_000) {
-            for (cid, result) in batch.iter().zip(chunks.get_batch(batch)) {
-                let want = expected.get(cid).cloned().flatten();
-                match (result, want) {
-                    (Ok(data), Some(want)) if data == want => {}
-                    (Err(ClientError::NotFound(_)), None) => {}
-                    (other, want) => wrong.push((*cid, format!("{other:?}"), want.is_some())),
-                }
-            }
-        }
-        if wrong.is_empty() {
-            break;
-        }
-        assert!(
-            killed.elapsed() < bound,
-            "{} chunks wrong {:?} after the kills, e.g. {:?}",
-            wrong.len(),
-            killed.elapsed(),
-            &wrong[..wrong.len().min(5)]
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    verify(&chunks, &expected, killed, bound);
     println!(
         "kills to all {} chunks right under a new leader: {} ms",
         all.len(),

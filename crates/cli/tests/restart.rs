@@ -8,17 +8,19 @@
 //!
 //! Every process is SIGKILLed when the cluster guard drops, also when a test panics.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
+use support::verify;
 
 use bytes::Bytes;
 use myriad_client::chunk::BlockingChunks;
 use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::membership::Membership;
-use myriad_client::ClientError;
 use myriad_mem::{ChunkId, NodeId};
 use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
 use myriad_node::peer_node::LID_RESERVE_STEP;
@@ -142,54 +144,6 @@ fn load(
         expected.insert(cid, None);
     }
     cids
-}
-
-/// Reads every expected chunk until all are right or `bound` passed since `since`; the
-/// time it took and how many were wrong in the first pass.
-fn verify(
-    chunks: &BlockingChunks<'_, Membership>,
-    expected: &BTreeMap<ChunkId, Option<Bytes>>,
-    since: Instant,
-    bound: Duration,
-) -> (Duration, usize) {
-    let mut first_wrong = 0;
-    let all: Vec<ChunkId> = expected.keys().copied().collect();
-    let mut first_pass = true;
-    loop {
-        let mut wrong = Vec::new();
-        for batch in all.chunks(1_000) {
-            for (cid, result) in batch.iter().zip(chunks.get_batch(batch)) {
-                let want = expected.get(cid).cloned().flatten();
-                match (result, want) {
-                    (Ok(data), Some(want)) if data == want => {}
-                    (Err(ClientError::NotFound(_)), None) => {}
-                    (other, want) => wrong.push((*cid, format!("{other:?}"), want.is_some())),
-                }
-            }
-        }
-        if wrong.is_empty() {
-            return (since.elapsed(), first_wrong);
-        }
-        assert!(
-            since.elapsed() < bound,
-            "{} of {} chunks wrong {:?} after the restart, e.g. {:?}",
-            wrong.len(),
-            all.len(),
-            since.elapsed(),
-            &wrong[..wrong.len().min(5)]
-        );
-        if first_pass {
-            first_wrong = wrong.len();
-            println!(
-                "first pass ({} ms): {} chunks not yet right, e.g. {:?}",
-                since.elapsed().as_millis(),
-                wrong.len(),
-                &wrong[..wrong.len().min(3)]
-            );
-            first_pass = false;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]
