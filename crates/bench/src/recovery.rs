@@ -110,6 +110,8 @@ const BUCKET: Duration = Duration::from_millis(100);
 const LOAD_BATCH: usize = 2_000;
 /// Chunks per get request while verifying.
 const VERIFY_BATCH: usize = 2_000;
+/// Attempts of the `replicated` puts before the kill.
+const SYNC_ATTEMPTS: u32 = 5;
 /// Every this many chunks one `replicated` put before the kill.
 const SYNC_STRIDE: usize = 65_536;
 
@@ -256,8 +258,31 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
         .step_by(SYNC_STRIDE)
         .map(|i| (cids[i], payload(i as u64, args.chunk_bytes)))
         .collect();
-    for result in sync_client.blocking().chunks().put_batch(&syncs) {
-        result.map_err(|e| format!("replicated put before the kill: {e}"))?;
+    // A `replicated` put fails when one of its zone's backups is replaced while it waits
+    // (the replacement then receives the zone anew): try again a few times.
+    let mut attempt = 1;
+    loop {
+        let failed: Vec<String> = sync_client
+            .blocking()
+            .chunks()
+            .put_batch(&syncs)
+            .into_iter()
+            .filter_map(|result| result.err().map(|e| e.to_string()))
+            .collect();
+        match failed.first() {
+            None => break,
+            Some(error) if attempt >= SYNC_ATTEMPTS => {
+                return Err(format!(
+                    "replicated put before the kill ({} failed in attempt {attempt}): {error}",
+                    failed.len()
+                ));
+            }
+            Some(error) => {
+                eprintln!("replicated put before the kill failed, trying again: {error}");
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
     }
     sync_client.shutdown();
     let zones = {
