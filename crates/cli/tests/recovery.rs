@@ -399,6 +399,22 @@ fn a_zone_without_live_backups_is_reported_lost() {
     let zones = runtime.block_on(client.zones(victim)).expect("zone table");
     assert_eq!(zones.len(), 1, "one zone expected: {zones:?}");
     let backup = zones[0].1[0];
+    // Both must be gone before either is noticed: one after the other, the backup can
+    // restore the victim's zone and re-replicate it before it dies itself. SIGSTOP both in
+    // one command (a stopped process is noticed only by its missing heartbeats), then kill.
+    let pids: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.node_id == victim.0 || node.node_id == backup.0)
+        .map(|node| node.pid.to_string())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    let stopped = std::process::Command::new("kill")
+        .arg("-STOP")
+        .args(&pids)
+        .status()
+        .expect("kill -STOP");
+    assert!(stopped.success());
     cluster.kill(victim.0).expect("kill the victim");
     cluster.kill(backup.0).expect("kill its only backup");
     let killed = Instant::now();
