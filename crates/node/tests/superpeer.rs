@@ -340,21 +340,33 @@ fn join_blocking_works_from_a_plain_thread() {
 #[test]
 fn followers_answer_not_leader_and_clients_follow_to_the_leader() {
     let dir = tempfile::tempdir().unwrap();
-    let members: Vec<(NodeId, SocketAddr)> = (1..=3).map(|id| (NodeId(id), free_port())).collect();
-    let superpeers: Vec<Superpeer> = members
-        .iter()
-        .map(|(id, address)| {
-            let mut config = SuperpeerConfig::new(
-                *id,
-                *address,
-                members.clone(),
-                dir.path().join(format!("sp{}", id.0)),
-            );
-            config.election_timeout_ms = 150..300;
-            config.raft_heartbeat_ms = 50;
-            Superpeer::start(config).unwrap()
-        })
-        .collect();
+    // The ports are picked before the superpeers bind them; another socket of a test running
+    // alongside may take one in between: then pick new ones (a few attempts).
+    let mut attempt = 0;
+    let (members, superpeers) = loop {
+        attempt += 1;
+        let members: Vec<(NodeId, SocketAddr)> =
+            (1..=3).map(|id| (NodeId(id), free_port())).collect();
+        let started: Result<Vec<Superpeer>, _> = members
+            .iter()
+            .map(|(id, address)| {
+                let mut config = SuperpeerConfig::new(
+                    *id,
+                    *address,
+                    members.clone(),
+                    dir.path().join(format!("try{attempt}-sp{}", id.0)),
+                );
+                config.election_timeout_ms = 150..300;
+                config.raft_heartbeat_ms = 50;
+                Superpeer::start(config)
+            })
+            .collect();
+        match started {
+            Ok(superpeers) => break (members, superpeers),
+            Err(error) if attempt < 5 => eprintln!("attempt {attempt}: {error}; new ports"),
+            Err(error) => panic!("superpeers did not start: {error}"),
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
