@@ -117,9 +117,24 @@ fn kill_and_recover(kill_first_backup: bool) {
     // Durable creates, then durable puts and removes: every acknowledged change is on
     // the backups' disks before the kill.
     let mut cids = Vec::with_capacity(CHUNKS);
+    let deadline = Instant::now() + Duration::from_secs(10);
     for start in (0..CHUNKS).step_by(BATCH) {
-        let payloads = (start..start + BATCH).map(|i| payload(i, 0)).collect();
-        cids.extend(chunks.create_with_data(victim, payloads).expect("create"));
+        let payloads: Vec<Bytes> = (start..start + BATCH).map(|i| payload(i, 0)).collect();
+        loop {
+            match chunks.create_with_data(victim, payloads.clone()) {
+                Ok(created) => {
+                    cids.extend(created);
+                    break;
+                }
+                // Right after the start the victim may not see the other peers yet, so its
+                // first zone has no backups and a durable create fails: try again.
+                Err(error) if start == 0 && Instant::now() < deadline => {
+                    eprintln!("first durable create failed, trying again: {error}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(error) => panic!("create: {error:?}"),
+            }
+        }
     }
     let mut expected: BTreeMap<ChunkId, Option<Bytes>> = cids
         .iter()
