@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::verify;
+use support::{verify, KeepLogsOnPanic};
 
 use bytes::Bytes;
 use myriad_client::chunk::BlockingChunks;
@@ -24,28 +24,6 @@ use myriad_client::membership::Membership;
 use myriad_mem::{ChunkId, NodeId};
 use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
 use myriad_node::peer_node::LID_RESERVE_STEP;
-
-/// Copies the nodes' logs out of the test directory when the test panics (declared
-/// before the cluster guard, so it runs after the processes are killed).
-struct KeepLogsOnPanic(std::path::PathBuf);
-
-impl Drop for KeepLogsOnPanic {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let from = self.0.join("cluster").join("logs");
-        let to = std::env::temp_dir().join(format!("myriad-restart-logs-{}", std::process::id()));
-        if std::fs::create_dir_all(&to).is_ok() {
-            if let Ok(entries) = std::fs::read_dir(&from) {
-                for entry in entries.flatten() {
-                    let _ = std::fs::copy(entry.path(), to.join(entry.file_name()));
-                }
-            }
-            eprintln!("node logs kept in {}", to.display());
-        }
-    }
-}
 
 /// Small zones and logs, replication R = 2; failure detection per test.
 fn config(failure_timeout_ms: u64) -> String {
