@@ -329,31 +329,19 @@ impl LogEngine {
             counters: Counters::default(),
             config,
         });
-        let flusher = {
+        let spawn = |name: &str, run: fn(Arc<Inner>)| {
             let inner = inner.clone();
             std::thread::Builder::new()
-                .name("log-flusher".into())
-                .spawn(move || inner.flusher_loop())
-                .map_err(io_context("spawning the flusher"))?
+                .name(format!("log-{name}"))
+                .spawn(move || run(inner))
+                .map_err(io_context(format!("spawning the {name}")))
         };
-        let writer = {
-            let inner = inner.clone();
-            std::thread::Builder::new()
-                .name("log-writer".into())
-                .spawn(move || inner.writer_loop())
-                .map_err(io_context("spawning the writer"))?
-        };
-        let reorganizer = {
-            let inner = inner.clone();
-            std::thread::Builder::new()
-                .name("log-reorganizer".into())
-                .spawn(move || inner.reorganizer_loop())
-                .map_err(io_context("spawning the reorganizer"))?
-        };
-        let engine = LogEngine {
-            inner,
-            threads: vec![flusher, writer, reorganizer],
-        };
+        let threads = vec![
+            spawn("flusher", Inner::flusher_loop)?,
+            spawn("writer", Inner::writer_loop)?,
+            spawn("reorganizer", Inner::reorganizer_loop)?,
+        ];
+        let engine = LogEngine { inner, threads };
         // Replay, then start the primary log over.
         for (zone, entries) in &replay {
             let z = engine.inner.zone(*zone)?;
