@@ -60,19 +60,31 @@ fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
 
 fn start() -> Cluster {
     let dir = tempfile::tempdir().unwrap();
-    let address = free_port();
-    let mut config = SuperpeerConfig::new(
-        NodeId(1),
-        address,
-        vec![(NodeId(1), address)],
-        dir.path().join("sp1"),
-    );
-    config.election_timeout_ms = 150..300;
-    config.raft_heartbeat_ms = 50;
-    config.heartbeat_interval_ms = 100;
-    config.failure_timeout_ms = 600;
+    // The superpeer's address must be known before it starts (peers ask it for their own
+    // verdict by the member address); another test may take a port picked in advance
+    // before the superpeer binds it: then pick another (a few attempts).
+    let mut attempt = 0;
+    let (superpeer, address) = loop {
+        attempt += 1;
+        let address = free_port();
+        let mut config = SuperpeerConfig::new(
+            NodeId(1),
+            address,
+            vec![(NodeId(1), address)],
+            dir.path().join(format!("sp1-{attempt}")),
+        );
+        config.election_timeout_ms = 150..300;
+        config.raft_heartbeat_ms = 50;
+        config.heartbeat_interval_ms = 100;
+        config.failure_timeout_ms = 600;
+        match Superpeer::start(config) {
+            Ok(superpeer) => break (superpeer, address),
+            Err(error) if attempt < 5 => eprintln!("attempt {attempt}: {error}; another port"),
+            Err(error) => panic!("the superpeer did not start: {error}"),
+        }
+    };
     let mut cluster = Cluster {
-        superpeer: Some(Superpeer::start(config).unwrap()),
+        superpeer: Some(superpeer),
         address,
         peers: Vec::new(),
         clients: Vec::new(),

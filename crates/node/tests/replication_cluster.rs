@@ -6,7 +6,7 @@
 //! zones are recovered and re-replicated, the zones it backed up get replacements.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,11 +24,6 @@ use parking_lot::Mutex;
 const PEERS: usize = 4;
 const ZONE_BYTES: u64 = 8 << 10;
 const R: usize = 2;
-
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
 
 /// Stops every node on drop (also when an assertion fails).
 struct Cluster {
@@ -58,17 +53,20 @@ impl Drop for Cluster {
 impl Cluster {
     fn start() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let address = free_port();
+        // Port 0: see `superpeer.rs`'s test cluster.
+        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut config = SuperpeerConfig::new(
             NodeId(1),
-            address,
-            vec![(NodeId(1), address)],
+            any_port,
+            vec![(NodeId(1), any_port)],
             dir.path().join("sp1"),
         );
         config.election_timeout_ms = 150..300;
         config.raft_heartbeat_ms = 50;
+        let superpeer = Superpeer::start(config).unwrap();
+        let address = superpeer.local_addr();
         let mut cluster = Cluster {
-            superpeer: Some(Superpeer::start(config).unwrap()),
+            superpeer: Some(superpeer),
             address,
             peers: Vec::new(),
             clients: Vec::new(),

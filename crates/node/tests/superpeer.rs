@@ -29,16 +29,19 @@ struct Cluster {
 impl Cluster {
     fn start() -> Cluster {
         let dir = tempfile::tempdir().unwrap();
-        let address = free_port();
+        // Port 0: a single-member group needs no address known in advance, and a port
+        // picked beforehand could be taken by another test before the superpeer binds it.
+        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut config = SuperpeerConfig::new(
             NodeId(1),
-            address,
-            vec![(NodeId(1), address)],
+            any_port,
+            vec![(NodeId(1), any_port)],
             dir.path().join("sp1"),
         );
         config.election_timeout_ms = 150..300;
         config.raft_heartbeat_ms = 50;
         let superpeer = Superpeer::start(config).unwrap();
+        let address = superpeer.local_addr();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -316,7 +319,7 @@ fn silent_peer_is_declared_failed_and_members_hear_of_it() {
 fn second_superpeer_on_the_same_directory_is_refused() {
     let cluster = Cluster::start();
     let dir = cluster._dir.path().join("sp1");
-    let address = free_port();
+    let address = SocketAddr::from(([127, 0, 0, 1], 0));
     let config = SuperpeerConfig::new(NodeId(1), address, vec![(NodeId(1), address)], dir);
     match Superpeer::start(config) {
         Err(NodeError::DataDirLocked(_)) => {}
