@@ -35,6 +35,11 @@ pub enum Command {
     Fail {
         /// Who failed.
         node: NodeId,
+        /// The incarnation the verdict is about: if another incarnation of the node has
+        /// joined since (a restart), the verdict is refused with `NodeNotAlive`, so it can
+        /// never hit the new one. 0 means whichever incarnation is alive (verdicts logged
+        /// before the field existed).
+        incarnation: u32,
     },
     /// An operator lets a gone peer's ID go to new nodes.
     ReleaseId {
@@ -250,7 +255,13 @@ impl std::fmt::Display for Command {
                 None => write!(f, "join {role:?} {address}"),
             },
             Command::Leave { node } => write!(f, "leave {node}"),
-            Command::Fail { node } => write!(f, "fail {node}"),
+            Command::Fail {
+                node,
+                incarnation: 0,
+            } => write!(f, "fail {node}"),
+            Command::Fail { node, incarnation } => {
+                write!(f, "fail {node} incarnation {incarnation}")
+            }
             Command::ReleaseId { node } => write!(f, "release-id {node}"),
             Command::SetOwner {
                 creator,
@@ -339,9 +350,18 @@ impl Command {
                 out.u8(2);
                 out.varint(u64::from(node.0));
             }
-            Command::Fail { node } => {
+            // Tag 3 is the verdict on any incarnation (the older form), 24 names one.
+            Command::Fail {
+                node,
+                incarnation: 0,
+            } => {
                 out.u8(3);
                 out.varint(u64::from(node.0));
+            }
+            Command::Fail { node, incarnation } => {
+                out.u8(24);
+                out.varint(u64::from(node.0));
+                out.varint(u64::from(*incarnation));
             }
             Command::ReleaseId { node } => {
                 out.u8(4);
@@ -485,6 +505,11 @@ impl Command {
             },
             3 => Command::Fail {
                 node: node(reader, "node")?,
+                incarnation: 0,
+            },
+            24 => Command::Fail {
+                node: node(reader, "node")?,
+                incarnation: reader.u32("incarnation")?,
             },
             4 => Command::ReleaseId {
                 node: node(reader, "node")?,

@@ -73,12 +73,24 @@ impl MetaState {
                 reclaim,
             } => self.join(*role, address, *capabilities, *rack, *switch, *reclaim),
             Command::Leave { node } => self.set_gone(*node, NodeState::Left),
-            Command::Fail { node } => self.set_gone(
-                *node,
-                NodeState::Failed {
-                    epoch: self.epoch + 1,
-                },
-            ),
+            Command::Fail { node, incarnation } => {
+                let stale = *incarnation != 0
+                    && self
+                        .nodes
+                        .get(node)
+                        .is_some_and(|record| record.incarnation != *incarnation);
+                if stale {
+                    // The verdict was about an incarnation that is gone already.
+                    Err(MetaError::NodeNotAlive(*node))
+                } else {
+                    self.set_gone(
+                        *node,
+                        NodeState::Failed {
+                            epoch: self.epoch + 1,
+                        },
+                    )
+                }
+            }
             Command::ReleaseId { node } => self.release_id(*node),
             Command::SetOwner {
                 creator,

@@ -44,7 +44,10 @@ fn peer_ids_stay_reserved_for_their_chunks_until_released() {
     let mut state = MetaState::new();
     let peer = joined_id(join(&mut state, Role::Peer, None));
     assert!(matches!(
-        state.apply(&Command::Fail { node: peer }),
+        state.apply(&Command::Fail {
+            node: peer,
+            incarnation: 0
+        }),
         Response::Epoch(_)
     ));
     assert!(matches!(
@@ -83,16 +86,53 @@ fn a_reclaim_by_another_role_is_refused_and_changes_nothing() {
 }
 
 #[test]
+fn a_verdict_on_an_earlier_incarnation_does_not_hit_a_restarted_node() {
+    let mut state = MetaState::new();
+    let peer = joined_id(join(&mut state, Role::Peer, None));
+    assert_eq!(state.node(peer).map(|record| record.incarnation), Some(1));
+    // The peer restarts with its data directory before any verdict: incarnation 2.
+    joined_id(join(&mut state, Role::Peer, Some(peer)));
+    assert_eq!(state.node(peer).map(|record| record.incarnation), Some(2));
+    let before = state.clone();
+    assert_eq!(
+        state.apply(&Command::Fail {
+            node: peer,
+            incarnation: 1
+        }),
+        Response::Error(MetaError::NodeNotAlive(peer))
+    );
+    assert_eq!(state, before, "a refused verdict changes nothing");
+    let epoch = state.epoch();
+    assert_eq!(
+        state.apply(&Command::Fail {
+            node: peer,
+            incarnation: 2
+        }),
+        Response::Epoch(epoch + 1)
+    );
+    assert!(matches!(
+        state.node(peer).map(|record| record.state),
+        Some(NodeState::Failed { .. })
+    ));
+}
+
+#[test]
 fn failures_raise_the_epoch_once() {
     let mut state = MetaState::new();
     let peer = joined_id(join(&mut state, Role::Peer, None));
     let epoch = state.epoch();
     assert_eq!(
-        state.apply(&Command::Fail { node: peer }),
+        state.apply(&Command::Fail {
+            node: peer,
+            incarnation: 0
+        }),
         Response::Epoch(epoch + 1)
     );
     assert_eq!(
-        state.apply(&Command::Fail { node: peer }),
+        state.apply(&Command::Fail {
+            node: peer,
+            incarnation: 0
+        }),
         Response::Error(MetaError::NodeNotAlive(peer))
     );
     assert_eq!(state.epoch(), epoch + 1);
@@ -322,7 +362,7 @@ fn command() -> impl Strategy<Value = Command> {
             reclaim,
         }),
         node_id().prop_map(|node| Command::Leave { node }),
-        node_id().prop_map(|node| Command::Fail { node }),
+        (node_id(), 0u32..3).prop_map(|(node, incarnation)| Command::Fail { node, incarnation }),
         node_id().prop_map(|node| Command::ReleaseId { node }),
         (node_id(), 0u64..100, 0u64..100, node_id()).prop_map(|(creator, a, b, owner)| {
             Command::SetOwner {
@@ -477,7 +517,10 @@ fn a_new_incarnation_starts_above_the_old_zones_and_local_ids() {
     ));
     assert_eq!(state.zones_to_recover().count(), 0);
     // A recovery handed the peer's unused IDs to another peer while it was gone.
-    state.apply(&Command::Fail { node: peer });
+    state.apply(&Command::Fail {
+        node: peer,
+        incarnation: 0,
+    });
     assert_eq!(state.zones_to_recover().count(), 3);
     state.apply(&Command::SetOwner {
         creator: peer,
@@ -550,7 +593,10 @@ fn leftover_ranges_go_to_neighbours_in_one_hand_over() {
         up_to: 1_000,
     });
     // Without a zone (no backups) its own IDs are not handed over.
-    state.apply(&Command::Fail { node: failed });
+    state.apply(&Command::Fail {
+        node: failed,
+        incarnation: 0,
+    });
     assert!(state.leftover_ranges(failed, b).is_empty());
     join(&mut state, Role::Peer, Some(failed));
     state.apply(&Command::ReserveLids {
@@ -586,7 +632,10 @@ fn leftover_ranges_go_to_neighbours_in_one_hand_over() {
         state.apply(&hand_over),
         Response::Error(MetaError::InvalidArgument(_))
     ));
-    state.apply(&Command::Fail { node: failed });
+    state.apply(&Command::Fail {
+        node: failed,
+        incarnation: 0,
+    });
     assert_eq!(
         state.leftover_ranges(failed, b),
         vec![

@@ -703,7 +703,7 @@ impl Core {
                     recovery::scan(self);
                 }
             }
-            (Command::Fail { node }, Response::Epoch(epoch)) => {
+            (Command::Fail { node, .. }, Response::Epoch(epoch)) => {
                 tracing::warn!(superpeer = %self.id, %node, epoch, "failure verdict committed");
                 self.recoveries.failure_committed();
                 recovery::scan(self);
@@ -735,7 +735,7 @@ impl Core {
         // slow or partitioned cannot change metadata through any of them; a new
         // incarnation (a join) lifts the fence.
         match (command, response) {
-            (Some(Command::Fail { node }), Response::Epoch(_)) => self.net.fence(net_id(*node)),
+            (Some(Command::Fail { node, .. }), Response::Epoch(_)) => self.net.fence(net_id(*node)),
             (Some(Command::Join { .. }), Response::Joined { id, .. }) => {
                 self.net.unfence(net_id(*id));
             }
@@ -947,7 +947,7 @@ impl Core {
             // old one, whose zones the join already made due for recovery.
             return;
         }
-        self.verdict(node, why).await;
+        self.verdict(node, checked, why).await;
     }
 
     pub(crate) fn id(&self) -> NodeId {
@@ -992,11 +992,17 @@ impl Core {
             .map_err(|error| error.to_string())
     }
 
-    /// Commits the failure verdict on `node` (through the leader); whether the group
-    /// settled it (committed, or refused because the node is gone already).
-    pub(crate) async fn verdict(self: &Arc<Self>, node: NodeId, why: &str) -> bool {
-        tracing::warn!(superpeer = %self.id, %node, why, "failure verdict");
-        let command = Command::Fail { node };
+    /// Commits the failure verdict on `node`'s `incarnation` (through the leader); whether
+    /// the group settled it (committed, or refused because that incarnation is gone
+    /// already: failed, left, or replaced by a restart).
+    pub(crate) async fn verdict(
+        self: &Arc<Self>,
+        node: NodeId,
+        incarnation: u32,
+        why: &str,
+    ) -> bool {
+        tracing::warn!(superpeer = %self.id, %node, incarnation, why, "failure verdict");
+        let command = Command::Fail { node, incarnation };
         for _ in 0..3 {
             let reply = match self.leader() {
                 Some(leader) if leader == self.id => self.execute_write(command.clone()).await,
@@ -1081,7 +1087,7 @@ fn event_of(command: &Command, response: &Response, state: &MetaState) -> Vec<Ev
             return vec![joined, reset];
         }
         (Command::Leave { node }, Response::Epoch(epoch)) => (*epoch, Event::NodeLeft(*node)),
-        (Command::Fail { node }, Response::Epoch(epoch)) => (*epoch, Event::NodeFailed(*node)),
+        (Command::Fail { node, .. }, Response::Epoch(epoch)) => (*epoch, Event::NodeFailed(*node)),
         (
             Command::SetOwner {
                 creator,

@@ -70,7 +70,10 @@ fn command() -> impl Strategy<Value = Command> {
                 zone,
                 backups: backups.into_iter().map(NodeId).collect(),
             }),
-        any::<u16>().prop_map(|node| Command::Fail { node: NodeId(node) }),
+        (any::<u16>(), any::<u32>()).prop_map(|(node, incarnation)| Command::Fail {
+            node: NodeId(node),
+            incarnation,
+        }),
     ]
 }
 

@@ -157,7 +157,7 @@ fn tick(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>) {
                     })
                 });
                 // A new incarnation joined since the silence began: it gets its own watch.
-                let settled = !same || core.verdict(node, &why).await;
+                let settled = !same || core.verdict(node, incarnation, &why).await;
                 if !settled {
                     if let Some(entry) = state.lock().nodes.get_mut(&node) {
                         entry.verdict = false;

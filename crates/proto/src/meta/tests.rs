@@ -85,7 +85,7 @@ fn command() -> impl Strategy<Value = Command> {
                 reclaim: reclaim.map(NodeId),
             }
         ),
-        node().prop_map(|node| Command::Fail { node }),
+        (node(), any::<u32>()).prop_map(|(node, incarnation)| Command::Fail { node, incarnation }),
         (name(), any::<u64>()).prop_map(|(name, raw)| Command::NameRegister {
             name,
             cid: ChunkId::from_raw(raw)
