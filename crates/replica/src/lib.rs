@@ -46,8 +46,9 @@ pub mod wire;
 
 pub use backup::{BackupConfig, BackupError, BackupService};
 pub use master::{
-    BackupCandidates, ChunkSource, RegisterFuture, RegistryError, ReplicaEvent, Replicator,
-    ReplicatorConfig, ReplicatorStats, StreamStats, ZoneRegistry, ZoneReplacement, ZoneStats,
+    Adoption, BackupCandidates, ChunkSource, RegisterFuture, RegistryError, ReplicaEvent,
+    Replicator, ReplicatorConfig, ReplicatorStats, StreamStats, ZoneRegistry, ZoneReplacement,
+    ZoneStats,
 };
 pub use myriad_backup::{Candidate, Strategy};
 pub use myriad_mem::{ChunkId, NodeId};
@@ -99,6 +100,9 @@ pub enum ReplicaError {
     /// receives the zone by re-replication.
     #[error("backup {0} was replaced while the write waited for it")]
     BackupReplaced(NodeId),
+    /// Copying a zone to a new backup did not finish (see [`Replicator::copy_adopted`]).
+    #[error("re-replication failed: {0}")]
+    Resync(String),
     /// The replicator is shutting down.
     #[error("the replicator is shut down")]
     Shutdown,
