@@ -31,8 +31,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use myriad_client::membership::Membership;
-use myriad_mem::{ChunkId, MemError, MemoryManager};
+use myriad_mem::{ChunkId, MemError, MemoryManager, NodeId};
 use myriad_meta::Command;
+use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{ranges_of, CidRange, RecoverReply, RecoverRequest};
 use myriad_replica::BackupService;
 use parking_lot::Mutex;
@@ -41,6 +42,10 @@ use crate::peer::ChunkService;
 
 /// Ownership commits in flight at once while a restorer takes its ranges over.
 const OWNER_COMMITS_IN_FLIGHT: usize = 64;
+/// Rounds of ownership commits after an adoption (the zone is held here by then).
+const OWNER_COMMIT_ATTEMPTS: usize = 3;
+/// Pause between two rounds.
+const OWNER_COMMIT_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What [`insert_recovered`] did.
 #[derive(Debug, Default)]
@@ -133,25 +138,75 @@ pub fn restore_zone(
     let inserted_ms = started.elapsed().as_millis() as u64;
     let chunks = restored.cids.len() as u64;
     let ranges = ranges_of(&mut restored.cids);
+    let replicator = service
+        .replicator()
+        .filter(|replicator| replicator.config().replication > 0);
+    // Adoption: the zone stays one zone, named (owner, zone) in the backups' logs, held by
+    // this peer from the moment `ZoneAdopt` commits, before the CIDs are taken over.
+    let adoption = match replicator {
+        Some(replicator) => {
+            let old_backups = match zone_backups(membership, request.owner, request.zone) {
+                Ok(backups) => backups,
+                Err(reason) => return RecoverReply::Failed(reason),
+            };
+            let cid_ranges: Vec<(ChunkId, ChunkId)> = ranges
+                .iter()
+                .filter_map(|range| {
+                    Some((
+                        ChunkId::new(range.creator, range.first)?,
+                        ChunkId::new(range.creator, range.last)?,
+                    ))
+                })
+                .collect();
+            match replicator.adopt_zone(
+                request.owner,
+                request.zone,
+                &old_backups,
+                &cid_ranges,
+                chunks,
+                restored.bytes,
+            ) {
+                Ok(adoption) => Some(adoption),
+                Err(error) => {
+                    return RecoverReply::Failed(format!(
+                        "adopting zone {} of {}: {error}",
+                        request.zone, request.owner
+                    ))
+                }
+            }
+        }
+        None => None,
+    };
     for range in &ranges {
         service.set_owner(range.creator, range.first, range.last, me);
     }
-    if let Err(reason) = commit_ranges(membership, &ranges) {
+    let mut committed = commit_ranges(membership, &ranges);
+    for _ in 1..OWNER_COMMIT_ATTEMPTS {
+        if committed.is_ok() || adoption.is_none() {
+            break;
+        }
+        // The zone is this peer's now: its CIDs must not stay routed to the failed owner.
+        std::thread::sleep(OWNER_COMMIT_PAUSE);
+        committed = commit_ranges(membership, &ranges);
+    }
+    if let Err(reason) = committed {
         return RecoverReply::Failed(reason);
     }
-    // The zone is done: its removal from the zone table is the progress a new leader
-    // continues from (the leader commits it too; whoever comes second finds it gone).
-    let remove = Command::ZoneRemove {
-        owner: request.owner,
-        zone: request.zone,
-    };
-    let writer = Arc::clone(membership);
-    let removed = membership
-        .net()
-        .runtime()
-        .block_on(async move { writer.write(remove).await });
-    if let Err(error) = removed {
-        tracing::warn!(owner = %request.owner, zone = request.zone, %error, "zone removal not committed; the leader retries it");
+    if adoption.is_none() {
+        // Without replication there is nothing to adopt: the zone is done, and its removal
+        // from the zone table is the progress a new leader continues from.
+        let remove = Command::ZoneRemove {
+            owner: request.owner,
+            zone: request.zone,
+        };
+        let writer = Arc::clone(membership);
+        let removed = membership
+            .net()
+            .runtime()
+            .block_on(async move { writer.write(remove).await });
+        if let Err(error) = removed {
+            tracing::warn!(owner = %request.owner, zone = request.zone, %error, "zone removal not committed; the leader retries it");
+        }
     }
     let ms = started.elapsed().as_millis() as u64;
     tracing::info!(
@@ -162,41 +217,38 @@ pub fn restore_zone(
         ranges = ranges.len(),
         inserted_ms,
         ms,
+        backups = ?adoption.as_ref().map(|a| &a.backups),
         "zone restored and taken over"
     );
-    // Re-replication in the background, after availability.
-    if service.replicator().is_some() {
+    // Re-replication in the background, after availability: only the added backups need
+    // the zone; the surviving ones hold its log.
+    if let Some(adoption) = adoption {
+        service.rereplication_begins(chunks);
         let service = Arc::clone(service);
-        let cids: Vec<ChunkId> = restored
-            .cids
-            .iter()
-            .map(|&raw| ChunkId::from_raw(raw))
-            .collect();
-        let count = cids.len() as u64;
-        service.rereplication_begins(count);
         let counter = Arc::clone(&service);
         let spawned = std::thread::Builder::new()
             .name(format!("rereplicate-{}-{}", request.owner.0, request.zone))
             .spawn(move || {
                 let begun = Instant::now();
-                match service.replicate_recovered(&cids) {
-                    Ok(count) => tracing::info!(
+                match service.copy_adopted(&adoption, chunks) {
+                    Ok(copied) => tracing::info!(
                         owner = %request.owner,
                         zone = request.zone,
-                        chunks = count,
+                        copied,
+                        added = ?adoption.added,
                         ms = begun.elapsed().as_millis() as u64,
-                        "recovered chunks handed to this peer's replication"
+                        "adopted zone copied to its new backups"
                     ),
                     Err(error) => tracing::warn!(
                         owner = %request.owner,
                         zone = request.zone,
                         %error,
-                        "re-replication of recovered chunks failed"
+                        "copying an adopted zone to its new backups failed"
                     ),
                 }
             });
         if let Err(error) = spawned {
-            counter.rereplication_cancelled(count);
+            counter.rereplication_cancelled(chunks);
             tracing::warn!(%error, "could not start re-replication");
         }
     }
@@ -205,6 +257,30 @@ pub fn restore_zone(
         bytes: restored.bytes,
         ms,
         ranges,
+    }
+}
+
+/// The backups of `owner`'s zone `zone` in the zone table, first backup first.
+fn zone_backups(
+    membership: &Arc<Membership>,
+    owner: NodeId,
+    zone: u32,
+) -> Result<Vec<NodeId>, String> {
+    let reader = Arc::clone(membership);
+    let reply = membership
+        .net()
+        .runtime()
+        .block_on(async move { reader.request(MetaRequest::Zones(owner)).await });
+    match reply {
+        Ok(MetaReply::Zones(zones)) => zones
+            .into_iter()
+            .find(|(number, _)| *number == zone)
+            .map(|(_, backups)| backups)
+            .ok_or_else(|| format!("zone {zone} of {owner} is no longer in the zone table")),
+        Ok(other) => Err(format!(
+            "reading the zone table: unexpected reply {other:?}"
+        )),
+        Err(error) => Err(format!("reading the zone table: {error}")),
     }
 }
 

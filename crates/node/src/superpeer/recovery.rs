@@ -213,7 +213,7 @@ pub(crate) fn scan(core: &Arc<Core>) {
             .filter(|record| {
                 record.role == Role::Peer
                     && matches!(record.state, NodeState::Failed { .. })
-                    && state.zones_of(record.id).next().is_none()
+                    && state.zones_held_by(record.id).next().is_none()
             })
             .map(|record| (record.id, record.incarnation))
             .collect();
@@ -271,7 +271,7 @@ pub(crate) fn scan(core: &Arc<Core>) {
 /// Recovers one zone until it is restored, lost, no longer due, or this superpeer stops
 /// leading.
 async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant) {
-    let deadline = Instant::now() + core.backup_wait;
+    let mut deadline = Instant::now() + core.backup_wait;
     let mut failed_rounds = 0u32;
     while let Some(raft) = core.raft() {
         if core.stopping() || !raft.is_leader() {
@@ -300,9 +300,33 @@ async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant)
         if alive {
             if let Some(restorer) = recover_zone(&core, owner, zone, backups.clone(), started).await
             {
-                remove_zone(&core, owner, zone).await;
-                tracing::debug!(%owner, zone, %restorer, "zone removed from the table");
-                break;
+                // The restorer adopted the zone (`ZoneAdopt`, before its reply): held by a
+                // live peer, it is finished. A restorer without replication removed it
+                // instead, or left that to this leader. An adopted zone whose new holder
+                // failed meanwhile is recovered again from its backups.
+                let due = raft.read_local(|state| {
+                    state
+                        .zone_needs_recovery(owner, zone)
+                        .then(|| state.zone_holder(owner, zone))
+                        .flatten()
+                });
+                match due {
+                    None => {
+                        tracing::debug!(%owner, zone, %restorer, "zone adopted by its restorer");
+                        break;
+                    }
+                    Some(holder) if holder == owner => {
+                        remove_zone(&core, owner, zone).await;
+                        tracing::debug!(%owner, zone, %restorer, "zone removed from the table");
+                        break;
+                    }
+                    Some(holder) => {
+                        tracing::warn!(%owner, zone, %holder, "the zone's new holder failed; recovering it again");
+                        deadline = Instant::now() + core.backup_wait;
+                        failed_rounds = 0;
+                        continue;
+                    }
+                }
             }
             failed_rounds += 1;
         } else {
