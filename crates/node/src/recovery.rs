@@ -7,16 +7,24 @@
 //! ([`BackupService::recover_zone`]: the current version of every chunk, removed chunks
 //! excluded), inserts the chunks into the memory manager in the engine's large batches
 //! keeping their CIDs ([`MemoryManager::create_with_ids`]), turns the recovered CIDs into
-//! sorted, merged ranges per creator, takes them over in this peer's ownership view at once
-//! and commits `Command::SetOwner { owner: me }` for each range through the superpeers,
-//! then `Command::ZoneRemove` for the zone (the zone table is the recovery's progress).
-//! The reply carries the count and the ranges. Afterwards, in the background,
-//! [`ChunkService::replicate_recovered`] makes the chunks part of this peer's own
-//! replication (re-replication).
+//! sorted, merged ranges per creator, **adopts** the zone
+//! ([`myriad_replica::Replicator::adopt_zone`]: the zone keeps its log identity
+//! `(owner, zone)`, its backups become the surviving ones plus new ones, committed as
+//! `Command::ZoneAdopt` before anything else), takes the ranges over in this peer's
+//! ownership view at once and commits `Command::SetOwner { owner: me }` for each range
+//! through the superpeers. The reply carries the count and the ranges. Afterwards, in the
+//! background, [`ChunkService::copy_adopted`] copies the zone to its *new* backups only (the
+//! surviving ones hold its log). A peer without replication commits `Command::ZoneRemove`
+//! instead of adopting (the zone table is the recovery's progress).
 //!
 //! # Invariants
 //! - Only chunks the engine delivered are taken over: a range never covers a CID this peer
 //!   did not restore, so two restorers never claim the same CID.
+//! - The adoption commits before the ownership: from the moment clients reach the chunks
+//!   here, every change of them goes to the zone's backups under `(owner, zone)`, and a
+//!   death of this peer makes the zone due for recovery again (held by a failed peer),
+//!   from a backup whose log is complete. If this peer dies before `ZoneAdopt` commits,
+//!   the zone is still the failed owner's and is recovered from its next backup.
 //! - A chunk already present under the same CID (a retried recovery) is replaced by the
 //!   recovered version.
 //! - The failed owner is fenced by every member on `NodeFailed` (the messaging layer drops

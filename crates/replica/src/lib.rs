@@ -11,7 +11,9 @@
 //!   ordered messages, one sequenced stream per backup. A change returns at the requested
 //!   [`Durability`]. It resends what a lost connection dropped, reports backups that stay
 //!   unreachable ([`ReplicaEvent`]) and re-replicates zones to replacements
-//!   ([`Replicator::replace_backup`]) from the master's memory ([`ChunkSource`]).
+//!   ([`Replicator::replace_backup`]) from the master's memory ([`ChunkSource`]). A zone
+//!   of a failed peer that this master restored is adopted under its log identity
+//!   ([`Replicator::adopt_zone`], [`Replicator::copy_adopted`]).
 //! - [`BackupService`] (backup side): applies the streams of all masters to a
 //!   [`myriad_log::LogEngine`] in stream order, drops duplicates, and acknowledges each
 //!   stream twice: once applied (in the log engine's write buffer) and once on disk.

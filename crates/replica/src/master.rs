@@ -28,6 +28,17 @@
 //! new backup through its stream as usual and mark their CIDs *dirty*; a slice skips dirty
 //! CIDs, so a copy read before a change never lands after it.
 //!
+//! # Adoption (issue 6)
+//! [`Replicator::adopt_zone`] takes over a failed peer's zone that this master restored:
+//! the zone keeps its log identity `(owner, zone)` (the name of its log on every backup
+//! and in the zone table); its backups are the surviving ones plus new ones; it is
+//! registered through the same [`ZoneRegistry`] (with `owner` ≠ this master: the node
+//! commits `ZoneAdopt`), and the failed peer's CID ranges join this master's zone tree
+//! under a local zone number. Every operation of such a zone names the log owner on the
+//! wire ([`Op::Put`]/[`Op::Remove`] with `owner`). [`Replicator::copy_adopted`] copies it
+//! to the added backups with the re-replication above; from then on it is a zone like any
+//! other (replacements, fills).
+//!
 //! # Caller contract
 //! Changes of one chunk must be reported in the order they were applied to memory (e.g.
 //! while holding the chunk's write lock). [`ChunkSource`] and [`BackupCandidates`] are

@@ -11,9 +11,13 @@
 //! answer within [`RECOVER_TIMEOUT`] or answers `Failed` is skipped and the next backup in
 //! the zone's order is asked; so is a backup whose own failure is committed while it
 //! restores the zone (every `Fail` commit wakes the zones in progress, which stop waiting
-//! for a backup that is no longer alive). The restorer commits the ownership of the CIDs it restored
-//! and then the zone's removal (`ZoneRemove`); the leader commits the removal too, so the
-//! table shrinks as zones are done and a new leader continues where the old one stopped.
+//! for a backup that is no longer alive). The restorer adopts the zone (`ZoneAdopt`: held
+//! by the restorer from then on, same log identity) and then commits the ownership of the
+//! CIDs it restored; a zone held by a live peer needs no recovery, so the leader is done
+//! with it and a new leader continues where the old one stopped. An adopted zone whose
+//! holder fails is due again and recovered the same way (the request names the log
+//! owner; the backups hold the log under that name). A restorer without replication
+//! removes the zone (`ZoneRemove`) instead; the leader commits that removal too.
 //!
 //! A zone none of whose backups is alive waits up to the configured backup wait
 //! (`failure.recovery_backup_wait_ms`, 30 s by default) for one to come back: after a
@@ -22,7 +26,8 @@
 //! restores the zone; if none did within the wait, the zone is **lost**: logged as an
 //! error, shown as `Lost` in the status, and removed from the table. Its chunks are gone.
 //!
-//! Once no zone of a failed peer is left, the CIDs that still route to it (its own CIDs
+//! Once no zone *held by* a failed peer is left ([`myriad_meta::MetaState::zones_held_by`]:
+//! its zones adopted by others do not count), the CIDs that still route to it (its own CIDs
 //! outside the recovered ranges: removed chunks, chunks of lost zones, and ranges of other
 //! creators it had taken over) are given to a live peer (the owner of the neighbouring
 //! range, else the lowest live peer) in one `Command::HandOver` (one Raft entry however
@@ -41,7 +46,8 @@
 //! - The restorers commit the ownership of the CIDs they restored themselves; the leftover
 //!   step only touches ranges that still point to the failed node after every zone of it
 //!   is gone from the table, so it never takes a restored CID away from its restorer.
-//! - A zone leaves the table only after its CIDs are owned by a restorer, or as lost.
+//! - A zone leaves the table only after its CIDs are owned by a restorer without
+//!   replication, or as lost; an adopted zone stays, held by its restorer.
 //!
 //! # Known gaps
 //! Two superpeers that both believe to lead for a moment may both ask a backup to restore
