@@ -131,6 +131,17 @@ pub enum Command {
         /// Backup peers, first backup first.
         backups: Vec<NodeId>,
     },
+    /// The holder of an adopted zone committed the ownership of the zone's CIDs: the zone
+    /// is settled ([`crate::MetaState::zone_settled`]). Refused unless `holder`'s current
+    /// incarnation holds the zone.
+    ZoneOwned {
+        /// The log owner.
+        owner: NodeId,
+        /// The zone number within the log owner.
+        zone: u32,
+        /// The zone's holder.
+        holder: NodeId,
+    },
     /// Forgets a backup zone (its owner left it behind, or recovery restored or lost it).
     ZoneRemove {
         /// The peer whose zone it is.
@@ -318,6 +329,11 @@ impl std::fmt::Display for Command {
                 }
                 Ok(())
             }
+            Command::ZoneOwned {
+                owner,
+                zone,
+                holder,
+            } => write!(f, "zone-owned {owner}/{zone} by {holder}"),
             Command::ZoneRemove { owner, zone } => write!(f, "zone-remove {owner}/{zone}"),
             Command::ReserveLids { node, up_to } => {
                 write!(f, "reserve-lids {node} below {up_to:#x}")
@@ -479,6 +495,16 @@ impl Command {
                     out.varint(u64::from(backup.0));
                 }
             }
+            Command::ZoneOwned {
+                owner,
+                zone,
+                holder,
+            } => {
+                out.u8(19);
+                out.varint(u64::from(owner.0));
+                out.varint(u64::from(*zone));
+                out.varint(u64::from(holder.0));
+            }
         }
     }
 
@@ -596,6 +622,11 @@ impl Command {
                 failed: node(reader, "failed")?,
                 incarnation: reader.u32("incarnation")?,
                 fallback: node(reader, "fallback")?,
+            },
+            19 => Command::ZoneOwned {
+                owner: node(reader, "owner")?,
+                zone: reader.u32("zone")?,
+                holder: node(reader, "holder")?,
             },
             18 => {
                 let owner = node(reader, "owner")?;

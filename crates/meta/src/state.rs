@@ -26,6 +26,9 @@ struct ZoneEntry {
     /// The peer holding the zone's chunks, with its incarnation, when it is not the log
     /// owner (the zone was adopted by its restorer, `Command::ZoneAdopt`).
     holder: Option<(NodeId, u32)>,
+    /// The holder committed the ownership of the zone's CIDs (`Command::ZoneOwned`); until
+    /// then the zone is [unsettled](MetaState::zone_settled).
+    owned: bool,
 }
 
 /// One barrier.
@@ -132,6 +135,11 @@ impl MetaState {
                 holder,
                 backups,
             } => self.zone_adopt(*owner, *zone, *holder, backups),
+            Command::ZoneOwned {
+                owner,
+                zone,
+                holder,
+            } => self.zone_owned(*owner, *zone, *holder),
             Command::ZoneRemove { owner, zone } => match self.zones.remove(&(*owner, *zone)) {
                 Some(_) => Ok(Response::Done),
                 None => Err(MetaError::ZoneNotFound {
@@ -636,6 +644,7 @@ impl MetaState {
             ZoneEntry {
                 backups: backups.to_vec(),
                 holder: None,
+                owned: false,
             },
         );
         let bases = self.bases.entry(owner).or_default();
@@ -676,6 +685,7 @@ impl MetaState {
             return Err(MetaError::UnknownNode(*unknown));
         }
         let already_held = entry.holder == Some((holder, incarnation));
+        let owned = already_held && entry.owned;
         if !already_held && !self.zone_needs_recovery(owner, zone) {
             return Err(MetaError::InvalidArgument(format!(
                 "zone {zone} of {owner} does not need recovery and is not held by {holder}"
@@ -686,9 +696,45 @@ impl MetaState {
             ZoneEntry {
                 backups: backups.to_vec(),
                 holder: Some((holder, incarnation)),
+                owned,
             },
         );
         Ok(Response::Done)
+    }
+
+    fn zone_owned(
+        &mut self,
+        owner: NodeId,
+        zone: u32,
+        holder: NodeId,
+    ) -> Result<Response, MetaError> {
+        let incarnation = self.nodes.get(&holder).map(|record| record.incarnation);
+        let Some(entry) = self.zones.get_mut(&(owner, zone)) else {
+            return Err(MetaError::ZoneNotFound { owner, zone });
+        };
+        match (entry.holder, incarnation) {
+            (Some(held), Some(incarnation)) if held == (holder, incarnation) => {
+                entry.owned = true;
+                Ok(Response::Done)
+            }
+            _ => Err(MetaError::InvalidArgument(format!(
+                "zone {zone} of {owner} is not held by {holder}"
+            ))),
+        }
+    }
+
+    /// Whether the zone needs nothing more from a recovery: it does not
+    /// [need recovery](Self::zone_needs_recovery), and when adopted, its holder committed
+    /// the ownership of its CIDs (`Command::ZoneOwned`). Between `ZoneAdopt` and that
+    /// commit the CIDs may still route to the log owner. A zone not in the table counts as
+    /// settled.
+    pub fn zone_settled(&self, owner: NodeId, zone: u32) -> bool {
+        match self.zones.get(&(owner, zone)) {
+            None => true,
+            Some(entry) => {
+                !self.zone_needs_recovery(owner, zone) && (entry.holder.is_none() || entry.owned)
+            }
+        }
     }
 
     /// The backups of one zone, first backup first.
@@ -842,7 +888,7 @@ impl MetaState {
             }
             match entry.holder {
                 Some((holder, incarnation)) => {
-                    out.u8(1);
+                    out.u8(if entry.owned { 2 } else { 1 });
                     out.varint(u64::from(holder.0));
                     out.varint(u64::from(incarnation));
                 }
@@ -995,19 +1041,30 @@ impl MetaState {
             for _ in 0..backups_count {
                 backups.push(NodeId(input.u16("backup")?));
             }
-            let holder = if version >= 3 && input.bool("zone holder flag")? {
-                Some((
+            let flag = if version >= 3 {
+                input.u8("zone holder flag")?
+            } else {
+                0
+            };
+            let holder = match flag {
+                0 => None,
+                1 | 2 => Some((
                     NodeId(input.u16("holder")?),
                     input.u32("holder incarnation")?,
-                ))
-            } else {
-                None
+                )),
+                tag => {
+                    return Err(DecodeError::UnknownTag {
+                        what: "zone holder flag",
+                        tag: u64::from(tag),
+                    })
+                }
             };
-            if state
-                .zones
-                .insert((owner, zone), ZoneEntry { backups, holder })
-                .is_some()
-            {
+            let entry = ZoneEntry {
+                backups,
+                holder,
+                owned: flag == 2,
+            };
+            if state.zones.insert((owner, zone), entry).is_some() {
                 return Err(DecodeError::Invalid("duplicate zone"));
             }
         }

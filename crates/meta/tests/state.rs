@@ -358,7 +358,28 @@ fn a_restorer_adopts_a_failed_peers_zone() {
         state.apply(&adopt(owner, vec![b])),
         Response::Error(MetaError::NodeNotAlive(_))
     ));
+    let owned = |holder: NodeId| Command::ZoneOwned {
+        owner,
+        zone: 0,
+        holder,
+    };
+    assert!(matches!(
+        state.apply(&owned(r)),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
     assert_eq!(state.apply(&adopt(r, vec![b, c, d])), Response::Done);
+    // Adopted, but not settled until the holder committed the CIDs' ownership.
+    assert!(!state.zone_settled(owner, 0));
+    assert!(matches!(
+        state.apply(&owned(b)),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(state.apply(&owned(r)), Response::Done);
+    assert!(state.zone_settled(owner, 0));
+    assert!(!state.zone_settled(owner, 1));
+    assert!(MetaState::from_snapshot(&state.snapshot())
+        .unwrap()
+        .zone_settled(owner, 0));
     assert_eq!(state.zone(owner, 0), Some(&[b, c, d][..]));
     assert_eq!(state.zone_holder(owner, 0), Some(r));
     assert_eq!(state.zone_holder(owner, 1), Some(owner));
@@ -396,6 +417,7 @@ fn a_restorer_adopts_a_failed_peers_zone() {
     assert!(state.zone_needs_recovery(owner, 0));
     assert_eq!(state.apply(&adopt(b, vec![d])), Response::Done);
     assert_eq!(state.zone_holder(owner, 0), Some(b));
+    assert!(!state.zone_settled(owner, 0), "a new holder settles anew");
     // A holder that restarts (new incarnation) lost the zone from memory.
     join(&mut state, Role::Peer, Some(b));
     assert!(state.zone_needs_recovery(owner, 0));
@@ -468,6 +490,11 @@ fn command() -> impl Strategy<Value = Command> {
             }
         ),
         (node_id(), 0u32..3).prop_map(|(owner, zone)| Command::ZoneRemove { owner, zone }),
+        (node_id(), 0u32..3, node_id()).prop_map(|(owner, zone, holder)| Command::ZoneOwned {
+            owner,
+            zone,
+            holder
+        }),
         (
             node_id(),
             0u32..3,

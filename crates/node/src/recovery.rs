@@ -200,6 +200,35 @@ pub fn restore_zone(
     if let Err(reason) = committed {
         return RecoverReply::Failed(reason);
     }
+    if adoption.is_some() {
+        // The CIDs route here now: the zone is settled (a restarted owner stops waiting
+        // for it, a failed one's leftovers may be handed over).
+        let owned = Command::ZoneOwned {
+            owner: request.owner,
+            zone: request.zone,
+            holder: me,
+        };
+        let mut result = Err(String::new());
+        for attempt in 0..OWNER_COMMIT_ATTEMPTS {
+            if attempt > 0 {
+                std::thread::sleep(OWNER_COMMIT_PAUSE);
+            }
+            let writer = Arc::clone(membership);
+            let command = owned.clone();
+            result = membership
+                .net()
+                .runtime()
+                .block_on(async move { writer.write(command).await })
+                .map(|_| ())
+                .map_err(|error| error.to_string());
+            if result.is_ok() {
+                break;
+            }
+        }
+        if let Err(error) = result {
+            tracing::warn!(owner = %request.owner, zone = request.zone, %error, "the zone's ownership mark was not committed; its owner's leftover CIDs stay unsettled");
+        }
+    }
     if adoption.is_none() {
         // Without replication there is nothing to adopt: the zone is done, and its removal
         // from the zone table is the progress a new leader continues from.

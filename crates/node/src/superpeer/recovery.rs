@@ -220,6 +220,9 @@ pub(crate) fn scan(core: &Arc<Core>) {
                 record.role == Role::Peer
                     && matches!(record.state, NodeState::Failed { .. })
                     && state.zones_held_by(record.id).next().is_none()
+                    && state
+                        .zones_of(record.id)
+                        .all(|(zone, _)| state.zone_settled(record.id, zone))
             })
             .map(|record| (record.id, record.incarnation))
             .collect();
