@@ -12,7 +12,8 @@
 //! `(owner, zone)`, its backups become the surviving ones plus new ones, committed as
 //! `Command::ZoneAdopt` before anything else), takes the ranges over in this peer's
 //! ownership view at once and commits `Command::SetOwner { owner: me }` for each range
-//! through the superpeers. The reply carries the count and the ranges. Afterwards, in the
+//! through the superpeers, then `Command::ZoneOwned` (the zone is settled: nothing of it
+//! routes to the failed owner any more). The reply carries the count and the ranges. Afterwards, in the
 //! background, [`ChunkService::copy_adopted`] copies the zone to its *new* backups only (the
 //! surviving ones hold its log). A peer without replication commits `Command::ZoneRemove`
 //! instead of adopting (the zone table is the recovery's progress).
@@ -30,6 +31,17 @@
 //! - The failed owner is fenced by every member on `NodeFailed` (the messaging layer drops
 //!   its messages), and by the restorer itself before it reads the zone (the event may
 //!   arrive after the request), so its zone cannot change while it is read.
+//!
+//! # Known gaps
+//! - The restorer fences the zone's log owner before reading; when the zone was adopted
+//!   and its holder failed (a chained adoption), the holder is fenced only by the
+//!   `NodeFailed` event (the request does not name it).
+//! - `async` writes the failed owner acknowledged but had not yet sent to (or had
+//!   acknowledged by) the surviving backups exist only in this peer's memory until the
+//!   copy to the new backups or a later write of the chunk.
+//! - When the ownership commits fail after the adoption (three rounds), the recovery is
+//!   reported failed but the zone stays adopted and unsettled: its CIDs keep routing to
+//!   the failed owner (clients time out) until an operator migrates them.
 //!
 //! # Who calls it
 //! [`crate::peer_node::PeerNode`]'s [`myriad_proto::types::RECOVER`] handler (on a blocking thread).
