@@ -40,8 +40,9 @@
 //!   acknowledged by) the surviving backups exist only in this peer's memory until the
 //!   copy to the new backups or a later write of the chunk.
 //! - When the ownership commits fail after the adoption (three rounds), the recovery is
-//!   reported failed but the zone stays adopted and unsettled: its CIDs keep routing to
-//!   the failed owner (clients time out) until an operator migrates them.
+//!   reported failed, the zone stays adopted and unsettled, and the commits are retried
+//!   in the background for about 10 minutes; meanwhile the zone's CIDs may still route to
+//!   the failed owner (clients wait and time out).
 //!
 //! # Who calls it
 //! [`crate::peer_node::PeerNode`]'s [`myriad_proto::types::RECOVER`] handler (on a blocking thread).
@@ -66,6 +67,8 @@ const OWNER_COMMITS_IN_FLIGHT: usize = 64;
 const OWNER_COMMIT_ATTEMPTS: usize = 3;
 /// Pause between two rounds.
 const OWNER_COMMIT_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+/// Rounds of the background retries once the first rounds failed (about 10 minutes).
+const OWNER_COMMIT_RETRIES_MAX: usize = 3_000;
 
 /// What [`insert_recovered`] did.
 #[derive(Debug, Default)]
@@ -200,46 +203,28 @@ pub fn restore_zone(
     for range in &ranges {
         service.set_owner(range.creator, range.first, range.last, me);
     }
-    let mut committed = commit_ranges(membership, &ranges);
-    for _ in 1..OWNER_COMMIT_ATTEMPTS {
-        if committed.is_ok() || adoption.is_none() {
-            break;
-        }
-        // The zone is this peer's now: its CIDs must not stay routed to the failed owner.
-        std::thread::sleep(OWNER_COMMIT_PAUSE);
-        committed = commit_ranges(membership, &ranges);
-    }
-    if let Err(reason) = committed {
-        return RecoverReply::Failed(reason);
-    }
     if adoption.is_some() {
-        // The CIDs route here now: the zone is settled (a restarted owner stops waiting
-        // for it, a failed one's leftovers may be handed over).
-        let owned = Command::ZoneOwned {
-            owner: request.owner,
-            zone: request.zone,
-            holder: me,
-        };
-        let mut result = Err(String::new());
-        for attempt in 0..OWNER_COMMIT_ATTEMPTS {
-            if attempt > 0 {
-                std::thread::sleep(OWNER_COMMIT_PAUSE);
+        // The zone is this peer's now: its CIDs must not stay routed to the failed owner.
+        // Three rounds here; if they all fail, the recovery is reported failed and the
+        // rounds go on in the background (bounded) until the zone is settled.
+        if let Err(reason) = settle(membership, &ranges, request, OWNER_COMMIT_ATTEMPTS) {
+            let membership = Arc::clone(membership);
+            let retry = ranges.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("settle-{}-{}", request.owner.0, request.zone))
+                .spawn(move || {
+                    match settle(&membership, &retry, request, OWNER_COMMIT_RETRIES_MAX) {
+                        Ok(()) => tracing::info!(owner = %request.owner, zone = request.zone, "adopted zone settled after retries"),
+                        Err(reason) => tracing::error!(owner = %request.owner, zone = request.zone, %reason, "adopted zone never settled: its CIDs may still route to its failed owner"),
+                    }
+                });
+            if let Err(error) = spawned {
+                tracing::warn!(%error, "could not start the settling retries");
             }
-            let writer = Arc::clone(membership);
-            let command = owned.clone();
-            result = membership
-                .net()
-                .runtime()
-                .block_on(async move { writer.write(command).await })
-                .map(|_| ())
-                .map_err(|error| error.to_string());
-            if result.is_ok() {
-                break;
-            }
+            return RecoverReply::Failed(reason);
         }
-        if let Err(error) = result {
-            tracing::warn!(owner = %request.owner, zone = request.zone, %error, "the zone's ownership mark was not committed; its owner's leftover CIDs stay unsettled");
-        }
+    } else if let Err(reason) = commit_ranges(membership, &ranges) {
+        return RecoverReply::Failed(reason);
     }
     if adoption.is_none() {
         // Without replication there is nothing to adopt: the zone is done, and its removal
@@ -307,6 +292,48 @@ pub fn restore_zone(
         ms,
         ranges,
     }
+}
+
+/// Commits the ranges' ownership and then `ZoneOwned` for an adopted zone, in up to
+/// `attempts` rounds [`OWNER_COMMIT_PAUSE`] apart.
+fn settle(
+    membership: &Arc<Membership>,
+    ranges: &[CidRange],
+    request: RecoverRequest,
+    attempts: usize,
+) -> Result<(), String> {
+    let owned = Command::ZoneOwned {
+        owner: request.owner,
+        zone: request.zone,
+        holder: membership.node_id(),
+    };
+    let mut ranges_done = false;
+    let mut last = String::new();
+    for attempt in 0..attempts.max(1) {
+        if attempt > 0 {
+            std::thread::sleep(OWNER_COMMIT_PAUSE);
+        }
+        if !ranges_done {
+            match commit_ranges(membership, ranges) {
+                Ok(()) => ranges_done = true,
+                Err(reason) => {
+                    last = reason;
+                    continue;
+                }
+            }
+        }
+        let writer = Arc::clone(membership);
+        let command = owned.clone();
+        match membership
+            .net()
+            .runtime()
+            .block_on(async move { writer.write(command).await })
+        {
+            Ok(_) => return Ok(()),
+            Err(error) => last = format!("committing {owned}: {error}"),
+        }
+    }
+    Err(last)
 }
 
 /// The backups of `owner`'s zone `zone` in the zone table, first backup first.
