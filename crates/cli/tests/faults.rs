@@ -508,9 +508,9 @@ fn two_peers_killed_at_once_are_both_recovered() {
             "with R = 3 and 4 peers each backs up the other"
         );
     }
-    // At once: killed one after the other, the second can restore the first's zone before
-    // it dies and take those chunks down with it before re-replicating them (a known gap,
-    // not what this test is about). SIGSTOP both in one command, then kill them.
+    // At once (one after the other, the second may first restore and adopt a zone of the
+    // first: covered by the adoption tests below). SIGSTOP both in one command, then kill
+    // them.
     let pids: Vec<String> = setup
         .cluster
         .nodes()
