@@ -179,12 +179,23 @@ fn a_peer_restarted_at_once_gets_its_old_chunks_back_and_creates_above_them() {
         expected.insert(*cid, Some(data));
     }
     verify(&chunks, &expected, Instant::now(), Duration::from_secs(10));
-    // The old zones are gone from the table; new zones are numbered above them.
+    // The old zones stay in the table, adopted by their restorers (issue 6: same
+    // numbers, never backed by the victim); the new incarnation's zones are numbered above
+    // them, so no number is reused.
     let zones = runtime.block_on(client.zones(victim)).expect("zone table");
     println!("victim {victim} zones after the restart: {zones:?}");
+    for (zone, backups) in &zones {
+        if *zone < old_zone_end {
+            assert!(
+                old_zones.iter().any(|(old, _)| old == zone),
+                "zone number {zone} reused: {zones:?}"
+            );
+            assert!(!backups.contains(&victim), "{zone}: {backups:?}");
+        }
+    }
     assert!(
-        zones.iter().all(|(zone, _)| *zone >= old_zone_end),
-        "old zones left or numbers reused: {zones:?}"
+        zones.iter().any(|(zone, _)| *zone >= old_zone_end),
+        "the new incarnation registered no zone above the old ones: {zones:?}"
     );
 }
 

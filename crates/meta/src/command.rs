@@ -118,6 +118,35 @@ pub enum Command {
         /// Backup peers, first backup first.
         backups: Vec<NodeId>,
     },
+    /// A restorer takes over a backup zone it restored (issue 6, adoption): the zone keeps
+    /// its log identity `(owner, zone)` (the log zone name on every backup) and is from now
+    /// on *held* by `holder`, with `backups` as its new backup order (the zone's surviving
+    /// backups first, then new ones). Refused unless the zone exists, `holder` is an alive
+    /// peer other than `owner`, the backups are distinct known nodes other than `owner` and
+    /// `holder`, and the zone either needs recovery
+    /// ([`crate::MetaState::zone_needs_recovery`]) or is already held by `holder`'s current
+    /// incarnation (a change of its backups).
+    ZoneAdopt {
+        /// The peer whose zone it was (the log owner).
+        owner: NodeId,
+        /// The zone number within the log owner.
+        zone: u32,
+        /// The restorer that holds the zone from now on.
+        holder: NodeId,
+        /// Backup peers, first backup first.
+        backups: Vec<NodeId>,
+    },
+    /// The holder of an adopted zone committed the ownership of the zone's CIDs: the zone
+    /// is settled ([`crate::MetaState::zone_settled`]). Refused unless `holder`'s current
+    /// incarnation holds the zone.
+    ZoneOwned {
+        /// The log owner.
+        owner: NodeId,
+        /// The zone number within the log owner.
+        zone: u32,
+        /// The zone's holder.
+        holder: NodeId,
+    },
     /// Forgets a backup zone (its owner left it behind, or recovery restored or lost it).
     ZoneRemove {
         /// The peer whose zone it is.
@@ -299,6 +328,23 @@ impl std::fmt::Display for Command {
                 }
                 Ok(())
             }
+            Command::ZoneAdopt {
+                owner,
+                zone,
+                holder,
+                backups,
+            } => {
+                write!(f, "zone-adopt {owner}/{zone} by {holder} backups")?;
+                for backup in backups {
+                    write!(f, " {backup}")?;
+                }
+                Ok(())
+            }
+            Command::ZoneOwned {
+                owner,
+                zone,
+                holder,
+            } => write!(f, "zone-owned {owner}/{zone} by {holder}"),
             Command::ZoneRemove { owner, zone } => write!(f, "zone-remove {owner}/{zone}"),
             Command::ReserveLids { node, up_to } => {
                 write!(f, "reserve-lids {node} below {up_to:#x}")
@@ -454,6 +500,31 @@ impl Command {
                 out.varint(u64::from(*incarnation));
                 out.varint(u64::from(fallback.0));
             }
+            Command::ZoneAdopt {
+                owner,
+                zone,
+                holder,
+                backups,
+            } => {
+                out.u8(18);
+                out.varint(u64::from(owner.0));
+                out.varint(u64::from(*zone));
+                out.varint(u64::from(holder.0));
+                out.varint(backups.len() as u64);
+                for backup in backups {
+                    out.varint(u64::from(backup.0));
+                }
+            }
+            Command::ZoneOwned {
+                owner,
+                zone,
+                holder,
+            } => {
+                out.u8(19);
+                out.varint(u64::from(owner.0));
+                out.varint(u64::from(*zone));
+                out.varint(u64::from(holder.0));
+            }
         }
     }
 
@@ -577,6 +648,27 @@ impl Command {
                 incarnation: reader.u32("incarnation")?,
                 fallback: node(reader, "fallback")?,
             },
+            19 => Command::ZoneOwned {
+                owner: node(reader, "owner")?,
+                zone: reader.u32("zone")?,
+                holder: node(reader, "holder")?,
+            },
+            18 => {
+                let owner = node(reader, "owner")?;
+                let zone = reader.u32("zone")?;
+                let holder = node(reader, "holder")?;
+                let count = reader.count("backups", 1, BACKUPS_PER_ZONE_MAX)?;
+                let mut backups = Vec::with_capacity(count);
+                for _ in 0..count {
+                    backups.push(node(reader, "backup")?);
+                }
+                Command::ZoneAdopt {
+                    owner,
+                    zone,
+                    holder,
+                    backups,
+                }
+            }
             tag => {
                 return Err(DecodeError::UnknownTag {
                     what: "command",

@@ -14,8 +14,22 @@ use crate::limits::*;
 use crate::lookup::{LookupRange, LookupTree};
 use crate::node::{Capabilities, NodeRecord, NodeState, PeerBases, Role};
 
-/// Version byte at the start of a snapshot (version 1, without peer bases, still decodes).
-const SNAPSHOT_VERSION: u8 = 2;
+/// Version byte at the start of a snapshot (version 1, without peer bases, and version 2,
+/// without zone holders, still decode).
+const SNAPSHOT_VERSION: u8 = 3;
+
+/// One entry of the zone table: a backup zone named by its log identity `(owner, zone)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ZoneEntry {
+    /// Backup peers, first backup first.
+    backups: Vec<NodeId>,
+    /// The peer holding the zone's chunks, with its incarnation, when it is not the log
+    /// owner (the zone was adopted by its restorer, `Command::ZoneAdopt`).
+    holder: Option<(NodeId, u32)>,
+    /// The holder committed the ownership of the zone's CIDs (`Command::ZoneOwned`); until
+    /// then the zone is [unsettled](MetaState::zone_settled).
+    owned: bool,
+}
 
 /// One barrier.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +55,7 @@ pub struct MetaState {
     next_barrier: u32,
     tmp: BTreeMap<String, Vec<u8>>,
     tmp_bytes: usize,
-    zones: BTreeMap<(NodeId, u32), Vec<NodeId>>,
+    zones: BTreeMap<(NodeId, u32), ZoneEntry>,
     bases: BTreeMap<NodeId, PeerBases>,
 }
 
@@ -127,6 +141,17 @@ impl MetaState {
                 zone,
                 backups,
             } => self.zone_set(*owner, *zone, backups),
+            Command::ZoneAdopt {
+                owner,
+                zone,
+                holder,
+                backups,
+            } => self.zone_adopt(*owner, *zone, *holder, backups),
+            Command::ZoneOwned {
+                owner,
+                zone,
+                holder,
+            } => self.zone_owned(*owner, *zone, *holder),
             Command::ZoneRemove { owner, zone } => match self.zones.remove(&(*owner, *zone)) {
                 Some(_) => Ok(Response::Done),
                 None => Err(MetaError::ZoneNotFound {
@@ -577,12 +602,7 @@ impl MetaState {
 
     // ----- backup zones --------------------------------------------------------------------
 
-    fn zone_set(
-        &mut self,
-        owner: NodeId,
-        zone: u32,
-        backups: &[NodeId],
-    ) -> Result<Response, MetaError> {
+    fn check_backups(owner: NodeId, backups: &[NodeId]) -> Result<(), MetaError> {
         if backups.len() > BACKUPS_PER_ZONE_MAX {
             return Err(MetaError::InvalidArgument(format!(
                 "a zone has at most {BACKUPS_PER_ZONE_MAX} backups"
@@ -594,6 +614,16 @@ impl MetaState {
                 "a zone's backups are distinct and never its owner".to_owned(),
             ));
         }
+        Ok(())
+    }
+
+    fn zone_set(
+        &mut self,
+        owner: NodeId,
+        zone: u32,
+        backups: &[NodeId],
+    ) -> Result<Response, MetaError> {
+        Self::check_backups(owner, backups)?;
         for node in backups.iter().chain(std::iter::once(&owner)) {
             if !self.nodes.contains_key(node) {
                 return Err(MetaError::UnknownNode(*node));
@@ -605,6 +635,15 @@ impl MetaState {
                 "zone {zone} of {owner} belongs to an earlier incarnation (this one starts at {zone_base})"
             )));
         }
+        if let Some(ZoneEntry {
+            holder: Some((holder, _)),
+            ..
+        }) = self.zones.get(&(owner, zone))
+        {
+            return Err(MetaError::InvalidArgument(format!(
+                "zone {zone} of {owner} is held by {holder} (adopted)"
+            )));
+        }
         let is_new = !self.zones.contains_key(&(owner, zone));
         if is_new && self.zones.range((owner, 0)..=(owner, u32::MAX)).count() >= ZONES_PER_NODE_MAX
         {
@@ -612,40 +651,169 @@ impl MetaState {
                 "a peer has at most {ZONES_PER_NODE_MAX} zones"
             )));
         }
-        self.zones.insert((owner, zone), backups.to_vec());
+        self.zones.insert(
+            (owner, zone),
+            ZoneEntry {
+                backups: backups.to_vec(),
+                holder: None,
+                owned: false,
+            },
+        );
         let bases = self.bases.entry(owner).or_default();
         bases.zones_end = bases.zones_end.max(zone.saturating_add(1));
         Ok(Response::Done)
     }
 
-    /// The backups of one zone, first backup first.
-    pub fn zone(&self, owner: NodeId, zone: u32) -> Option<&[NodeId]> {
-        self.zones.get(&(owner, zone)).map(Vec::as_slice)
+    fn zone_adopt(
+        &mut self,
+        owner: NodeId,
+        zone: u32,
+        holder: NodeId,
+        backups: &[NodeId],
+    ) -> Result<Response, MetaError> {
+        let Some(entry) = self.zones.get(&(owner, zone)) else {
+            return Err(MetaError::ZoneNotFound { owner, zone });
+        };
+        let record = self
+            .nodes
+            .get(&holder)
+            .ok_or(MetaError::UnknownNode(holder))?;
+        if record.state != NodeState::Alive {
+            return Err(MetaError::NodeNotAlive(holder));
+        }
+        if record.role != Role::Peer || holder == owner {
+            return Err(MetaError::InvalidArgument(format!(
+                "zone {zone} of {owner} can only be adopted by another peer"
+            )));
+        }
+        let incarnation = record.incarnation;
+        Self::check_backups(owner, backups)?;
+        if backups.contains(&holder) {
+            return Err(MetaError::InvalidArgument(
+                "a zone's backups never include its holder".to_owned(),
+            ));
+        }
+        if let Some(unknown) = backups.iter().find(|node| !self.nodes.contains_key(node)) {
+            return Err(MetaError::UnknownNode(*unknown));
+        }
+        let already_held = entry.holder == Some((holder, incarnation));
+        let owned = already_held && entry.owned;
+        if !already_held && !self.zone_needs_recovery(owner, zone) {
+            return Err(MetaError::InvalidArgument(format!(
+                "zone {zone} of {owner} does not need recovery and is not held by {holder}"
+            )));
+        }
+        self.zones.insert(
+            (owner, zone),
+            ZoneEntry {
+                backups: backups.to_vec(),
+                holder: Some((holder, incarnation)),
+                owned,
+            },
+        );
+        Ok(Response::Done)
     }
 
-    /// Every zone of `owner` with its backups, by zone number.
+    fn zone_owned(
+        &mut self,
+        owner: NodeId,
+        zone: u32,
+        holder: NodeId,
+    ) -> Result<Response, MetaError> {
+        let incarnation = self.nodes.get(&holder).map(|record| record.incarnation);
+        let Some(entry) = self.zones.get_mut(&(owner, zone)) else {
+            return Err(MetaError::ZoneNotFound { owner, zone });
+        };
+        match (entry.holder, incarnation) {
+            (Some(held), Some(incarnation)) if held == (holder, incarnation) => {
+                entry.owned = true;
+                Ok(Response::Done)
+            }
+            _ => Err(MetaError::InvalidArgument(format!(
+                "zone {zone} of {owner} is not held by {holder}"
+            ))),
+        }
+    }
+
+    /// Whether the zone needs nothing more from a recovery: it does not
+    /// [need recovery](Self::zone_needs_recovery), and when adopted, its holder committed
+    /// the ownership of its CIDs (`Command::ZoneOwned`). Between `ZoneAdopt` and that
+    /// commit the CIDs may still route to the log owner. A zone not in the table counts as
+    /// settled.
+    pub fn zone_settled(&self, owner: NodeId, zone: u32) -> bool {
+        match self.zones.get(&(owner, zone)) {
+            None => true,
+            Some(entry) => {
+                !self.zone_needs_recovery(owner, zone) && (entry.holder.is_none() || entry.owned)
+            }
+        }
+    }
+
+    /// The backups of one zone, first backup first.
+    pub fn zone(&self, owner: NodeId, zone: u32) -> Option<&[NodeId]> {
+        self.zones
+            .get(&(owner, zone))
+            .map(|entry| entry.backups.as_slice())
+    }
+
+    /// The peer holding one zone's chunks: its log owner, or the restorer that adopted it.
+    pub fn zone_holder(&self, owner: NodeId, zone: u32) -> Option<NodeId> {
+        self.zones
+            .get(&(owner, zone))
+            .map(|entry| entry.holder.map_or(owner, |(holder, _)| holder))
+    }
+
+    /// Every zone whose log owner is `owner` (held by it or adopted by another peer), with
+    /// its backups, by zone number.
     pub fn zones_of(&self, owner: NodeId) -> impl Iterator<Item = (u32, &[NodeId])> {
         self.zones
             .range((owner, 0)..=(owner, u32::MAX))
-            .map(|(&(_, zone), backups)| (zone, backups.as_slice()))
+            .map(|(&(_, zone), entry)| (zone, entry.backups.as_slice()))
     }
 
-    /// Every zone in the table as `(owner, zone, backups)`, by owner and zone.
+    /// Every zone in the table as `(owner, zone, backups)`, by owner and zone (the owner is
+    /// the log owner; see [`zone_holder`](Self::zone_holder)).
     pub fn zones(&self) -> impl Iterator<Item = (NodeId, u32, &[NodeId])> {
         self.zones
             .iter()
-            .map(|(&(owner, zone), backups)| (owner, zone, backups.as_slice()))
+            .map(|(&(owner, zone), entry)| (owner, zone, entry.backups.as_slice()))
     }
 
-    /// Whether the zone's data must be recovered from its backups: its owner failed, or
-    /// the zone belongs to an earlier incarnation of its owner (below its
-    /// [`PeerBases::zone_base`]; the peer restarted and lost its memory).
+    /// Every zone whose chunks `holder` holds (its own zones not adopted by another peer,
+    /// and the zones it adopted) as `(log owner, zone, backups)`.
+    pub fn zones_held_by(&self, holder: NodeId) -> impl Iterator<Item = (NodeId, u32, &[NodeId])> {
+        self.zones
+            .iter()
+            .filter(move |(&(owner, _), entry)| {
+                entry.holder.map_or(owner, |(node, _)| node) == holder
+            })
+            .map(|(&(owner, zone), entry)| (owner, zone, entry.backups.as_slice()))
+    }
+
+    /// Whether the zone's data must be recovered from its backups. For a zone held by its
+    /// log owner: the owner failed, or the zone belongs to an earlier incarnation of it
+    /// (below its [`PeerBases::zone_base`]; the peer restarted and lost its memory). For an
+    /// adopted zone: its holder failed, or is no longer the incarnation that adopted it.
     pub fn zone_needs_recovery(&self, owner: NodeId, zone: u32) -> bool {
-        let failed = self
-            .nodes
-            .get(&owner)
-            .is_some_and(|record| matches!(record.state, NodeState::Failed { .. }));
-        failed || zone < self.bases(owner).zone_base
+        let failed = |node: NodeId| {
+            self.nodes
+                .get(&node)
+                .is_some_and(|record| matches!(record.state, NodeState::Failed { .. }))
+        };
+        match self
+            .zones
+            .get(&(owner, zone))
+            .and_then(|entry| entry.holder)
+        {
+            Some((holder, incarnation)) => {
+                failed(holder)
+                    || self
+                        .nodes
+                        .get(&holder)
+                        .is_none_or(|record| record.incarnation != incarnation)
+            }
+            None => failed(owner) || zone < self.bases(owner).zone_base,
+        }
     }
 
     /// Every zone that [needs recovery](Self::zone_needs_recovery), with its backups.
@@ -723,12 +891,20 @@ impl MetaState {
             out.bytes(data);
         }
         out.varint(self.zones.len() as u64);
-        for ((owner, zone), backups) in &self.zones {
+        for ((owner, zone), entry) in &self.zones {
             out.varint(u64::from(owner.0));
             out.varint(u64::from(*zone));
-            out.varint(backups.len() as u64);
-            for backup in backups {
+            out.varint(entry.backups.len() as u64);
+            for backup in &entry.backups {
                 out.varint(u64::from(backup.0));
+            }
+            match entry.holder {
+                Some((holder, incarnation)) => {
+                    out.u8(if entry.owned { 2 } else { 1 });
+                    out.varint(u64::from(holder.0));
+                    out.varint(u64::from(incarnation));
+                }
+                None => out.u8(0),
             }
         }
         out.varint(self.bases.len() as u64);
@@ -746,7 +922,7 @@ impl MetaState {
     pub fn from_snapshot(bytes: &[u8]) -> Result<MetaState, DecodeError> {
         let mut input = Reader::new(bytes);
         let version = input.u8("snapshot version")?;
-        if version != SNAPSHOT_VERSION && version != 1 {
+        if !(1..=SNAPSHOT_VERSION).contains(&version) {
             return Err(DecodeError::UnknownTag {
                 what: "snapshot version",
                 tag: u64::from(version),
@@ -877,7 +1053,30 @@ impl MetaState {
             for _ in 0..backups_count {
                 backups.push(NodeId(input.u16("backup")?));
             }
-            if state.zones.insert((owner, zone), backups).is_some() {
+            let flag = if version >= 3 {
+                input.u8("zone holder flag")?
+            } else {
+                0
+            };
+            let holder = match flag {
+                0 => None,
+                1 | 2 => Some((
+                    NodeId(input.u16("holder")?),
+                    input.u32("holder incarnation")?,
+                )),
+                tag => {
+                    return Err(DecodeError::UnknownTag {
+                        what: "zone holder flag",
+                        tag: u64::from(tag),
+                    })
+                }
+            };
+            let entry = ZoneEntry {
+                backups,
+                holder,
+                owned: flag == 2,
+            };
+            if state.zones.insert((owner, zone), entry).is_some() {
                 return Err(DecodeError::Invalid("duplicate zone"));
             }
         }

@@ -343,6 +343,138 @@ fn zones_need_known_distinct_backups() {
     assert_eq!(state.zones_of(owner).count(), 1);
 }
 
+/// Adoption (issue 6): a restorer takes over a failed peer's zone with the surviving
+/// backups plus new ones; the zone keeps its log identity, is recovered when its holder
+/// fails (not when its log owner restarts), and counts for the holder's zones.
+#[test]
+fn a_restorer_adopts_a_failed_peers_zone() {
+    let mut state = MetaState::new();
+    let owner = joined_id(join(&mut state, Role::Peer, None));
+    let r = joined_id(join(&mut state, Role::Peer, None));
+    let b = joined_id(join(&mut state, Role::Peer, None));
+    let c = joined_id(join(&mut state, Role::Peer, None));
+    let d = joined_id(join(&mut state, Role::Peer, None));
+    for zone in [0, 1] {
+        state.apply(&Command::ZoneSet {
+            owner,
+            zone,
+            backups: vec![r, b, c],
+        });
+    }
+    let adopt = |holder: NodeId, backups: Vec<NodeId>| Command::ZoneAdopt {
+        owner,
+        zone: 0,
+        holder,
+        backups,
+    };
+    // Not before the owner failed (the zone needs no recovery).
+    assert!(matches!(
+        state.apply(&adopt(r, vec![b, c, d])),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    state.apply(&Command::Fail {
+        node: owner,
+        incarnation: 0,
+    });
+    assert_eq!(state.zones_to_recover().count(), 2);
+    // Refusals: unknown zone, holder among the backups, owner among them, the owner itself.
+    assert_eq!(
+        state.apply(&Command::ZoneAdopt {
+            owner,
+            zone: 7,
+            holder: r,
+            backups: vec![b],
+        }),
+        Response::Error(MetaError::ZoneNotFound { owner, zone: 7 })
+    );
+    for bad in [
+        adopt(r, vec![b, r]),
+        adopt(r, vec![b, owner]),
+        adopt(r, vec![b, b]),
+    ] {
+        assert!(matches!(
+            state.apply(&bad),
+            Response::Error(MetaError::InvalidArgument(_))
+        ));
+    }
+    assert!(matches!(
+        state.apply(&adopt(owner, vec![b])),
+        Response::Error(MetaError::NodeNotAlive(_))
+    ));
+    let owned = |holder: NodeId| Command::ZoneOwned {
+        owner,
+        zone: 0,
+        holder,
+    };
+    assert!(matches!(
+        state.apply(&owned(r)),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(state.apply(&adopt(r, vec![b, c, d])), Response::Done);
+    // Adopted, but not settled until the holder committed the CIDs' ownership.
+    assert!(!state.zone_settled(owner, 0));
+    assert!(matches!(
+        state.apply(&owned(b)),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(state.apply(&owned(r)), Response::Done);
+    assert!(state.zone_settled(owner, 0));
+    assert!(!state.zone_settled(owner, 1));
+    assert!(MetaState::from_snapshot(&state.snapshot())
+        .unwrap()
+        .zone_settled(owner, 0));
+    assert_eq!(state.zone(owner, 0), Some(&[b, c, d][..]));
+    assert_eq!(state.zone_holder(owner, 0), Some(r));
+    assert_eq!(state.zone_holder(owner, 1), Some(owner));
+    assert!(!state.zone_needs_recovery(owner, 0));
+    let held: Vec<(NodeId, u32)> = state.zones_held_by(r).map(|(o, z, _)| (o, z)).collect();
+    assert_eq!(held, vec![(owner, 0)]);
+    assert_eq!(state.zones_held_by(owner).count(), 1);
+    // The log owner still lists it (log GC asks by log owner).
+    assert_eq!(state.zones_of(owner).count(), 2);
+    // Another restorer cannot take a zone held by a live peer; the holder may change its
+    // backups; the owner may not register it again.
+    assert!(matches!(
+        state.apply(&adopt(b, vec![c, d])),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    assert_eq!(state.apply(&adopt(r, vec![b, d])), Response::Done);
+    assert!(matches!(
+        state.apply(&Command::ZoneSet {
+            owner,
+            zone: 0,
+            backups: vec![b],
+        }),
+        Response::Error(MetaError::InvalidArgument(_))
+    ));
+    // The log owner comes back: its adopted zone is not recovered again, and its new
+    // incarnation numbers zones above it.
+    let rejoined = join(&mut state, Role::Peer, Some(owner));
+    assert!(matches!(rejoined, Response::Joined { id, .. } if id == owner));
+    assert_eq!(state.bases(owner).zone_base, 2);
+    let due: Vec<(NodeId, u32)> = state.zones_to_recover().map(|(o, z, _)| (o, z)).collect();
+    assert_eq!(due, vec![(owner, 1)]);
+    // The holder fails: the adopted zone is recovered again, and may be adopted anew
+    // (a chained adoption).
+    state.apply(&Command::Fail {
+        node: r,
+        incarnation: 0,
+    });
+    assert!(state.zone_needs_recovery(owner, 0));
+    assert_eq!(state.apply(&adopt(b, vec![d])), Response::Done);
+    assert_eq!(state.zone_holder(owner, 0), Some(b));
+    assert!(!state.zone_settled(owner, 0), "a new holder settles anew");
+    // A holder that restarts (new incarnation) lost the zone from memory.
+    join(&mut state, Role::Peer, Some(b));
+    assert!(state.zone_needs_recovery(owner, 0));
+    let restored = MetaState::from_snapshot(&state.snapshot()).unwrap();
+    assert_eq!(restored, state);
+    assert_eq!(
+        adopt(r, vec![b, c]).to_string(),
+        format!("zone-adopt {owner}/0 by {r} backups {b} {c}")
+    );
+}
+
 fn node_id() -> impl Strategy<Value = NodeId> {
     (0u16..6).prop_map(NodeId)
 }
@@ -404,6 +536,23 @@ fn command() -> impl Strategy<Value = Command> {
             }
         ),
         (node_id(), 0u32..3).prop_map(|(owner, zone)| Command::ZoneRemove { owner, zone }),
+        (node_id(), 0u32..3, node_id()).prop_map(|(owner, zone, holder)| Command::ZoneOwned {
+            owner,
+            zone,
+            holder
+        }),
+        (
+            node_id(),
+            0u32..3,
+            node_id(),
+            prop::collection::vec(node_id(), 0..4)
+        )
+            .prop_map(|(owner, zone, holder, backups)| Command::ZoneAdopt {
+                owner,
+                zone,
+                holder,
+                backups
+            }),
         (
             node_id(),
             prop_oneof![0u64..100, Just(LOCAL_ID_MAX + 1), Just(u64::MAX)]

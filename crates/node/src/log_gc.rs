@@ -5,7 +5,9 @@
 //! # Job
 //! A peer's log engine holds zones of other peers. A zone's logs become garbage here when
 //! the zone table in the superpeers' state no longer lists this peer among the zone's
-//! backups: the zone was recovered and removed after its owner failed, its owner left, or
+//! backups: the zone was recovered and removed after its owner failed, its owner left, this
+//! peer restored it and the zone was adopted with other backups (issue 6: the restorer's own
+//! copy of the log; an adopted zone stays listed under its log owner, whoever holds it), or
 //! this peer was replaced as its backup (after being thought unreachable, say). Every
 //! [`LogGcOptions::interval`] the collector compares the local zones with the table, and
 //! deletes a zone's files once it has been missing from the table (for this peer) in every

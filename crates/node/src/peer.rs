@@ -84,11 +84,6 @@ pub const ORDER_STRIPES: usize = 1024;
 
 /// Changing requests running at once on blocking threads when a replicator is present.
 pub const BLOCKING_REQUESTS_MAX: usize = 256;
-/// Recovered chunks reported to the replicator per stripe-locked batch.
-const RECOVERED_BATCH: usize = 256;
-/// How long re-replication keeps waiting for room in full backup streams before it gives
-/// up (each wait is the replicator's own `wait_timeout`).
-const REREPLICATION_PATIENCE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// The replication side of a service.
 struct Replication {
@@ -161,8 +156,8 @@ pub struct ChunkService {
     migrations: AtomicUsize,
     /// Present when this peer replicates its chunks.
     replication: Option<Replication>,
-    /// Restored chunks announced by [`ChunkService::rereplication_begins`] and not yet
-    /// handed to the replicator by [`ChunkService::replicate_recovered`].
+    /// Restored chunks announced by [`ChunkService::rereplication_begins`] whose adopted
+    /// zone is not yet on all its new backups ([`ChunkService::copy_adopted`]).
     rereplication_pending: AtomicU64,
     /// Set once the superpeers declared this node failed ([`ChunkService::declare_failed`]).
     declared_failed: AtomicBool,
@@ -672,15 +667,16 @@ impl ChunkService {
             .map_err(replica_error)
     }
 
-    /// Announces `chunks` restored chunks that [`ChunkService::replicate_recovered`] will
-    /// hand to the replicator (they count in the stats' `rereplication_pending` until then).
+    /// Announces `chunks` restored chunks whose adopted zone [`ChunkService::copy_adopted`]
+    /// will copy to its new backups (they count in the stats' `rereplication_pending` until
+    /// then).
     pub fn rereplication_begins(&self, chunks: u64) {
         self.rereplication_pending
             .fetch_add(chunks, Ordering::Relaxed);
     }
 
-    /// Takes back `chunks` announced by [`ChunkService::rereplication_begins`] that will
-    /// not be handed over (their re-replication could not start).
+    /// Takes back `chunks` announced by [`ChunkService::rereplication_begins`] (their copy
+    /// finished, failed or could not start).
     pub fn rereplication_cancelled(&self, chunks: u64) {
         let _ = self.rereplication_pending.fetch_update(
             Ordering::Relaxed,
@@ -689,74 +685,26 @@ impl ChunkService {
         );
     }
 
-    /// Makes chunks restored by a recovery part of this peer's replication: reads each
-    /// from memory under its stripe (so a client's put of the same chunk is ordered before
-    /// or after it) and reports it as written (`async`; chunks without a zone here get
-    /// one). Chunks removed meanwhile are skipped. Returns how many were reported.
-    /// Every chunk of `cids` leaves the pending count announced by
-    /// [`ChunkService::rereplication_begins`], also when this fails partway.
-    pub fn replicate_recovered(&self, cids: &[ChunkId]) -> Result<u64, ItemError> {
-        /// Takes the chunks not yet handed over off the pending count when dropped.
-        struct Pending<'a> {
-            counter: &'a AtomicU64,
-            left: u64,
-        }
-        impl Drop for Pending<'_> {
-            fn drop(&mut self) {
-                let _ = self
-                    .counter
-                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |value| {
-                        Some(value.saturating_sub(self.left))
-                    });
-            }
-        }
-        let mut pending = Pending {
-            counter: &self.rereplication_pending,
-            left: cids.len() as u64,
+    /// Copies a zone this peer adopted after restoring it ([`Replicator::adopt_zone`]) to
+    /// the zone's added backups ([`Replicator::copy_adopted`]: changes made meanwhile are
+    /// never overtaken by an older copy), and returns the chunks copied once the copies are
+    /// on the new backups' disks. The `chunks` announced for it by
+    /// [`ChunkService::rereplication_begins`] leave the pending count when this returns,
+    /// also when it fails.
+    pub fn copy_adopted(
+        &self,
+        adoption: &myriad_replica::Adoption,
+        chunks: u64,
+    ) -> Result<u64, ItemError> {
+        let result = match &self.replication {
+            Some(replication) => replication
+                .replicator
+                .copy_adopted(adoption)
+                .map_err(replica_error),
+            None => Ok(0),
         };
-        let Some(replication) = &self.replication else {
-            return Ok(0);
-        };
-        let mut reported = 0u64;
-        let started = std::time::Instant::now();
-        for batch in cids.chunks(RECOVERED_BATCH) {
-            // Background work: when the backups' streams stay full (they are busy, maybe
-            // restoring zones themselves), wait for room again rather than give up, with
-            // the stripes released in between so clients' writes go on.
-            let handed = loop {
-                let _order = replication.lock(batch.iter().copied());
-                let data: Vec<(ChunkId, Vec<u8>)> = batch
-                    .iter()
-                    .filter_map(|&cid| {
-                        self.mem
-                            .read_with(cid, |bytes| bytes.to_vec())
-                            .ok()
-                            .map(|bytes| (cid, bytes))
-                    })
-                    .collect();
-                let items: Vec<(ChunkId, &[u8])> = data
-                    .iter()
-                    .map(|(cid, bytes)| (*cid, bytes.as_slice()))
-                    .collect();
-                match replication
-                    .replicator
-                    .on_put_batch(&items, Some(myriad_replica::Durability::Async))
-                {
-                    Ok(_) => break items.len() as u64,
-                    Err(error @ myriad_replica::ReplicaError::Timeout { .. })
-                        if started.elapsed() < REREPLICATION_PATIENCE =>
-                    {
-                        tracing::debug!(%error, "re-replication waits for room in the backups' streams");
-                    }
-                    Err(error) => return Err(replica_error(error)),
-                }
-            };
-            reported += handed;
-            pending.left -= batch.len() as u64;
-            self.rereplication_pending
-                .fetch_sub(batch.len() as u64, Ordering::Relaxed);
-        }
-        Ok(reported)
+        self.rereplication_cancelled(chunks);
+        result
     }
 
     /// Reports that `cid` (of `size` bytes) was removed from memory by someone other than
@@ -1143,7 +1091,7 @@ mod tests {
     }
 
     #[test]
-    fn rereplication_pending_counts_announced_chunks_until_handed_over() {
+    fn rereplication_pending_counts_announced_chunks_until_copied() {
         let mem = MemoryManager::new(MemoryConfig {
             node_id: NodeId(1),
             region_bytes: 16 << 20,
@@ -1160,10 +1108,17 @@ mod tests {
         assert_eq!(pending(&service), 8);
         service.rereplication_cancelled(3);
         assert_eq!(pending(&service), 5);
-        // Without a replicator nothing is reported, but the chunks leave the count.
-        assert_eq!(service.replicate_recovered(&cids[..2]), Ok(0));
+        // Without a replicator nothing is copied, but the chunks leave the count.
+        let adoption = myriad_replica::Adoption {
+            zone: 0,
+            owner: NodeId(2),
+            log_zone: 0,
+            backups: Vec::new(),
+            added: Vec::new(),
+        };
+        assert_eq!(service.copy_adopted(&adoption, 2), Ok(0));
         assert_eq!(pending(&service), 3);
-        assert_eq!(service.replicate_recovered(&cids[2..]), Ok(0));
+        assert_eq!(service.copy_adopted(&adoption, 3), Ok(0));
         assert_eq!(pending(&service), 0);
         // The count never wraps below zero.
         service.rereplication_cancelled(10);

@@ -696,8 +696,8 @@ pub const NOBODY: NodeId = NodeId(0);
 /// How often a restarted peer asks whether its earlier incarnation's zones are recovered.
 const OLD_ZONES_POLL: Duration = Duration::from_millis(250);
 
-/// Starts the thread that waits until no zone of the earlier incarnations is left in the
-/// zone table (all recovered or lost), then routes the CIDs still routed to this peer to
+/// Starts the thread that waits until no zone of the earlier incarnations is due for
+/// recovery any more (all adopted by their restorers, or lost), then routes the CIDs still routed to this peer to
 /// itself again: they answer `NotFound` from then on (removed, or lost).
 fn watch_old_zones(
     service: Arc<ChunkService>,
@@ -715,7 +715,7 @@ fn watch_old_zones(
                 let asking = Arc::clone(&membership);
                 let reply = runtime.block_on(async move {
                     asking
-                        .request(myriad_proto::meta::MetaRequest::Zones(me))
+                        .request(myriad_proto::meta::MetaRequest::ZonesDue(me))
                         .await
                 });
                 if let Ok(myriad_proto::meta::MetaReply::Zones(zones)) = reply {

@@ -7,21 +7,42 @@
 //! ([`BackupService::recover_zone`]: the current version of every chunk, removed chunks
 //! excluded), inserts the chunks into the memory manager in the engine's large batches
 //! keeping their CIDs ([`MemoryManager::create_with_ids`]), turns the recovered CIDs into
-//! sorted, merged ranges per creator, takes them over in this peer's ownership view at once
-//! and commits `Command::SetOwner { owner: me }` for each range through the superpeers,
-//! then `Command::ZoneRemove` for the zone (the zone table is the recovery's progress).
-//! The reply carries the count and the ranges. Afterwards, in the background,
-//! [`ChunkService::replicate_recovered`] makes the chunks part of this peer's own
-//! replication (re-replication).
+//! sorted, merged ranges per creator, **adopts** the zone
+//! ([`myriad_replica::Replicator::adopt_zone`]: the zone keeps its log identity
+//! `(owner, zone)`, its backups become the surviving ones plus new ones, committed as
+//! `Command::ZoneAdopt` before anything else), takes the ranges over in this peer's
+//! ownership view at once and commits `Command::SetOwner { owner: me }` for each range
+//! through the superpeers, then `Command::ZoneOwned` (the zone is settled: nothing of it
+//! routes to the failed owner any more). The reply carries the count and the ranges. Afterwards, in the
+//! background, [`ChunkService::copy_adopted`] copies the zone to its *new* backups only (the
+//! surviving ones hold its log). A peer without replication commits `Command::ZoneRemove`
+//! instead of adopting (the zone table is the recovery's progress).
 //!
 //! # Invariants
 //! - Only chunks the engine delivered are taken over: a range never covers a CID this peer
 //!   did not restore, so two restorers never claim the same CID.
+//! - The adoption commits before the ownership: from the moment clients reach the chunks
+//!   here, every change of them goes to the zone's backups under `(owner, zone)`, and a
+//!   death of this peer makes the zone due for recovery again (held by a failed peer),
+//!   from a backup whose log is complete. If this peer dies before `ZoneAdopt` commits,
+//!   the zone is still the failed owner's and is recovered from its next backup.
 //! - A chunk already present under the same CID (a retried recovery) is replaced by the
 //!   recovered version.
 //! - The failed owner is fenced by every member on `NodeFailed` (the messaging layer drops
 //!   its messages), and by the restorer itself before it reads the zone (the event may
 //!   arrive after the request), so its zone cannot change while it is read.
+//!
+//! # Known gaps
+//! - The restorer fences the zone's log owner before reading; when the zone was adopted
+//!   and its holder failed (a chained adoption), the holder is fenced only by the
+//!   `NodeFailed` event (the request does not name it).
+//! - `async` writes the failed owner acknowledged but had not yet sent to (or had
+//!   acknowledged by) the surviving backups exist only in this peer's memory until the
+//!   copy to the new backups or a later write of the chunk.
+//! - When the ownership commits fail after the adoption (three rounds), the recovery is
+//!   reported failed, the zone stays adopted and unsettled, and the commits are retried
+//!   in the background for about 10 minutes; meanwhile the zone's CIDs may still route to
+//!   the failed owner (clients wait and time out).
 //!
 //! # Who calls it
 //! [`crate::peer_node::PeerNode`]'s [`myriad_proto::types::RECOVER`] handler (on a blocking thread).
@@ -31,8 +52,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use myriad_client::membership::Membership;
-use myriad_mem::{ChunkId, MemError, MemoryManager};
+use myriad_mem::{ChunkId, MemError, MemoryManager, NodeId};
 use myriad_meta::Command;
+use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{ranges_of, CidRange, RecoverReply, RecoverRequest};
 use myriad_replica::BackupService;
 use parking_lot::Mutex;
@@ -41,6 +63,12 @@ use crate::peer::ChunkService;
 
 /// Ownership commits in flight at once while a restorer takes its ranges over.
 const OWNER_COMMITS_IN_FLIGHT: usize = 64;
+/// Rounds of ownership commits after an adoption (the zone is held here by then).
+const OWNER_COMMIT_ATTEMPTS: usize = 3;
+/// Pause between two rounds.
+const OWNER_COMMIT_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+/// Rounds of the background retries once the first rounds failed (about 10 minutes).
+const OWNER_COMMIT_RETRIES_MAX: usize = 3_000;
 
 /// What [`insert_recovered`] did.
 #[derive(Debug, Default)]
@@ -133,25 +161,86 @@ pub fn restore_zone(
     let inserted_ms = started.elapsed().as_millis() as u64;
     let chunks = restored.cids.len() as u64;
     let ranges = ranges_of(&mut restored.cids);
+    let replicator = service
+        .replicator()
+        .filter(|replicator| replicator.config().replication > 0);
+    // Adoption: the zone stays one zone, named (owner, zone) in the backups' logs, held by
+    // this peer from the moment `ZoneAdopt` commits, before the CIDs are taken over.
+    let adoption = match replicator {
+        Some(replicator) => {
+            let old_backups = match zone_backups(membership, request.owner, request.zone) {
+                Ok(backups) => backups,
+                Err(reason) => return RecoverReply::Failed(reason),
+            };
+            let cid_ranges: Vec<(ChunkId, ChunkId)> = ranges
+                .iter()
+                .filter_map(|range| {
+                    Some((
+                        ChunkId::new(range.creator, range.first)?,
+                        ChunkId::new(range.creator, range.last)?,
+                    ))
+                })
+                .collect();
+            match replicator.adopt_zone(
+                request.owner,
+                request.zone,
+                &old_backups,
+                &cid_ranges,
+                chunks,
+                restored.bytes,
+            ) {
+                Ok(adoption) => Some(adoption),
+                Err(error) => {
+                    return RecoverReply::Failed(format!(
+                        "adopting zone {} of {}: {error}",
+                        request.zone, request.owner
+                    ))
+                }
+            }
+        }
+        None => None,
+    };
     for range in &ranges {
         service.set_owner(range.creator, range.first, range.last, me);
     }
-    if let Err(reason) = commit_ranges(membership, &ranges) {
+    if adoption.is_some() {
+        // The zone is this peer's now: its CIDs must not stay routed to the failed owner.
+        // Three rounds here; if they all fail, the recovery is reported failed and the
+        // rounds go on in the background (bounded) until the zone is settled.
+        if let Err(reason) = settle(membership, &ranges, request, OWNER_COMMIT_ATTEMPTS) {
+            let membership = Arc::clone(membership);
+            let retry = ranges.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("settle-{}-{}", request.owner.0, request.zone))
+                .spawn(move || {
+                    match settle(&membership, &retry, request, OWNER_COMMIT_RETRIES_MAX) {
+                        Ok(()) => tracing::info!(owner = %request.owner, zone = request.zone, "adopted zone settled after retries"),
+                        Err(reason) => tracing::error!(owner = %request.owner, zone = request.zone, %reason, "adopted zone never settled: its CIDs may still route to its failed owner"),
+                    }
+                });
+            if let Err(error) = spawned {
+                tracing::warn!(%error, "could not start the settling retries");
+            }
+            return RecoverReply::Failed(reason);
+        }
+    } else if let Err(reason) = commit_ranges(membership, &ranges) {
         return RecoverReply::Failed(reason);
     }
-    // The zone is done: its removal from the zone table is the progress a new leader
-    // continues from (the leader commits it too; whoever comes second finds it gone).
-    let remove = Command::ZoneRemove {
-        owner: request.owner,
-        zone: request.zone,
-    };
-    let writer = Arc::clone(membership);
-    let removed = membership
-        .net()
-        .runtime()
-        .block_on(async move { writer.write(remove).await });
-    if let Err(error) = removed {
-        tracing::warn!(owner = %request.owner, zone = request.zone, %error, "zone removal not committed; the leader retries it");
+    if adoption.is_none() {
+        // Without replication there is nothing to adopt: the zone is done, and its removal
+        // from the zone table is the progress a new leader continues from.
+        let remove = Command::ZoneRemove {
+            owner: request.owner,
+            zone: request.zone,
+        };
+        let writer = Arc::clone(membership);
+        let removed = membership
+            .net()
+            .runtime()
+            .block_on(async move { writer.write(remove).await });
+        if let Err(error) = removed {
+            tracing::warn!(owner = %request.owner, zone = request.zone, %error, "zone removal not committed; the leader retries it");
+        }
     }
     let ms = started.elapsed().as_millis() as u64;
     tracing::info!(
@@ -162,41 +251,38 @@ pub fn restore_zone(
         ranges = ranges.len(),
         inserted_ms,
         ms,
+        backups = ?adoption.as_ref().map(|a| &a.backups),
         "zone restored and taken over"
     );
-    // Re-replication in the background, after availability.
-    if service.replicator().is_some() {
+    // Re-replication in the background, after availability: only the added backups need
+    // the zone; the surviving ones hold its log.
+    if let Some(adoption) = adoption {
+        service.rereplication_begins(chunks);
         let service = Arc::clone(service);
-        let cids: Vec<ChunkId> = restored
-            .cids
-            .iter()
-            .map(|&raw| ChunkId::from_raw(raw))
-            .collect();
-        let count = cids.len() as u64;
-        service.rereplication_begins(count);
         let counter = Arc::clone(&service);
         let spawned = std::thread::Builder::new()
             .name(format!("rereplicate-{}-{}", request.owner.0, request.zone))
             .spawn(move || {
                 let begun = Instant::now();
-                match service.replicate_recovered(&cids) {
-                    Ok(count) => tracing::info!(
+                match service.copy_adopted(&adoption, chunks) {
+                    Ok(copied) => tracing::info!(
                         owner = %request.owner,
                         zone = request.zone,
-                        chunks = count,
+                        copied,
+                        added = ?adoption.added,
                         ms = begun.elapsed().as_millis() as u64,
-                        "recovered chunks handed to this peer's replication"
+                        "adopted zone copied to its new backups"
                     ),
                     Err(error) => tracing::warn!(
                         owner = %request.owner,
                         zone = request.zone,
                         %error,
-                        "re-replication of recovered chunks failed"
+                        "copying an adopted zone to its new backups failed"
                     ),
                 }
             });
         if let Err(error) = spawned {
-            counter.rereplication_cancelled(count);
+            counter.rereplication_cancelled(chunks);
             tracing::warn!(%error, "could not start re-replication");
         }
     }
@@ -205,6 +291,72 @@ pub fn restore_zone(
         bytes: restored.bytes,
         ms,
         ranges,
+    }
+}
+
+/// Commits the ranges' ownership and then `ZoneOwned` for an adopted zone, in up to
+/// `attempts` rounds [`OWNER_COMMIT_PAUSE`] apart.
+fn settle(
+    membership: &Arc<Membership>,
+    ranges: &[CidRange],
+    request: RecoverRequest,
+    attempts: usize,
+) -> Result<(), String> {
+    let owned = Command::ZoneOwned {
+        owner: request.owner,
+        zone: request.zone,
+        holder: membership.node_id(),
+    };
+    let mut ranges_done = false;
+    let mut last = String::new();
+    for attempt in 0..attempts.max(1) {
+        if attempt > 0 {
+            std::thread::sleep(OWNER_COMMIT_PAUSE);
+        }
+        if !ranges_done {
+            match commit_ranges(membership, ranges) {
+                Ok(()) => ranges_done = true,
+                Err(reason) => {
+                    last = reason;
+                    continue;
+                }
+            }
+        }
+        let writer = Arc::clone(membership);
+        let command = owned.clone();
+        match membership
+            .net()
+            .runtime()
+            .block_on(async move { writer.write(command).await })
+        {
+            Ok(_) => return Ok(()),
+            Err(error) => last = format!("committing {owned}: {error}"),
+        }
+    }
+    Err(last)
+}
+
+/// The backups of `owner`'s zone `zone` in the zone table, first backup first.
+fn zone_backups(
+    membership: &Arc<Membership>,
+    owner: NodeId,
+    zone: u32,
+) -> Result<Vec<NodeId>, String> {
+    let reader = Arc::clone(membership);
+    let reply = membership
+        .net()
+        .runtime()
+        .block_on(async move { reader.request(MetaRequest::Zones(owner)).await });
+    match reply {
+        Ok(MetaReply::Zones(zones)) => zones
+            .into_iter()
+            .find(|(number, _)| *number == zone)
+            .map(|(_, backups)| backups)
+            .ok_or_else(|| format!("zone {zone} of {owner} is no longer in the zone table")),
+        Ok(other) => Err(format!(
+            "reading the zone table: unexpected reply {other:?}"
+        )),
+        Err(error) => Err(format!("reading the zone table: {error}")),
     }
 }
 

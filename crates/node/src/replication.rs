@@ -166,16 +166,30 @@ impl MembershipRegistry {
     }
 }
 
+/// A zone of this peer is registered with `ZoneSet`; a zone of another (failed) peer that
+/// this peer adopted after restoring it ([`myriad_replica::Replicator::adopt_zone`]) with
+/// `ZoneAdopt`, this peer as its holder.
 impl ZoneRegistry for MembershipRegistry {
     fn register(&self, owner: NodeId, zone: u32, backups: Vec<NodeId>) -> RegisterFuture {
         let membership = Arc::clone(&self.membership);
+        let me = membership.node_id();
+        let command = if owner == me {
+            Command::ZoneSet {
+                owner,
+                zone,
+                backups,
+            }
+        } else {
+            Command::ZoneAdopt {
+                owner,
+                zone,
+                holder: me,
+                backups,
+            }
+        };
         Box::pin(async move {
             membership
-                .write(Command::ZoneSet {
-                    owner,
-                    zone,
-                    backups,
-                })
+                .write(command)
                 .await
                 .map(|_| ())
                 .map_err(|error| RegistryError(error.to_string()))

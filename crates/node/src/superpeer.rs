@@ -557,6 +557,13 @@ fn read_reply(state: &MetaState, request: &MetaRequest) -> MetaReply {
         }
         MetaRequest::Nodes => MetaReply::Nodes(state.nodes().cloned().collect()),
         MetaRequest::Bases(node) => MetaReply::Bases(state.bases(*node)),
+        MetaRequest::ZonesDue(owner) => MetaReply::Zones(
+            state
+                .zones_of(*owner)
+                .filter(|(zone, _)| !state.zone_settled(*owner, *zone))
+                .map(|(zone, backups)| (zone, backups.to_vec()))
+                .collect(),
+        ),
         MetaRequest::Zones(owner) => MetaReply::Zones(
             state
                 .zones_of(*owner)

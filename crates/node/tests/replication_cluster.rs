@@ -242,18 +242,31 @@ fn check_zones(
             registered.len() >= 2,
             "{owner} should have several zones: {registered:?}"
         );
+        // Every zone of the master, own or adopted (issue 6), under its log identity.
+        let stats = replicator.stats();
         for zone in expected.keys() {
             assert!(
-                registered.iter().any(|(z, _)| z == zone),
-                "zone {zone} of {owner} is not registered"
+                stats.zones.iter().any(|z| z.zone == *zone),
+                "zone {zone} of {owner} is unknown to its replicator"
             );
         }
-        for (zone, backups) in &registered {
+        for zone_stats in &stats.zones {
+            let zone = &zone_stats.zone;
+            let (log_owner, log_zone) = zone_stats.adopted_from.unwrap_or((owner, *zone));
+            let table = if log_owner == owner {
+                registered.clone()
+            } else {
+                client.blocking().zones(log_owner).unwrap()
+            };
+            let Some((_, backups)) = table.iter().find(|(z, _)| *z == log_zone) else {
+                panic!("zone {log_owner}/{log_zone} (local {zone} of {owner}) is not registered");
+            };
             assert_eq!(
                 Some(backups.clone()),
                 replicator.backups_of(*zone),
-                "registry and replicator agree on {owner}/{zone}"
+                "registry and replicator agree on {log_owner}/{log_zone}"
             );
+            assert!(!backups.contains(&owner), "{owner} backs its own zone");
             assert_eq!(backups.len(), R.min(cluster.live().count() - 1));
             let want = expected.get(zone).cloned().unwrap_or_default();
             for backup in backups {
@@ -263,7 +276,7 @@ fn check_zones(
                 let service = peer.backup_service().expect("backup capability");
                 let got: Mutex<BTreeMap<u64, Vec<u8>>> = Mutex::new(BTreeMap::new());
                 service
-                    .recover_zone(owner, *zone, &|chunks| {
+                    .recover_zone(log_owner, log_zone, &|chunks| {
                         let mut got = got.lock();
                         for chunk in chunks {
                             assert!(
@@ -277,9 +290,12 @@ fn check_zones(
                 assert_eq!(
                     got.keys().collect::<Vec<_>>(),
                     want.keys().collect::<Vec<_>>(),
-                    "CIDs of {owner}/{zone} on backup {backup}"
+                    "CIDs of {log_owner}/{log_zone} on backup {backup}"
                 );
-                assert!(got == want, "bytes of {owner}/{zone} on backup {backup}");
+                assert!(
+                    got == want,
+                    "bytes of {log_owner}/{log_zone} on backup {backup}"
+                );
             }
             zones_checked += 1;
         }
@@ -349,10 +365,12 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
     assert!(zones >= 2 * (PEERS - 1), "only {zones} zones checked");
 }
 
-/// A peer crashes (no leave): its zones are recovered by their backups and re-replicated
-/// as zones of the restorers; the zones it backed up get replacements, registered and
-/// filled. Afterwards every copy of every zone matches its master's memory, the crashed
-/// peer's chunks included, and every chunk reads back with its latest value.
+/// A peer crashes (no leave): its zones are recovered by their backups, each adopted by
+/// its restorer (issue 6: same log identity, the surviving backups plus a new one, copied
+/// only to the new one); the zones it backed up get replacements, registered and filled.
+/// Afterwards every copy of every zone matches its holder's memory, the crashed peer's
+/// chunks included, every chunk reads back with its latest value, and only the restorers'
+/// own copies of the adopted zones' logs are deleted.
 #[test]
 fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
     let mut cluster = Cluster::start();
@@ -402,7 +420,8 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
                     .chunks()
                     .stats(peer.node_id())
                     .map_or(u64::MAX, |stats| stats.rereplication_pending);
-                let registered = client.blocking().zones(peer.node_id()).unwrap_or_default();
+                let mut registered = client.blocking().zones(peer.node_id()).unwrap_or_default();
+                registered.extend(client.blocking().zones(crashed).unwrap_or_default());
                 pending == 0
                     && stats
                         .zones
@@ -432,18 +451,43 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
         .map(|peer| peer.service().memory().chunk_ranges(crashed).len())
         .sum();
     assert!(restored_on > 0, "no peer holds the crashed peer's chunks");
-    // The recovered zones left the zone table: their backups delete the logs after the
-    // (test) grace period, and keep every zone still assigned to them.
+    // The recovered zones stay in the table, adopted (same numbers, never backed by the
+    // crashed peer); a backup that is no longer listed (the restorer) deletes its log after
+    // the (test) grace period, the listed ones keep theirs.
+    let adopted = client.blocking().zones(crashed).unwrap();
+    assert_eq!(
+        adopted.iter().map(|(z, _)| *z).collect::<Vec<_>>(),
+        crashed_zones.iter().map(|(z, _)| *z).collect::<Vec<_>>(),
+        "the crashed peer's zones stay in the table, adopted"
+    );
+    let holders: usize = cluster
+        .live()
+        .map(|peer| {
+            let stats = peer.replicator().unwrap().stats();
+            stats
+                .zones
+                .iter()
+                .filter(|z| z.adopted_from.is_some_and(|(owner, _)| owner == crashed))
+                .count()
+        })
+        .sum();
+    assert_eq!(holders, adopted.len(), "each adopted zone has one holder");
     wait_until(
         Duration::from_secs(15),
-        "the crashed peer's zone logs are deleted",
+        "unlisted copies of the crashed peer's zone logs are deleted",
         || {
             cluster.live().all(|peer| {
+                let me = peer.node_id();
                 peer.backup_service()
                     .unwrap()
                     .zone_ids()
                     .iter()
-                    .all(|(owner, _)| *owner != crashed)
+                    .filter(|(owner, _)| *owner == crashed)
+                    .all(|(_, zone)| {
+                        adopted
+                            .iter()
+                            .any(|(z, backups)| z == zone && backups.contains(&me))
+                    })
             })
         },
     );

@@ -64,8 +64,14 @@ pub enum MetaRequest {
     BarrierStatus(u32),
     /// The whole node table.
     Nodes,
-    /// The backup zones of one owner.
+    /// The backup zones of one owner (the log owner: also those adopted by other peers).
     Zones(NodeId),
+    /// The backup zones of one (log) owner that a recovery has not settled yet (answered
+    /// with [`MetaReply::Zones`]): held by a failed peer or by an earlier incarnation of its
+    /// holder, or adopted by a restorer that has not committed their CIDs' ownership yet
+    /// (`myriad_meta::MetaState::zone_settled`). A restarted peer polls it for its earlier
+    /// incarnation's zones.
+    ZonesDue(NodeId),
     /// Where a peer's current incarnation starts numbering zones and local IDs (a joined
     /// peer asks for its own right after the join).
     Bases(NodeId),
@@ -127,7 +133,7 @@ pub enum MetaReply {
     Barrier(Option<BarrierStatus>),
     /// [`MetaRequest::Nodes`], by ID.
     Nodes(Vec<NodeRecord>),
-    /// [`MetaRequest::Zones`]: `(zone, backups)`.
+    /// [`MetaRequest::Zones`] and [`MetaRequest::ZonesDue`]: `(zone, backups)`.
     Zones(Vec<(u32, Vec<NodeId>)>),
     /// [`MetaRequest::Bases`].
     Bases(PeerBases),
@@ -522,6 +528,10 @@ impl MetaRequest {
                 out.put_u8(12);
                 put_node(&mut out, *node);
             }
+            MetaRequest::ZonesDue(owner) => {
+                out.put_u8(13);
+                put_node(&mut out, *owner);
+            }
         }
         out.finish()
     }
@@ -546,6 +556,7 @@ impl MetaRequest {
             10 => MetaRequest::Zones(get_node(&mut input)?),
             11 => MetaRequest::Status,
             12 => MetaRequest::Bases(get_node(&mut input)?),
+            13 => MetaRequest::ZonesDue(get_node(&mut input)?),
             tag => {
                 return Err(ProtoError::UnknownTag {
                     what: "metadata request",

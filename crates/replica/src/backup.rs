@@ -3,7 +3,8 @@
 //! # Job
 //! [`BackupService`] handles [`wire::REPLICATE`] messages (an ordered type, so one master's
 //! messages arrive one at a time in send order on a pool thread): it creates the log zone
-//! on first use, appends writes and removes in stream order, drops operations it already
+//! on first use (the master's zone `(master, zone)`, or for an operation naming a log
+//! owner, the adopted zone `(owner, zone)` the master restored from a failed peer), appends writes and removes in stream order, drops operations it already
 //! applied, stops at a gap, and acknowledges ([`wire::ACK`]) right after appending
 //! (`Replicated`). A durability thread acknowledges again once the appends are on disk
 //! (`Durable`): it calls [`LogEngine::wait_durable`] when a message asked for durability
@@ -303,24 +304,27 @@ impl Inner {
             let mut seq = message.first_seq + skip;
             let mut index = 0;
             while index < ops.len() {
-                let result: Result<(usize, u64), String> = match &ops[index] {
-                    Op::Put { zone, .. } => {
-                        let zone_number = *zone;
+                let op = &ops[index];
+                let (owner, zone_number) = op.log_zone(master);
+                let result: Result<(usize, u64), String> = match op {
+                    Op::Put { .. } => {
                         let run: Vec<(u64, &[u8])> = ops[index..]
                             .iter()
                             .map_while(|op| match op {
-                                Op::Put { zone, cid, data } if *zone == zone_number => {
+                                Op::Put { cid, data, .. }
+                                    if op.log_zone(master) == (owner, zone_number) =>
+                                {
                                     Some((*cid, &data[..]))
                                 }
                                 _ => None,
                             })
                             .collect();
-                        log_zone(master, zone_number)
+                        log_zone(owner, zone_number)
                             .map_err(|e| e.to_string())
                             .and_then(|id| self.apply_puts(id, &run).map_err(|e| e.to_string()))
                             .map(|log_seq| (run.len(), log_seq))
                     }
-                    Op::Remove { zone, cid } => log_zone(master, *zone)
+                    Op::Remove { cid, .. } => log_zone(owner, zone_number)
                         .map_err(|e| e.to_string())
                         .and_then(|id| {
                             self.ensure_zone(id)

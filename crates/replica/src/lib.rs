@@ -11,7 +11,9 @@
 //!   ordered messages, one sequenced stream per backup. A change returns at the requested
 //!   [`Durability`]. It resends what a lost connection dropped, reports backups that stay
 //!   unreachable ([`ReplicaEvent`]) and re-replicates zones to replacements
-//!   ([`Replicator::replace_backup`]) from the master's memory ([`ChunkSource`]).
+//!   ([`Replicator::replace_backup`]) from the master's memory ([`ChunkSource`]). A zone
+//!   of a failed peer that this master restored is adopted under its log identity
+//!   ([`Replicator::adopt_zone`], [`Replicator::copy_adopted`]).
 //! - [`BackupService`] (backup side): applies the streams of all masters to a
 //!   [`myriad_log::LogEngine`] in stream order, drops duplicates, and acknowledges each
 //!   stream twice: once applied (in the log engine's write buffer) and once on disk.
@@ -46,8 +48,9 @@ pub mod wire;
 
 pub use backup::{BackupConfig, BackupError, BackupService};
 pub use master::{
-    BackupCandidates, ChunkSource, RegisterFuture, RegistryError, ReplicaEvent, Replicator,
-    ReplicatorConfig, ReplicatorStats, StreamStats, ZoneRegistry, ZoneReplacement, ZoneStats,
+    Adoption, BackupCandidates, ChunkSource, RegisterFuture, RegistryError, ReplicaEvent,
+    Replicator, ReplicatorConfig, ReplicatorStats, StreamStats, ZoneRegistry, ZoneReplacement,
+    ZoneStats,
 };
 pub use myriad_backup::{Candidate, Strategy};
 pub use myriad_mem::{ChunkId, NodeId};
@@ -99,6 +102,9 @@ pub enum ReplicaError {
     /// receives the zone by re-replication.
     #[error("backup {0} was replaced while the write waited for it")]
     BackupReplaced(NodeId),
+    /// Copying a zone to a new backup did not finish (see [`Replicator::copy_adopted`]).
+    #[error("re-replication failed: {0}")]
+    Resync(String),
     /// The replicator is shutting down.
     #[error("the replicator is shut down")]
     Shutdown,

@@ -28,6 +28,17 @@
 //! new backup through its stream as usual and mark their CIDs *dirty*; a slice skips dirty
 //! CIDs, so a copy read before a change never lands after it.
 //!
+//! # Adoption (issue 6)
+//! [`Replicator::adopt_zone`] takes over a failed peer's zone that this master restored:
+//! the zone keeps its log identity `(owner, zone)` (the name of its log on every backup
+//! and in the zone table); its backups are the surviving ones plus new ones; it is
+//! registered through the same [`ZoneRegistry`] (with `owner` ≠ this master: the node
+//! commits `ZoneAdopt`), and the failed peer's CID ranges join this master's zone tree
+//! under a local zone number. Every operation of such a zone names the log owner on the
+//! wire ([`Op::Put`]/[`Op::Remove`] with `owner`). [`Replicator::copy_adopted`] copies it
+//! to the added backups with the re-replication above; from then on it is a zone like any
+//! other (replacements, fills).
+//!
 //! # Caller contract
 //! Changes of one chunk must be reported in the order they were applied to memory (e.g.
 //! while holding the chunk's write lock). [`ChunkSource`] and [`BackupCandidates`] are
@@ -55,6 +66,10 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 use crate::wire::{self, encode_log_message, Ack, AckStatus, Op};
 use crate::{Durability, ReplicaError};
+
+/// Ranges of an adopted zone up to this many CIDs are split around CIDs that already have
+/// a zone here; longer overlapping ranges stay where they are.
+const ADOPT_SPLIT_SPAN_MAX: u64 = 1 << 16;
 
 /// What a registration returns: resolves once the zone → backups entry is committed.
 pub type RegisterFuture = Pin<Box<dyn Future<Output = Result<(), RegistryError>> + Send>>;
@@ -240,6 +255,24 @@ pub struct ZoneStats {
     /// Operations of the zone not yet acknowledged, summed over its streams (counted per
     /// message: a partly acknowledged message still counts whole).
     pub unacknowledged_ops: u64,
+    /// For a zone adopted from a failed peer ([`Replicator::adopt_zone`]): its log identity
+    /// `(owner, zone)`, the name it has in the backups' logs and the zone table.
+    pub adopted_from: Option<(NodeId, u32)>,
+}
+
+/// A zone taken over by [`Replicator::adopt_zone`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adoption {
+    /// The zone's number in this master's zone tree (local bookkeeping only).
+    pub zone: u32,
+    /// The failed peer whose zone it was (its log owner).
+    pub owner: NodeId,
+    /// The zone's number within `owner` (its log zone on the backups).
+    pub log_zone: u32,
+    /// Its backups now, in order: the surviving ones first, then the added ones.
+    pub backups: Vec<NodeId>,
+    /// The backups that were added (they receive the zone by [`Replicator::copy_adopted`]).
+    pub added: Vec<NodeId>,
 }
 
 /// One backup stream in [`ReplicatorStats`].
@@ -287,6 +320,8 @@ struct Resync {
 
 #[derive(Debug)]
 struct ZoneState {
+    /// `(owner, zone)` of an adopted zone: the log zone its operations name.
+    log: Option<(NodeId, u32)>,
     backups: Vec<NodeId>,
     registration: Registration,
     /// Bumped on every new registration, so a late answer to an old one is ignored.
@@ -298,8 +333,8 @@ struct ZoneState {
 struct Sent {
     last_seq: u64,
     bytes: Bytes,
-    /// Operations per zone in the message.
-    zones: Vec<(u32, u64)>,
+    /// Operations per zone (log owner, zone) in the message.
+    zones: Vec<(ZoneKey, u64)>,
 }
 
 #[derive(Debug)]
@@ -319,8 +354,8 @@ struct Stream {
     unreachable_reported: bool,
     last_refusal: Option<String>,
     resends: u64,
-    /// Operations per zone in pending and unacknowledged messages.
-    unacknowledged_per_zone: BTreeMap<u32, u64>,
+    /// Operations per zone (log owner, zone) in pending and unacknowledged messages.
+    unacknowledged_per_zone: BTreeMap<ZoneKey, u64>,
     /// Resends after a timeout since the last progress (the next one waits longer).
     backoff: u32,
     /// Hands batches of messages to the stream's send task, which sends them in order.
@@ -376,6 +411,23 @@ impl Stream {
 
     fn unacknowledged_bytes(&self) -> usize {
         self.pending_bytes + self.window_bytes
+    }
+}
+
+/// A zone as its operations name it: `(None, zone)` for an own zone, `(Some(owner), zone)`
+/// for an adopted one.
+type ZoneKey = (Option<NodeId>, u32);
+
+fn op_key(op: &Op) -> ZoneKey {
+    (op.owner(), op.zone())
+}
+
+impl ZoneState {
+    fn key(&self, zone: u32) -> ZoneKey {
+        match self.log {
+            Some((owner, log_zone)) => (Some(owner), log_zone),
+            None => (None, zone),
+        }
     }
 }
 
@@ -614,6 +666,47 @@ impl Replicator {
         self.inner.rebackup(None)
     }
 
+    /// Adopts `owner`'s zone `zone`, whose chunks (CIDs `ranges`, `chunks` of them with
+    /// `bytes` payload) this master restored into its memory after `owner` failed (issue
+    /// 6). The zone keeps its log identity `(owner, zone)`: its backups are the alive ones of
+    /// `old_backups` (in order; never `owner` or this master) plus new ones from the
+    /// placement up to R; the new order is registered (`registry.register(owner, zone, …)`,
+    /// which the node commits as `ZoneAdopt`) and waited for (bounded by
+    /// [`ReplicatorConfig::wait_timeout`]); then `ranges` join the zone tree under a new
+    /// local zone, so every later change of those chunks goes to the zone's backups as an
+    /// operation naming `(owner, zone)`. The added backups do not hold the zone yet:
+    /// [`Replicator::copy_adopted`] copies it to them. Adopting a zone adopted before (a
+    /// retried recovery) registers its backups again and returns it. Blocks: call from a
+    /// thread that runs no async tasks.
+    pub fn adopt_zone(
+        &self,
+        owner: NodeId,
+        zone: u32,
+        old_backups: &[NodeId],
+        ranges: &[(ChunkId, ChunkId)],
+        chunks: u64,
+        bytes: u64,
+    ) -> Result<Adoption, ReplicaError> {
+        self.inner
+            .adopt(owner, zone, old_backups, ranges, chunks, bytes)
+    }
+
+    /// Copies an adopted zone from memory to its added backups (the surviving ones hold its
+    /// log already), one after the other, with the ordering of [`Replicator::replace_backup`]'s
+    /// copy (changes made meanwhile are never overtaken by an older copy). Returns once every
+    /// copy is on the added backups' disks (and the zone's registration done), with the
+    /// number of chunks copied. Blocks.
+    pub fn copy_adopted(&self, adoption: &Adoption) -> Result<u64, ReplicaError> {
+        let mut copied = 0;
+        for &backup in &adoption.added {
+            copied += self
+                .inner
+                .resync(adoption.zone, backup)
+                .map_err(ReplicaError::Resync)?;
+        }
+        Ok(copied)
+    }
+
     /// Waits until every operation assigned so far is acknowledged at `durability` by
     /// every stream (e.g. before a benchmark stops, or a clean shutdown).
     pub fn wait_all(&self, durability: Durability) -> Result<(), ReplicaError> {
@@ -642,6 +735,7 @@ impl Replicator {
             .zones()
             .map(|(zone, usage): (ZoneId, ZoneUsage)| {
                 let z = state.zones.get(&zone.0);
+                let key = z.map_or((None, zone.0), |z| z.key(zone.0));
                 ZoneStats {
                     zone: zone.0,
                     payload_bytes: usage.payload_bytes,
@@ -652,8 +746,9 @@ impl Replicator {
                     unacknowledged_ops: state
                         .streams
                         .values()
-                        .filter_map(|s| s.unacknowledged_per_zone.get(&zone.0))
+                        .filter_map(|s| s.unacknowledged_per_zone.get(&key))
                         .sum(),
+                    adopted_from: z.and_then(|z| z.log),
                 }
             })
             .collect();
@@ -734,9 +829,8 @@ impl Inner {
         z.registration = Registration::Pending;
         z.registration_serial += 1;
         let serial = z.registration_serial;
-        let future = self
-            .registry
-            .register(self.config.node, zone, z.backups.clone());
+        let (owner, number) = z.log.unwrap_or((self.config.node, zone));
+        let future = self.registry.register(owner, number, z.backups.clone());
         let weak = Arc::downgrade(self);
         self.net.runtime().spawn(async move {
             let result = future.await;
@@ -774,6 +868,7 @@ impl Inner {
         state.zones.insert(
             zone,
             ZoneState {
+                log: None,
                 backups,
                 registration: if no_backups_wanted {
                     Registration::Done
@@ -845,7 +940,10 @@ impl Inner {
         let seq = stream.next_seq;
         stream.next_seq += 1;
         stream.pending_bytes += op.encoded_bytes();
-        *stream.unacknowledged_per_zone.entry(op.zone()).or_default() += 1;
+        *stream
+            .unacknowledged_per_zone
+            .entry(op_key(&op))
+            .or_default() += 1;
         stream.pending.push_back((op, durable));
         Target {
             backup,
@@ -919,14 +1017,17 @@ impl Inner {
                 }
                 continue;
             }
+            let (owner, log_zone) = z.key(zone);
             let op = match op_data {
                 Some(data) => Op::Put {
-                    zone,
+                    owner,
+                    zone: log_zone,
                     cid: cid.raw(),
                     data: Bytes::copy_from_slice(data),
                 },
                 None => Op::Remove {
-                    zone,
+                    owner,
+                    zone: log_zone,
                     cid: cid.raw(),
                 },
             };
@@ -1166,11 +1267,11 @@ impl Inner {
                         stream.pending_bytes -= bytes;
                         let last_seq = first_seq + ops.len() as u64 - 1;
                         let encoded = encode_log_message(stream.id, first_seq, durable, &ops);
-                        let mut zones: Vec<(u32, u64)> = Vec::new();
+                        let mut zones: Vec<(ZoneKey, u64)> = Vec::new();
                         for op in &ops {
-                            match zones.iter_mut().find(|(z, _)| *z == op.zone()) {
+                            match zones.iter_mut().find(|(z, _)| *z == op_key(op)) {
                                 Some((_, n)) => *n += 1,
-                                None => zones.push((op.zone(), 1)),
+                                None => zones.push((op_key(op), 1)),
                             }
                         }
                         if stream.window.is_empty() {
@@ -1280,7 +1381,7 @@ impl Inner {
                 .name("replica-resync".into())
                 .spawn(move || {
                     for (zone, backup) in jobs {
-                        inner.resync(zone, backup);
+                        let _ = inner.resync(zone, backup);
                     }
                 }) {
                 Ok(handle) => {
@@ -1294,13 +1395,18 @@ impl Inner {
         changes
     }
 
-    fn resync(self: &Arc<Self>, zone: u32, backup: NodeId) {
+    /// Copies `zone` to `backup` (see [`Inner::resync_inner`]) and reports the outcome as
+    /// an event.
+    fn resync(self: &Arc<Self>, zone: u32, backup: NodeId) -> Result<u64, String> {
         match self.resync_inner(zone, backup) {
-            Ok(chunks) => self.emit(ReplicaEvent::ResyncDone {
-                zone,
-                backup,
-                chunks,
-            }),
+            Ok(chunks) => {
+                self.emit(ReplicaEvent::ResyncDone {
+                    zone,
+                    backup,
+                    chunks,
+                });
+                Ok(chunks)
+            }
             Err(reason) => {
                 let mut state = self.state.lock();
                 if let Some(z) = state.zones.get_mut(&zone) {
@@ -1311,10 +1417,159 @@ impl Inner {
                 self.emit(ReplicaEvent::ResyncFailed {
                     zone,
                     backup,
-                    reason,
+                    reason: reason.clone(),
+                });
+                Err(reason)
+            }
+        }
+    }
+
+    fn adopt(
+        self: &Arc<Self>,
+        owner: NodeId,
+        zone: u32,
+        old_backups: &[NodeId],
+        ranges: &[(ChunkId, ChunkId)],
+        chunks: u64,
+        bytes: u64,
+    ) -> Result<Adoption, ReplicaError> {
+        if self.shutdown.load(Ordering::Acquire) {
+            return Err(ReplicaError::Shutdown);
+        }
+        if self.config.replication == 0 {
+            return Err(ReplicaError::InvalidConfig(
+                "a master without replication adopts no zones",
+            ));
+        }
+        let me = self.config.node;
+        let deadline = Instant::now() + self.config.wait_timeout;
+        let existing = {
+            let state = self.state.lock();
+            state
+                .zones
+                .iter()
+                .find(|(_, z)| z.log == Some((owner, zone)))
+                .map(|(&local, z)| (local, z.backups.clone()))
+        };
+        let (backups, added) = match &existing {
+            Some((_, backups)) => (backups.clone(), Vec::new()),
+            None => {
+                let mut candidates = self.candidates.candidates();
+                candidates.retain(|c| c.node != owner && c.node != me);
+                let alive: HashSet<NodeId> = candidates.iter().map(|c| c.node).collect();
+                let others = old_backups
+                    .iter()
+                    .copied()
+                    .filter(|&b| b != owner && b != me);
+                // Without a view of the live peers, keep every surviving backup rather
+                // than none (a dead one is replaced later like any failed backup).
+                let kept: Vec<NodeId> = if alive.is_empty() {
+                    others.collect()
+                } else {
+                    others.filter(|b| alive.contains(b)).collect()
+                };
+                let mut state = self.state.lock();
+                let State { placement, rng, .. } = &mut *state;
+                let backups = placement.extend(&kept, &candidates, rng);
+                let added: Vec<NodeId> = backups
+                    .iter()
+                    .copied()
+                    .filter(|b| !kept.contains(b))
+                    .collect();
+                (backups, added)
+            }
+        };
+        // The registration (ZoneAdopt) must commit before this master owns the chunks.
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let future = self.registry.register(owner, zone, backups.clone());
+        self.net.runtime().spawn(async move {
+            let _ = done_tx.send(future.await);
+        });
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match done_rx.recv_timeout(wait) {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                return Err(ReplicaError::Registration {
+                    zone,
+                    reason: error.0,
+                })
+            }
+            Err(_) => {
+                return Err(ReplicaError::Timeout {
+                    what: "zone adoption",
+                    waited: self.config.wait_timeout,
+                    missing: Vec::new(),
+                })
+            }
+        }
+        let mut state = self.state.lock();
+        if let Some((local, _)) = existing {
+            if let Some(z) = state.zones.get_mut(&local) {
+                z.registration = Registration::Done;
+                z.registration_serial += 1;
+                let added = z.resyncs.iter().map(|r| r.target).collect();
+                return Ok(Adoption {
+                    zone: local,
+                    owner,
+                    log_zone: zone,
+                    backups: z.backups.clone(),
+                    added,
                 });
             }
         }
+        let local = state.tree.new_zone();
+        let mut overlapping = 0u64;
+        for &(first, last) in ranges {
+            if state.tree.add_range(first, last, local).is_ok() {
+                continue;
+            }
+            // Some CIDs already have a zone here (e.g. own chunks that had migrated to the
+            // failed peer): a short range is taken CID by CID around them.
+            let span = last.raw().saturating_sub(first.raw());
+            if span >= ADOPT_SPLIT_SPAN_MAX {
+                overlapping += span + 1;
+                continue;
+            }
+            for raw in first.raw()..=last.raw() {
+                let cid = ChunkId::from_raw(raw);
+                if state.tree.add_range(cid, cid, local).is_err() {
+                    overlapping += 1;
+                }
+            }
+        }
+        if overlapping > 0 {
+            tracing::warn!(%owner, zone, overlapping, "CIDs of an adopted zone already had a zone here; their changes go to that zone");
+        }
+        if chunks > 0 {
+            state.tree.add_usage(local, bytes);
+            for _ in 1..chunks {
+                state.tree.add_usage(local, 0);
+            }
+        }
+        state.zones.insert(
+            local.0,
+            ZoneState {
+                log: Some((owner, zone)),
+                backups: backups.clone(),
+                registration: Registration::Done,
+                registration_serial: 0,
+                resyncs: added
+                    .iter()
+                    .map(|&target| Resync {
+                        target,
+                        dirty: HashSet::new(),
+                    })
+                    .collect(),
+            },
+        );
+        self.progress.notify_all();
+        Ok(Adoption {
+            zone: local.0,
+            owner,
+            log_zone: zone,
+            backups,
+            added,
+        })
     }
 
     fn resync_inner(self: &Arc<Self>, zone: u32, backup: NodeId) -> Result<u64, String> {
@@ -1353,13 +1608,15 @@ impl Inner {
                 let Some(resync) = z.resyncs.iter().find(|r| r.target == backup) else {
                     return Err("backup left the zone".into());
                 };
+                let (owner, log_zone) = z.key(zone);
                 let keep: Vec<(ChunkId, Bytes)> = slice
                     .into_iter()
                     .filter(|(cid, _)| !resync.dirty.contains(&cid.raw()))
                     .collect();
                 for (cid, data) in keep {
                     let op = Op::Put {
-                        zone,
+                        owner,
+                        zone: log_zone,
                         cid: cid.raw(),
                         data,
                     };

@@ -21,8 +21,10 @@
 //! LogMessage := stream u64 | first_seq varint (>= 1) | flags u8 | count varint (>= 1) | op*count
 //!   flags     := bit 0: the master waits for durability of these operations (flush now)
 //!                other bits must be 0
-//!   op        := tag u8 | zone varint (<= u32::MAX) | cid u64 | [tag 1: payload varint-length bytes]
-//!   tag       := 1 put (write the chunk's whole payload) | 2 remove
+//!   op        := tag u8 | [tags 3, 4: owner u16] | zone varint (<= u32::MAX) | cid u64
+//!                | [tags 1, 3: payload varint-length bytes]
+//!   tag       := 1 put (write the chunk's whole payload) | 2 remove      (the sender's zone)
+//!              | 3 put | 4 remove of log zone (owner, zone)   (a zone the sender adopted)
 //! Ack        := stream u64 | applied_seq varint | durable_seq varint (<= applied_seq) | status
 //!   status    := 0 ok | 1 gap | 2 refused, reason (varint-length UTF-8, <= REASON_BYTES_MAX)
 //! ```
@@ -30,6 +32,7 @@
 //! allocated; decoding never panics ([`fuzz_decode`]).
 
 use bytes::Bytes;
+use myriad_mem::NodeId;
 use myriad_net::codec::{Decoder, Encoder};
 use myriad_net::{DecodeError, MessageType};
 
@@ -47,14 +50,20 @@ pub const REASON_BYTES_MAX: usize = 1024;
 const OP_BYTES_MIN: usize = 1 + 1 + 8;
 const TAG_PUT: u8 = 1;
 const TAG_REMOVE: u8 = 2;
+const TAG_PUT_FOR: u8 = 3;
+const TAG_REMOVE_FOR: u8 = 4;
 const FLAG_DURABLE: u8 = 1;
 
-/// One replicated change of a chunk in a backup zone.
+/// One replicated change of a chunk in a backup zone. The zone is the sender's own zone
+/// `zone` when `owner` is `None`, else the log zone `(owner, zone)`: a zone of (failed)
+/// peer `owner` that the sender restored and adopted (issue 6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     /// The chunk's whole current payload.
     Put {
-        /// The master's zone number.
+        /// The log owner of an adopted zone; `None` for the sender's own zone.
+        owner: Option<NodeId>,
+        /// The zone number (within the sender, or within `owner`).
         zone: u32,
         /// The chunk.
         cid: u64,
@@ -63,7 +72,9 @@ pub enum Op {
     },
     /// The chunk was removed.
     Remove {
-        /// The master's zone number.
+        /// The log owner of an adopted zone; `None` for the sender's own zone.
+        owner: Option<NodeId>,
+        /// The zone number (within the sender, or within `owner`).
         zone: u32,
         /// The chunk.
         cid: u64,
@@ -71,11 +82,23 @@ pub enum Op {
 }
 
 impl Op {
-    /// The operation's zone.
+    /// The operation's zone number (within the sender, or within [`Op::owner`]).
     pub fn zone(&self) -> u32 {
         match self {
             Op::Put { zone, .. } | Op::Remove { zone, .. } => *zone,
         }
+    }
+
+    /// The log owner named by the operation (`None`: the sender's own zone).
+    pub fn owner(&self) -> Option<NodeId> {
+        match self {
+            Op::Put { owner, .. } | Op::Remove { owner, .. } => *owner,
+        }
+    }
+
+    /// The log zone `(owner, zone)` the operation goes to when `sender` sent it.
+    pub fn log_zone(&self, sender: NodeId) -> (NodeId, u32) {
+        (self.owner().unwrap_or(sender), self.zone())
     }
 
     /// The operation's chunk.
@@ -88,31 +111,35 @@ impl Op {
     /// Bytes this operation takes in a message (an upper bound).
     pub fn encoded_bytes(&self) -> usize {
         match self {
-            Op::Put { data, .. } => 1 + 5 + 8 + 10 + data.len(),
-            Op::Remove { .. } => 1 + 5 + 8,
+            Op::Put { data, .. } => 1 + 2 + 5 + 8 + 10 + data.len(),
+            Op::Remove { .. } => 1 + 2 + 5 + 8,
         }
     }
 
     fn encode(&self, encoder: &mut Encoder) {
-        match self {
-            Op::Put { zone, cid, data } => {
-                encoder
-                    .put_u8(TAG_PUT)
-                    .put_varint(u64::from(*zone))
-                    .put_u64(*cid)
-                    .put_bytes(data);
-            }
-            Op::Remove { zone, cid } => {
-                encoder
-                    .put_u8(TAG_REMOVE)
-                    .put_varint(u64::from(*zone))
-                    .put_u64(*cid);
-            }
+        let (plain, adopted) = match self {
+            Op::Put { .. } => (TAG_PUT, TAG_PUT_FOR),
+            Op::Remove { .. } => (TAG_REMOVE, TAG_REMOVE_FOR),
+        };
+        match self.owner() {
+            Some(owner) => encoder.put_u8(adopted).put_u16(owner.0),
+            None => encoder.put_u8(plain),
+        };
+        encoder
+            .put_varint(u64::from(self.zone()))
+            .put_u64(self.cid());
+        if let Op::Put { data, .. } = self {
+            encoder.put_bytes(data);
         }
     }
 
     fn decode(decoder: &mut Decoder) -> Result<Op, WireError> {
         let tag = decoder.get_u8()?;
+        let owner = match tag {
+            TAG_PUT | TAG_REMOVE => None,
+            TAG_PUT_FOR | TAG_REMOVE_FOR => Some(NodeId(decoder.get_u16()?)),
+            tag => return Err(WireError::UnknownTag { what: "op", tag }),
+        };
         let zone_raw = decoder.get_varint()?;
         let zone = u32::try_from(zone_raw).map_err(|_| WireError::TooLarge {
             what: "zone",
@@ -121,13 +148,13 @@ impl Op {
         })?;
         let cid = decoder.get_u64()?;
         match tag {
-            TAG_PUT => Ok(Op::Put {
+            TAG_PUT | TAG_PUT_FOR => Ok(Op::Put {
+                owner,
                 zone,
                 cid,
                 data: decoder.get_bytes()?,
             }),
-            TAG_REMOVE => Ok(Op::Remove { zone, cid }),
-            tag => Err(WireError::UnknownTag { what: "op", tag }),
+            _ => Ok(Op::Remove { owner, zone, cid }),
         }
     }
 }
@@ -366,16 +393,23 @@ mod tests {
     fn op_strategy() -> impl Strategy<Value = Op> {
         prop_oneof![
             (
+                proptest::option::of(any::<u16>().prop_map(NodeId)),
                 any::<u32>(),
                 any::<u64>(),
                 proptest::collection::vec(any::<u8>(), 0..64)
             )
-                .prop_map(|(zone, cid, data)| Op::Put {
+                .prop_map(|(owner, zone, cid, data)| Op::Put {
+                    owner,
                     zone,
                     cid,
                     data: Bytes::from(data)
                 }),
-            (any::<u32>(), any::<u64>()).prop_map(|(zone, cid)| Op::Remove { zone, cid }),
+            (
+                proptest::option::of(any::<u16>().prop_map(NodeId)),
+                any::<u32>(),
+                any::<u64>()
+            )
+                .prop_map(|(owner, zone, cid)| Op::Remove { owner, zone, cid }),
         ]
     }
 
@@ -443,10 +477,23 @@ mod tests {
             stream: 1,
             first_seq: 1,
             durable_requested: true,
-            ops: vec![Op::Remove { zone: 3, cid: 9 }],
+            ops: vec![Op::Remove {
+                owner: None,
+                zone: 3,
+                cid: 9,
+            }],
         };
         assert!(LogMessage::decode(ok.encode()).is_ok());
-        let zero = encode_log_message(1, 0, false, &[Op::Remove { zone: 3, cid: 9 }]);
+        let zero = encode_log_message(
+            1,
+            0,
+            false,
+            &[Op::Remove {
+                owner: None,
+                zone: 3,
+                cid: 9,
+            }],
+        );
         assert_eq!(
             LogMessage::decode(zero),
             Err(WireError::Invalid("first sequence number 0"))
@@ -472,6 +519,30 @@ mod tests {
             LogMessage::decode(bad_zone.finish()),
             Err(WireError::TooLarge { what: "zone", .. })
         ));
+        // An op naming a log owner: the owner is two bytes after the tag; a tag beyond 4 is
+        // refused, and a truncated owner is an error.
+        let adopted = encode_log_message(
+            1,
+            1,
+            false,
+            &[Op::Remove {
+                owner: Some(NodeId(0x0102)),
+                zone: 3,
+                cid: 9,
+            }],
+        );
+        assert_eq!(&adopted[11..14], &[TAG_REMOVE_FOR, 0x02, 0x01]);
+        assert_eq!(
+            LogMessage::decode(adopted.clone()).map(|m| m.ops[0].log_zone(NodeId(7))),
+            Ok((NodeId(0x0102), 3))
+        );
+        let mut bad_tag = adopted.to_vec();
+        bad_tag[11] = 5;
+        assert_eq!(
+            LogMessage::decode(Bytes::from(bad_tag)),
+            Err(WireError::UnknownTag { what: "op", tag: 5 })
+        );
+        assert!(LogMessage::decode(adopted.slice(..13)).is_err());
         let bad_ack = Ack {
             stream: 1,
             applied_seq: 1,

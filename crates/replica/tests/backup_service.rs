@@ -65,6 +65,7 @@ fn rig() -> Rig {
 
 fn put(zone: u32, cid: u64, byte: u8) -> Op {
     Op::Put {
+        owner: None,
         zone,
         cid,
         data: Bytes::from(vec![byte; 12]),
@@ -118,7 +119,15 @@ fn duplicates_are_dropped_gaps_stop_and_streams_restart() {
     rig.send(
         5,
         2,
-        vec![put(0, 2, 9), put(0, 3, 9), Op::Remove { zone: 0, cid: 1 }],
+        vec![
+            put(0, 2, 9),
+            put(0, 3, 9),
+            Op::Remove {
+                owner: None,
+                zone: 0,
+                cid: 1,
+            },
+        ],
     );
     rig.expect(5, 4, |s| *s == AckStatus::Ok);
     // 5 and 6 were lost: 7 is a gap and is not applied.
@@ -150,4 +159,48 @@ fn duplicates_are_dropped_gaps_stop_and_streams_restart() {
         assert!(std::time::Instant::now() < deadline, "never durable");
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Operations naming a log owner (a zone the master adopted after restoring it) go to the
+/// log zone `(owner, zone)`, next to the master's own zone of the same number, in one stream.
+#[test]
+fn adopted_zone_ops_go_to_the_log_owners_zone() {
+    let rig = rig();
+    let failed = myriad_replica::NodeId(9);
+    let adopted = |cid: u64, byte: u8| Op::Put {
+        owner: Some(failed),
+        zone: 0,
+        cid,
+        data: Bytes::from(vec![byte; 12]),
+    };
+    rig.send(
+        5,
+        1,
+        vec![
+            put(0, 1, 1),
+            adopted(2, 2),
+            adopted(3, 3),
+            Op::Remove {
+                owner: Some(failed),
+                zone: 0,
+                cid: 2,
+            },
+        ],
+    );
+    rig.expect(5, 4, |s| *s == AckStatus::Ok);
+    assert_eq!(
+        rig.service.zone_ids(),
+        vec![(myriad_replica::NodeId(1), 0), (failed, 0)]
+    );
+    let mut got: Vec<(u64, Vec<u8>)> = Vec::new();
+    let collected = parking_lot::Mutex::new(&mut got);
+    rig.service
+        .recover_zone(failed, 0, &|batch| {
+            let mut guard = collected.lock();
+            for chunk in batch {
+                guard.push((chunk.cid, chunk.payload.to_vec()));
+            }
+        })
+        .expect("recover the adopted zone");
+    assert_eq!(got, vec![(3, vec![3; 12])]);
 }

@@ -733,3 +733,121 @@ fn zones_placed_with_too_few_peers_are_filled_when_peers_join() {
     cluster.replicator.wait_all(Durability::Durable).unwrap();
     cluster.check_backups_match_memory();
 }
+
+fn read_log(service: &BackupService, owner: NodeId, zone: u32) -> BTreeMap<u64, Vec<u8>> {
+    let chunks = Mutex::new(BTreeMap::new());
+    service
+        .recover_zone(owner, zone, &|batch| {
+            let mut chunks = chunks.lock();
+            for chunk in batch {
+                chunks.insert(chunk.cid, chunk.payload.to_vec());
+            }
+        })
+        .expect("recover zone");
+    chunks.into_inner()
+}
+
+/// Adoption (issue 6): the master restored zone 7 of failed peer 50 and adopts it. The
+/// surviving backups stay first, one new backup fills up to R; later writes and removes
+/// of those chunks go to the log zone (50, 7) on every backup (never to a zone of the
+/// master), and the copy to the new backup brings it the whole zone.
+#[test]
+fn an_adopted_zone_keeps_its_log_identity_on_its_backups() {
+    let cluster = Cluster::start(4, 4, Registry::default(), |config| config.replication = 3);
+    let failed = NodeId(50);
+    let cid = |local: u64| ChunkId::new(failed, local).unwrap();
+    let (b0, b1) = (cluster.backups[0].node, cluster.backups[1].node);
+    // The failed peer's log on its surviving backups, and the chunks restored into memory.
+    for node in [b0, b1] {
+        let engine = cluster.backup(node).service.engine();
+        let id = log_zone(failed, 7).unwrap();
+        engine.create_zone(id).unwrap();
+        for local in 1..=20u64 {
+            engine
+                .append(id, cid(local).raw(), &payload(local, 0, 30))
+                .unwrap();
+        }
+    }
+    for local in 1..=20u64 {
+        cluster
+            .memory
+            .0
+            .lock()
+            .insert(cid(local).raw(), payload(local, 0, 30));
+    }
+    let adoption = cluster
+        .replicator
+        .adopt_zone(
+            failed,
+            7,
+            &[b0, MASTER, failed, b1],
+            &[(cid(1), cid(20))],
+            20,
+            600,
+        )
+        .expect("adopt");
+    assert_eq!(&adoption.backups[..2], &[b0, b1]);
+    assert_eq!(adoption.backups.len(), 3);
+    assert_eq!(adoption.added.len(), 1);
+    assert_eq!(
+        cluster.registry.calls.lock().last(),
+        Some(&(failed, 7, adoption.backups.clone()))
+    );
+    assert_eq!(cluster.replicator.zone_of(cid(5)), Some(adoption.zone));
+    let stats = cluster.replicator.stats();
+    let zone = stats
+        .zones
+        .iter()
+        .find(|z| z.zone == adoption.zone)
+        .expect("adopted zone in the stats");
+    assert_eq!(zone.adopted_from, Some((failed, 7)));
+    assert_eq!(zone.chunks, 20);
+    // Changes after the adoption, then the copy to the new backup.
+    for local in 1..=10u64 {
+        let data = payload(local, 1, 31);
+        cluster
+            .memory
+            .0
+            .lock()
+            .insert(cid(local).raw(), data.clone());
+        cluster
+            .replicator
+            .on_put(cid(local), &data, Some(Durability::Durable))
+            .unwrap();
+    }
+    cluster.memory.0.lock().remove(&cid(20).raw());
+    cluster
+        .replicator
+        .on_remove(cid(20), 30, Some(Durability::Durable))
+        .unwrap();
+    let copied = cluster.replicator.copy_adopted(&adoption).expect("copy");
+    assert!(copied <= 19, "copied {copied}");
+    cluster.replicator.wait_all(Durability::Durable).unwrap();
+    let expected: BTreeMap<u64, Vec<u8>> = cluster
+        .memory
+        .0
+        .lock()
+        .iter()
+        .filter(|(&raw, _)| ChunkId::from_raw(raw).creator() == failed)
+        .map(|(&raw, data)| (raw, data.clone()))
+        .collect();
+    assert_eq!(expected.len(), 19);
+    for &node in &adoption.backups {
+        let service = &cluster.backup(node).service;
+        assert!(
+            read_log(service, failed, 7) == expected,
+            "log zone (50, 7) on backup {node} differs from memory"
+        );
+        assert!(
+            !service.zone_ids().contains(&(MASTER, adoption.zone)),
+            "backup {node} got a zone of the master for the adopted chunks"
+        );
+    }
+    // Adopting it again (a retried recovery) keeps the zone and its backups.
+    let again = cluster
+        .replicator
+        .adopt_zone(failed, 7, &[b0, b1], &[(cid(1), cid(20))], 20, 600)
+        .expect("adopt again");
+    assert_eq!(again.zone, adoption.zone);
+    assert_eq!(again.backups, adoption.backups);
+}

@@ -11,9 +11,13 @@
 //! answer within [`RECOVER_TIMEOUT`] or answers `Failed` is skipped and the next backup in
 //! the zone's order is asked; so is a backup whose own failure is committed while it
 //! restores the zone (every `Fail` commit wakes the zones in progress, which stop waiting
-//! for a backup that is no longer alive). The restorer commits the ownership of the CIDs it restored
-//! and then the zone's removal (`ZoneRemove`); the leader commits the removal too, so the
-//! table shrinks as zones are done and a new leader continues where the old one stopped.
+//! for a backup that is no longer alive). The restorer adopts the zone (`ZoneAdopt`: held
+//! by the restorer from then on, same log identity) and then commits the ownership of the
+//! CIDs it restored; a zone held by a live peer needs no recovery, so the leader is done
+//! with it and a new leader continues where the old one stopped. An adopted zone whose
+//! holder fails is due again and recovered the same way (the request names the log
+//! owner; the backups hold the log under that name). A restorer without replication
+//! removes the zone (`ZoneRemove`) instead; the leader commits that removal too.
 //!
 //! A zone none of whose backups is alive waits up to the configured backup wait
 //! (`failure.recovery_backup_wait_ms`, 30 s by default) for one to come back: after a
@@ -22,7 +26,8 @@
 //! restores the zone; if none did within the wait, the zone is **lost**: logged as an
 //! error, shown as `Lost` in the status, and removed from the table. Its chunks are gone.
 //!
-//! Once no zone of a failed peer is left, the CIDs that still route to it (its own CIDs
+//! Once no zone *held by* a failed peer is left ([`myriad_meta::MetaState::zones_held_by`]:
+//! its zones adopted by others do not count), the CIDs that still route to it (its own CIDs
 //! outside the recovered ranges: removed chunks, chunks of lost zones, and ranges of other
 //! creators it had taken over) are given to a live peer (the owner of the neighbouring
 //! range, else the lowest live peer) in one `Command::HandOver` (one Raft entry however
@@ -41,7 +46,8 @@
 //! - The restorers commit the ownership of the CIDs they restored themselves; the leftover
 //!   step only touches ranges that still point to the failed node after every zone of it
 //!   is gone from the table, so it never takes a restored CID away from its restorer.
-//! - A zone leaves the table only after its CIDs are owned by a restorer, or as lost.
+//! - A zone leaves the table only after its CIDs are owned by a restorer without
+//!   replication, or as lost; an adopted zone stays, held by its restorer.
 //!
 //! # Known gaps
 //! Two superpeers that both believe to lead for a moment may both ask a backup to restore
@@ -213,7 +219,10 @@ pub(crate) fn scan(core: &Arc<Core>) {
             .filter(|record| {
                 record.role == Role::Peer
                     && matches!(record.state, NodeState::Failed { .. })
-                    && state.zones_of(record.id).next().is_none()
+                    && state.zones_held_by(record.id).next().is_none()
+                    && state
+                        .zones_of(record.id)
+                        .all(|(zone, _)| state.zone_settled(record.id, zone))
             })
             .map(|record| (record.id, record.incarnation))
             .collect();
@@ -271,7 +280,7 @@ pub(crate) fn scan(core: &Arc<Core>) {
 /// Recovers one zone until it is restored, lost, no longer due, or this superpeer stops
 /// leading.
 async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant) {
-    let deadline = Instant::now() + core.backup_wait;
+    let mut deadline = Instant::now() + core.backup_wait;
     let mut failed_rounds = 0u32;
     while let Some(raft) = core.raft() {
         if core.stopping() || !raft.is_leader() {
@@ -300,9 +309,33 @@ async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant)
         if alive {
             if let Some(restorer) = recover_zone(&core, owner, zone, backups.clone(), started).await
             {
-                remove_zone(&core, owner, zone).await;
-                tracing::debug!(%owner, zone, %restorer, "zone removed from the table");
-                break;
+                // The restorer adopted the zone (`ZoneAdopt`, before its reply): held by a
+                // live peer, it is finished. A restorer without replication removed it
+                // instead, or left that to this leader. An adopted zone whose new holder
+                // failed meanwhile is recovered again from its backups.
+                let due = raft.read_local(|state| {
+                    state
+                        .zone_needs_recovery(owner, zone)
+                        .then(|| state.zone_holder(owner, zone))
+                        .flatten()
+                });
+                match due {
+                    None => {
+                        tracing::debug!(%owner, zone, %restorer, "zone adopted by its restorer");
+                        break;
+                    }
+                    Some(holder) if holder == owner => {
+                        remove_zone(&core, owner, zone).await;
+                        tracing::debug!(%owner, zone, %restorer, "zone removed from the table");
+                        break;
+                    }
+                    Some(holder) => {
+                        tracing::warn!(%owner, zone, %holder, "the zone's new holder failed; recovering it again");
+                        deadline = Instant::now() + core.backup_wait;
+                        failed_rounds = 0;
+                        continue;
+                    }
+                }
             }
             failed_rounds += 1;
         } else {

@@ -146,6 +146,7 @@ fn request() -> impl Strategy<Value = MetaRequest> {
         Just(MetaRequest::Nodes),
         node().prop_map(MetaRequest::Zones),
         node().prop_map(MetaRequest::Bases),
+        node().prop_map(MetaRequest::ZonesDue),
         Just(MetaRequest::Status),
     ]
 }
