@@ -578,10 +578,16 @@ impl Command {
                 node: node(reader, "node")?,
                 incarnation: 0,
             },
-            24 => Command::Fail {
-                node: node(reader, "node")?,
-                incarnation: reader.u32("incarnation")?,
-            },
+            24 => {
+                let node = node(reader, "node")?;
+                // Incarnation 0 is written with tag 3; accepting it here would give one
+                // command two encodings.
+                let incarnation = reader.u32("incarnation")?;
+                if incarnation == 0 {
+                    return Err(DecodeError::Invalid("fail verdict naming incarnation 0"));
+                }
+                Command::Fail { node, incarnation }
+            }
             4 => Command::ReleaseId {
                 node: node(reader, "node")?,
             },
