@@ -69,7 +69,7 @@ use myriad_net::{Handlers, Incoming, NetError};
 use myriad_proto::chunk::{
     ChunkReply, ChunkRequest, ChunkStats, DataReplyWriter, ItemError, LIST_RANGES_MAX,
 };
-use myriad_replica::Replicator;
+use myriad_replica::{AsyncChange, Replicator};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::replication::durability_of;
@@ -106,6 +106,22 @@ impl Replication {
         indexes
             .into_iter()
             .map(|i| self.stripes[i].lock())
+            .collect()
+    }
+}
+
+impl Replication {
+    /// Locks the stripes of `cids` if none is held now (never waits: for the I/O thread).
+    fn try_lock(&self, cids: impl IntoIterator<Item = ChunkId>) -> Option<Vec<MutexGuard<'_, ()>>> {
+        let mut indexes: Vec<usize> = cids
+            .into_iter()
+            .map(|cid| stripe_of(cid, self.stripes.len()))
+            .collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        indexes
+            .into_iter()
+            .map(|i| self.stripes[i].try_lock())
             .collect()
     }
 }
@@ -161,6 +177,8 @@ pub struct ChunkService {
     rereplication_pending: AtomicU64,
     /// Set once the superpeers declared this node failed ([`ChunkService::declare_failed`]).
     declared_failed: AtomicBool,
+    /// Replicated changes served on the I/O thread ([`ChunkService::serve_change_inline`]).
+    changes_inline: AtomicU64,
 }
 
 /// Keeps inline serving off while a migration runs ([`ChunkService::migration_guard`]).
@@ -254,6 +272,7 @@ impl ChunkService {
             replication: None,
             rereplication_pending: AtomicU64::new(0),
             declared_failed: AtomicBool::new(false),
+            changes_inline: AtomicU64::new(0),
         }
     }
 
@@ -316,6 +335,90 @@ impl ChunkService {
         self.locked_chunks.load(Ordering::Acquire) == 0
             && self.migrations.load(Ordering::Acquire) == 0
             && (myriad_proto::chunk::is_read_only_request(payload) || self.replication.is_none())
+    }
+
+    /// Serves an `async` put or remove on the calling thread, the messaging layer's I/O
+    /// thread, when this peer replicates and nothing can make the change wait: no chunk
+    /// lock held through this service, no migration, the chunks' order stripes free, and
+    /// the replicator ready to queue the change at once
+    /// ([`myriad_replica::Replicator::ready_without_waiting`]): each put's chunk already
+    /// in a registered zone, room in every backup stream concerned. Returns the encoded
+    /// reply, or `None` (nothing done) when the request must take the blocking path
+    /// ([`ChunkService::serve_incoming`]). The replication is the same either way: the
+    /// change is queued for the zone's backups in the order it was applied to memory.
+    pub fn serve_change_inline(&self, from: NodeId, payload: &Bytes) -> Option<Bytes> {
+        let replication = self.replication.as_ref()?;
+        if self.locked_chunks.load(Ordering::Acquire) != 0
+            || self.migrations.load(Ordering::Acquire) != 0
+            || self.is_declared_failed()
+            || !myriad_proto::chunk::is_change_request(payload)
+        {
+            return None;
+        }
+        let replicator = &replication.replicator;
+        let is_async = |durability: u8| {
+            durability_of(durability).unwrap_or(replicator.config().default_durability)
+                == myriad_replica::Durability::Async
+        };
+        match ChunkRequest::decode(payload.clone()).ok()? {
+            ChunkRequest::Put { items, durability } if is_async(durability) => {
+                let changes: Vec<AsyncChange<'_>> = items
+                    .iter()
+                    .map(|(cid, data)| AsyncChange::Put(*cid, data))
+                    .collect();
+                let _order = replication.try_lock(items.iter().map(|(cid, _)| *cid))?;
+                if !replicator.ready_without_waiting(&changes) {
+                    return None;
+                }
+                let mut statuses = self.put_memory(from, &items);
+                let stored: Vec<AsyncChange<'_>> = changes
+                    .into_iter()
+                    .zip(&statuses)
+                    .filter(|(_, status)| status.is_ok())
+                    .map(|(change, _)| change)
+                    .collect();
+                if let Err(error) = replicator.on_changes_nowait(&stored) {
+                    fail_succeeded(&mut statuses, &replica_error(error));
+                }
+                self.changes_inline.fetch_add(1, Ordering::Relaxed);
+                Some(ChunkReply::Statuses(statuses).encode())
+            }
+            ChunkRequest::Remove { cids, durability } if is_async(durability) => {
+                let _order = replication.try_lock(cids.iter().copied())?;
+                let mut sized: Vec<AsyncChange<'_>> = Vec::with_capacity(cids.len());
+                for &cid in &cids {
+                    // The size cannot change meanwhile: every resize takes the stripe.
+                    let size = self.mem.size(cid).unwrap_or(0) as u64;
+                    sized.push(AsyncChange::Remove(cid, size));
+                }
+                if !replicator.ready_without_waiting(&sized) {
+                    return None;
+                }
+                let mut removed: Vec<AsyncChange<'_>> = Vec::with_capacity(cids.len());
+                let mut statuses: Vec<Result<(), ItemError>> = cids
+                    .iter()
+                    .zip(&sized)
+                    .map(|(&cid, change)| {
+                        self.check_owner(cid)?;
+                        status(self.mem.remove(cid))?;
+                        removed.push(*change);
+                        Ok(())
+                    })
+                    .collect();
+                if let Err(error) = replicator.on_changes_nowait(&removed) {
+                    fail_succeeded(&mut statuses, &replica_error(error));
+                }
+                self.changes_inline.fetch_add(1, Ordering::Relaxed);
+                Some(ChunkReply::Statuses(statuses).encode())
+            }
+            _ => None,
+        }
+    }
+
+    /// How many replicated change requests were served on the I/O thread
+    /// ([`ChunkService::serve_change_inline`]) since the start.
+    pub fn changes_served_inline(&self) -> u64 {
+        self.changes_inline.load(Ordering::Relaxed)
     }
 
     /// Marks a migration as running until the guard drops: meanwhile the migration holds

@@ -316,6 +316,10 @@ impl PeerNode {
                 let _ = incoming.respond(reply);
                 return;
             }
+            if let Some(reply) = service.serve_change_inline(from, &incoming.payload) {
+                let _ = incoming.respond(reply);
+                return;
+            }
             if service.replicator().is_some()
                 && myriad_proto::chunk::is_change_request(&incoming.payload)
             {

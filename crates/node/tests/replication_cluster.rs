@@ -323,6 +323,13 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
     let client = cluster.clients[0].clone();
     let zones = check_zones(&cluster, &client, &model, &masters);
     assert!(zones >= 2 * PEERS, "only {zones} zones checked");
+    // The `async` puts and removes of chunks in registered zones were served on the
+    // peers' I/O threads, and their copies matched above like every other change.
+    let inline: u64 = cluster
+        .live()
+        .map(|peer| peer.service().changes_served_inline())
+        .sum();
+    assert!(inline > 0, "no async change was served inline");
 
     // A backup leaves: every zone it backed gets a replacement, registered and filled.
     let gone_index = PEERS - 1;

@@ -48,9 +48,9 @@ pub mod wire;
 
 pub use backup::{BackupConfig, BackupError, BackupService};
 pub use master::{
-    Adoption, BackupCandidates, ChunkSource, RegisterFuture, RegistryError, ReplicaEvent,
-    Replicator, ReplicatorConfig, ReplicatorStats, StreamStats, ZoneRegistry, ZoneReplacement,
-    ZoneStats,
+    Adoption, AsyncChange, BackupCandidates, ChunkSource, RegisterFuture, RegistryError,
+    ReplicaEvent, Replicator, ReplicatorConfig, ReplicatorStats, StreamStats, ZoneRegistry,
+    ZoneReplacement, ZoneStats,
 };
 pub use myriad_backup::{Candidate, Strategy};
 pub use myriad_mem::{ChunkId, NodeId};
@@ -105,6 +105,10 @@ pub enum ReplicaError {
     /// Copying a zone to a new backup did not finish (see [`Replicator::copy_adopted`]).
     #[error("re-replication failed: {0}")]
     Resync(String),
+    /// A no-wait report ([`Replicator::on_changes_nowait`]) would have had to wait (a
+    /// chunk without a registered zone); nothing was reported.
+    #[error("the change would have to wait for its zone or its backups")]
+    WouldWait,
     /// The replicator is shutting down.
     #[error("the replicator is shut down")]
     Shutdown,

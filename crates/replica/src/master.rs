@@ -480,6 +480,13 @@ impl std::fmt::Debug for Replicator {
     }
 }
 
+/// Whether a submission may wait (for room, registration or acknowledgements).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Wait,
+    NoWait,
+}
+
 /// A change reported to [`Replicator`].
 #[derive(Clone, Copy)]
 enum Change<'a> {
@@ -487,6 +494,24 @@ enum Change<'a> {
     Put(ChunkId, &'a [u8]),
     Resize(ChunkId, u64, &'a [u8]),
     Remove(ChunkId, u64),
+}
+
+/// A change reported with [`Replicator::on_changes_nowait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncChange<'a> {
+    /// The chunk's whole payload is now `data`.
+    Put(ChunkId, &'a [u8]),
+    /// The chunk, of this many bytes, was removed.
+    Remove(ChunkId, u64),
+}
+
+impl<'a> AsyncChange<'a> {
+    fn change(&self) -> Change<'a> {
+        match *self {
+            AsyncChange::Put(cid, data) => Change::Put(cid, data),
+            AsyncChange::Remove(cid, size) => Change::Remove(cid, size),
+        }
+    }
 }
 
 fn net_id(node: NodeId) -> myriad_net::NodeId {
@@ -647,6 +672,38 @@ impl Replicator {
         self.inner.submit(
             items.iter().map(|&(cid, size)| Change::Remove(cid, size)),
             durability,
+        )
+    }
+
+    /// Whether these `async` changes could be
+    /// reported right now with [`Replicator::on_changes_nowait`] without going past any
+    /// stream's byte limit: each put's chunk already has a zone whose registration is
+    /// committed, and every backup stream concerned has room. A snapshot: the caller
+    /// checks it before applying the changes to memory, so that reporting them afterwards
+    /// practically never fails.
+    pub fn ready_without_waiting(&self, changes: &[AsyncChange<'_>]) -> bool {
+        if self.inner.shutdown.load(Ordering::Acquire) {
+            return false;
+        }
+        let changes: Vec<Change<'_>> = changes.iter().map(|c| c.change()).collect();
+        let state = self.inner.state.lock();
+        self.inner.ready_now(&state, &changes, true)
+    }
+
+    /// Reports `async` puts and removes without ever waiting: for
+    /// callers that must not block, such as a peer answering on its messaging I/O thread
+    /// (acknowledgements arrive on such threads). The changes are queued for the backups
+    /// even when a stream is past its byte limit (by at most what raced in since
+    /// [`Replicator::ready_without_waiting`]), and a pending re-registration of a zone (a
+    /// replaced backup) is not waited for: the committed backup order receives the
+    /// changes too. The changes are reported as `async` whatever the default (the caller
+    /// decided that the request asked for `async`). Returns [`ReplicaError::WouldWait`],
+    /// having reported nothing, when a put's chunk has no registered zone.
+    pub fn on_changes_nowait(&self, changes: &[AsyncChange<'_>]) -> Result<(), ReplicaError> {
+        self.inner.submit_mode(
+            changes.iter().map(|c| c.change()),
+            Some(Durability::Async),
+            Mode::NoWait,
         )
     }
 
@@ -957,6 +1014,55 @@ impl Inner {
         changes: impl Iterator<Item = Change<'a>>,
         durability: Option<Durability>,
     ) -> Result<(), ReplicaError> {
+        self.submit_mode(changes, durability, Mode::Wait)
+    }
+
+    /// Whether every change could be reported at once: `async`, no zone to assign or
+    /// register (puts of chunks with a zone whose registration is done, removes), and,
+    /// when `room` is set, room for it in every stream it goes to. Called under the state
+    /// lock, so the answer holds until the lock is released.
+    fn ready_now(&self, state: &State, changes: &[Change<'_>], room: bool) -> bool {
+        let max = self.config.stream_bytes_max;
+        let mut needed: Vec<(NodeId, usize)> = Vec::new();
+        for change in changes {
+            let (cid, bytes) = match *change {
+                Change::Create(..) | Change::Resize(..) => return false,
+                Change::Put(cid, data) => (cid, data.len() + 32),
+                Change::Remove(cid, _) => (cid, 32),
+            };
+            let Some(zone) = state.tree.zone_of(cid) else {
+                if matches!(change, Change::Remove(..)) {
+                    continue; // nothing to remove on backups
+                }
+                return false;
+            };
+            let Some(z) = state.zones.get(&zone.0) else {
+                return false;
+            };
+            if !matches!(z.registration, Registration::Done) {
+                return false;
+            }
+            for &backup in &z.backups {
+                match needed.iter_mut().find(|(b, _)| *b == backup) {
+                    Some((_, total)) => *total += bytes,
+                    None => needed.push((backup, bytes)),
+                }
+            }
+        }
+        !room
+            || needed.iter().all(|&(backup, bytes)| {
+                state.streams.get(&backup).is_none_or(|s| {
+                    s.unacknowledged_bytes() == 0 || s.unacknowledged_bytes() + bytes <= max
+                })
+            })
+    }
+
+    fn submit_mode<'a>(
+        self: &Arc<Self>,
+        changes: impl Iterator<Item = Change<'a>>,
+        durability: Option<Durability>,
+        mode: Mode,
+    ) -> Result<(), ReplicaError> {
         if self.shutdown.load(Ordering::Acquire) {
             return Err(ReplicaError::Shutdown);
         }
@@ -965,7 +1071,13 @@ impl Inner {
         let deadline = Instant::now() + self.config.wait_timeout;
         let mut targets: Vec<Target> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
+        let changes: Vec<Change<'a>> = changes.collect();
         let mut state = self.state.lock();
+        if mode == Mode::NoWait
+            && (durability != Durability::Async || !self.ready_now(&state, &changes, false))
+        {
+            return Err(ReplicaError::WouldWait);
+        }
         for change in changes {
             let (cid, op_data, zone) = match change {
                 Change::Create(cid, data) => {
@@ -1031,7 +1143,9 @@ impl Inner {
                     cid: cid.raw(),
                 },
             };
-            self.wait_room(&mut state, &backups, op.encoded_bytes(), deadline)?;
+            if mode == Mode::Wait {
+                self.wait_room(&mut state, &backups, op.encoded_bytes(), deadline)?;
+            }
             // The lock was released while waiting: the zone's backups may have changed.
             let Some(z) = state.zones.get_mut(&zone) else {
                 continue;
@@ -1050,33 +1164,38 @@ impl Inner {
             }
             self.work.notify_one();
         }
-        // A zone's registration precedes every acknowledgement of a write to it.
-        loop {
-            let mut pending = false;
-            for zone in &touched {
-                match state.zones.get(zone).map(|z| &z.registration) {
-                    Some(Registration::Pending) => pending = true,
-                    Some(Registration::Failed(reason)) => {
-                        return Err(ReplicaError::Registration {
-                            zone: *zone,
-                            reason: reason.clone(),
-                        })
+        // A zone's registration precedes every acknowledgement of a write to it. (A
+        // no-wait submission checked that each zone had been registered; a registration
+        // pending now is a new backup order, and the old one, which also receives the
+        // change, is committed.)
+        if mode == Mode::Wait {
+            loop {
+                let mut pending = false;
+                for zone in &touched {
+                    match state.zones.get(zone).map(|z| &z.registration) {
+                        Some(Registration::Pending) => pending = true,
+                        Some(Registration::Failed(reason)) => {
+                            return Err(ReplicaError::Registration {
+                                zone: *zone,
+                                reason: reason.clone(),
+                            })
+                        }
+                        _ => {}
                     }
-                    _ => {}
                 }
-            }
-            if !pending {
-                break;
-            }
-            if self.shutdown.load(Ordering::Acquire) {
-                return Err(ReplicaError::Shutdown);
-            }
-            if self.progress.wait_until(&mut state, deadline).timed_out() {
-                return Err(ReplicaError::Timeout {
-                    what: "zone registration",
-                    waited: self.config.wait_timeout,
-                    missing: Vec::new(),
-                });
+                if !pending {
+                    break;
+                }
+                if self.shutdown.load(Ordering::Acquire) {
+                    return Err(ReplicaError::Shutdown);
+                }
+                if self.progress.wait_until(&mut state, deadline).timed_out() {
+                    return Err(ReplicaError::Timeout {
+                        what: "zone registration",
+                        waited: self.config.wait_timeout,
+                        missing: Vec::new(),
+                    });
+                }
             }
         }
         drop(state);

@@ -851,3 +851,94 @@ fn an_adopted_zone_keeps_its_log_identity_on_its_backups() {
     assert_eq!(again.zone, adoption.zone);
     assert_eq!(again.backups, adoption.backups);
 }
+
+/// The no-wait form (a peer's I/O thread): refuses, reporting nothing, what would have to
+/// wait (a chunk without a registered zone, a non-`async` default); queues everything else
+/// like the waiting form, so the backups end equal to memory; and `ready_without_waiting`
+/// turns false while a backup stream is past its byte limit, though a no-wait report
+/// still queues (never blocks).
+#[test]
+fn no_wait_reports_reach_every_backup_and_never_block() {
+    use myriad_replica::AsyncChange;
+    let cluster = Cluster::start(3, 3, Registry::default(), |config| {
+        config.message_bytes_target = 4 * 1024;
+        config.stream_bytes_max = 16 * 1024;
+    });
+    let unplaced = ChunkId::new(MASTER, 500).unwrap();
+    let data = payload(500, 0, 16);
+    assert!(!cluster
+        .replicator
+        .ready_without_waiting(&[AsyncChange::Put(unplaced, &data)]));
+    assert_eq!(
+        cluster
+            .replicator
+            .on_changes_nowait(&[AsyncChange::Put(unplaced, &data)]),
+        Err(ReplicaError::WouldWait)
+    );
+    assert!(
+        cluster.replicator.stats().zones.is_empty(),
+        "nothing reported"
+    );
+
+    for local in 0..40 {
+        cluster
+            .create(local, payload(local, 0, 24), Durability::Async)
+            .unwrap();
+    }
+    for round in 1..=3u8 {
+        for local in 0..40 {
+            let cid = ChunkId::new(MASTER, local).unwrap();
+            let data = payload(local, round, 24 + round as usize);
+            let change = [AsyncChange::Put(cid, &data)];
+            if cluster.replicator.ready_without_waiting(&change) {
+                cluster.memory.0.lock().insert(cid.raw(), data.clone());
+                cluster.replicator.on_changes_nowait(&change).unwrap();
+            } else {
+                cluster.put(local, data, Durability::Async).unwrap();
+            }
+        }
+    }
+    for local in (0..40).step_by(7) {
+        let cid = ChunkId::new(MASTER, local).unwrap();
+        let size = cluster
+            .memory
+            .0
+            .lock()
+            .remove(&cid.raw())
+            .map_or(0, |d| d.len() as u64);
+        cluster
+            .replicator
+            .on_changes_nowait(&[AsyncChange::Remove(cid, size)])
+            .unwrap();
+    }
+    cluster.replicator.wait_all(Durability::Durable).unwrap();
+    cluster.check_backups_match_memory();
+
+    // A backup that stops acknowledging: once its stream is past the limit the check
+    // says no, and a no-wait report still returns at once (queued past the limit).
+    let backup = cluster.backups[0].node;
+    cluster
+        .master
+        .handle()
+        .set_fault(net(backup), Fault::DropOutgoing);
+    let cid = ChunkId::new(MASTER, 1).unwrap();
+    let big = vec![7u8; 4096];
+    let mut refused = false;
+    for _ in 0..16 {
+        let change = [AsyncChange::Put(cid, &big)];
+        if !cluster.replicator.ready_without_waiting(&change) {
+            refused = true;
+        }
+        let started = Instant::now();
+        cluster.replicator.on_changes_nowait(&change).unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "a no-wait report waited"
+        );
+    }
+    assert!(refused, "a full stream was reported ready");
+    cluster.memory.0.lock().insert(cid.raw(), big.clone());
+    cluster.master.handle().clear_fault(net(backup));
+    cluster.replicator.wait_all(Durability::Durable).unwrap();
+    cluster.check_backups_match_memory();
+}
