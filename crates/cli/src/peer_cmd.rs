@@ -33,6 +33,9 @@ pub struct PeerArgs {
     /// Memory for chunks, in MiB.
     #[arg(long)]
     pub memory_mb: Option<u64>,
+    /// MiB of chunk memory made resident right after start (`peer.prefault_mb`).
+    #[arg(long)]
+    pub prefault_mb: Option<u64>,
     /// Rack number (for rack-aware backup placement).
     #[arg(long)]
     pub rack: Option<u16>,
@@ -71,6 +74,9 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
     if let Some(memory_mb) = args.memory_mb {
         config.peer.memory_mb = memory_mb;
     }
+    if let Some(prefault_mb) = args.prefault_mb {
+        config.peer.prefault_mb = prefault_mb;
+    }
     if let Some(rack) = args.rack {
         config.rack = rack;
     }
@@ -106,6 +112,7 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
         memory_bytes: config.peer.memory_mb << 20,
         data_dir: config.data_dir.clone(),
         handler_threads: config.peer.handler_threads,
+        prefault_bytes: config.peer.prefault_mb.min(config.peer.memory_mb) << 20,
         backup,
     })
     .context("starting the peer")?;

@@ -112,3 +112,38 @@ fn the_recovery_benchmark_recovers_every_chunk_and_writes_its_series() {
         assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
     }
 }
+
+/// `myriad bench recovery-local` on a 4 MiB zone: with `--pages both` every run recovers
+/// every chunk once from cold pages and once into memory made resident first, and both
+/// summaries are printed (figures are not checked; the benchmark itself checks every
+/// chunk's payload and fails otherwise).
+#[test]
+fn the_local_recovery_benchmark_runs_with_cold_and_resident_pages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let output = Command::new(env!("CARGO_BIN_EXE_myriad"))
+        .args(["bench", "recovery-local", "--json", "--zone-mb", "4"])
+        .args(["--runs", "1", "--baseline-mb", "8", "--pages", "both"])
+        .arg("--dir")
+        .arg(dir.path().join("logs"))
+        .output()
+        .expect("the benchmark runs");
+    assert!(
+        output.status.success(),
+        "recovery-local failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    for pages in ["cold", "resident"] {
+        let run = lines
+            .iter()
+            .find(|l| l["bench"] == "recovery_local" && l["pages"] == pages)
+            .unwrap_or_else(|| panic!("no {pages} run in {lines:?}"));
+        assert_eq!(run["chunks"], (4u64 << 20) / 64);
+        assert!(lines
+            .iter()
+            .any(|l| l["summary"] == "recovery_local" && l["pages"] == pages));
+    }
+}

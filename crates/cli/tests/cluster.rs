@@ -396,6 +396,7 @@ fn peer_options(
         memory_bytes: 64 << 20,
         data_dir: dir.join(name),
         handler_threads: 2,
+        prefault_bytes: 0,
         backup: myriad_node::replication::BackupOptions::disabled(),
     }
 }

@@ -313,7 +313,10 @@ fn prefault_while_in_use_changes_nothing() {
     };
     let region = memory.stats().region_bytes;
     let populated = memory.prefault(region).unwrap();
-    assert!(populated == 0 || populated == region, "populated {populated} of {region}");
+    assert!(
+        populated == 0 || populated == region,
+        "populated {populated} of {region}"
+    );
     let later = writer.join().unwrap();
     for (cid, data) in early.iter().chain(&later) {
         let got = memory.read_with(*cid, <[u8]>::to_vec).unwrap();

@@ -183,6 +183,8 @@ pub struct LaunchSpec {
     pub peers: usize,
     /// `--memory-mb` of each peer, if set.
     pub peer_memory_mb: Option<u64>,
+    /// `--prefault-mb` of each peer, if set.
+    pub peer_prefault_mb: Option<u64>,
     /// Extra arguments given to every node (e.g. `--config FILE`, `--secret S`).
     pub extra_args: Vec<String>,
     /// Longest wait for each group of nodes (superpeers, then peers) to be ready.
@@ -198,6 +200,7 @@ impl LaunchSpec {
             superpeers: 1,
             peers: 1,
             peer_memory_mb: None,
+            peer_prefault_mb: None,
             extra_args: Vec::new(),
             ready_timeout: Duration::from_secs(30),
         }
@@ -354,6 +357,10 @@ impl LocalCluster {
             args.extend(paths.common_args(&superpeers));
             if let Some(mb) = spec.peer_memory_mb {
                 args.push("--memory-mb".into());
+                args.push(mb.to_string());
+            }
+            if let Some(mb) = spec.peer_prefault_mb {
+                args.push("--prefault-mb".into());
                 args.push(mb.to_string());
             }
             args.extend(spec.extra_args.iter().cloned());

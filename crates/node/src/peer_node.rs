@@ -72,7 +72,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use myriad_client::directory::Directory;
@@ -177,6 +177,9 @@ pub struct PeerOptions {
     pub data_dir: PathBuf,
     /// Threads serving chunk requests that may wait (the rest run on the I/O thread).
     pub handler_threads: usize,
+    /// Bytes at the start of the chunk memory made resident right after start, on a
+    /// background thread ([`MemoryManager::prefault`]); 0 for none.
+    pub prefault_bytes: u64,
     /// Replication of this peer's chunks and the backups it keeps for others (the latter
     /// only with [`Capabilities::BACKUP`] in `join.capabilities`).
     pub backup: BackupOptions,
@@ -433,6 +436,30 @@ impl PeerNode {
             ..MemoryConfig::default()
         })?);
         mem.start_local_ids_at(bases.lid_base);
+        if options.prefault_bytes > 0 {
+            let mem = Arc::clone(&mem);
+            let bytes = options.prefault_bytes;
+            // Detached: it only holds the memory manager, and ends when the pages are in.
+            let spawned = std::thread::Builder::new()
+                .name("prefault".into())
+                .spawn(move || {
+                    let started = Instant::now();
+                    match mem.prefault(bytes) {
+                        Ok(done) => tracing::info!(
+                            requested = bytes,
+                            resident = done,
+                            ms = started.elapsed().as_millis() as u64,
+                            "chunk memory made resident ahead of use"
+                        ),
+                        Err(error) => {
+                            tracing::warn!(%error, "could not make chunk memory resident")
+                        }
+                    }
+                });
+            if let Err(error) = spawned {
+                tracing::warn!(%error, "could not start the prefault thread");
+            }
+        }
         let mut reserved = reserve_lids(&membership, bases.lid_base)?;
         let mut service = ChunkService::new(Arc::clone(&mem), me);
         let replica_events_stop = Arc::new(AtomicBool::new(false));

@@ -100,6 +100,7 @@ fn start() -> Cluster {
             memory_bytes: 16 << 20,
             data_dir: cluster._dir.path().join(format!("peer-{index}")),
             handler_threads: 2,
+            prefault_bytes: 0,
             backup,
         })
         .unwrap();
