@@ -41,7 +41,11 @@
 //!   replicated or durable change waits for acknowledgements that arrive on that same pool,
 //!   and a pool full of waiting writers would starve them. At most
 //!   [`BLOCKING_REQUESTS_MAX`] run at once; further ones are answered
-//!   [`ItemError::Internal`] ("overloaded").
+//!   [`ItemError::Internal`] ("overloaded"). The exception: an `async` put or remove that
+//!   nothing can make wait is served on the I/O thread
+//!   ([`ChunkService::serve_change_inline`]): its stripes are taken with `try_lock`
+//!   (never waiting for a change that waits for its backups) and the replicator queues it
+//!   with `on_changes_nowait`, which never blocks.
 //! - Once [`ChunkService::declare_failed`] was called (the superpeers declared this node
 //!   failed: it was paused or partitioned and its zones are being or were recovered
 //!   elsewhere), every request, local or remote, is answered [`ItemError::NotOwner`] for
