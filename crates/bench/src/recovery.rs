@@ -99,6 +99,10 @@ pub struct RecoveryArgs {
     /// Keep the cluster directory (logs of every node) afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// MiB of chunk memory every peer makes resident at start (`peer.prefault_mb`), so
+    /// that restored chunks land in pages the OS zeroed before the kill; 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub prefault_mb: u64,
     /// Print JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
@@ -221,6 +225,7 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
     spec.superpeers = 1;
     spec.peers = 1 + args.backups;
     spec.peer_memory_mb = Some(memory_mb);
+    spec.peer_prefault_mb = (args.prefault_mb > 0).then_some(args.prefault_mb);
     spec.extra_args = vec!["--config".into(), config.display().to_string()];
     spec.ready_timeout = Duration::from_secs(60);
     let mut cluster = LocalCluster::start_owned(spec).map_err(|e| format!("cluster: {e}"))?;

@@ -42,6 +42,8 @@ fn the_recovery_benchmark_recovers_every_chunk_and_writes_its_series() {
         ])
         .args(["--backups", "3", "--replication", "2", "--before-ms", "500"])
         .args(["--heartbeat-ms", "100", "--failure-timeout-ms", "600"])
+        // The peers make some memory resident at start (`--prefault-mb` on each peer).
+        .args(["--prefault-mb", "8"])
         .arg("--dir")
         .arg(dir.path().join("cluster"))
         .arg("--csv")
