@@ -302,13 +302,29 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
                "payload_bytes": chunks as u64 * args.chunk_bytes as u64,
                "seconds": load_time.as_secs_f64(),
                "chunks_per_sec": chunks as f64 / load_time.as_secs_f64().max(1e-9),
-               "zones": zones.len()}),
+               "zones": zones.len(),
+               "zone_backups": zones.iter().map(|(zone, backups)| json!({"zone": zone,
+                   "backups": backups.iter().map(ToString::to_string).collect::<Vec<_>>()}))
+                   .collect::<Vec<_>>()}),
         format!(
-            "loaded {chunks} chunks ({} MiB) in {:.1} s ({:.0} k chunks/s); the master has {} zones",
+            "loaded {chunks} chunks ({} MiB) in {:.1} s ({:.0} k chunks/s); the master has {} \
+             zones, backups (first = restorer): {}",
             args.data_mb,
             load_time.as_secs_f64(),
             chunks as f64 / load_time.as_secs_f64().max(1e-9) / 1e3,
-            zones.len()
+            zones.len(),
+            zones
+                .iter()
+                .map(|(zone, backups)| format!(
+                    "{zone}: [{}]",
+                    backups
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     );
 

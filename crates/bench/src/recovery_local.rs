@@ -220,7 +220,7 @@ fn recover_once(
     if resident {
         // What the recovery writes: payload, slab slack and metadata of every chunk.
         let needed = chunks * (args.chunk_bytes as u64 + 16) * 5 / 4;
-        mem.prefault(needed)
+        mem.prefault(needed, Duration::ZERO)
             .map_err(|e| format!("making memory resident: {e}"))?;
     }
     let prefault = prefault_started.elapsed();

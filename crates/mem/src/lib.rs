@@ -190,11 +190,16 @@ impl MemoryManager {
     /// burst of creates there (a recovery of a failed peer's zone, a bulk load) takes no
     /// page faults: the allocator fills the region from its start. The pages then count
     /// as used RAM of this process even while they hold no chunk. Safe to call while the
-    /// manager is in use, from any thread; it works in 16 MiB steps and may take a while
-    /// (the OS zeroes every page), so callers run it in the background. Returns the bytes
-    /// made resident: 0 where the OS cannot do it without writing (Linux before 5.14).
-    pub fn prefault(&self, bytes: u64) -> MemResult<u64> {
-        const STEP: u64 = 16 << 20;
+    /// manager is in use, from any thread. It works in 2 MiB steps (a huge page) and may
+    /// take a while (the OS zeroes every page, and compacts memory for huge pages), so
+    /// callers run it in the background; a non-zero `pause` is slept after every step, so
+    /// that the rest of the process (heartbeats, requests) and other processes keep their
+    /// share of the CPU: several peers of one machine that prefault at once without a
+    /// pause starved their heartbeat replies past a 1 s failure timeout on 2 cores.
+    /// Returns the bytes made resident: 0 where the OS cannot do it without writing
+    /// (Linux before 5.14).
+    pub fn prefault(&self, bytes: u64, pause: Duration) -> MemResult<u64> {
+        const STEP: u64 = 2 << 20;
         let region = self.allocator.region();
         let end = bytes
             .div_ceil(alloc::PAGE_BYTES)
@@ -204,7 +209,12 @@ impl MemoryManager {
         while done < end {
             let len = STEP.min(end - done);
             match region.populate(done, len) {
-                Ok(true) => done += len,
+                Ok(true) => {
+                    done += len;
+                    if !pause.is_zero() && done < end {
+                        std::thread::sleep(pause);
+                    }
+                }
                 Ok(false) => return Ok(0),
                 Err(error) => {
                     return Err(MemError::RegionUnavailable {
@@ -1340,7 +1350,7 @@ mod tests {
         let memory = small();
         let a = memory.create_with_data(b"before").unwrap();
         let region = memory.stats().region_bytes;
-        let populated = memory.prefault(region).unwrap();
+        let populated = memory.prefault(region, Duration::ZERO).unwrap();
         // Under Miri (no mmap) nothing is populated; elsewhere the whole region is.
         assert!(populated == 0 || populated == region);
         assert_eq!(memory.get_vec(a).unwrap(), b"before");

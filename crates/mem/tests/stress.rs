@@ -312,7 +312,7 @@ fn prefault_while_in_use_changes_nothing() {
         })
     };
     let region = memory.stats().region_bytes;
-    let populated = memory.prefault(region).unwrap();
+    let populated = memory.prefault(region, Duration::from_micros(50)).unwrap();
     assert!(
         populated == 0 || populated == region,
         "populated {populated} of {region}"
@@ -324,5 +324,5 @@ fn prefault_while_in_use_changes_nothing() {
     }
     memory.check_consistency().unwrap();
     // Beyond the region: clamped, not an error.
-    assert!(memory.prefault(u64::MAX).unwrap() <= region);
+    assert!(memory.prefault(u64::MAX, Duration::ZERO).unwrap() <= region);
 }

@@ -444,7 +444,8 @@ impl PeerNode {
                 .name("prefault".into())
                 .spawn(move || {
                     let started = Instant::now();
-                    match mem.prefault(bytes) {
+                    // Paced: a peer that prefaults must still answer its heartbeats.
+                    match mem.prefault(bytes, PREFAULT_PAUSE) {
                         Ok(done) => tracing::info!(
                             requested = bytes,
                             resident = done,
@@ -720,6 +721,10 @@ impl Drop for PeerNode {
         self.stop(true);
     }
 }
+
+/// Slept after every 2 MiB made resident at start (see [`MemoryManager::prefault`]): at
+/// most about 1 GiB/s, and the CPU shared with heartbeats and requests.
+const PREFAULT_PAUSE: Duration = Duration::from_millis(2);
 
 /// The owner a restarted peer records for CIDs its earlier incarnation held until they are
 /// recovered (node ID 0 is never assigned), so that it answers `NotOwner` for them.
