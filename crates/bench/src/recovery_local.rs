@@ -13,7 +13,7 @@
 //!    flush, versions, segment reads with O_DIRECT (so the page cache holds nothing: a cold
 //!    recovery), parallel validation (`--threads`, checksums unless `--no-crc`), inserts into
 //!    a fresh [`MemoryManager`] in the engine's large batches keeping the CIDs; then the
-//!    recovered CIDs turned into ranges ([`ranges_of`]) as the restorer reports them. Timed
+//!    recovered CIDs turned into ranges (`Restored::ranges`) as the restorer reports them. Timed
 //!    from the call to the ranges.
 //!
 //! Every chunk is checked afterwards (count, and each payload's leading index), so a fast
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use myriad_log::{AlignedBuf, DiskStorage, IoMode, LogConfig, LogEngine, Storage};
 use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
-use myriad_proto::recovery::{ranges_of, RecoverRequest};
+use myriad_proto::recovery::RecoverRequest;
 use myriad_replica::backup::log_zone;
 use myriad_replica::{BackupConfig, BackupService};
 use serde_json::json;
@@ -234,7 +234,7 @@ fn recover_once(
             zone: 0,
         },
     )?;
-    let ranges = ranges_of(&mut restored.cids);
+    let ranges = restored.ranges();
     let recovery = started.elapsed();
 
     if restored.failed > 0 {
@@ -244,7 +244,7 @@ fn recover_once(
             restored.first_error.unwrap_or_default()
         ));
     }
-    let count = restored.cids.len() as u64;
+    let count = restored.chunks;
     if count != chunks {
         return Err(format!("recovered {count} chunks, wrote {chunks}"));
     }

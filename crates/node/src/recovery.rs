@@ -55,7 +55,7 @@ use myriad_client::membership::Membership;
 use myriad_mem::{ChunkId, MemError, MemoryManager, NodeId};
 use myriad_meta::Command;
 use myriad_proto::meta::{MetaReply, MetaRequest};
-use myriad_proto::recovery::{ranges_of, CidRange, RecoverReply, RecoverRequest};
+use myriad_proto::recovery::{push_run, ranges_of_runs, CidRange, RecoverReply, RecoverRequest};
 use myriad_replica::BackupService;
 use parking_lot::Mutex;
 
@@ -73,14 +73,25 @@ const OWNER_COMMIT_RETRIES_MAX: usize = 3_000;
 /// What [`insert_recovered`] did.
 #[derive(Debug, Default)]
 pub struct Restored {
-    /// The CIDs now stored here (raw), unsorted.
-    pub cids: Vec<u64>,
+    /// The CIDs now stored here, as inclusive runs of raw CIDs in no particular order
+    /// (each batch compressed as it was stored: a zone's CIDs take a few runs, not one
+    /// word each). [`Restored::ranges`] sorts and merges them.
+    pub runs: Vec<(u64, u64)>,
+    /// How many chunks are now stored here.
+    pub chunks: u64,
     /// Their payload bytes.
     pub bytes: u64,
     /// Chunks that could not be stored, with the first reason.
     pub failed: u64,
     /// The first failure.
     pub first_error: Option<String>,
+}
+
+impl Restored {
+    /// The stored CIDs as sorted ranges per creator (what the restorer reports).
+    pub fn ranges(&mut self) -> Vec<CidRange> {
+        ranges_of_runs(&mut self.runs)
+    }
 }
 
 /// Reads `owner`'s zone `zone` from `backup` into `mem` (CIDs kept, batches as the engine
@@ -98,7 +109,8 @@ pub fn insert_recovered(
             .map(|chunk| (ChunkId::from_raw(chunk.cid), chunk.payload))
             .collect();
         let results = mem.create_with_ids(&items);
-        let mut stored = Vec::with_capacity(items.len());
+        let mut stored: Vec<(u64, u64)> = Vec::new();
+        let mut count = 0u64;
         let mut failures: Vec<String> = Vec::new();
         let mut batch_bytes = 0u64;
         for ((cid, data), result) in items.iter().zip(results) {
@@ -110,7 +122,8 @@ pub fn insert_recovered(
             };
             match result {
                 Ok(()) => {
-                    stored.push(cid.raw());
+                    push_run(&mut stored, cid.raw());
+                    count += 1;
                     batch_bytes += data.len() as u64;
                 }
                 Err(error) => failures.push(format!("{cid}: {error}")),
@@ -118,7 +131,8 @@ pub fn insert_recovered(
         }
         bytes.fetch_add(batch_bytes, Ordering::Relaxed);
         let mut guard = restored.lock();
-        guard.cids.extend(stored);
+        guard.runs.extend(stored);
+        guard.chunks += count;
         guard.failed += failures.len() as u64;
         if guard.first_error.is_none() {
             guard.first_error = failures.into_iter().next();
@@ -159,8 +173,8 @@ pub fn restore_zone(
         ));
     }
     let inserted_ms = started.elapsed().as_millis() as u64;
-    let chunks = restored.cids.len() as u64;
-    let ranges = ranges_of(&mut restored.cids);
+    let chunks = restored.chunks;
+    let ranges = restored.ranges();
     let replicator = service
         .replicator()
         .filter(|replicator| replicator.config().replication > 0);
@@ -475,7 +489,7 @@ mod tests {
         assert_eq!(restored.failed, 0);
         let removed = |lid: u64| lid >= 2 && (lid - 2).is_multiple_of(7);
         let live: Vec<u64> = (1..=500u64).filter(|&lid| !removed(lid)).collect();
-        assert_eq!(restored.cids.len(), live.len());
+        assert_eq!(restored.chunks, live.len() as u64);
         for lid in 1..=500u64 {
             let got = mem.read_with(cid(lid), |bytes| bytes.to_vec());
             if removed(lid) {
@@ -486,7 +500,7 @@ mod tests {
             }
         }
         // The ranges cover exactly the live CIDs.
-        let ranges = ranges_of(&mut restored.cids);
+        let ranges = restored.ranges();
         let covered: u64 = ranges
             .iter()
             .map(|range| range.last - range.first + 1)

@@ -354,6 +354,60 @@ pub fn ranges_of(cids: &mut [u64]) -> Vec<CidRange> {
     ranges
 }
 
+/// Appends `cid` (raw) to `runs`, inclusive ranges of raw CIDs: it extends the last run
+/// when it follows it directly, else it starts a new one. CIDs handed over in ascending
+/// order (as a restorer reads them from a log segment) cost one run per gap, so a zone's
+/// millions of CIDs become a few runs without sorting them ([`ranges_of_runs`]).
+pub fn push_run(runs: &mut Vec<(u64, u64)>, cid: u64) {
+    match runs.last_mut() {
+        Some((_, last)) if last.checked_add(1) == Some(cid) => *last = cid,
+        _ => runs.push((cid, cid)),
+    }
+}
+
+/// The ranges of the CIDs covered by `runs` (inclusive ranges of raw CIDs, in any order,
+/// possibly overlapping): sorted, merged per creator, as [`ranges_of`] gives for the same
+/// CIDs. Sorts `runs`.
+pub fn ranges_of_runs(runs: &mut [(u64, u64)]) -> Vec<CidRange> {
+    runs.sort_unstable();
+    let mut ranges: Vec<CidRange> = Vec::new();
+    for &(first, last) in runs.iter() {
+        if first > last {
+            continue;
+        }
+        // A run may span creators only across a creator's last local ID; split it there.
+        let mut start = first;
+        loop {
+            let cid = myriad_mem::ChunkId::from_raw(start);
+            let creator = cid.creator();
+            let creator_end = (u64::from(creator.0) << 48) | ((1u64 << 48) - 1);
+            let end = last.min(creator_end);
+            let (lid_first, lid_last) = (cid.local_id(), end & ((1u64 << 48) - 1));
+            match ranges.last_mut() {
+                Some(prev)
+                    if prev.creator == creator
+                        && prev
+                            .last
+                            .checked_add(1)
+                            .is_some_and(|next| next >= lid_first) =>
+                {
+                    prev.last = prev.last.max(lid_last);
+                }
+                _ => ranges.push(CidRange {
+                    creator,
+                    first: lid_first,
+                    last: lid_last,
+                }),
+            }
+            if end == last {
+                break;
+            }
+            start = end + 1;
+        }
+    }
+    ranges
+}
+
 /// Runs every decoder of this family on `bytes` (for the fuzz target).
 pub fn fuzz_decode(bytes: &[u8]) {
     let payload = Bytes::copy_from_slice(bytes);
@@ -473,6 +527,35 @@ mod tests {
             .put_varint(1);
         assert!(RecoverReply::decode(encoder.finish()).is_err());
         assert!(RecoveryStatusReply::decode(Bytes::from_static(&[2, 0])).is_err());
+    }
+
+    proptest::proptest! {
+        /// Runs built with `push_run` from any CIDs, in any order and with duplicates,
+        /// give exactly the ranges `ranges_of` gives for the CIDs themselves.
+        #[test]
+        fn runs_give_the_same_ranges_as_cids(
+            cids in proptest::collection::vec(
+                (0u16..3, proptest::prop_oneof![0u64..40, (LOCAL_ID_MAX - 3)..=LOCAL_ID_MAX]),
+                0..200,
+            ),
+            batches in 1usize..6,
+        ) {
+            let raw: Vec<u64> = cids
+                .iter()
+                .map(|&(creator, lid)| (u64::from(creator) << 48) | lid)
+                .collect();
+            // As restorer threads do: each batch compressed on its own.
+            let mut runs = Vec::new();
+            for batch in raw.chunks(raw.len().div_ceil(batches).max(1)) {
+                let mut local = Vec::new();
+                for &cid in batch {
+                    push_run(&mut local, cid);
+                }
+                runs.extend(local);
+            }
+            let mut sorted = raw.clone();
+            proptest::prop_assert_eq!(ranges_of_runs(&mut runs), ranges_of(&mut sorted));
+        }
     }
 
     #[test]
