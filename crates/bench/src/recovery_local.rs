@@ -226,14 +226,8 @@ fn recover_once(
     let prefault = prefault_started.elapsed();
 
     let started = Instant::now();
-    let mut restored = myriad_node::recovery::insert_recovered(
-        &backup,
-        &mem,
-        RecoverRequest {
-            owner: OWNER,
-            zone: 0,
-        },
-    )?;
+    let mut restored =
+        myriad_node::recovery::insert_recovered(&backup, &mem, RecoverRequest::new(OWNER, 0))?;
     let ranges = restored.ranges();
     let recovery = started.elapsed();
 

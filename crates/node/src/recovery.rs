@@ -30,12 +30,11 @@
 //!   recovered version.
 //! - The failed owner is fenced by every member on `NodeFailed` (the messaging layer drops
 //!   its messages), and by the restorer itself before it reads the zone (the event may
-//!   arrive after the request), so its zone cannot change while it is read.
+//!   arrive after the request), so its zone cannot change while it is read. When the zone
+//!   had been adopted and its holder failed (a chained recovery), the request names the
+//!   holder ([`RecoverRequest::holder`]) and the restorer fences it too.
 //!
 //! # Known gaps
-//! - The restorer fences the zone's log owner before reading; when the zone was adopted
-//!   and its holder failed (a chained adoption), the holder is fenced only by the
-//!   `NodeFailed` event (the request does not name it).
 //! - `async` writes the failed owner acknowledged but had not yet sent to (or had
 //!   acknowledged by) the surviving backups exist only in this peer's memory until the
 //!   copy to the new backups or a later write of the chunk.
@@ -431,7 +430,12 @@ pub fn serve_recover(
                     membership
                         .net()
                         .fence(myriad_proto::net_id(request.owner));
-                    tracing::info!(owner = %request.owner, zone = request.zone, "recovering a zone");
+                    // A chained recovery: the failed holder of the adopted zone writes to
+                    // the same log (under the owner's name); fence it as well.
+                    if let Some(holder) = request.holder {
+                        membership.net().fence(myriad_proto::net_id(holder));
+                    }
+                    tracing::info!(owner = %request.owner, zone = request.zone, holder = ?request.holder, "recovering a zone");
                     restore_zone(&backup, &service, &membership, request)
                 }
                 Err(error) => RecoverReply::Failed(format!("undecodable request: {error}")),
@@ -484,7 +488,7 @@ mod tests {
         .unwrap();
         // A stale copy under a recovered CID is replaced.
         mem.create_with_id(cid(1), b"stale").unwrap();
-        let request = RecoverRequest { owner, zone: 1 };
+        let request = RecoverRequest::new(owner, 1);
         let mut restored = insert_recovered(&backup, &mem, request).unwrap();
         assert_eq!(restored.failed, 0);
         let removed = |lid: u64| lid >= 2 && (lid - 2).is_multiple_of(7);

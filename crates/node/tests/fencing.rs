@@ -228,3 +228,44 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
         victim.shutdown();
     }
 }
+
+/// A restorer asked to recover a zone that had been adopted (a chained recovery) fences
+/// the zone's failed holder as well as its log owner before it reads anything, so a holder
+/// that was only cut off cannot write into the log being read. The zone here is unknown,
+/// so the request fails, but only after the fencing.
+#[test]
+fn a_restorer_fences_the_failed_holder_named_in_the_request() {
+    let mut cluster = start();
+    let client = Client::connect_with(ClientConfig::new(vec![(NodeId(1), cluster.address)]))
+        .unwrap();
+    cluster.clients.push(client.clone());
+    let restorer = cluster.peers[1].as_ref().unwrap();
+    // Node IDs no member has: fencing them disturbs nothing else in this cluster.
+    let (owner, holder) = (NodeId(0x0f00), NodeId(0x0f01));
+    let request = myriad_proto::recovery::RecoverRequest {
+        owner,
+        zone: 7,
+        holder: Some(holder),
+    };
+    let reply = client
+        .membership()
+        .net()
+        .request_blocking(
+            net_id(restorer.node_id()),
+            myriad_proto::types::RECOVER,
+            request.encode(),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+    assert!(matches!(
+        myriad_proto::recovery::RecoverReply::decode(reply),
+        Ok(myriad_proto::recovery::RecoverReply::Failed(_))
+    ));
+    let net = restorer.membership().net();
+    assert!(net.is_fenced(net_id(owner)), "the log owner is fenced");
+    assert!(net.is_fenced(net_id(holder)), "the failed holder is fenced");
+    assert!(
+        !net.is_fenced(net_id(cluster.peers[2].as_ref().unwrap().node_id())),
+        "nobody else is"
+    );
+}

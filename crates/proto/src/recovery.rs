@@ -33,10 +33,14 @@ const LOCAL_ID_MAX: u64 = (1 << 48) - 1;
 /// Restore `owner`'s backup zone `zone` on the receiving backup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecoverRequest {
-    /// The failed peer whose zone it is.
+    /// The peer whose zone it is: the zone's log identity (the failed peer itself, or the
+    /// peer that created the zone when another peer had adopted it).
     pub owner: NodeId,
     /// The zone number (as in the superpeers' zone table).
     pub zone: u32,
+    /// The failed peer that held the zone when it had been adopted from `owner` (a chained
+    /// recovery); `None` when `owner` held it. The restorer fences both before reading.
+    pub holder: Option<NodeId>,
 }
 
 /// A range of CIDs of one creator, `first..=last` (local IDs).
@@ -133,20 +137,50 @@ fn count(
 }
 
 impl RecoverRequest {
-    /// The request's bytes: owner (u16 LE), zone (u32 LE).
+    /// A request for `owner`'s zone `zone`, held by `owner` itself.
+    pub fn new(owner: NodeId, zone: u32) -> RecoverRequest {
+        RecoverRequest {
+            owner,
+            zone,
+            holder: None,
+        }
+    }
+
+    /// The request's bytes: owner (u16 LE), zone (u32 LE), then the holder (u16 LE) only
+    /// when there is one other than the owner.
     pub fn encode(&self) -> Bytes {
-        let mut encoder = Encoder::with_capacity(6);
+        let mut encoder = Encoder::with_capacity(8);
         encoder.put_u16(self.owner.0).put_u32(self.zone);
+        if let Some(holder) = self.holder.filter(|holder| *holder != self.owner) {
+            encoder.put_u16(holder.0);
+        }
         encoder.finish()
     }
 
-    /// Decodes a request; fails on short or trailing bytes.
+    /// Decodes a request; fails on short or trailing bytes, and on a holder equal to the
+    /// owner (written as no holder: one encoding per request).
     pub fn decode(payload: Bytes) -> Result<RecoverRequest, ProtoError> {
         let mut decoder = Decoder::new(payload);
         let owner = NodeId(decoder.get_u16()?);
         let zone = decoder.get_u32()?;
+        let holder = if decoder.remaining() > 0 {
+            let holder = NodeId(decoder.get_u16()?);
+            if holder == owner {
+                return Err(ProtoError::Invalid {
+                    what: "recover request",
+                    detail: format!("holder {holder} is the owner"),
+                });
+            }
+            Some(holder)
+        } else {
+            None
+        };
         decoder.finish()?;
-        Ok(RecoverRequest { owner, zone })
+        Ok(RecoverRequest {
+            owner,
+            zone,
+            holder,
+        })
     }
 }
 
@@ -455,8 +489,16 @@ mod tests {
 
     proptest! {
         #[test]
-        fn requests_round_trip(owner in any::<u16>(), zone in any::<u32>()) {
-            let request = RecoverRequest { owner: NodeId(owner), zone };
+        fn requests_round_trip(
+            owner in any::<u16>(),
+            zone in any::<u32>(),
+            holder in proptest::option::of(any::<u16>()),
+        ) {
+            let request = RecoverRequest {
+                owner: NodeId(owner),
+                zone,
+                holder: holder.map(NodeId).filter(|holder| holder.0 != owner),
+            };
             prop_assert_eq!(RecoverRequest::decode(request.encode()), Ok(request));
         }
 
@@ -511,6 +553,17 @@ mod tests {
     #[test]
     fn bad_input_is_refused() {
         assert!(RecoverRequest::decode(Bytes::from_static(&[1, 0, 2])).is_err());
+        // A holder equal to the owner has the shorter encoding; a lone byte is short.
+        assert!(RecoverRequest::decode(Bytes::from_static(&[1, 0, 2, 0, 0, 0, 1, 0])).is_err());
+        assert!(RecoverRequest::decode(Bytes::from_static(&[1, 0, 2, 0, 0, 0, 1])).is_err());
+        assert_eq!(
+            RecoverRequest::decode(Bytes::from_static(&[1, 0, 2, 0, 0, 0, 5, 0])),
+            Ok(RecoverRequest {
+                owner: NodeId(1),
+                zone: 2,
+                holder: Some(NodeId(5))
+            })
+        );
         assert!(RecoverReply::decode(Bytes::from_static(&[7])).is_err());
         // A huge range count with no bytes behind it.
         assert!(RecoverReply::decode(Bytes::from_static(&[0, 0, 0, 0, 0xff, 0xff, 0x03])).is_err());

@@ -402,9 +402,15 @@ async fn recover_zone(
     backups: Vec<NodeId>,
     started: Instant,
 ) -> Option<NodeId> {
+    // An adopted zone whose holder failed: the restorer fences the holder too.
+    let holder = core
+        .raft()
+        .and_then(|raft| raft.read_local(|state| state.zone_holder(failed, zone)))
+        .filter(|holder| *holder != failed);
     let request = RecoverRequest {
         owner: failed,
         zone,
+        holder,
     }
     .encode();
     let mut reasons: Vec<String> = Vec::new();
