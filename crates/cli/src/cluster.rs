@@ -95,6 +95,8 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
                 None => std::env::current_exe()?,
             };
             let mut spec = LaunchSpec::new(&args.dir, binary);
+            // The nodes run on in the background after this command returns.
+            spec.exit_with_parent = false;
             spec.superpeers = args.superpeers;
             spec.peers = args.peers;
             spec.peer_memory_mb = args.peer_memory_mb;

@@ -108,6 +108,37 @@ pub(crate) fn init_tracing() {
         .try_init();
 }
 
+/// How often a node started with `--exit-with-parent` checks its parent.
+const PARENT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// With `Some(pid)`: exits this process (status 3, like a crash: no clean shutdown) as
+/// soon as its parent is no longer `pid` (the parent died and the process was handed to
+/// another), checked every 200 ms on a thread of its own. Nodes that a test, a benchmark
+/// or the demo starts get this, so that they do not outlive a killed caller.
+pub(crate) fn exit_with_parent(pid: Option<u32>) {
+    let Some(pid) = pid else {
+        return;
+    };
+    let check = move || {
+        let parent = std::os::unix::process::parent_id();
+        if parent != pid {
+            eprintln!("parent process {pid} is gone (parent now {parent}); exiting");
+            std::process::exit(3);
+        }
+    };
+    check();
+    let spawned = std::thread::Builder::new()
+        .name("parent-watch".into())
+        .spawn(move || loop {
+            std::thread::sleep(PARENT_CHECK_INTERVAL);
+            check();
+        });
+    if let Err(error) = spawned {
+        eprintln!("could not watch the parent process: {error}; exiting");
+        std::process::exit(3);
+    }
+}
+
 /// Writes `text` to `path` through a temporary file and a rename, so readers never see a
 /// partial file.
 pub(crate) fn write_atomically(path: &std::path::Path, text: &str) -> anyhow::Result<()> {

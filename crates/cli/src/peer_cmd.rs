@@ -55,6 +55,9 @@ pub struct PeerArgs {
     /// Write `{"role","node_id","address","pid"}` here (atomically) once serving.
     #[arg(long)]
     pub ready_file: Option<PathBuf>,
+    /// Exit (status 3) once the parent process is no longer this PID (it died).
+    #[arg(long)]
+    pub exit_with_parent: Option<u32>,
 }
 
 /// Runs the peer until it is told to stop.

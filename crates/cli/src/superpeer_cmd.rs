@@ -38,6 +38,9 @@ pub struct SuperpeerArgs {
     /// Write a JSON line here once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Exit (status 3) once the parent process is no longer this PID (it died).
+    #[arg(long)]
+    exit_with_parent: Option<u32>,
 }
 
 fn write_ready_file(path: &Path, superpeer: &Superpeer) -> anyhow::Result<()> {
@@ -56,6 +59,7 @@ fn write_ready_file(path: &Path, superpeer: &Superpeer) -> anyhow::Result<()> {
 /// Loads the configuration, runs the superpeer until a termination signal, shuts down.
 pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
     crate::init_tracing();
+    crate::exit_with_parent(args.exit_with_parent);
     let mut config = match &args.config {
         Some(path) => NodeConfig::load(path)?,
         None => NodeConfig::default(),

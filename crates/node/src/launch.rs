@@ -185,6 +185,11 @@ pub struct LaunchSpec {
     pub peer_memory_mb: Option<u64>,
     /// `--prefault-mb` of each peer, if set.
     pub peer_prefault_mb: Option<u64>,
+    /// Start every node with `--exit-with-parent <this process>`: the nodes exit when the
+    /// process that started them dies (a killed test, benchmark or demo leaves no node
+    /// behind). Default true; `myriad cluster start` turns it off, since its nodes must
+    /// outlive the command. Nodes restarted through [`LocalCluster::open`] do not get it.
+    pub exit_with_parent: bool,
     /// Extra arguments given to every node (e.g. `--config FILE`, `--secret S`).
     pub extra_args: Vec<String>,
     /// Longest wait for each group of nodes (superpeers, then peers) to be ready.
@@ -201,6 +206,7 @@ impl LaunchSpec {
             peers: 1,
             peer_memory_mb: None,
             peer_prefault_mb: None,
+            exit_with_parent: true,
             extra_args: Vec::new(),
             ready_timeout: Duration::from_secs(30),
         }
@@ -266,6 +272,8 @@ pub struct LocalCluster {
     stop_timeout: Duration,
     /// Wait for a restarted node's ready file.
     ready_timeout: Duration,
+    /// Nodes spawned by this value get `--exit-with-parent` ([`LaunchSpec::exit_with_parent`]).
+    exit_with_parent: bool,
 }
 
 impl LocalCluster {
@@ -331,6 +339,7 @@ impl LocalCluster {
             owned: true,
             stop_timeout: STOP_TIMEOUT_DEFAULT,
             ready_timeout: spec.ready_timeout,
+            exit_with_parent: spec.exit_with_parent,
         };
 
         let mut superpeer_entries = Vec::new();
@@ -417,6 +426,7 @@ impl LocalCluster {
             owned: false,
             stop_timeout: STOP_TIMEOUT_DEFAULT,
             ready_timeout: Duration::from_secs(30),
+            exit_with_parent: false,
         })
     }
 
@@ -666,8 +676,16 @@ impl LocalCluster {
         let log_err = log
             .try_clone()
             .map_err(io_error(format!("opening {}", entry.log.display())))?;
-        let child = Command::new(&self.file.binary)
-            .args(&entry.args)
+        let mut command = Command::new(&self.file.binary);
+        command.args(&entry.args);
+        if self.exit_with_parent {
+            // Not part of the saved arguments: a restart by another process must not tie
+            // the node to that process.
+            command
+                .arg("--exit-with-parent")
+                .arg(std::process::id().to_string());
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log_err))

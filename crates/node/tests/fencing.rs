@@ -236,8 +236,8 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
 #[test]
 fn a_restorer_fences_the_failed_holder_named_in_the_request() {
     let mut cluster = start();
-    let client = Client::connect_with(ClientConfig::new(vec![(NodeId(1), cluster.address)]))
-        .unwrap();
+    let client =
+        Client::connect_with(ClientConfig::new(vec![(NodeId(1), cluster.address)])).unwrap();
     cluster.clients.push(client.clone());
     let restorer = cluster.peers[1].as_ref().unwrap();
     // Node IDs no member has: fencing them disturbs nothing else in this cluster.
