@@ -560,6 +560,20 @@ impl MemoryManager {
             return Err(MemError::AlreadyExists(cid));
         }
         let offset = self.allocator.allocate(data.len())?;
+        self.install_with_id(entry, current, cid, data, offset)
+    }
+
+    /// Stores `data` at the fresh allocation `offset` and publishes it under `cid`, whose
+    /// entry held `current` (free or removed); frees the allocation when another thread
+    /// took the entry meanwhile.
+    fn install_with_id(
+        &self,
+        entry: &AtomicU64,
+        current: u64,
+        cid: ChunkId,
+        data: &[u8],
+        offset: u64,
+    ) -> MemResult<()> {
         self.write_payload(offset, data);
         let value = entry::live(offset, data.len());
         if entry
@@ -577,12 +591,50 @@ impl MemoryManager {
         Ok(())
     }
 
-    /// [`create_with_id`](Self::create_with_id) for many chunks; one result per item.
+    /// [`create_with_id`](Self::create_with_id) for many chunks; one result per item, the
+    /// same results as one call per item. Runs of items of one size (a recovery's chunks
+    /// usually are) take their memory in one allocator round
+    /// ([`create_many`](Self::create_many)'s path) instead of one per chunk.
     pub fn create_with_ids(&self, items: &[(ChunkId, &[u8])]) -> Vec<MemResult<()>> {
-        items
-            .iter()
-            .map(|&(cid, data)| self.create_with_id(cid, data))
-            .collect()
+        let mut results = Vec::with_capacity(items.len());
+        let mut offsets: Vec<u64> = Vec::new();
+        let mut start = 0;
+        while start < items.len() {
+            let size = items[start].1.len();
+            let run = items[start..]
+                .iter()
+                .take_while(|(_, data)| data.len() == size)
+                .count();
+            let group = &items[start..start + run];
+            start += run;
+            offsets.clear();
+            if group.len() < 2
+                || self.check_size(size).is_err()
+                || self
+                    .allocator
+                    .allocate_many(size, group.len(), &mut offsets)
+                    .is_err()
+            {
+                // One by one: the same errors, and what fits is stored when not all does.
+                results.extend(
+                    group
+                        .iter()
+                        .map(|&(cid, data)| self.create_with_id(cid, data)),
+                );
+                continue;
+            }
+            for (&(cid, data), &offset) in group.iter().zip(&offsets) {
+                let entry = self.table.entry_or_create(cid);
+                let current = entry.load(Ordering::Relaxed);
+                if !matches!(entry::state(current), State::Free | State::Removed) {
+                    self.allocator.free(offset, size);
+                    results.push(Err(MemError::AlreadyExists(cid)));
+                    continue;
+                }
+                results.push(self.install_with_id(entry, current, cid, data, offset));
+            }
+        }
+        results
     }
 
     // ----- access ----------------------------------------------------------------------
@@ -1343,6 +1395,29 @@ mod tests {
         assert!(memory.local_id_mark() > 1000);
         let many = memory.create_batch(&[8, 8]).unwrap();
         assert!(many.iter().all(|cid| cid.local_id() > 1000));
+    }
+
+    #[test]
+    fn miri_create_with_ids_in_runs() {
+        let memory = small();
+        let cid = |lid: u64| ChunkId::new(NodeId(8), lid).unwrap();
+        let taken = memory.create_with_ids(&[(cid(2), b"xy")]);
+        assert_eq!(taken, vec![Ok(())]);
+        let results = memory.create_with_ids(&[
+            (cid(1), b"ab"),
+            (cid(2), b"zz"),
+            (cid(3), b"cd"),
+            (cid(4), b"long one"),
+        ]);
+        assert_eq!(
+            results,
+            vec![Ok(()), Err(MemError::AlreadyExists(cid(2))), Ok(()), Ok(())]
+        );
+        assert_eq!(memory.get_vec(cid(1)).unwrap(), b"ab");
+        assert_eq!(memory.get_vec(cid(2)).unwrap(), b"xy");
+        assert_eq!(memory.get_vec(cid(3)).unwrap(), b"cd");
+        assert_eq!(memory.get_vec(cid(4)).unwrap(), b"long one");
+        memory.check_consistency().unwrap();
     }
 
     #[test]

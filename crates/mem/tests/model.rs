@@ -344,3 +344,68 @@ proptest! {
         run(ops)?;
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// `create_with_ids` (runs of one size allocated together) gives exactly the results,
+    /// contents and free space of one `create_with_id` per item: duplicates within the
+    /// batch, CIDs already present, removed ones, sizes 0 and too large, runs of small and
+    /// large chunks.
+    #[test]
+    fn batched_creates_with_ids_equal_single_ones(
+        present in prop::collection::vec(0u64..24, 0..8),
+        removed in prop::collection::vec(0u64..24, 0..4),
+        items in prop::collection::vec(
+            (0u64..24, prop_oneof![4 => Just(64usize), 2 => 1usize..300, 1 => Just(0usize),
+                                   1 => 70_000usize..80_000, 1 => Just(3 << 20)]),
+            0..40,
+        ),
+    ) {
+        let make = || {
+            let memory = MemoryManager::new(MemoryConfig {
+                node_id: OWN,
+                region_bytes: 8 << 20,
+                chunk_bytes_max: 2 << 20,
+                ..MemoryConfig::default()
+            })
+            .unwrap();
+            let cid = |lid: u64| ChunkId::new(NodeId(7), lid + 1).unwrap();
+            for &lid in &present {
+                let _ = memory.create_with_id(cid(lid), b"old");
+            }
+            for &lid in &removed {
+                let _ = memory.create_with_id(cid(lid), b"gone");
+                let _ = memory.remove(cid(lid));
+            }
+            memory
+        };
+        let cid = |lid: u64| ChunkId::new(NodeId(7), lid + 1).unwrap();
+        let data: Vec<(ChunkId, Vec<u8>)> = items
+            .iter()
+            .enumerate()
+            .map(|(i, &(lid, size))| (cid(lid), vec![i as u8; size]))
+            .collect();
+        let borrowed: Vec<(ChunkId, &[u8])> =
+            data.iter().map(|(c, d)| (*c, d.as_slice())).collect();
+        let batched = make();
+        let single = make();
+        let got = batched.create_with_ids(&borrowed);
+        let want: Vec<Result<(), MemError>> = borrowed
+            .iter()
+            .map(|&(c, d)| single.create_with_id(c, d))
+            .collect();
+        prop_assert_eq!(got, want);
+        for lid in 0..24 {
+            prop_assert_eq!(
+                batched.read_with(cid(lid), <[u8]>::to_vec),
+                single.read_with(cid(lid), <[u8]>::to_vec)
+            );
+        }
+        let (a, b) = (batched.stats(), single.stats());
+        prop_assert_eq!(a.chunks, b.chunks);
+        prop_assert_eq!(a.payload_bytes, b.payload_bytes);
+        prop_assert_eq!(a.free_bytes, b.free_bytes);
+        batched.check_consistency().unwrap();
+    }
+}
