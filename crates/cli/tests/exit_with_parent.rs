@@ -20,9 +20,7 @@ impl Drop for Guard {
         let _ = self.shell.kill();
         let _ = self.shell.wait();
         if let Some(pid) = self.node_pid {
-            let _ = Command::new("kill")
-                .args(["-9", &pid.to_string()])
-                .status();
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
     }
 }

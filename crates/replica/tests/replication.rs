@@ -929,10 +929,11 @@ fn no_wait_reports_reach_every_backup_and_never_block() {
         if !cluster.replicator.ready_without_waiting(&change) {
             refused = true;
         }
+        // The waiting form would wait here for room until its 5 s timeout and fail.
         let started = Instant::now();
         cluster.replicator.on_changes_nowait(&change).unwrap();
         assert!(
-            started.elapsed() < Duration::from_secs(1),
+            started.elapsed() < Duration::from_secs(4),
             "a no-wait report waited"
         );
     }
