@@ -404,7 +404,10 @@ impl ChunkService {
                     .zip(&sized)
                     .map(|(&cid, change)| {
                         self.check_owner(cid)?;
-                        status(self.mem.remove(cid))?;
+                        let changes = self.ownership_changes.load(Ordering::Acquire);
+                        let result = status(self.mem.remove(cid));
+                        self.check_not_moved(cid, changes)?;
+                        result?;
                         removed.push(*change);
                         Ok(())
                     })
@@ -828,12 +831,17 @@ impl ChunkService {
     }
 
     fn remove(&self, cids: &[ChunkId], durability: u8) -> Vec<Result<(), ItemError>> {
+        // A remove that waited for a migration's lock hit the copy being dropped (or found
+        // it dropped): `NotOwner`, so that the client removes it at the new owner.
         let Some(replication) = &self.replication else {
             return cids
                 .iter()
                 .map(|&cid| {
                     self.check_owner(cid)?;
-                    status(self.mem.remove(cid))
+                    let changes = self.ownership_changes.load(Ordering::Acquire);
+                    let result = status(self.mem.remove(cid));
+                    self.check_not_moved(cid, changes)?;
+                    result
                 })
                 .collect();
         };
@@ -843,10 +851,15 @@ impl ChunkService {
             .iter()
             .map(|&cid| {
                 self.check_owner(cid)?;
+                let changes = self.ownership_changes.load(Ordering::Acquire);
                 // The size cannot change meanwhile: every resize takes the stripe.
-                let size = self.mem.size(cid).map_err(item_error)?;
-                status(self.mem.remove(cid))?;
-                removed.push((cid, size as u64));
+                let result = self
+                    .mem
+                    .size(cid)
+                    .map_err(item_error)
+                    .and_then(|size| status(self.mem.remove(cid)).map(|()| size));
+                self.check_not_moved(cid, changes)?;
+                removed.push((cid, result? as u64));
                 Ok(())
             })
             .collect();
@@ -1053,12 +1066,19 @@ impl ChunkService {
             return Err(ItemError::TooLarge);
         }
         let size = to_usize(size, "size")?;
+        // As for a put: a resize that waited for a migration's lock went to the copy being
+        // dropped, so it is answered `NotOwner` and retried at the new owner.
+        let changes = self.ownership_changes.load(Ordering::Acquire);
         let Some(replication) = &self.replication else {
-            return status(self.mem.resize(cid, size));
+            let result = status(self.mem.resize(cid, size));
+            self.check_not_moved(cid, changes)?;
+            return result;
         };
         let _order = replication.lock([cid]);
         let old = self.mem.size(cid).map_err(item_error)?;
-        status(self.mem.resize(cid, size))?;
+        let result = status(self.mem.resize(cid, size));
+        self.check_not_moved(cid, changes)?;
+        result?;
         let whole = self.whole(cid)?;
         replication
             .replicator

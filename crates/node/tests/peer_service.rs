@@ -464,3 +464,70 @@ fn a_put_waiting_on_a_migrating_chunk_is_refused_not_lost() {
         );
     }
 }
+
+/// Like the put above for a remove and a resize: waiting on the lock of a chunk that a
+/// migration moves away, they are answered `NotOwner` (the client then removes or resizes
+/// the chunk at its new owner) instead of "done" on the copy being dropped, or "not found"
+/// when the drop came first.
+#[test]
+fn a_remove_or_resize_waiting_on_a_migrating_chunk_is_refused_not_lost() {
+    let mem = MemoryManager::new(MemoryConfig {
+        node_id: ME,
+        region_bytes: 64 << 20,
+        chunk_bytes_max: 1 << 20,
+        lock_timeout: Duration::from_secs(10),
+        shards: 2,
+        huge_pages: false,
+        ..MemoryConfig::default()
+    })
+    .expect("memory manager");
+    let service = Arc::new(ChunkService::new(Arc::new(mem), ME));
+    let cids = create(&service, &[b"one", b"two", b"three", b"four"]);
+    // (chunk, remove instead of resize, the migration drops its copy before unlocking)
+    for (index, remove, drop_first) in [
+        (0, true, false),
+        (1, true, true),
+        (2, false, false),
+        (3, false, true),
+    ] {
+        let cid = cids[index];
+        let mem = Arc::clone(service.memory());
+        let guard = service.migration_guard();
+        mem.lock_write(cid, Duration::from_secs(1)).expect("locked");
+        let changer = {
+            let service = Arc::clone(&service);
+            std::thread::spawn(move || {
+                let request = if remove {
+                    ChunkRequest::Remove {
+                        cids: vec![cid],
+                        durability: 0,
+                    }
+                } else {
+                    ChunkRequest::Resize {
+                        cid,
+                        size: 100,
+                        durability: 0,
+                    }
+                };
+                statuses(service.execute(CLIENT_A, request))
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        service.set_owner(ME, cid.local_id(), cid.local_id(), OTHER);
+        if drop_first {
+            // The copy is dropped right after the unlock, racing the waiting change.
+            mem.unlock_write(cid).expect("unlocked");
+            let _ = mem.remove(cid);
+        } else {
+            mem.unlock_write(cid).expect("unlocked");
+        }
+        drop(guard);
+        let outcome = changer.join().expect("changer thread");
+        let _ = mem.remove(cid);
+        assert_eq!(
+            outcome,
+            vec![Err(ItemError::NotOwner)],
+            "chunk {index}: remove {remove}, dropped first {drop_first}"
+        );
+    }
+}
