@@ -29,7 +29,7 @@
 //! Recovery (issue 6) reads zones through [`BackupService::recover_zone`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -102,12 +102,31 @@ struct Marks {
     durable: u64,
 }
 
+/// Unfreezes a zone frozen by [`Inner::freeze`] when dropped.
+struct Frozen<'a> {
+    inner: &'a Inner,
+    zone: ZoneId,
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        if self.inner.recovering.lock().remove(&self.zone) {
+            self.inner.recovering_count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
 struct Inner {
     engine: Arc<LogEngine>,
     config: BackupConfig,
     net: OnceLock<NetHandle>,
     streams: Mutex<HashMap<NodeId, Arc<Mutex<StreamState>>>>,
     zones: Mutex<HashSet<ZoneId>>,
+    /// Zones being read by [`BackupService::recover_zone`]: operations for them are
+    /// refused meanwhile (see there).
+    recovering: Mutex<HashSet<ZoneId>>,
+    /// `recovering.len()`, readable without the mutex on every message.
+    recovering_count: AtomicUsize,
     marks: Mutex<HashMap<NodeId, Marks>>,
     marks_cv: Condvar,
     shutdown: AtomicBool,
@@ -134,6 +153,8 @@ impl BackupService {
             net: OnceLock::new(),
             streams: Mutex::new(HashMap::new()),
             zones: Mutex::new(HashSet::new()),
+            recovering: Mutex::new(HashSet::new()),
+            recovering_count: AtomicUsize::new(0),
             marks: Mutex::new(HashMap::new()),
             marks_cv: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -192,6 +213,13 @@ impl BackupService {
 
     /// Reads `owner`'s zone `zone` back (the current version of every chunk; see
     /// [`LogEngine::recover_zone`]).
+    ///
+    /// The zone is frozen while it is read: replication operations for it are refused
+    /// (acknowledged as refused), and a message being applied when the call starts is
+    /// waited for. Otherwise an append racing the read (a message of the failed owner
+    /// that was already being applied when the owner was fenced) could give a chunk a
+    /// version newer than the entries the read finds, and the chunk would be missing
+    /// from the result altogether instead of having its previous value.
     pub fn recover_zone(
         &self,
         owner: NodeId,
@@ -199,6 +227,7 @@ impl BackupService {
         sink: &(dyn Fn(&[RecoveredChunk<'_>]) + Sync),
     ) -> Result<RecoveryReport, BackupError> {
         let id = log_zone(owner, zone)?;
+        let _frozen = self.inner.freeze(id);
         let options = RecoveryOptions::from_config(self.inner.engine.config());
         Ok(self.inner.engine.recover_zone(id, &options, sink)?)
     }
@@ -257,6 +286,25 @@ impl Inner {
         }
     }
 
+    /// Freezes `zone` until the guard drops: from now on every message applies nothing to
+    /// it (checked under the master's stream lock), and every message that was being
+    /// applied before has finished when this returns (each stream lock taken once).
+    fn freeze(&self, zone: ZoneId) -> Frozen<'_> {
+        if self.recovering.lock().insert(zone) {
+            self.recovering_count.fetch_add(1, Ordering::AcqRel);
+        }
+        let streams: Vec<Arc<Mutex<StreamState>>> = self.streams.lock().values().cloned().collect();
+        for stream in streams {
+            drop(stream.lock());
+        }
+        Frozen { inner: self, zone }
+    }
+
+    /// Whether `zone` is frozen for a recovery read.
+    fn is_frozen(&self, zone: ZoneId) -> bool {
+        self.recovering_count.load(Ordering::Acquire) > 0 && self.recovering.lock().contains(&zone)
+    }
+
     /// Applies a run of puts of one zone; returns the last log sequence number.
     fn apply_puts(&self, zone: ZoneId, run: &[(u64, &[u8])]) -> Result<u64, LogError> {
         self.ensure_zone(zone)?;
@@ -306,7 +354,11 @@ impl Inner {
             while index < ops.len() {
                 let op = &ops[index];
                 let (owner, zone_number) = op.log_zone(master);
+                let frozen = log_zone(owner, zone_number).is_ok_and(|id| self.is_frozen(id));
                 let result: Result<(usize, u64), String> = match op {
+                    _ if frozen => Err(format!(
+                        "zone {zone_number} of {owner} is being recovered here"
+                    )),
                     Op::Put { .. } => {
                         let run: Vec<(u64, &[u8])> = ops[index..]
                             .iter()
