@@ -94,20 +94,6 @@ impl Entry<'_> {
     }
 }
 
-/// The smallest of the widths `widths` (ascending, in bytes) that holds `value`, with its
-/// index; the last width if none does (callers pass value ranges the last width holds).
-fn width_for(value: u64, widths: &[usize]) -> (u8, usize) {
-    fits_in(value, widths).unwrap_or(((widths.len() - 1) as u8, widths[widths.len() - 1]))
-}
-
-fn fits_in(value: u64, widths: &[usize]) -> Option<(u8, usize)> {
-    widths
-        .iter()
-        .enumerate()
-        .find(|(_, &w)| w >= 8 || value < (1u64 << (8 * w)))
-        .map(|(code, &w)| (code as u8, w))
-}
-
 const CID_WIDTHS: [usize; 4] = [1, 2, 4, 8];
 const LENGTH_WIDTHS: [usize; 4] = [1, 2, 3, 4];
 const VERSION_WIDTHS: [usize; 4] = [0, 1, 2, 3];
@@ -131,37 +117,93 @@ pub struct EncodeArgs {
 /// Header bytes [`encode`] will produce for `args` and a payload of `payload_bytes`.
 pub fn encoded_header_bytes(args: &EncodeArgs, payload_bytes: usize) -> usize {
     let (_, cid_w) = cid_width(args);
-    let (_, len_w) = width_for(payload_bytes as u64, &LENGTH_WIDTHS);
-    let (_, ver_w) = width_for(u64::from(args.version), &VERSION_WIDTHS);
+    let (_, len_w) = length_width(payload_bytes as u64);
+    let (_, ver_w) = version_width(args.version);
     1 + if args.chain.is_some() { 2 } else { 0 } + cid_w + len_w + 2 + ver_w + 4
 }
 
+/// Code and width of the CID field: the local ID in 1, 2 or 4 bytes when the zone's owner
+/// created the chunk and it fits, else the full CID (8 bytes).
 fn cid_width(args: &EncodeArgs) -> (u8, usize) {
     if (args.cid >> 48) as u16 == args.zone_owner {
-        if let Some(short) = fits_in(args.cid & ((1 << 48) - 1), &CID_WIDTHS[..3]) {
-            return short;
+        let lid = args.cid & ((1 << 48) - 1);
+        if lid < 1 << 8 {
+            return (0, 1);
+        }
+        if lid < 1 << 16 {
+            return (1, 2);
+        }
+        if lid < 1 << 32 {
+            return (2, 4);
         }
     }
     (3, 8)
 }
 
-/// Appends the entry (header and payload) to `out`, checksummed for generation 0.
+/// Code and width of the length field (1 to 4 bytes; callers keep lengths below 2^32).
+fn length_width(len: u64) -> (u8, usize) {
+    if len < 1 << 8 {
+        (0, 1)
+    } else if len < 1 << 16 {
+        (1, 2)
+    } else if len < 1 << 24 {
+        (2, 3)
+    } else {
+        (3, 4)
+    }
+}
+
+/// Code and width of the version field (0 to 3 bytes; version 0 takes none).
+fn version_width(version: u32) -> (u8, usize) {
+    if version == 0 {
+        (0, 0)
+    } else if version < 1 << 8 {
+        (1, 1)
+    } else if version < 1 << 16 {
+        (2, 2)
+    } else {
+        (3, 3)
+    }
+}
+
+/// An entry header built in one pass, checksum included: `bytes()` is what precedes the
+/// payload in the log.
+#[derive(Copy, Clone, Debug)]
+pub struct BuiltHeader {
+    /// Room for the largest header plus slack for the 8-byte field stores (the bytes past
+    /// `len` are not part of the header).
+    raw: [u8; HEADER_BYTES_MAX + 8],
+    len: usize,
+}
+
+impl BuiltHeader {
+    /// The header bytes (type byte first, checksum last).
+    pub fn bytes(&self) -> &[u8] {
+        &self.raw[..self.len]
+    }
+}
+
+/// Builds the header of the entry for `args` and `payload`, checksummed for generation 0
+/// (the header [`encode`] writes in front of the payload).
 ///
 /// Panics only on caller bugs that no disk content can cause: a version above
 /// [`VERSION_IN_EPOCH_MAX`] or a payload of 2^32 bytes or more.
-pub fn encode(args: &EncodeArgs, payload: &[u8], out: &mut Vec<u8>) {
+#[inline]
+pub fn build_header(args: &EncodeArgs, payload: &[u8]) -> BuiltHeader {
     assert!(args.version <= VERSION_IN_EPOCH_MAX, "version out of range");
     assert!(u32::try_from(payload.len()).is_ok(), "payload too large");
     let (cid_code, cid_w) = cid_width(args);
-    let (len_code, len_w) = width_for(payload.len() as u64, &LENGTH_WIDTHS);
-    let (ver_code, ver_w) = width_for(u64::from(args.version), &VERSION_WIDTHS);
+    let (len_code, len_w) = length_width(payload.len() as u64);
+    let (ver_code, ver_w) = version_width(args.version);
     let kind = if args.chain.is_some() {
         KIND_LINK
     } else {
         KIND_WHOLE
     };
-    // Built on the stack, appended with two copies.
-    let mut h = [0u8; HEADER_BYTES_MAX];
+    // Every field is stored as a full 8- or 4-byte little-endian word at its offset and
+    // the offset advanced by the field's width; the next field overwrites the excess (the
+    // array has 8 bytes of slack past the largest header).
+    let mut h = [0u8; HEADER_BYTES_MAX + 8];
     h[0] = kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6);
     let mut at = 1;
     if let Some(link) = args.chain {
@@ -174,19 +216,30 @@ pub fn encode(args: &EncodeArgs, payload: &[u8], out: &mut Vec<u8>) {
     } else {
         args.cid & ((1 << 48) - 1)
     };
-    h[at..at + cid_w].copy_from_slice(&cid_field.to_le_bytes()[..cid_w]);
+    h[at..at + 8].copy_from_slice(&cid_field.to_le_bytes());
     at += cid_w;
-    h[at..at + len_w].copy_from_slice(&(payload.len() as u64).to_le_bytes()[..len_w]);
+    h[at..at + 8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
     at += len_w;
     h[at..at + 2].copy_from_slice(&args.epoch.to_le_bytes());
     at += 2;
-    h[at..at + ver_w].copy_from_slice(&args.version.to_le_bytes()[..ver_w]);
+    h[at..at + 4].copy_from_slice(&args.version.to_le_bytes());
     at += ver_w;
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..at]), payload);
+    let crc = crate::crc::crc32c_two(&h[..at], payload);
     h[at..at + 4].copy_from_slice(&crc.to_le_bytes());
-    at += 4;
-    out.reserve(at + payload.len());
-    out.extend_from_slice(&h[..at]);
+    BuiltHeader {
+        raw: h,
+        len: at + 4,
+    }
+}
+
+/// Appends the entry (header and payload) to `out`, checksummed for generation 0.
+///
+/// Panics only on caller bugs that no disk content can cause: a version above
+/// [`VERSION_IN_EPOCH_MAX`] or a payload of 2^32 bytes or more.
+pub fn encode(args: &EncodeArgs, payload: &[u8], out: &mut Vec<u8>) {
+    let h = build_header(args, payload);
+    out.reserve(h.len + payload.len());
+    out.extend_from_slice(h.bytes());
     out.extend_from_slice(payload);
 }
 
@@ -323,7 +376,67 @@ mod tests {
             })
     }
 
+    /// The encoder written field by field, for comparison with the one-pass
+    /// [`build_header`]: the smallest width that holds each value, the checksum over the
+    /// header bytes before it and then the payload (two CRC calls).
+    fn reference_encode(a: &EncodeArgs, payload: &[u8]) -> Vec<u8> {
+        fn smallest(value: u64, widths: &[usize]) -> (u8, usize) {
+            for (code, &w) in widths.iter().enumerate() {
+                if w >= 8 || value < (1u64 << (8 * w)) {
+                    return (code as u8, w);
+                }
+            }
+            ((widths.len() - 1) as u8, widths[widths.len() - 1])
+        }
+        let (cid_code, cid_w, cid_field) =
+            if (a.cid >> 48) as u16 == a.zone_owner && a.cid & ((1 << 48) - 1) < 1 << 32 {
+                let lid = a.cid & ((1 << 48) - 1);
+                let (c, w) = smallest(lid, &CID_WIDTHS[..3]);
+                (c, w, lid)
+            } else {
+                (3, 8, a.cid)
+            };
+        let (len_code, len_w) = smallest(payload.len() as u64, &LENGTH_WIDTHS);
+        let (ver_code, ver_w) = smallest(u64::from(a.version), &VERSION_WIDTHS);
+        let kind = if a.chain.is_some() {
+            KIND_LINK
+        } else {
+            KIND_WHOLE
+        };
+        let mut h = vec![kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6)];
+        if let Some(link) = a.chain {
+            h.push(link.index);
+            h.push(link.count);
+        }
+        h.extend_from_slice(&cid_field.to_le_bytes()[..cid_w]);
+        h.extend_from_slice(&(payload.len() as u64).to_le_bytes()[..len_w]);
+        h.extend_from_slice(&a.epoch.to_le_bytes());
+        h.extend_from_slice(&a.version.to_le_bytes()[..ver_w]);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&h), payload);
+        h.extend_from_slice(&crc.to_le_bytes());
+        h.extend_from_slice(payload);
+        h
+    }
+
     proptest! {
+        /// The one-pass header (widths by comparison, fields stored as whole words,
+        /// checksum of header and payload in one call) is byte for byte the reference
+        /// encoding, for every width of every field.
+        #[test]
+        fn one_pass_header_equals_the_reference_encoding(
+            a in args(),
+            len in prop_oneof![0usize..300, 250usize..70_000],
+            seed in any::<u8>(),
+        ) {
+            let payload: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+            let expected = reference_encode(&a, &payload);
+            let mut out = Vec::new();
+            encode(&a, &payload, &mut out);
+            prop_assert_eq!(&out, &expected);
+            let h = build_header(&a, &payload);
+            prop_assert_eq!(h.bytes(), &expected[..expected.len() - payload.len()]);
+        }
+
         #[test]
         fn header_round_trips(a in args(), payload in proptest::collection::vec(any::<u8>(), 0..300), gen in any::<u32>()) {
             let mut out = vec![0xEE];

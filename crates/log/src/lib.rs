@@ -49,6 +49,7 @@
 //! `myriad bench log`.
 
 mod config;
+mod crc;
 mod engine;
 mod error;
 pub mod header;

@@ -236,6 +236,10 @@ pub struct VersionManager {
     /// chunks lie, so the first write of a chunk in this epoch still outdates its old
     /// entry. Emptied by the next seal.
     carry: CidMap<Slot>,
+    /// The smallest and largest CID in `carry` when it was made (an empty range while it
+    /// is empty): a chunk outside it is not in the carry, so the first write of a new
+    /// chunk (IDs are handed out in ascending order) skips the carry lookup.
+    carry_range: (u64, u64),
     /// Live bytes per segment, kept up to date as versions supersede placed entries.
     usage: SegmentUsage,
     sealed: Option<SealedEpoch>,
@@ -257,6 +261,7 @@ impl VersionManager {
             epoch,
             buffer: CidMap::default(),
             carry: CidMap::default(),
+            carry_range: (u64::MAX, 0),
             usage: SegmentUsage::default(),
             sealed: None,
             epoch_last_seq: 0,
@@ -319,20 +324,25 @@ impl VersionManager {
         // first writes), the old carry's table the new, empty buffer.
         std::mem::swap(&mut self.buffer, &mut self.carry);
         self.buffer.clear();
+        let mut range = (u64::MAX, 0);
         let records = self
             .carry
             .iter()
-            .map(|(&cid, &slot)| VersionRecord {
-                cid,
-                state: VersionState {
-                    version: Version {
-                        epoch: self.epoch,
-                        version: slot.version,
+            .map(|(&cid, &slot)| {
+                range = (range.0.min(cid), range.1.max(cid));
+                VersionRecord {
+                    cid,
+                    state: VersionState {
+                        version: Version {
+                            epoch: self.epoch,
+                            version: slot.version,
+                        },
+                        deleted: slot.deleted,
                     },
-                    deleted: slot.deleted,
-                },
+                }
             })
             .collect();
+        self.carry_range = range;
         self.sealed = Some(SealedEpoch {
             epoch: self.epoch,
             records,
@@ -371,11 +381,7 @@ impl VersionManager {
             }
             std::collections::hash_map::Entry::Vacant(e) if !full => {
                 e.insert(Slot::new(0, deleted));
-                if !self.carry.is_empty() {
-                    if let Some(old) = self.carry.remove(&cid) {
-                        self.usage.outdate(old.loc);
-                    }
-                }
+                self.take_from_carry(cid);
                 Some(0)
             }
             _ => None,
@@ -389,9 +395,7 @@ impl VersionManager {
                 }
                 self.hold = false;
                 self.buffer.insert(cid, Slot::new(0, deleted));
-                if let Some(old) = self.carry.remove(&cid) {
-                    self.usage.outdate(old.loc);
-                }
+                self.take_from_carry(cid);
                 0
             }
         };
@@ -406,6 +410,18 @@ impl VersionManager {
             self.seal();
         }
         Ok(assigned)
+    }
+
+    /// The first write of `cid` in this epoch: its entry of the previous epoch (if the
+    /// carry has it) is outdated.
+    #[inline]
+    fn take_from_carry(&mut self, cid: u64) {
+        if cid < self.carry_range.0 || cid > self.carry_range.1 {
+            return;
+        }
+        if let Some(old) = self.carry.remove(&cid) {
+            self.usage.outdate(old.loc);
+        }
     }
 
     /// Records that the append with sequence number `seq` carries a version assigned
