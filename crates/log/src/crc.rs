@@ -2,14 +2,73 @@
 //!
 //! Job: compute the checksum of two slices as if they were one, in one call (the entry
 //! checksum covers the header and the payload, which are not contiguous while the header
-//! is being built).
+//! is being built). Small entries dominate the append path's CPU time, so they take a
+//! short path: with SSE 4.2 (checked once per call, cached by the standard library) the
+//! header and the payload go through the CRC32C instruction 8 bytes at a time from any
+//! alignment, and their last 1–7 bytes as one 4-, 2- and 1-byte step each (the `crc32c`
+//! crate aligns to 8 bytes first and ends byte by byte, and takes two calls). Larger
+//! payloads go to the `crc32c` crate, whose three interleaved streams are faster there.
 //!
-//! Callers: the header encoder.
+//! Callers: the header encoder. Tested against the `crc32c` crate on every length.
+
+/// Payloads up to this size take the short path (the crate interleaves three streams
+/// from 3 × 256 bytes on).
+const SHORT_PATH_MAX: usize = 3 * 256;
 
 /// CRC32C of `head` followed by `tail` (the same value as `crc32c(head ++ tail)`).
 #[inline]
 pub(crate) fn crc32c_two(head: &[u8], tail: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if tail.len() < SHORT_PATH_MAX && std::arch::is_x86_feature_detected!("sse4.2") {
+            // SAFETY: `x86::crc32c_two` needs only SSE 4.2 (its `target_feature`), which
+            // this CPU has: checked on the line above. It reads only through the slices.
+            return unsafe { x86::crc32c_two(head, tail) };
+        }
+    }
     crc32c::crc32c_append(crc32c::crc32c(head), tail)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::{_mm_crc32_u16, _mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8};
+
+    /// Folds `bytes` into `crc` (the inverted running value): whole 8-byte words, then
+    /// the rest as at most one 4-, one 2- and one 1-byte step.
+    #[inline]
+    #[target_feature(enable = "sse4.2")]
+    fn fold(crc: u32, bytes: &[u8]) -> u32 {
+        let mut c = u64::from(crc);
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(w);
+            c = _mm_crc32_u64(c, u64::from_le_bytes(word));
+        }
+        // `_mm_crc32_u64` leaves the upper 32 bits zero.
+        let mut c = c as u32;
+        let mut rest = words.remainder();
+        if rest.len() >= 4 {
+            let mut word = [0u8; 4];
+            word.copy_from_slice(&rest[..4]);
+            c = _mm_crc32_u32(c, u32::from_le_bytes(word));
+            rest = &rest[4..];
+        }
+        if rest.len() >= 2 {
+            c = _mm_crc32_u16(c, u16::from_le_bytes([rest[0], rest[1]]));
+            rest = &rest[2..];
+        }
+        if let Some(&b) = rest.first() {
+            c = _mm_crc32_u8(c, b);
+        }
+        c
+    }
+
+    /// CRC32C of `head` then `tail` with the SSE 4.2 instruction.
+    #[target_feature(enable = "sse4.2")]
+    pub(super) fn crc32c_two(head: &[u8], tail: &[u8]) -> u32 {
+        !fold(fold(u32::MAX, head), tail)
+    }
 }
 
 #[cfg(test)]
@@ -21,11 +80,27 @@ mod tests {
         #[test]
         fn equals_the_checksum_of_the_concatenation(
             head in proptest::collection::vec(any::<u8>(), 0..40),
-            tail in proptest::collection::vec(any::<u8>(), 0..600),
+            tail in proptest::collection::vec(any::<u8>(), 0..1000),
+            skip in 0usize..8,
         ) {
+            // `skip` moves the tail's start off any alignment the allocator gave it.
+            let tail = tail.get(skip..).unwrap_or(&[]);
             let mut all = head.clone();
-            all.extend_from_slice(&tail);
-            prop_assert_eq!(crc32c_two(&head, &tail), crc32c::crc32c(&all));
+            all.extend_from_slice(tail);
+            prop_assert_eq!(crc32c_two(&head, tail), crc32c::crc32c(&all));
         }
+    }
+
+    #[test]
+    fn every_length_around_the_short_path_limit_and_known_value() {
+        let data: Vec<u8> = (0..2 * SHORT_PATH_MAX).map(|i| (i * 7 + 3) as u8).collect();
+        for head in 0..24 {
+            for len in (0..40).chain(SHORT_PATH_MAX - 9..SHORT_PATH_MAX + 9) {
+                let (h, t) = (&data[..head], &data[head..head + len]);
+                assert_eq!(crc32c_two(h, t), crc32c::crc32c(&data[..head + len]));
+            }
+        }
+        // The standard check value of CRC-32C.
+        assert_eq!(crc32c_two(b"1234", b"56789"), 0xE306_9283);
     }
 }

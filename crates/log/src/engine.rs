@@ -1446,7 +1446,8 @@ fn encode_put(
         payload,
     );
     let entry_header = h.bytes();
-    let mut record = [0u8; RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX];
+    const RECORD_MAX: usize = RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX;
+    let mut record = [0u8; RECORD_MAX];
     record[0] = RECORD_ENTRY;
     record[1..3].copy_from_slice(&zone.owner.to_le_bytes());
     record[3..5].copy_from_slice(&zone.zone.to_le_bytes());
@@ -1455,8 +1456,12 @@ fn encode_put(
     record[5..9].copy_from_slice(&len.to_le_bytes());
     let head = RECORD_HEADER_BYTES + entry_header.len();
     record[RECORD_HEADER_BYTES..head].copy_from_slice(entry_header);
-    out.reserve(head + payload.len());
-    out.extend_from_slice(&record[..head]);
+    // The whole fixed-size array is copied (a copy of known size, inlined), then the bytes
+    // past the header cut off again (no call for a copy of variable size).
+    out.reserve(RECORD_MAX + payload.len());
+    let start = out.len();
+    out.extend_from_slice(&record);
+    out.truncate(start + head);
     out.extend_from_slice(payload);
 }
 
