@@ -29,6 +29,25 @@ pub(crate) fn crc32c_two(head: &[u8], tail: &[u8]) -> u32 {
     crc32c::crc32c_append(crc32c::crc32c(head), tail)
 }
 
+/// CRC32C of the first `head_len` (at most 24) bytes of the little-endian words `lo`
+/// (bytes 0..16) and `hi` (16..24), followed by `tail`: an entry header still in
+/// registers, then its payload.
+#[inline]
+pub(crate) fn crc32c_words(lo: u128, hi: u64, head_len: usize, tail: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if tail.len() < SHORT_PATH_MAX && std::arch::is_x86_feature_detected!("sse4.2") {
+            // SAFETY: `x86::crc32c_words` needs only SSE 4.2 (its `target_feature`), which
+            // this CPU has: checked on the line above. It reads only through the slice.
+            return unsafe { x86::crc32c_words(lo, hi, head_len, tail) };
+        }
+    }
+    let mut head = [0u8; 24];
+    head[..16].copy_from_slice(&lo.to_le_bytes());
+    head[16..].copy_from_slice(&hi.to_le_bytes());
+    crc32c_two(&head[..head_len.min(24)], tail)
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{_mm_crc32_u16, _mm_crc32_u32, _mm_crc32_u64, _mm_crc32_u8};
@@ -64,6 +83,41 @@ mod x86 {
         c
     }
 
+    /// Folds the low `n` (below 8) bytes of `word` into `crc`: one 4-, 2- and 1-byte step
+    /// at most.
+    #[inline]
+    #[target_feature(enable = "sse4.2")]
+    fn fold_partial(mut crc: u32, mut word: u64, n: usize) -> u32 {
+        if n & 4 != 0 {
+            crc = _mm_crc32_u32(crc, word as u32);
+            word >>= 32;
+        }
+        if n & 2 != 0 {
+            crc = _mm_crc32_u16(crc, word as u16);
+            word >>= 16;
+        }
+        if n & 1 != 0 {
+            crc = _mm_crc32_u8(crc, word as u8);
+        }
+        crc
+    }
+
+    /// See [`super::crc32c_words`].
+    #[target_feature(enable = "sse4.2")]
+    pub(super) fn crc32c_words(lo: u128, hi: u64, head_len: usize, tail: &[u8]) -> u32 {
+        let words = [lo as u64, (lo >> 64) as u64, hi];
+        let n = head_len.min(24);
+        let mut c = u64::from(u32::MAX);
+        for &w in &words[..n / 8] {
+            c = _mm_crc32_u64(c, w);
+        }
+        let mut c = c as u32;
+        if let Some(&w) = words.get(n / 8) {
+            c = fold_partial(c, w, n % 8);
+        }
+        !fold(c, tail)
+    }
+
     /// CRC32C of `head` then `tail` with the SSE 4.2 instruction.
     #[target_feature(enable = "sse4.2")]
     pub(super) fn crc32c_two(head: &[u8], tail: &[u8]) -> u32 {
@@ -88,6 +142,22 @@ mod tests {
             let mut all = head.clone();
             all.extend_from_slice(tail);
             prop_assert_eq!(crc32c_two(&head, tail), crc32c::crc32c(&all));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn words_equal_the_checksum_of_their_bytes_then_the_tail(
+            lo in any::<u128>(),
+            hi in any::<u64>(),
+            head_len in 0usize..=24,
+            tail in proptest::collection::vec(any::<u8>(), 0..1000),
+        ) {
+            let mut all = lo.to_le_bytes().to_vec();
+            all.extend_from_slice(&hi.to_le_bytes());
+            all.truncate(head_len);
+            all.extend_from_slice(&tail);
+            prop_assert_eq!(crc32c_words(lo, hi, head_len, &tail), crc32c::crc32c(&all));
         }
     }
 

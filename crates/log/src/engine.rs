@@ -1445,23 +1445,26 @@ fn encode_put(
         },
         payload,
     );
-    let entry_header = h.bytes();
-    const RECORD_MAX: usize = RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX;
-    let mut record = [0u8; RECORD_MAX];
-    record[0] = RECORD_ENTRY;
-    record[1..3].copy_from_slice(&zone.owner.to_le_bytes());
-    record[3..5].copy_from_slice(&zone.zone.to_le_bytes());
+    // The record as three little-endian words: the 9-byte record header, then the entry
+    // header (at most 24 bytes) shifted in after it. Stored whole (fixed-size copies, no
+    // call), then the bytes past the header cut off again.
+    let (lo, hi) = h.words();
     // Entry lengths fit in u32: the header asserts the payload does with room to spare.
-    let len = (entry_header.len() + payload.len()) as u32;
-    record[5..9].copy_from_slice(&len.to_le_bytes());
-    let head = RECORD_HEADER_BYTES + entry_header.len();
-    record[RECORD_HEADER_BYTES..head].copy_from_slice(entry_header);
-    // The whole fixed-size array is copied (a copy of known size, inlined), then the bytes
-    // past the header cut off again (no call for a copy of variable size).
-    out.reserve(RECORD_MAX + payload.len());
+    let len = (h.len() + payload.len()) as u32;
+    let record_header = u128::from(RECORD_ENTRY)
+        | u128::from(zone.owner) << 8
+        | u128::from(zone.zone) << 24
+        | u128::from(len) << 40;
+    const SHIFT: u32 = 8 * RECORD_HEADER_BYTES as u32;
+    let w0 = record_header | lo << SHIFT;
+    let w1 = lo >> (128 - SHIFT) | u128::from(hi) << SHIFT;
+    let w2 = hi >> (128 - SHIFT);
+    out.reserve(40 + payload.len());
     let start = out.len();
-    out.extend_from_slice(&record);
-    out.truncate(start + head);
+    out.extend_from_slice(&w0.to_le_bytes());
+    out.extend_from_slice(&w1.to_le_bytes());
+    out.extend_from_slice(&w2.to_le_bytes());
+    out.truncate(start + RECORD_HEADER_BYTES + h.len());
     out.extend_from_slice(payload);
 }
 
@@ -1854,16 +1857,20 @@ mod tests {
             own in any::<bool>(),
             epoch in any::<u16>(),
             version in 0..=header::VERSION_IN_EPOCH_MAX,
-            payload in proptest::collection::vec(any::<u8>(), 0..600),
+            len in prop_oneof![8 => 0usize..600, 1 => 65_000usize..70_000],
+            chain in proptest::option::of((2u8..=255).prop_flat_map(|c| (0..c, Just(c)))),
         ) {
+            let payload: Vec<u8> = (0..len).map(|i| (i as u8) ^ (cid as u8)).collect();
+            let chain = chain.map(|(index, count)| ChainLink { index, count });
             let zone = ZoneId { owner, zone };
-            let cid = if own { (u64::from(owner) << 48) | (cid >> 20) } else { cid };
+            // Own CIDs with local IDs of every width (1, 2, 4 and 6 bytes).
+            let cid = if own { (u64::from(owner) << 48) | (cid >> (16 + cid % 48)) } else { cid };
             let v = Version { epoch, version };
             let mut out = vec![0xAB];
-            encode_put(&mut out, zone, cid, v, None, &payload);
+            encode_put(&mut out, zone, cid, v, chain, &payload);
             let mut entry = Vec::new();
             header::encode(
-                &EncodeArgs { cid, zone_owner: owner, epoch, version, chain: None },
+                &EncodeArgs { cid, zone_owner: owner, epoch, version, chain },
                 &payload,
                 &mut entry,
             );
@@ -1875,7 +1882,10 @@ mod tests {
             prop_assert_eq!(&out, &expected);
             let e = header::decode(&entry, owner, u32::MAX).unwrap();
             prop_assert!(e.verify(0));
-            prop_assert_eq!((e.header.cid, e.header.epoch, e.header.version), (cid, epoch, version));
+            prop_assert_eq!(
+                (e.header.cid, e.header.epoch, e.header.version, e.header.chain),
+                (cid, epoch, version, chain)
+            );
         }
     }
 

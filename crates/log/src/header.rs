@@ -166,20 +166,48 @@ fn version_width(version: u32) -> (u8, usize) {
     }
 }
 
-/// An entry header built in one pass, checksum included: `bytes()` is what precedes the
-/// payload in the log.
-#[derive(Copy, Clone, Debug)]
+/// An entry header built in one pass, checksum included, held as little-endian words
+/// (bytes 0..16 in `lo`, 16..24 in `hi`; zeros past `len`): built in registers and
+/// stored once where it goes, not assembled byte by byte in memory and copied.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct BuiltHeader {
-    /// Room for the largest header plus slack for the 8-byte field stores (the bytes past
-    /// `len` are not part of the header).
-    raw: [u8; HEADER_BYTES_MAX + 8],
+    lo: u128,
+    hi: u64,
     len: usize,
 }
 
 impl BuiltHeader {
-    /// The header bytes (type byte first, checksum last).
-    pub fn bytes(&self) -> &[u8] {
-        &self.raw[..self.len]
+    /// Header bytes (type byte first, checksum last).
+    #[allow(clippy::len_without_is_empty)] // never empty
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The header as words: bytes 0..16 and 16..24, little-endian, zero past `len()`.
+    pub fn words(&self) -> (u128, u64) {
+        (self.lo, self.hi)
+    }
+
+    /// The header bytes in an array; the first `len()` are the header.
+    pub fn to_array(&self) -> [u8; HEADER_BYTES_MAX] {
+        let mut out = [0u8; HEADER_BYTES_MAX];
+        out[..16].copy_from_slice(&self.lo.to_le_bytes());
+        out[16..].copy_from_slice(&self.hi.to_le_bytes());
+        out
+    }
+}
+
+/// ORs `value` (its bytes beyond the field's width are zero) into the header words at
+/// byte offset `at` (at most 20: a field never ends past byte 24).
+#[inline(always)]
+fn put(lo: &mut u128, hi: &mut u64, at: usize, value: u64) {
+    if at < 16 {
+        *lo |= u128::from(value) << (8 * at);
+        if at > 8 {
+            *hi |= value >> (8 * (16 - at));
+        }
+    } else {
+        *hi |= value << (8 * (at - 16));
     }
 }
 
@@ -200,15 +228,13 @@ pub fn build_header(args: &EncodeArgs, payload: &[u8]) -> BuiltHeader {
     } else {
         KIND_WHOLE
     };
-    // Every field is stored as a full 8- or 4-byte little-endian word at its offset and
-    // the offset advanced by the field's width; the next field overwrites the excess (the
-    // array has 8 bytes of slack past the largest header).
-    let mut h = [0u8; HEADER_BYTES_MAX + 8];
-    h[0] = kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6);
+    // Each field's value has zeros above its width (the widths were chosen to hold it), so
+    // ORing whole words at the field offsets builds the header.
+    let mut lo = u128::from(kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6));
+    let mut hi = 0u64;
     let mut at = 1;
     if let Some(link) = args.chain {
-        h[1] = link.index;
-        h[2] = link.count;
+        lo |= u128::from(link.index) << 8 | u128::from(link.count) << 16;
         at = 3;
     }
     let cid_field = if cid_w == 8 {
@@ -216,18 +242,19 @@ pub fn build_header(args: &EncodeArgs, payload: &[u8]) -> BuiltHeader {
     } else {
         args.cid & ((1 << 48) - 1)
     };
-    h[at..at + 8].copy_from_slice(&cid_field.to_le_bytes());
+    put(&mut lo, &mut hi, at, cid_field);
     at += cid_w;
-    h[at..at + 8].copy_from_slice(&(payload.len() as u64).to_le_bytes());
+    put(&mut lo, &mut hi, at, payload.len() as u64);
     at += len_w;
-    h[at..at + 2].copy_from_slice(&args.epoch.to_le_bytes());
+    put(&mut lo, &mut hi, at, u64::from(args.epoch));
     at += 2;
-    h[at..at + 4].copy_from_slice(&args.version.to_le_bytes());
+    put(&mut lo, &mut hi, at, u64::from(args.version));
     at += ver_w;
-    let crc = crate::crc::crc32c_two(&h[..at], payload);
-    h[at..at + 4].copy_from_slice(&crc.to_le_bytes());
+    let crc = crate::crc::crc32c_words(lo, hi, at, payload);
+    put(&mut lo, &mut hi, at, u64::from(crc));
     BuiltHeader {
-        raw: h,
+        lo,
+        hi,
         len: at + 4,
     }
 }
@@ -239,7 +266,7 @@ pub fn build_header(args: &EncodeArgs, payload: &[u8]) -> BuiltHeader {
 pub fn encode(args: &EncodeArgs, payload: &[u8], out: &mut Vec<u8>) {
     let h = build_header(args, payload);
     out.reserve(h.len + payload.len());
-    out.extend_from_slice(h.bytes());
+    out.extend_from_slice(&h.to_array()[..h.len]);
     out.extend_from_slice(payload);
 }
 
@@ -525,7 +552,8 @@ mod tests {
             encode(&a, &payload, &mut out);
             prop_assert_eq!(&out, &expected);
             let h = build_header(&a, &payload);
-            prop_assert_eq!(h.bytes(), &expected[..expected.len() - payload.len()]);
+            prop_assert_eq!(&h.to_array()[..h.len()], &expected[..expected.len() - payload.len()]);
+            prop_assert!(h.to_array()[h.len()..].iter().all(|&b| b == 0));
         }
 
         #[test]
