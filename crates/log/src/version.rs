@@ -675,7 +675,7 @@ fn read_file(file: &dyn LogFile) -> LogResult<Option<(u32, u64, Vec<VersionRecor
 pub struct VersionLog {
     storage: std::sync::Arc<dyn Storage>,
     names: [String; 2],
-    files: [Box<dyn LogFile>; 2],
+    files: [std::sync::Arc<dyn LogFile>; 2],
     active: usize,
     generation: u32,
     end: u64,
@@ -697,7 +697,10 @@ impl VersionLog {
                 .open(name, PAGE_BYTES as u64)
                 .map_err(io_context(format!("opening {name}")))
         };
-        let files = [open(&names[0])?, open(&names[1])?];
+        let files: [std::sync::Arc<dyn LogFile>; 2] = [
+            std::sync::Arc::from(open(&names[0])?),
+            std::sync::Arc::from(open(&names[1])?),
+        ];
         let a = read_file(files[0].as_ref())?;
         let b = read_file(files[1].as_ref())?;
         let (active, generation, end, records) = match (a, b) {
@@ -745,29 +748,39 @@ impl VersionLog {
         if needed > len {
             let name = &self.names[index];
             let grown = needed.max(len.saturating_mul(2));
-            self.files[index] = self
-                .storage
-                .open(name, grown)
-                .map_err(io_context(format!("growing {name}")))?;
+            self.files[index] = std::sync::Arc::from(
+                self.storage
+                    .open(name, grown)
+                    .map_err(io_context(format!("growing {name}")))?,
+            );
         }
         Ok(())
     }
 
     /// Appends `records` as one block and syncs.
     pub fn append(&mut self, records: &[VersionRecord]) -> LogResult<()> {
+        self.append_unsynced(records)?
+            .sync()
+            .map_err(io_context("syncing version log"))
+    }
+
+    /// Appends `records` as one block without syncing: the records count only once the
+    /// caller synced the returned file (with other files' syncs at the same time); if that
+    /// sync fails the engine must stop (the log's end already counts the block).
+    pub fn append_unsynced(
+        &mut self,
+        records: &[VersionRecord],
+    ) -> LogResult<std::sync::Arc<dyn LogFile>> {
         let buf = encode_blocks(records, self.generation);
         let index = self.active;
         self.ensure_len(index, self.end + buf.len() as u64)?;
         self.files[index]
             .write_at(&buf, self.end)
             .map_err(io_context("appending to version log"))?;
-        self.files[index]
-            .sync()
-            .map_err(io_context("syncing version log"))?;
         self.end += buf.len() as u64;
         self.records += records.len() as u64;
         self.bytes_written += buf.len() as u64;
-        Ok(())
+        Ok(self.files[index].clone())
     }
 
     /// Loads every record of the active file.
