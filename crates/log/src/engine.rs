@@ -172,6 +172,24 @@ struct Handoff {
     closed: bool,
 }
 
+/// Writer → syncer handoff: the files of one written flush to sync, then its last
+/// sequence number becomes durable (at most one flush in flight, so flushes become durable
+/// in order).
+#[derive(Debug, Default)]
+struct SyncQueue {
+    job: Option<SyncJob>,
+    /// A job was taken and is being synced.
+    busy: bool,
+    /// Set by the writer when it stops; the syncer ends once idle.
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct SyncJob {
+    files: Vec<Arc<dyn LogFile>>,
+    last_seq: Seq,
+}
+
 #[derive(Debug, Default)]
 struct Durability {
     durable_seq: Seq,
@@ -204,6 +222,9 @@ pub(crate) struct Inner {
     /// The flusher waits here for a free set of sorting buffers or queue room; the writer
     /// for work.
     handoff_cv: Condvar,
+    /// Writer → syncer.
+    sync_q: Mutex<SyncQueue>,
+    sync_cv: Condvar,
     primary: Mutex<Option<PrimaryLog>>,
     pub reorg: Mutex<ReorgRequests>,
     pub reorg_cv: Condvar,
@@ -353,6 +374,8 @@ impl LogEngine {
                 closed: false,
             }),
             handoff_cv: Condvar::new(),
+            sync_q: Mutex::new(SyncQueue::default()),
+            sync_cv: Condvar::new(),
             primary: Mutex::new(Some(primary)),
             reorg: Mutex::new(ReorgRequests::default()),
             reorg_cv: Condvar::new(),
@@ -371,6 +394,7 @@ impl LogEngine {
         let threads = vec![
             spawn("flusher", Inner::flusher_loop)?,
             spawn("writer", Inner::writer_loop)?,
+            spawn("syncer", Inner::syncer_loop)?,
             spawn("reorganizer", Inner::reorganizer_loop)?,
         ];
         let engine = LogEngine { inner, threads };
@@ -1185,15 +1209,21 @@ impl Inner {
                 }
             };
             let Some(SortedFlush { groups, last_seq }) = job else {
+                // Whatever is in flight becomes durable (or fails) before the syncer ends.
+                let mut q = self.sync_q.lock();
+                q.closed = true;
+                self.sync_cv.notify_all();
                 return;
             };
             if !self.failed.load(Ordering::Relaxed) {
                 match self.write_sorted(&groups, last_seq) {
-                    Ok(()) => {
+                    Ok(None) => {
                         let mut d = self.durability.lock();
                         d.durable_seq = d.durable_seq.max(last_seq);
                         self.durable_cv.notify_all();
                     }
+                    // Synced by the syncer while this thread writes the next flush.
+                    Ok(Some(files)) => self.submit_sync(SyncJob { files, last_seq }),
                     Err(e) => self.fail(e.to_string()),
                 }
             }
@@ -1204,6 +1234,70 @@ impl Inner {
             }
             // Producers waiting for a sealed epoch to reach the disk retry now (under the
             // buffer lock, so the wake-up is not lost between their check and their wait).
+            let _wb = self.wb.lock();
+            self.wb_cv.notify_all();
+        }
+    }
+
+    /// Waits until the syncer has no flush in flight (its flush is durable or the engine
+    /// failed).
+    fn wait_sync_idle(&self) {
+        let mut q = self.sync_q.lock();
+        while q.job.is_some() || q.busy {
+            self.sync_cv.wait(&mut q);
+        }
+    }
+
+    /// Hands a written flush to the syncer, after the one before it is synced.
+    fn submit_sync(&self, job: SyncJob) {
+        let mut q = self.sync_q.lock();
+        while q.job.is_some() || q.busy {
+            self.sync_cv.wait(&mut q);
+        }
+        q.job = Some(job);
+        self.sync_cv.notify_all();
+    }
+
+    /// The syncer thread: syncs the files of a flush the writer wrote, moves `durable_seq`,
+    /// then writes the sealed epochs that became writable, while the writer already writes
+    /// the next flush (its disk writes overlap this flush's `fdatasync` calls).
+    fn syncer_loop(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut q = self.sync_q.lock();
+                loop {
+                    if let Some(job) = q.job.take() {
+                        q.busy = true;
+                        break Some(job);
+                    }
+                    if q.closed {
+                        break None;
+                    }
+                    self.sync_cv.wait(&mut q);
+                }
+            };
+            let Some(SyncJob { files, last_seq }) = job else {
+                return;
+            };
+            if !self.failed.load(Ordering::Relaxed) {
+                let synced = sync_all(&files).and_then(|()| {
+                    {
+                        let mut d = self.durability.lock();
+                        d.durable_seq = d.durable_seq.max(last_seq);
+                        self.durable_cv.notify_all();
+                    }
+                    self.write_sealed(last_seq)
+                });
+                if let Err(e) = synced {
+                    self.fail(e.to_string());
+                }
+            }
+            {
+                let mut q = self.sync_q.lock();
+                q.busy = false;
+                self.sync_cv.notify_all();
+            }
+            // Producers waiting for a sealed epoch to reach the disk retry now.
             let _wb = self.wb.lock();
             self.wb_cv.notify_all();
         }
@@ -1272,8 +1366,15 @@ impl Inner {
 
     /// Writes one sorted flush (the writer's part): each zone's batch to its secondary
     /// log, or to the primary log and its secondary-log buffer; removes and sealed epochs
-    /// to the version logs. Everything up to `last_seq` is durable when it returns Ok.
-    fn write_sorted(&self, groups: &Groups, last_seq: Seq) -> LogResult<()> {
+    /// to the version logs. Returns `None` when everything up to `last_seq` is durable, or
+    /// the files still to sync when the flush wrote no primary-log block: it is durable
+    /// once they are synced (the syncer's part, [`Inner::syncer_loop`], which also writes
+    /// the sealed epochs then).
+    fn write_sorted(
+        &self,
+        groups: &Groups,
+        last_seq: Seq,
+    ) -> LogResult<Option<Vec<Arc<dyn LogFile>>>> {
         let payload_max = self.config.entry_payload_bytes_max();
         let two_level = self.config.secondary_buffer_bytes > 0;
         let mut primary_blocks: Vec<(ZoneId, u8, Vec<u8>)> = Vec::new();
@@ -1340,8 +1441,19 @@ impl Inner {
                 .filter_map(|zone_id| self.zone(*zone_id).ok())
                 .map(|zone| zone.log.lock().seclog.file()),
         );
+        if primary_blocks.is_empty() {
+            self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(to_sync));
+        }
+        // The primary-log path stays in this thread, in order: the flush before is durable
+        // first (durable_seq moves in order), then this one's secondary logs, then its
+        // primary-log blocks.
+        self.wait_sync_idle();
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(LogError::Failed("an earlier flush failed".into()));
+        }
         sync_all(&to_sync)?;
-        if !primary_blocks.is_empty() {
+        {
             let bytes: usize = primary_blocks.iter().map(|b| b.2.len()).sum();
             let mut primary = self.primary.lock();
             let p = primary
@@ -1374,9 +1486,16 @@ impl Inner {
             p.append(&refs, payload_max)?;
             p.sync()?;
         }
-        // Sealed epochs go to the version logs (not needed for durability: entries carry
-        // their versions; needed before the manager may seal again).
-        // Written to every zone's version log first, then synced together.
+        self.write_sealed(last_seq)?;
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(None)
+    }
+
+    /// Writes the sealed epochs whose appends are all durable (up to `last_seq`) to the
+    /// version logs: not needed for durability (entries carry their versions), needed
+    /// before the manager may seal again. Written to every zone's version log first, then
+    /// synced together.
+    fn write_sealed(&self, last_seq: Seq) -> LogResult<()> {
         let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
         let mut written: Vec<(Arc<Zone>, u16)> = Vec::new();
         let mut to_sync: Vec<Arc<dyn LogFile>> = Vec::new();
@@ -1396,7 +1515,6 @@ impl Inner {
         for (zone, epoch) in written {
             zone.versions.lock().sealed_written(epoch);
         }
-        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
