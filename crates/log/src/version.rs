@@ -63,6 +63,13 @@ impl Hasher for CidHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 ^= n;
     }
+    // Zone IDs (two u16) are hashed on every append: shifted in, no multiply per byte.
+    fn write_u16(&mut self, n: u16) {
+        self.0 = (self.0 << 16) | u64::from(n);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 << 32) | u64::from(n);
+    }
 }
 
 /// A hash map keyed by CID.
