@@ -157,20 +157,31 @@ pub struct EntryLoc {
 
 /// One chunk in the version buffer: its version in the current epoch, whether that is a
 /// remove, and where that version's entry was placed (once the writer placed it).
+/// 16 bytes (24 with its key in the table, down from 32 with a separate flag): the
+/// version buffer is touched on every append and every placement.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct Slot {
-    version: u32,
-    deleted: bool,
+    /// The version (24 bits) with the deleted flag in bit 31.
+    word: u32,
     loc: EntryLoc,
 }
+
+const SLOT_DELETED: u32 = 1 << 31;
 
 impl Slot {
     fn new(version: u32, deleted: bool) -> Slot {
         Slot {
-            version,
-            deleted,
+            word: version | if deleted { SLOT_DELETED } else { 0 },
             loc: EntryLoc::default(),
         }
+    }
+
+    fn version(&self) -> u32 {
+        self.word & !SLOT_DELETED
+    }
+
+    fn deleted(&self) -> bool {
+        self.word & SLOT_DELETED != 0
     }
 }
 
@@ -342,9 +353,9 @@ impl VersionManager {
                     state: VersionState {
                         version: Version {
                             epoch: self.epoch,
-                            version: slot.version,
+                            version: slot.version(),
                         },
-                        deleted: slot.deleted,
+                        deleted: slot.deleted(),
                     },
                 }
             })
@@ -377,10 +388,10 @@ impl VersionManager {
         // One hash lookup in the common case (room left, no overflow).
         let version = match self.buffer.entry(cid) {
             std::collections::hash_map::Entry::Occupied(mut e)
-                if e.get().version < VERSION_IN_EPOCH_MAX =>
+                if e.get().version() < VERSION_IN_EPOCH_MAX =>
             {
                 let slot = e.get_mut();
-                let v = slot.version + 1;
+                let v = slot.version() + 1;
                 let outdated = slot.loc;
                 *slot = Slot::new(v, deleted);
                 self.usage.outdate(outdated);
@@ -459,9 +470,9 @@ impl VersionManager {
             return Some(VersionState {
                 version: Version {
                     epoch: self.epoch,
-                    version: slot.version,
+                    version: slot.version(),
                 },
-                deleted: slot.deleted,
+                deleted: slot.deleted(),
             });
         }
         let sealed = self.sealed.as_ref()?;
@@ -488,9 +499,9 @@ impl VersionManager {
                 VersionState {
                     version: Version {
                         epoch: self.epoch,
-                        version: slot.version,
+                        version: slot.version(),
                     },
-                    deleted: slot.deleted,
+                    deleted: slot.deleted(),
                 },
             );
         }
@@ -515,7 +526,7 @@ impl VersionManager {
             None // older: whether it is current is not known here (counted live)
         };
         if let Some(slot) = slot {
-            if slot.version != version.version || slot.deleted {
+            if slot.version() != version.version || slot.deleted() {
                 self.usage.outdate(loc);
             } else if !chained {
                 slot.loc = loc;
@@ -547,9 +558,9 @@ impl VersionManager {
                 if VersionState {
                     version: Version {
                         epoch: self.epoch,
-                        version: slot.version,
+                        version: slot.version(),
                     },
-                    deleted: slot.deleted,
+                    deleted: slot.deleted(),
                 } == expected => {}
             Some(_) => return None,
             None => {}
@@ -838,6 +849,17 @@ pub fn table_from_records(records: &[VersionRecord]) -> CidMap<VersionState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_packs_version_and_deleted_flag() {
+        assert_eq!(std::mem::size_of::<Slot>(), 16);
+        for version in [0, 1, 0x7F_FFFF, VERSION_IN_EPOCH_MAX] {
+            for deleted in [false, true] {
+                let slot = Slot::new(version, deleted);
+                assert_eq!((slot.version(), slot.deleted()), (version, deleted));
+            }
+        }
+    }
     use crate::storage::MemStorage;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
