@@ -1,5 +1,5 @@
-//! The log engine: zones, the write buffer, the flusher and writer threads, durability,
-//! reopen.
+//! The log engine: zones, the write buffer, the flusher, writer and syncer threads,
+//! durability, reopen.
 //!
 //! Job: accept appends and removes for (owner, zone) pairs, give each a version and a
 //! sequence number, keep them in the bounded write buffer, and have them written to
@@ -8,23 +8,30 @@
 //!
 //! Pipeline (DXRAM's BufferProcessingThread and writer thread): producers fill one half of
 //! the write buffer; the **flusher** takes the other half, sorts its records by zone into
-//! one of two sets of sorting buffers and gives the half back at once; the **writer**
-//! writes a sorted set (secondary logs, primary log, version logs), syncs, and moves
-//! `durable_seq`. One sorted set may wait while the writer writes the other (double
-//! buffering), so sorting and copying the next flush overlaps the disk writes of the
-//! current one. Each entry the writer places is reported to its zone's version manager,
-//! which keeps the per-segment live-byte estimates the reorganizer picks segments by.
+//! one of two sets of sorting buffers (decoding each entry's header on the way) and gives
+//! the half back at once; the **writer** writes a sorted set (secondary logs, primary log,
+//! version logs). A flush without primary-log blocks goes to the **syncer**, which syncs
+//! its files and moves `durable_seq` while the writer writes the next flush; a flush with
+//! primary-log blocks waits for the syncer, syncs and moves `durable_seq` in the writer.
+//! The files of one flush are synced together ([`sync_all`]). One sorted set may wait
+//! while the writer writes the other (double buffering), so sorting and copying the next
+//! flush overlaps the disk writes of the current one. Each entry the writer places is
+//! reported to its zone's version manager, which keeps the per-segment live-byte
+//! estimates the reorganizer picks segments by.
 //!
 //! Invariants:
 //! - Sequence numbers are assigned in write-buffer order, under the same lock as versions:
 //!   `durable_seq = s` means every append with a sequence number `<= s` is on disk (synced),
 //!   including the version-log records of removes. The writer writes flushes in the order
-//!   the flusher took them.
+//!   the flusher took them; at most one written flush waits for the syncer, and the
+//!   writer waits for it before moving `durable_seq` itself, so `durable_seq` moves in
+//!   that order too.
 //! - The writer is the only writer of secondary logs besides the reorganizer (and a
 //!   recovery read's `flush_zone`); they hold the zone's log lock while they write.
 //! - Lock order: write buffer → zone versions; zone reorganization lock → zone log → zone
-//!   versions; the flusher/writer handoff lock is taken alone. Nobody waits for the
-//!   writer while holding a zone log lock.
+//!   versions; zone map → write buffer; the flusher/writer and writer/syncer handoff
+//!   locks are taken alone. Nobody waits for the writer or the syncer while holding a
+//!   zone log lock.
 //! - Every wait of a caller is bounded by `wait_timeout` and ends early on an engine
 //!   failure; the flusher waits for the writer only until its current flush is written.
 //! - RAM: the write buffer plus at most four write buffers of sorting buffers (two sets,
