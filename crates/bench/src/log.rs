@@ -11,6 +11,9 @@
 //!    Bytes written per payload byte is what the storage layer was handed: entry
 //!    headers, primary-log copies of small batches, block headers, page padding, the
 //!    partial last page every append rewrites, and the version logs (sealed epochs).
+//!    Also the CPU time all of the process's threads used from the first append until
+//!    everything was durable, per million entries (`/proc/self/stat`, 10 ms ticks): on a
+//!    shared machine it moves less than the rates do.
 //! 3. **Recovery read** of one zone of `--zone-mb` of 64-byte chunks (default 256 MiB,
 //!    about 4.2 M chunks), with O_DIRECT reads (cold: no page cache), `--threads` threads
 //!    validating checksums; the callback only sums the bytes (inserting into the memory
@@ -193,6 +196,7 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
             }
             let entries = ((args.append_mb << 20) / entry_bytes.max(1) as u64).max(1);
             let payload = vec![0x5Au8; entry_bytes];
+            let cpu_before = crate::process::cpu_seconds();
             let started = Instant::now();
             if batch == 1 {
                 for i in 0..entries {
@@ -222,6 +226,8 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
             let buffered = started.elapsed();
             engine.flush().map_err(|e| format!("flush: {e}"))?;
             let durable = started.elapsed();
+            let cpu_s_per_m_entries =
+                (crate::process::cpu_seconds() - cpu_before) / (entries as f64 / 1e6);
             let stats = engine.stats();
             let payload_bytes = entries * entry_bytes as u64;
             let written = stats.secondary_device_bytes_written
@@ -240,11 +246,13 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
                    "disk_write_mb_per_sec": disk_write, "fio_mb_per_sec": fio,
                    "baseline_ratio": mb_per_sec(written, durable) / disk_write,
                    "version_log_bytes_written": stats.version_log_bytes_written,
+                   "cpu_s_per_m_entries": cpu_s_per_m_entries,
                    "bytes_written_per_payload_byte": written_per_payload}),
             format!(
                 "append {entry_bytes:>5} B x {entries} (batch {batch:>2}): into buffer {:.2} M entries/s ({:.0} MB/s); \
                  durable {:.2} M entries/s ({mb:.0} MB/s payload, {:.0} MB/s to disk = {:.0}% of baseline{}); \
-                 {written_per_payload:.2} bytes written per payload byte",
+                 {written_per_payload:.2} bytes written per payload byte; \
+                 {cpu_s_per_m_entries:.3} CPU s per M entries",
                 rate(buffered) / 1e6,
                 mb_per_sec(payload_bytes, buffered),
                 rate(durable) / 1e6,

@@ -1,5 +1,5 @@
-//! The log engine: zones, the write buffer, the flusher and writer threads, durability,
-//! reopen.
+//! The log engine: zones, the write buffer, the flusher, writer and syncer threads,
+//! durability, reopen.
 //!
 //! Job: accept appends and removes for (owner, zone) pairs, give each a version and a
 //! sequence number, keep them in the bounded write buffer, and have them written to
@@ -8,28 +8,36 @@
 //!
 //! Pipeline (DXRAM's BufferProcessingThread and writer thread): producers fill one half of
 //! the write buffer; the **flusher** takes the other half, sorts its records by zone into
-//! one of two sets of sorting buffers and gives the half back at once; the **writer**
-//! writes a sorted set (secondary logs, primary log, version logs), syncs, and moves
-//! `durable_seq`. One sorted set may wait while the writer writes the other (double
-//! buffering), so sorting and copying the next flush overlaps the disk writes of the
-//! current one. Each entry the writer places is reported to its zone's version manager,
-//! which keeps the per-segment live-byte estimates the reorganizer picks segments by.
+//! one of two sets of sorting buffers (decoding each entry's header on the way) and gives
+//! the half back at once; the **writer** writes a sorted set (secondary logs, primary log,
+//! version logs). A flush without primary-log blocks goes to the **syncer**, which syncs
+//! its files and moves `durable_seq` while the writer writes the next flush; a flush with
+//! primary-log blocks waits for the syncer, syncs and moves `durable_seq` in the writer.
+//! The files of one flush are synced together ([`sync_all`]). One sorted set may wait
+//! while the writer writes the other (double buffering), so sorting and copying the next
+//! flush overlaps the disk writes of the current one. Each entry the writer places is
+//! reported to its zone's version manager, which keeps the per-segment live-byte
+//! estimates the reorganizer picks segments by.
 //!
 //! Invariants:
 //! - Sequence numbers are assigned in write-buffer order, under the same lock as versions:
 //!   `durable_seq = s` means every append with a sequence number `<= s` is on disk (synced),
 //!   including the version-log records of removes. The writer writes flushes in the order
-//!   the flusher took them.
+//!   the flusher took them; at most one written flush waits for the syncer, and the
+//!   writer waits for it before moving `durable_seq` itself, so `durable_seq` moves in
+//!   that order too.
 //! - The writer is the only writer of secondary logs besides the reorganizer (and a
 //!   recovery read's `flush_zone`); they hold the zone's log lock while they write.
 //! - Lock order: write buffer → zone versions; zone reorganization lock → zone log → zone
-//!   versions; the flusher/writer handoff lock is taken alone. Nobody waits for the
-//!   writer while holding a zone log lock.
+//!   versions; zone map → write buffer; the flusher/writer and writer/syncer handoff
+//!   locks are taken alone. Nobody waits for the writer or the syncer while holding a
+//!   zone log lock.
 //! - Every wait of a caller is bounded by `wait_timeout` and ends early on an engine
 //!   failure; the flusher waits for the writer only until its current flush is written.
-//! - RAM: the write buffer plus at most two write buffers of sorting buffers (two sets,
-//!   each dropped when its capacity grew beyond the write buffer's size: kept from flush
-//!   to flush, they cost no allocation and no page faults).
+//! - RAM: the write buffer plus at most four write buffers of sorting buffers (two sets,
+//!   each dropped when its capacity, entries and their decoded headers, grew beyond twice
+//!   the write buffer's size: kept from flush to flush, they cost no allocation and no
+//!   page faults), and per writing thread a list of placed entries (at most 64 Ki kept).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,18 +49,39 @@ use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::config::LogConfig;
 use crate::error::{io_context, LogError, LogResult};
-use crate::header::{self, ChainLink, EncodeArgs};
+use crate::header::{self, ChainLink, EncodeArgs, EntryHeader};
 use crate::primary::PrimaryLog;
 use crate::seclog::{self, PlaceError, SecondaryLog, SegmentInfo};
-use crate::storage::{round_up_to_page, AlignedBuf, Storage};
+use crate::storage::{round_up_to_page, AlignedBuf, LogFile, Storage};
 use crate::version::{
     merge, table_from_records, AssignBlocked, CidHasher, CidMap, Version, VersionLog,
     VersionManager, VersionRecord, VersionState,
 };
 use crate::ZoneId;
 
-/// The flusher's per-zone sorting buffers: entries and removes of one flush.
-type Groups = BTreeMap<ZoneId, (Vec<u8>, Vec<VersionRecord>)>;
+/// The flusher's sorting buffers of one zone: what one flush holds for it.
+#[derive(Debug, Default)]
+struct Group {
+    /// Entries back to back (write-buffer form, generation 0).
+    entries: Vec<u8>,
+    /// Each entry's offset in `entries` and header, decoded by the flusher while it copies
+    /// the entry (the bytes are in its cache then), so the writer places the batch
+    /// without walking it again.
+    headers: Vec<(usize, EntryHeader)>,
+    /// Removes.
+    removes: Vec<VersionRecord>,
+}
+
+impl Group {
+    fn capacity_bytes(&self) -> usize {
+        self.entries.capacity()
+            + self.headers.capacity() * std::mem::size_of::<(usize, EntryHeader)>()
+            + self.removes.capacity() * std::mem::size_of::<VersionRecord>()
+    }
+}
+
+/// The flusher's per-zone sorting buffers.
+type Groups = BTreeMap<ZoneId, Group>;
 
 /// The engine's zones.
 pub(crate) type ZoneMap = HashMap<ZoneId, Arc<Zone>, std::hash::BuildHasherDefault<CidHasher>>;
@@ -77,8 +106,6 @@ const REMOVE_RECORD_BYTES: usize = 1 + 4 + 8 + 2 + 4;
 /// Counters of the whole engine.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub appended_entries: AtomicU64,
-    pub appended_payload_bytes: AtomicU64,
     pub removes: AtomicU64,
     pub secondary_bytes_written: AtomicU64,
     pub flushes: AtomicU64,
@@ -115,6 +142,15 @@ pub(crate) struct Zone {
 struct WriteBuffer {
     active: Vec<u8>,
     spare: Option<Vec<u8>>,
+    /// The engine's zones again (the same `Arc`s as `Inner::zones`, changed together under
+    /// both locks): the append path finds its zone here under the lock it takes anyway,
+    /// without the map's read lock and a reference-count round trip per append.
+    zones: ZoneMap,
+    /// Entries appended (links of chained chunks count one each); counted under this lock
+    /// (no atomic operation per append).
+    appended_entries: u64,
+    /// Payload bytes appended.
+    appended_payload_bytes: u64,
     /// Sequence number the next record gets.
     next_seq: Seq,
     /// Flush everything up to this sequence number as soon as possible.
@@ -141,6 +177,24 @@ struct Handoff {
     free: Vec<Groups>,
     /// Set by the flusher when it stops; the writer ends once the queue is empty.
     closed: bool,
+}
+
+/// Writer → syncer handoff: the files of one written flush to sync, then its last
+/// sequence number becomes durable (at most one flush in flight, so flushes become durable
+/// in order).
+#[derive(Debug, Default)]
+struct SyncQueue {
+    job: Option<SyncJob>,
+    /// A job was taken and is being synced.
+    busy: bool,
+    /// Set by the writer when it stops; the syncer ends once idle.
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct SyncJob {
+    files: Vec<Arc<dyn LogFile>>,
+    last_seq: Seq,
 }
 
 #[derive(Debug, Default)]
@@ -175,6 +229,9 @@ pub(crate) struct Inner {
     /// The flusher waits here for a free set of sorting buffers or queue room; the writer
     /// for work.
     handoff_cv: Condvar,
+    /// Writer → syncer.
+    sync_q: Mutex<SyncQueue>,
+    sync_cv: Condvar,
     primary: Mutex<Option<PrimaryLog>>,
     pub reorg: Mutex<ReorgRequests>,
     pub reorg_cv: Condvar,
@@ -303,15 +360,18 @@ impl LogEngine {
         let half = (config.write_buffer_bytes / 2) as usize;
         let inner = Arc::new(Inner {
             storage,
-            zones: RwLock::new(zones),
             wb: Mutex::new(WriteBuffer {
                 active: Vec::with_capacity(half),
                 spare: Some(Vec::with_capacity(half)),
+                zones: zones.clone(),
+                appended_entries: 0,
+                appended_payload_bytes: 0,
                 next_seq: 1,
                 flush_wanted: 0,
                 taken_seq: 0,
                 wake_now: false,
             }),
+            zones: RwLock::new(zones),
             wb_cv: Condvar::new(),
             durability: Mutex::new(Durability::default()),
             durable_cv: Condvar::new(),
@@ -321,6 +381,8 @@ impl LogEngine {
                 closed: false,
             }),
             handoff_cv: Condvar::new(),
+            sync_q: Mutex::new(SyncQueue::default()),
+            sync_cv: Condvar::new(),
             primary: Mutex::new(Some(primary)),
             reorg: Mutex::new(ReorgRequests::default()),
             reorg_cv: Condvar::new(),
@@ -339,6 +401,7 @@ impl LogEngine {
         let threads = vec![
             spawn("flusher", Inner::flusher_loop)?,
             spawn("writer", Inner::writer_loop)?,
+            spawn("syncer", Inner::syncer_loop)?,
             spawn("reorganizer", Inner::reorganizer_loop)?,
         ];
         let engine = LogEngine { inner, threads };
@@ -402,24 +465,24 @@ impl LogEngine {
         if !old.is_empty() {
             vlog.compact(&[])?;
         }
-        zones.insert(
-            zone,
-            Arc::new(Zone {
-                id: zone,
-                versions: Mutex::new(VersionManager::new(
-                    0,
-                    config.version_seal_entries(),
-                    config.version_buffer_entries_max,
-                )),
-                log: Mutex::new(ZoneLog {
-                    seclog,
-                    sec_buffer: Vec::new(),
-                    vlog,
-                }),
-                reorg_lock: Mutex::new(()),
-                used_after_pass: AtomicU64::new(0),
+        let z = Arc::new(Zone {
+            id: zone,
+            versions: Mutex::new(VersionManager::new(
+                0,
+                config.version_seal_entries(),
+                config.version_buffer_entries_max,
+            )),
+            log: Mutex::new(ZoneLog {
+                seclog,
+                sec_buffer: Vec::new(),
+                vlog,
             }),
-        );
+            reorg_lock: Mutex::new(()),
+            used_after_pass: AtomicU64::new(0),
+        });
+        // Lock order: zone map → write buffer.
+        inner.wb.lock().zones.insert(zone, z.clone());
+        zones.insert(zone, z);
         Ok(())
     }
 
@@ -427,12 +490,13 @@ impl LogEngine {
     /// Appends of it still in the write buffer are flushed first.
     pub fn remove_zone(&self, zone: ZoneId) -> LogResult<()> {
         self.flush()?;
-        let z = self
-            .inner
-            .zones
-            .write()
-            .remove(&zone)
-            .ok_or(LogError::UnknownZone(zone))?;
+        let z = {
+            let mut zones = self.inner.zones.write();
+            let z = zones.remove(&zone).ok_or(LogError::UnknownZone(zone))?;
+            // Lock order: zone map → write buffer.
+            self.inner.wb.lock().zones.remove(&zone);
+            z
+        };
         let _reorg = z.reorg_lock.lock();
         let storage = &self.inner.storage;
         for name in [
@@ -468,19 +532,11 @@ impl LogEngine {
                 max,
             });
         }
-        let z = inner.zone(zone)?;
         let link_bytes = inner.config.entry_payload_bytes_max() as usize;
         if payload.len() <= link_bytes {
-            return inner.push(
-                &z,
-                cid,
-                Record::Put {
-                    payload,
-                    chain: None,
-                },
-                None,
-            );
+            return inner.push_put(zone, cid, payload);
         }
+        let z = inner.zone(zone)?;
         let count = payload.len().div_ceil(link_bytes);
         let chain_bytes = count * (RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX) + payload.len();
         if chain_bytes <= (inner.config.write_buffer_bytes / 2) as usize {
@@ -603,6 +659,10 @@ impl LogEngine {
             })
             .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
         let c = &inner.counters;
+        let (appended_entries, appended_payload_bytes) = {
+            let wb = inner.wb.lock();
+            (wb.appended_entries, wb.appended_payload_bytes)
+        };
         let primary_bytes_written = inner
             .primary
             .lock()
@@ -613,8 +673,8 @@ impl LogEngine {
             memory_bytes: inner.config.write_buffer_bytes
                 + zones.iter().map(|z| z.memory_bytes).sum::<u64>(),
             zones,
-            appended_entries: c.appended_entries.load(Ordering::Relaxed),
-            appended_payload_bytes: c.appended_payload_bytes.load(Ordering::Relaxed),
+            appended_entries,
+            appended_payload_bytes,
             removes: c.removes.load(Ordering::Relaxed),
             secondary_bytes_written: c.secondary_bytes_written.load(Ordering::Relaxed),
             primary_bytes_written,
@@ -805,12 +865,8 @@ impl Inner {
                         wb.next_seq += 1;
                         encode_record(&mut wb.active, zone.id, cid, v, &record);
                         if let Record::Put { payload, .. } = record {
-                            self.counters
-                                .appended_entries
-                                .fetch_add(1, Ordering::Relaxed);
-                            self.counters
-                                .appended_payload_bytes
-                                .fetch_add(payload.len() as u64, Ordering::Relaxed);
+                            wb.appended_entries += 1;
+                            wb.appended_payload_bytes += payload.len() as u64;
                         }
                         if wb.active.len() >= flush_threshold(half) {
                             self.wb_cv.notify_all();
@@ -828,6 +884,47 @@ impl Inner {
             self.wb_cv.notify_all();
             let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
             if self.wb_cv.wait_until(&mut wb, until).timed_out() {
+                return Err(LogError::Timeout("room in the write or version buffer"));
+            }
+        }
+    }
+
+    /// Puts a write of a whole (unchained) chunk into the write buffer: the append path of
+    /// [`LogEngine::append`]. One pass under the buffer lock: the zone is found in the
+    /// buffer's own map, the version manager's lock is held only for the assignment, and
+    /// the record is built with its checksum on the stack and copied in once.
+    fn push_put(&self, zone: ZoneId, cid: u64, payload: &[u8]) -> LogResult<AppendTicket> {
+        let half = (self.config.write_buffer_bytes / 2) as usize;
+        let bytes = RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX + payload.len();
+        let mut deadline = None;
+        let mut guard = self.wb.lock();
+        loop {
+            self.check_failed()?;
+            let wb = &mut *guard;
+            let z = wb.zones.get(&zone).ok_or(LogError::UnknownZone(zone))?;
+            if wb.active.len() + bytes <= half {
+                let seq = wb.next_seq;
+                let assigned = z.versions.lock().assign_put(cid, seq);
+                match assigned {
+                    Ok(v) => {
+                        wb.next_seq += 1;
+                        encode_put(&mut wb.active, zone, cid, v, None, payload);
+                        wb.appended_entries += 1;
+                        wb.appended_payload_bytes += payload.len() as u64;
+                        if wb.active.len() >= flush_threshold(half) {
+                            self.wb_cv.notify_all();
+                        }
+                        return Ok(AppendTicket { seq, version: v });
+                    }
+                    // The flusher writes the sealed epoch at its next flush.
+                    Err(AssignBlocked::SealPending) => wb.wake_now = true,
+                }
+            } else {
+                wb.wake_now = true;
+            }
+            self.wb_cv.notify_all();
+            let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
+            if self.wb_cv.wait_until(&mut guard, until).timed_out() {
                 return Err(LogError::Timeout("room in the write or version buffer"));
             }
         }
@@ -867,12 +964,8 @@ impl Inner {
                     }
                     vm.note_seq(v.epoch, last);
                     drop(vm);
-                    self.counters
-                        .appended_entries
-                        .fetch_add(count as u64, Ordering::Relaxed);
-                    self.counters
-                        .appended_payload_bytes
-                        .fetch_add(payload.len() as u64, Ordering::Relaxed);
+                    wb.appended_entries += count as u64;
+                    wb.appended_payload_bytes += payload.len() as u64;
                     self.wb_cv.notify_all();
                     return Ok(AppendTicket {
                         seq: last,
@@ -933,16 +1026,12 @@ impl Inner {
                 }
             }
         }
+        wb.appended_entries += items.len() as u64;
+        wb.appended_payload_bytes += payload_bytes;
         if wb.active.len() >= flush_threshold(half) {
             self.wb_cv.notify_all();
         }
         drop(wb);
-        self.counters
-            .appended_entries
-            .fetch_add(items.len() as u64, Ordering::Relaxed);
-        self.counters
-            .appended_payload_bytes
-            .fetch_add(payload_bytes, Ordering::Relaxed);
         Ok(last)
     }
 
@@ -1127,15 +1216,21 @@ impl Inner {
                 }
             };
             let Some(SortedFlush { groups, last_seq }) = job else {
+                // Whatever is in flight becomes durable (or fails) before the syncer ends.
+                let mut q = self.sync_q.lock();
+                q.closed = true;
+                self.sync_cv.notify_all();
                 return;
             };
             if !self.failed.load(Ordering::Relaxed) {
                 match self.write_sorted(&groups, last_seq) {
-                    Ok(()) => {
+                    Ok(None) => {
                         let mut d = self.durability.lock();
                         d.durable_seq = d.durable_seq.max(last_seq);
                         self.durable_cv.notify_all();
                     }
+                    // Synced by the syncer while this thread writes the next flush.
+                    Ok(Some(files)) => self.submit_sync(SyncJob { files, last_seq }),
                     Err(e) => self.fail(e.to_string()),
                 }
             }
@@ -1151,20 +1246,87 @@ impl Inner {
         }
     }
 
+    /// Waits until the syncer has no flush in flight (its flush is durable or the engine
+    /// failed).
+    fn wait_sync_idle(&self) {
+        let mut q = self.sync_q.lock();
+        while q.job.is_some() || q.busy {
+            self.sync_cv.wait(&mut q);
+        }
+    }
+
+    /// Hands a written flush to the syncer, after the one before it is synced.
+    fn submit_sync(&self, job: SyncJob) {
+        let mut q = self.sync_q.lock();
+        while q.job.is_some() || q.busy {
+            self.sync_cv.wait(&mut q);
+        }
+        q.job = Some(job);
+        self.sync_cv.notify_all();
+    }
+
+    /// The syncer thread: syncs the files of a flush the writer wrote, moves `durable_seq`,
+    /// then writes the sealed epochs that became writable, while the writer already writes
+    /// the next flush (its disk writes overlap this flush's `fdatasync` calls).
+    fn syncer_loop(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut q = self.sync_q.lock();
+                loop {
+                    if let Some(job) = q.job.take() {
+                        q.busy = true;
+                        break Some(job);
+                    }
+                    if q.closed {
+                        break None;
+                    }
+                    self.sync_cv.wait(&mut q);
+                }
+            };
+            let Some(SyncJob { files, last_seq }) = job else {
+                return;
+            };
+            if !self.failed.load(Ordering::Relaxed) {
+                let synced = sync_all(&files).and_then(|()| {
+                    {
+                        let mut d = self.durability.lock();
+                        d.durable_seq = d.durable_seq.max(last_seq);
+                        self.durable_cv.notify_all();
+                    }
+                    self.write_sealed(last_seq)
+                });
+                if let Err(e) = synced {
+                    self.fail(e.to_string());
+                }
+            }
+            {
+                let mut q = self.sync_q.lock();
+                q.busy = false;
+                self.sync_cv.notify_all();
+            }
+            // Producers waiting for a sealed epoch to reach the disk retry now.
+            let _wb = self.wb.lock();
+            self.wb_cv.notify_all();
+        }
+    }
+
     /// Sorts one half of the write buffer by zone into `groups` (the flusher's part).
     fn sort_batch(&self, batch: &[u8], groups: &mut Groups) -> LogResult<()> {
-        // Sort by zone, keeping each zone's order. The group buffers are kept from flush
-        // to flush (no allocation and page faults per flush) while their capacity is at
-        // most the write buffer's size together (a half's data, with the slack of growth
-        // by doubling).
-        let retained: usize = groups.values().map(|g| g.0.capacity()).sum();
-        if retained > self.config.write_buffer_bytes as usize {
+        // Sort by zone, keeping each zone's order, and decode each entry's header while
+        // its bytes are at hand (the writer places the batch by them). The group buffers
+        // are kept from flush to flush (no allocation and page faults per flush) while
+        // their capacity is at most twice the write buffer's size together (a half's data
+        // and headers, with the slack of growth by doubling).
+        let retained: usize = groups.values().map(Group::capacity_bytes).sum();
+        if retained > 2 * self.config.write_buffer_bytes as usize {
             groups.clear();
         }
         for group in groups.values_mut() {
-            group.0.clear();
-            group.1.clear();
+            group.entries.clear();
+            group.headers.clear();
+            group.removes.clear();
         }
+        let payload_max = self.config.entry_payload_bytes_max();
         let mut at = 0;
         while at < batch.len() {
             let bad = || LogError::Failed("internal: write buffer record does not parse".into());
@@ -1180,7 +1342,13 @@ impl Inner {
                     let entry = batch
                         .get(at + RECORD_HEADER_BYTES..at + RECORD_HEADER_BYTES + len)
                         .ok_or_else(bad)?;
-                    group.0.extend_from_slice(entry);
+                    let h =
+                        header::decode_header(entry, zone.owner, payload_max).map_err(|_| bad())?;
+                    if h.entry_bytes() != len {
+                        return Err(bad());
+                    }
+                    group.headers.push((group.entries.len(), h));
+                    group.entries.extend_from_slice(entry);
                     at += RECORD_HEADER_BYTES + len;
                 }
                 RECORD_REMOVE => {
@@ -1188,7 +1356,7 @@ impl Inner {
                     let cid = u64::from_le_bytes(r[5..13].try_into().map_err(|_| bad())?);
                     let epoch = u16::from_le_bytes([r[13], r[14]]);
                     let version = u32::from_le_bytes([r[15], r[16], r[17], r[18]]);
-                    group.1.push(VersionRecord {
+                    group.removes.push(VersionRecord {
                         cid,
                         state: VersionState {
                             version: Version { epoch, version },
@@ -1205,13 +1373,23 @@ impl Inner {
 
     /// Writes one sorted flush (the writer's part): each zone's batch to its secondary
     /// log, or to the primary log and its secondary-log buffer; removes and sealed epochs
-    /// to the version logs. Everything up to `last_seq` is durable when it returns Ok.
-    fn write_sorted(&self, groups: &Groups, last_seq: Seq) -> LogResult<()> {
+    /// to the version logs. Returns `None` when everything up to `last_seq` is durable, or
+    /// the files still to sync when the flush wrote no primary-log block: it is durable
+    /// once they are synced (the syncer's part, [`Inner::syncer_loop`], which also writes
+    /// the sealed epochs then).
+    fn write_sorted(
+        &self,
+        groups: &Groups,
+        last_seq: Seq,
+    ) -> LogResult<Option<Vec<Arc<dyn LogFile>>>> {
         let payload_max = self.config.entry_payload_bytes_max();
         let two_level = self.config.secondary_buffer_bytes > 0;
         let mut primary_blocks: Vec<(ZoneId, u8, Vec<u8>)> = Vec::new();
         let mut touched: HashSet<ZoneId> = HashSet::new();
-        for (zone_id, (entries, removes)) in groups.iter() {
+        // Version logs holding removes of this flush, synced with the secondary logs.
+        let mut to_sync: Vec<Arc<dyn LogFile>> = Vec::new();
+        for (zone_id, group) in groups.iter() {
+            let (entries, removes) = (&group.entries, &group.removes);
             let Ok(zone) = self.zone(*zone_id) else {
                 // Removed while its appends were buffered: nothing to keep.
                 continue;
@@ -1227,7 +1405,7 @@ impl Inner {
                 if !pending.is_empty() {
                     self.write_secondary(&zone, &pending)?;
                 }
-                self.write_secondary(&zone, entries)?;
+                self.write_secondary_walked(&zone, entries, &group.headers)?;
                 touched.insert(*zone_id);
             } else if !entries.is_empty() {
                 let full = {
@@ -1257,19 +1435,32 @@ impl Inner {
                 primary_blocks.push((*zone_id, flags, entries.clone()));
             }
             if !removes.is_empty() {
-                zone.log.lock().vlog.append(removes)?;
+                to_sync.push(zone.log.lock().vlog.append_unsynced(removes)?);
             }
         }
         // Secondary logs first: a primary block flagged as a buffer start makes reopen
         // skip the zone's earlier blocks, so what was taken out of the zone's buffer must
         // be durable in its secondary log before that block can reach the disk (even
         // torn: its header alone carries the flag).
-        for zone_id in &touched {
-            if let Ok(zone) = self.zone(*zone_id) {
-                zone.log.lock().seclog.sync()?;
-            }
+        to_sync.extend(
+            touched
+                .iter()
+                .filter_map(|zone_id| self.zone(*zone_id).ok())
+                .map(|zone| zone.log.lock().seclog.file()),
+        );
+        if primary_blocks.is_empty() {
+            self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(to_sync));
         }
-        if !primary_blocks.is_empty() {
+        // The primary-log path stays in this thread, in order: the flush before is durable
+        // first (durable_seq moves in order), then this one's secondary logs, then its
+        // primary-log blocks.
+        self.wait_sync_idle();
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(LogError::Failed("an earlier flush failed".into()));
+        }
+        sync_all(&to_sync)?;
+        {
             let bytes: usize = primary_blocks.iter().map(|b| b.2.len()).sum();
             let mut primary = self.primary.lock();
             let p = primary
@@ -1302,9 +1493,19 @@ impl Inner {
             p.append(&refs, payload_max)?;
             p.sync()?;
         }
-        // Sealed epochs go to the version logs (not needed for durability: entries carry
-        // their versions; needed before the manager may seal again).
+        self.write_sealed(last_seq)?;
+        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(None)
+    }
+
+    /// Writes the sealed epochs whose appends are all durable (up to `last_seq`) to the
+    /// version logs: not needed for durability (entries carry their versions), needed
+    /// before the manager may seal again. Written to every zone's version log first, then
+    /// synced together.
+    fn write_sealed(&self, last_seq: Seq) -> LogResult<()> {
         let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
+        let mut written: Vec<(Arc<Zone>, u16)> = Vec::new();
+        let mut to_sync: Vec<Arc<dyn LogFile>> = Vec::new();
         for zone in zones {
             let sealed = zone
                 .versions
@@ -1313,26 +1514,68 @@ impl Inner {
                 .filter(|s| s.last_seq <= last_seq)
                 .cloned();
             if let Some(sealed) = sealed {
-                zone.log.lock().vlog.append(&sealed.records)?;
-                zone.versions.lock().sealed_written(sealed.epoch);
+                to_sync.push(zone.log.lock().vlog.append_unsynced(&sealed.records)?);
+                written.push((zone, sealed.epoch));
             }
         }
-        self.counters.flushes.fetch_add(1, Ordering::Relaxed);
+        sync_all(&to_sync)?;
+        for (zone, epoch) in written {
+            zone.versions.lock().sealed_written(epoch);
+        }
         Ok(())
     }
 
     /// Writes a batch to the zone's secondary log, waiting for urgent reorganization when
     /// the log has no free segment left. Registers a prompt request above the threshold.
     pub(crate) fn write_secondary(&self, zone: &Zone, batch: &[u8]) -> LogResult<()> {
+        let headers =
+            seclog::walk_batch(batch, zone.id.owner, self.config.entry_payload_bytes_max())
+                .map_err(|e| LogError::Failed(format!("internal: batch does not decode: {e}")))?;
+        self.write_secondary_walked(zone, batch, &headers)
+    }
+
+    /// [`Inner::write_secondary`] for a batch whose entries' offsets and headers are known
+    /// (`headers`, every entry of `batch` in order).
+    fn write_secondary_walked(
+        &self,
+        zone: &Zone,
+        batch: &[u8],
+        headers: &[(usize, EntryHeader)],
+    ) -> LogResult<()> {
+        thread_local! {
+            /// Where the entries went, reused from call to call (no allocation and page
+            /// faults per batch).
+            static PLACED: std::cell::RefCell<Vec<seclog::Placement>> =
+                const { std::cell::RefCell::new(Vec::new()) };
+        }
+        PLACED.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut placed) => {
+                let result = self.write_secondary_into(zone, batch, headers, &mut placed);
+                // Keep at most what a flush of one zone typically needs (64 Ki entries).
+                placed.clear();
+                placed.shrink_to(1 << 16);
+                result
+            }
+            // Not expected (no nested writes); stay correct anyway.
+            Err(_) => self.write_secondary_into(zone, batch, headers, &mut Vec::new()),
+        })
+    }
+
+    fn write_secondary_into(
+        &self,
+        zone: &Zone,
+        batch: &[u8],
+        headers: &[(usize, EntryHeader)],
+        placed: &mut Vec<seclog::Placement>,
+    ) -> LogResult<()> {
         let deadline = Instant::now() + self.config.wait_timeout;
-        let mut rest = batch;
-        let mut placed = Vec::new();
+        let mut rest = headers;
         loop {
             let (result, utilization, written) = {
                 let mut log = zone.log.lock();
                 let before = log.seclog.used_bytes();
                 placed.clear();
-                let r = log.seclog.append(rest, false, &mut placed);
+                let r = log.seclog.append_walked(batch, rest, false, placed);
                 let after = log.seclog.used_bytes();
                 // Under the log lock, so the reorganizer sees each entry counted before it
                 // can clean the segment; the version lock in parts (producers wait for it).
@@ -1363,7 +1606,8 @@ impl Inner {
                 Ok(()) => return Ok(()),
                 Err(PlaceError::Io(e)) => return Err(e),
                 Err(PlaceError::NoSpace { placed }) => {
-                    rest = rest.get(placed..).unwrap_or(&[]);
+                    let done = rest.partition_point(|(offset, _)| *offset < placed);
+                    rest = rest.get(done..).unwrap_or(&[]);
                     let mut r = self.reorg.lock();
                     r.urgent.insert(zone.id, ());
                     let seen = r.passes_done;
@@ -1381,35 +1625,100 @@ impl Inner {
     }
 }
 
+/// Most files [`sync_all`] syncs at once.
+const PARALLEL_SYNCS_MAX: usize = 4;
+
+/// Makes every completed write to `files` durable: with several files, up to
+/// [`PARALLEL_SYNCS_MAX`] `fdatasync` calls run at once (on threads of this call), so the
+/// file system can commit them together instead of one after the other (on ext4 each
+/// sync after writes into preallocated space commits the journal). Returns the first
+/// error; every sync has ended when it returns.
+fn sync_all(files: &[Arc<dyn LogFile>]) -> LogResult<()> {
+    let sync = |f: &Arc<dyn LogFile>| f.sync().map_err(io_context("syncing log files"));
+    if files.len() <= 1 {
+        return files.iter().try_for_each(sync);
+    }
+    let per_thread = files.len().div_ceil(PARALLEL_SYNCS_MAX);
+    let mut parts = files.chunks(per_thread);
+    let own = parts.next().unwrap_or(&[]);
+    std::thread::scope(|scope| {
+        let mut result = Ok(());
+        let mut others = Vec::new();
+        for part in parts {
+            match std::thread::Builder::new()
+                .name("log-sync".into())
+                .spawn_scoped(scope, move || part.iter().try_for_each(sync))
+            {
+                Ok(handle) => others.push(handle),
+                // No thread: sync here instead.
+                Err(_) => result = result.and(part.iter().try_for_each(sync)),
+            }
+        }
+        result = result.and(own.iter().try_for_each(sync));
+        for handle in others {
+            let r = handle
+                .join()
+                .unwrap_or_else(|_| Err(LogError::Failed("a sync thread panicked".into())));
+            result = result.and(r);
+        }
+        result
+    })
+}
+
 /// Fill level of the active half at which the flusher takes it: the write buffer is then
 /// about half full (DXRAM's threshold), and the other half takes appends meanwhile.
 fn flush_threshold(half: usize) -> usize {
     half - half / 16
 }
 
+/// Appends a write record (`[1][owner][zone][entry bytes u32]`, then the entry) to `out`:
+/// record header and entry header are built on the stack, the checksum computed in the
+/// same pass, and the whole copied with two copies (header, payload).
+#[inline]
+fn encode_put(
+    out: &mut Vec<u8>,
+    zone: ZoneId,
+    cid: u64,
+    v: Version,
+    chain: Option<ChainLink>,
+    payload: &[u8],
+) {
+    let h = header::build_header(
+        &EncodeArgs {
+            cid,
+            zone_owner: zone.owner,
+            epoch: v.epoch,
+            version: v.version,
+            chain,
+        },
+        payload,
+    );
+    // The record as three little-endian words: the 9-byte record header, then the entry
+    // header (at most 24 bytes) shifted in after it. Stored whole (fixed-size copies, no
+    // call), then the bytes past the header cut off again.
+    let (lo, hi) = h.words();
+    // Entry lengths fit in u32: the header asserts the payload does with room to spare.
+    let len = (h.len() + payload.len()) as u32;
+    let record_header = u128::from(RECORD_ENTRY)
+        | u128::from(zone.owner) << 8
+        | u128::from(zone.zone) << 24
+        | u128::from(len) << 40;
+    const SHIFT: u32 = 8 * RECORD_HEADER_BYTES as u32;
+    let w0 = record_header | lo << SHIFT;
+    let w1 = lo >> (128 - SHIFT) | u128::from(hi) << SHIFT;
+    let w2 = hi >> (128 - SHIFT);
+    out.reserve(40 + payload.len());
+    let start = out.len();
+    out.extend_from_slice(&w0.to_le_bytes());
+    out.extend_from_slice(&w1.to_le_bytes());
+    out.extend_from_slice(&w2.to_le_bytes());
+    out.truncate(start + RECORD_HEADER_BYTES + h.len());
+    out.extend_from_slice(payload);
+}
+
 fn encode_record(out: &mut Vec<u8>, zone: ZoneId, cid: u64, v: Version, record: &Record<'_>) {
     match record {
-        Record::Put { payload, chain } => {
-            out.push(RECORD_ENTRY);
-            out.extend_from_slice(&zone.owner.to_le_bytes());
-            out.extend_from_slice(&zone.zone.to_le_bytes());
-            let len_at = out.len();
-            out.extend_from_slice(&[0; 4]);
-            let start = out.len();
-            header::encode(
-                &EncodeArgs {
-                    cid,
-                    zone_owner: zone.owner,
-                    epoch: v.epoch,
-                    version: v.version,
-                    chain: *chain,
-                },
-                payload,
-                out,
-            );
-            let len = (out.len() - start) as u32;
-            out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
-        }
+        Record::Put { payload, chain } => encode_put(out, zone, cid, v, *chain, payload),
         Record::Remove => {
             out.push(RECORD_REMOVE);
             out.extend_from_slice(&zone.owner.to_le_bytes());
@@ -1783,6 +2092,120 @@ mod tests {
             (0u8..48, prop_oneof![1 => Just(0u16), 9 => 1u16..400]),
             50..1200,
         )
+    }
+
+    /// The headers the flusher decodes while sorting are exactly what walking each zone's
+    /// sorted entries gives (the writer places batches by them), with removes, chained
+    /// links and several zones mixed in one buffer half.
+    #[test]
+    fn sorted_headers_equal_a_walk_of_the_sorted_entries() {
+        let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+        let engine = LogEngine::open(LogConfig::small_for_tests(), storage).unwrap();
+        let inner = &engine.inner;
+        let zones = [ZoneId { owner: 3, zone: 0 }, ZoneId { owner: 9, zone: 5 }];
+        let mut batch = Vec::new();
+        for i in 0..300u64 {
+            let zone = zones[(i % 2) as usize];
+            let cid = if i % 7 == 0 {
+                i << 40
+            } else {
+                (u64::from(zone.owner) << 48) | (i * 977)
+            };
+            let v = Version {
+                epoch: (i % 3) as u16,
+                version: (i * 31 % 70_000) as u32,
+            };
+            let chain = (i % 11 == 0).then_some(ChainLink { index: 1, count: 3 });
+            let payload = vec![i as u8; (i * 13 % 700) as usize];
+            if i % 5 == 0 {
+                encode_record(&mut batch, zone, cid, v, &Record::Remove);
+            } else {
+                encode_put(&mut batch, zone, cid, v, chain, &payload);
+            }
+        }
+        let mut groups = Groups::new();
+        // Twice: the second sort reuses the kept buffers.
+        for _ in 0..2 {
+            inner.sort_batch(&batch, &mut groups).unwrap();
+            assert_eq!(groups.len(), 2);
+            for (zone, group) in &groups {
+                let walked = seclog::walk_batch(
+                    &group.entries,
+                    zone.owner,
+                    inner.config.entry_payload_bytes_max(),
+                )
+                .unwrap();
+                assert_eq!(group.headers, walked);
+                assert_eq!(group.removes.len(), 30);
+            }
+        }
+    }
+
+    /// `sync_all` with one file and with more files than threads makes every write
+    /// durable (nothing unsynced left), and reports a failing sync.
+    #[test]
+    fn sync_all_syncs_every_file_and_reports_failures() {
+        for count in [1, 3, 9] {
+            let storage = MemStorage::new();
+            let files: Vec<Arc<dyn LogFile>> = (0..count)
+                .map(|i| {
+                    let f: Arc<dyn LogFile> =
+                        Arc::from(storage.open(&format!("f{i}"), 8192).unwrap());
+                    f.write_at(&AlignedBuf::zeroed(4096), 4096).unwrap();
+                    f
+                })
+                .collect();
+            assert!(storage.unsynced_bytes() > 0);
+            sync_all(&files).unwrap();
+            assert_eq!(storage.unsynced_bytes(), 0, "{count} files");
+            files[0].write_at(&AlignedBuf::zeroed(4096), 0).unwrap();
+            storage.set_fail_sync(true);
+            assert!(sync_all(&files).is_err(), "{count} files");
+        }
+        sync_all(&[]).unwrap();
+    }
+
+    proptest! {
+        /// A write record built in one pass is the record header followed by exactly what
+        /// the entry encoder produces, and the flusher's sort takes it apart again.
+        #[test]
+        fn one_pass_record_equals_header_then_entry(
+            owner in any::<u16>(),
+            zone in any::<u16>(),
+            cid in any::<u64>(),
+            own in any::<bool>(),
+            epoch in any::<u16>(),
+            version in 0..=header::VERSION_IN_EPOCH_MAX,
+            len in prop_oneof![8 => 0usize..600, 1 => 65_000usize..70_000],
+            chain in proptest::option::of((2u8..=255).prop_flat_map(|c| (0..c, Just(c)))),
+        ) {
+            let payload: Vec<u8> = (0..len).map(|i| (i as u8) ^ (cid as u8)).collect();
+            let chain = chain.map(|(index, count)| ChainLink { index, count });
+            let zone = ZoneId { owner, zone };
+            // Own CIDs with local IDs of every width (1, 2, 4 and 6 bytes).
+            let cid = if own { (u64::from(owner) << 48) | (cid >> (16 + cid % 48)) } else { cid };
+            let v = Version { epoch, version };
+            let mut out = vec![0xAB];
+            encode_put(&mut out, zone, cid, v, chain, &payload);
+            let mut entry = Vec::new();
+            header::encode(
+                &EncodeArgs { cid, zone_owner: owner, epoch, version, chain },
+                &payload,
+                &mut entry,
+            );
+            let mut expected = vec![0xAB, RECORD_ENTRY];
+            expected.extend_from_slice(&owner.to_le_bytes());
+            expected.extend_from_slice(&zone.zone.to_le_bytes());
+            expected.extend_from_slice(&(entry.len() as u32).to_le_bytes());
+            expected.extend_from_slice(&entry);
+            prop_assert_eq!(&out, &expected);
+            let e = header::decode(&entry, owner, u32::MAX).unwrap();
+            prop_assert!(e.verify(0));
+            prop_assert_eq!(
+                (e.header.cid, e.header.epoch, e.header.version, e.header.chain),
+                (cid, epoch, version, chain)
+            );
+        }
     }
 
     proptest! {

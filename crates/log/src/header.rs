@@ -94,20 +94,6 @@ impl Entry<'_> {
     }
 }
 
-/// The smallest of the widths `widths` (ascending, in bytes) that holds `value`, with its
-/// index; the last width if none does (callers pass value ranges the last width holds).
-fn width_for(value: u64, widths: &[usize]) -> (u8, usize) {
-    fits_in(value, widths).unwrap_or(((widths.len() - 1) as u8, widths[widths.len() - 1]))
-}
-
-fn fits_in(value: u64, widths: &[usize]) -> Option<(u8, usize)> {
-    widths
-        .iter()
-        .enumerate()
-        .find(|(_, &w)| w >= 8 || value < (1u64 << (8 * w)))
-        .map(|(code, &w)| (code as u8, w))
-}
-
 const CID_WIDTHS: [usize; 4] = [1, 2, 4, 8];
 const LENGTH_WIDTHS: [usize; 4] = [1, 2, 3, 4];
 const VERSION_WIDTHS: [usize; 4] = [0, 1, 2, 3];
@@ -131,42 +117,124 @@ pub struct EncodeArgs {
 /// Header bytes [`encode`] will produce for `args` and a payload of `payload_bytes`.
 pub fn encoded_header_bytes(args: &EncodeArgs, payload_bytes: usize) -> usize {
     let (_, cid_w) = cid_width(args);
-    let (_, len_w) = width_for(payload_bytes as u64, &LENGTH_WIDTHS);
-    let (_, ver_w) = width_for(u64::from(args.version), &VERSION_WIDTHS);
+    let (_, len_w) = length_width(payload_bytes as u64);
+    let (_, ver_w) = version_width(args.version);
     1 + if args.chain.is_some() { 2 } else { 0 } + cid_w + len_w + 2 + ver_w + 4
 }
 
+/// Code and width of the CID field: the local ID in 1, 2 or 4 bytes when the zone's owner
+/// created the chunk and it fits, else the full CID (8 bytes).
 fn cid_width(args: &EncodeArgs) -> (u8, usize) {
     if (args.cid >> 48) as u16 == args.zone_owner {
-        if let Some(short) = fits_in(args.cid & ((1 << 48) - 1), &CID_WIDTHS[..3]) {
-            return short;
+        let lid = args.cid & ((1 << 48) - 1);
+        if lid < 1 << 8 {
+            return (0, 1);
+        }
+        if lid < 1 << 16 {
+            return (1, 2);
+        }
+        if lid < 1 << 32 {
+            return (2, 4);
         }
     }
     (3, 8)
 }
 
-/// Appends the entry (header and payload) to `out`, checksummed for generation 0.
+/// Code and width of the length field (1 to 4 bytes; callers keep lengths below 2^32).
+fn length_width(len: u64) -> (u8, usize) {
+    if len < 1 << 8 {
+        (0, 1)
+    } else if len < 1 << 16 {
+        (1, 2)
+    } else if len < 1 << 24 {
+        (2, 3)
+    } else {
+        (3, 4)
+    }
+}
+
+/// Code and width of the version field (0 to 3 bytes; version 0 takes none).
+fn version_width(version: u32) -> (u8, usize) {
+    if version == 0 {
+        (0, 0)
+    } else if version < 1 << 8 {
+        (1, 1)
+    } else if version < 1 << 16 {
+        (2, 2)
+    } else {
+        (3, 3)
+    }
+}
+
+/// An entry header built in one pass, checksum included, held as little-endian words
+/// (bytes 0..16 in `lo`, 16..24 in `hi`; zeros past `len`): built in registers and
+/// stored once where it goes, not assembled byte by byte in memory and copied.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BuiltHeader {
+    lo: u128,
+    hi: u64,
+    len: usize,
+}
+
+impl BuiltHeader {
+    /// Header bytes (type byte first, checksum last).
+    #[allow(clippy::len_without_is_empty)] // never empty
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The header as words: bytes 0..16 and 16..24, little-endian, zero past `len()`.
+    pub fn words(&self) -> (u128, u64) {
+        (self.lo, self.hi)
+    }
+
+    /// The header bytes in an array; the first `len()` are the header.
+    pub fn to_array(&self) -> [u8; HEADER_BYTES_MAX] {
+        let mut out = [0u8; HEADER_BYTES_MAX];
+        out[..16].copy_from_slice(&self.lo.to_le_bytes());
+        out[16..].copy_from_slice(&self.hi.to_le_bytes());
+        out
+    }
+}
+
+/// ORs `value` (its bytes beyond the field's width are zero) into the header words at
+/// byte offset `at` (at most 20: a field never ends past byte 24).
+#[inline(always)]
+fn put(lo: &mut u128, hi: &mut u64, at: usize, value: u64) {
+    if at < 16 {
+        *lo |= u128::from(value) << (8 * at);
+        if at > 8 {
+            *hi |= value >> (8 * (16 - at));
+        }
+    } else {
+        *hi |= value << (8 * (at - 16));
+    }
+}
+
+/// Builds the header of the entry for `args` and `payload`, checksummed for generation 0
+/// (the header [`encode`] writes in front of the payload).
 ///
 /// Panics only on caller bugs that no disk content can cause: a version above
 /// [`VERSION_IN_EPOCH_MAX`] or a payload of 2^32 bytes or more.
-pub fn encode(args: &EncodeArgs, payload: &[u8], out: &mut Vec<u8>) {
+#[inline]
+pub fn build_header(args: &EncodeArgs, payload: &[u8]) -> BuiltHeader {
     assert!(args.version <= VERSION_IN_EPOCH_MAX, "version out of range");
     assert!(u32::try_from(payload.len()).is_ok(), "payload too large");
     let (cid_code, cid_w) = cid_width(args);
-    let (len_code, len_w) = width_for(payload.len() as u64, &LENGTH_WIDTHS);
-    let (ver_code, ver_w) = width_for(u64::from(args.version), &VERSION_WIDTHS);
+    let (len_code, len_w) = length_width(payload.len() as u64);
+    let (ver_code, ver_w) = version_width(args.version);
     let kind = if args.chain.is_some() {
         KIND_LINK
     } else {
         KIND_WHOLE
     };
-    // Built on the stack, appended with two copies.
-    let mut h = [0u8; HEADER_BYTES_MAX];
-    h[0] = kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6);
+    // Each field's value has zeros above its width (the widths were chosen to hold it), so
+    // ORing whole words at the field offsets builds the header.
+    let mut lo = u128::from(kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6));
+    let mut hi = 0u64;
     let mut at = 1;
     if let Some(link) = args.chain {
-        h[1] = link.index;
-        h[2] = link.count;
+        lo |= u128::from(link.index) << 8 | u128::from(link.count) << 16;
         at = 3;
     }
     let cid_field = if cid_w == 8 {
@@ -174,19 +242,31 @@ pub fn encode(args: &EncodeArgs, payload: &[u8], out: &mut Vec<u8>) {
     } else {
         args.cid & ((1 << 48) - 1)
     };
-    h[at..at + cid_w].copy_from_slice(&cid_field.to_le_bytes()[..cid_w]);
+    put(&mut lo, &mut hi, at, cid_field);
     at += cid_w;
-    h[at..at + len_w].copy_from_slice(&(payload.len() as u64).to_le_bytes()[..len_w]);
+    put(&mut lo, &mut hi, at, payload.len() as u64);
     at += len_w;
-    h[at..at + 2].copy_from_slice(&args.epoch.to_le_bytes());
+    put(&mut lo, &mut hi, at, u64::from(args.epoch));
     at += 2;
-    h[at..at + ver_w].copy_from_slice(&args.version.to_le_bytes()[..ver_w]);
+    put(&mut lo, &mut hi, at, u64::from(args.version));
     at += ver_w;
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..at]), payload);
-    h[at..at + 4].copy_from_slice(&crc.to_le_bytes());
-    at += 4;
-    out.reserve(at + payload.len());
-    out.extend_from_slice(&h[..at]);
+    let crc = crate::crc::crc32c_words(lo, hi, at, payload);
+    put(&mut lo, &mut hi, at, u64::from(crc));
+    BuiltHeader {
+        lo,
+        hi,
+        len: at + 4,
+    }
+}
+
+/// Appends the entry (header and payload) to `out`, checksummed for generation 0.
+///
+/// Panics only on caller bugs that no disk content can cause: a version above
+/// [`VERSION_IN_EPOCH_MAX`] or a payload of 2^32 bytes or more.
+pub fn encode(args: &EncodeArgs, payload: &[u8], out: &mut Vec<u8>) {
+    let h = build_header(args, payload);
+    out.reserve(h.len + payload.len());
+    out.extend_from_slice(&h.to_array()[..h.len]);
     out.extend_from_slice(payload);
 }
 
@@ -202,7 +282,98 @@ fn read_le(bytes: &[u8], at: usize, width: usize) -> Result<u64, DecodeError> {
 /// Decodes the header at the start of `bytes` only (the payload may be cut off).
 ///
 /// `zone_owner` completes short CIDs; `payload_bytes_max` bounds the length field.
+#[inline]
 pub fn decode_header(
+    bytes: &[u8],
+    zone_owner: u16,
+    payload_bytes_max: u32,
+) -> Result<EntryHeader, DecodeError> {
+    match bytes.first_chunk::<HEADER_BYTES_MAX>() {
+        Some(raw) => decode_header_whole(raw, zone_owner, payload_bytes_max),
+        None => decode_header_checked(bytes, zone_owner, payload_bytes_max),
+    }
+}
+
+/// [`decode_header`] where the largest header fits in what is there (every entry but
+/// the last few bytes of a buffer): the fields are read as whole words from a copy with
+/// slack and masked to their widths, with no length check per field. Same results as
+/// [`decode_header_checked`] (tested on arbitrary bytes).
+#[inline]
+fn decode_header_whole(
+    raw: &[u8; HEADER_BYTES_MAX],
+    zone_owner: u16,
+    payload_bytes_max: u32,
+) -> Result<EntryHeader, DecodeError> {
+    let type_byte = raw[0];
+    if type_byte == 0 {
+        return Err(DecodeError::EndOfData);
+    }
+    let kind = type_byte & 0b11;
+    if kind != KIND_WHOLE && kind != KIND_LINK {
+        return Err(DecodeError::BadType(type_byte));
+    }
+    let cid_w = CID_WIDTHS[usize::from((type_byte >> 2) & 0b11)];
+    let len_w = LENGTH_WIDTHS[usize::from((type_byte >> 4) & 0b11)];
+    let ver_w = VERSION_WIDTHS[usize::from(type_byte >> 6)];
+    // The largest header plus 8 bytes of slack: a word read at any field offset of a
+    // valid header stays inside.
+    let mut h = [0u8; HEADER_BYTES_MAX + 8];
+    h[..HEADER_BYTES_MAX].copy_from_slice(raw);
+    let word = |at: usize, width: usize| -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&h[at..at + 8]);
+        let value = u64::from_le_bytes(w);
+        if width >= 8 {
+            value
+        } else {
+            value & ((1u64 << (8 * width)) - 1)
+        }
+    };
+    let mut at = 1;
+    let chain = if kind == KIND_LINK {
+        let (index, count) = (h[1], h[2]);
+        at = 3;
+        if count < 2 || index >= count {
+            return Err(DecodeError::BadChain { index, count });
+        }
+        Some(ChainLink { index, count })
+    } else {
+        None
+    };
+    let cid_field = word(at, cid_w);
+    at += cid_w;
+    let cid = if cid_w == 8 {
+        cid_field
+    } else {
+        (u64::from(zone_owner) << 48) | cid_field
+    };
+    let payload_bytes = word(at, len_w);
+    at += len_w;
+    if payload_bytes > u64::from(payload_bytes_max) {
+        return Err(DecodeError::TooLong {
+            payload_bytes,
+            max: payload_bytes_max,
+        });
+    }
+    let epoch = word(at, 2) as u16;
+    at += 2;
+    let version = word(at, ver_w) as u32;
+    at += ver_w;
+    let crc = word(at, 4) as u32;
+    at += 4;
+    Ok(EntryHeader {
+        cid,
+        payload_bytes: payload_bytes as u32,
+        epoch,
+        version,
+        chain,
+        crc,
+        header_bytes: at,
+    })
+}
+
+/// [`decode_header`] for any length: every field's bytes are checked to be there.
+fn decode_header_checked(
     bytes: &[u8],
     zone_owner: u16,
     payload_bytes_max: u32,
@@ -323,7 +494,68 @@ mod tests {
             })
     }
 
+    /// The encoder written field by field, for comparison with the one-pass
+    /// [`build_header`]: the smallest width that holds each value, the checksum over the
+    /// header bytes before it and then the payload (two CRC calls).
+    fn reference_encode(a: &EncodeArgs, payload: &[u8]) -> Vec<u8> {
+        fn smallest(value: u64, widths: &[usize]) -> (u8, usize) {
+            for (code, &w) in widths.iter().enumerate() {
+                if w >= 8 || value < (1u64 << (8 * w)) {
+                    return (code as u8, w);
+                }
+            }
+            ((widths.len() - 1) as u8, widths[widths.len() - 1])
+        }
+        let (cid_code, cid_w, cid_field) =
+            if (a.cid >> 48) as u16 == a.zone_owner && a.cid & ((1 << 48) - 1) < 1 << 32 {
+                let lid = a.cid & ((1 << 48) - 1);
+                let (c, w) = smallest(lid, &CID_WIDTHS[..3]);
+                (c, w, lid)
+            } else {
+                (3, 8, a.cid)
+            };
+        let (len_code, len_w) = smallest(payload.len() as u64, &LENGTH_WIDTHS);
+        let (ver_code, ver_w) = smallest(u64::from(a.version), &VERSION_WIDTHS);
+        let kind = if a.chain.is_some() {
+            KIND_LINK
+        } else {
+            KIND_WHOLE
+        };
+        let mut h = vec![kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6)];
+        if let Some(link) = a.chain {
+            h.push(link.index);
+            h.push(link.count);
+        }
+        h.extend_from_slice(&cid_field.to_le_bytes()[..cid_w]);
+        h.extend_from_slice(&(payload.len() as u64).to_le_bytes()[..len_w]);
+        h.extend_from_slice(&a.epoch.to_le_bytes());
+        h.extend_from_slice(&a.version.to_le_bytes()[..ver_w]);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&h), payload);
+        h.extend_from_slice(&crc.to_le_bytes());
+        h.extend_from_slice(payload);
+        h
+    }
+
     proptest! {
+        /// The one-pass header (widths by comparison, fields stored as whole words,
+        /// checksum of header and payload in one call) is byte for byte the reference
+        /// encoding, for every width of every field.
+        #[test]
+        fn one_pass_header_equals_the_reference_encoding(
+            a in args(),
+            len in prop_oneof![0usize..300, 250usize..70_000],
+            seed in any::<u8>(),
+        ) {
+            let payload: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect();
+            let expected = reference_encode(&a, &payload);
+            let mut out = Vec::new();
+            encode(&a, &payload, &mut out);
+            prop_assert_eq!(&out, &expected);
+            let h = build_header(&a, &payload);
+            prop_assert_eq!(&h.to_array()[..h.len()], &expected[..expected.len() - payload.len()]);
+            prop_assert!(h.to_array()[h.len()..].iter().all(|&b| b == 0));
+        }
+
         #[test]
         fn header_round_trips(a in args(), payload in proptest::collection::vec(any::<u8>(), 0..300), gen in any::<u32>()) {
             let mut out = vec![0xEE];
@@ -356,6 +588,28 @@ mod tests {
             out[i] ^= 1 << bit;
             if let Ok(e) = decode(&out, a.zone_owner, u32::MAX) {
                 prop_assert!(!e.verify(0) || e.header.entry_bytes() != out.len());
+            }
+        }
+
+        /// The word-at-a-time decoder (enough bytes for the largest header) gives exactly
+        /// what the field-by-field decoder gives, on valid headers and on garbage alike.
+        #[test]
+        fn whole_header_decoder_equals_the_checked_one(
+            a in args(),
+            payload in proptest::collection::vec(any::<u8>(), 0..40),
+            garbage in proptest::collection::vec(any::<u8>(), HEADER_BYTES_MAX..64),
+            max in prop_oneof![Just(u32::MAX), any::<u32>(), 0u32..64],
+            owner in any::<u16>(),
+        ) {
+            let mut valid = Vec::new();
+            encode(&a, &payload, &mut valid);
+            valid.resize(valid.len().max(HEADER_BYTES_MAX), 0);
+            for (bytes, owner) in [(&valid, a.zone_owner), (&garbage, owner)] {
+                let raw = bytes.first_chunk::<HEADER_BYTES_MAX>().unwrap();
+                prop_assert_eq!(
+                    decode_header_whole(raw, owner, max),
+                    decode_header_checked(bytes, owner, max)
+                );
             }
         }
 

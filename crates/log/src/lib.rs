@@ -11,11 +11,12 @@
 //!   O_DIRECT (detected per file, buffered fallback) and [`MemStorage`], an in-memory
 //!   backend that injects torn writes, failing syncs and crashes for tests.
 //! - **Entry header** (`header`): self-describing, variable-width, CRC32C-checked.
-//! - **Write buffer, flusher and writer** (`engine`): appends go into a bounded buffer; a
-//!   flusher thread sorts them by zone and a writer thread writes each zone's batch
-//!   straight to its secondary log (large batches) or to the primary log plus the zone's
-//!   secondary-log buffer (small ones), the sorting of the next flush overlapping the
-//!   writes of the current one.
+//! - **Write buffer, flusher, writer and syncer** (`engine`): appends go into a bounded
+//!   buffer; a flusher thread sorts them by zone and a writer thread writes each zone's
+//!   batch straight to its secondary log (large batches) or to the primary log plus the
+//!   zone's secondary-log buffer (small ones), the sorting of the next flush overlapping
+//!   the writes of the current one; a syncer thread syncs a written flush while the
+//!   writer writes the next.
 //! - **Secondary logs** (`seclog`): one preallocated file per zone in fixed segments.
 //! - **Primary log** (`primary`): the durable home of small batches until their zone's
 //!   buffer is written; read only when reopening after a crash.
@@ -49,6 +50,7 @@
 //! `myriad bench log`.
 
 mod config;
+mod crc;
 mod engine;
 mod error;
 pub mod header;

@@ -326,6 +326,7 @@ impl SecondaryLog {
     /// segment while they fit; a batch of at least 3/4 of a segment starts a new one. On
     /// [`PlaceError::NoSpace`] the caller asks for reorganization and retries with the
     /// rest of the batch. Every entry written is added to `placed`.
+    #[cfg(test)]
     pub fn append(
         &mut self,
         batch: &[u8],
@@ -337,7 +338,29 @@ impl SecondaryLog {
                 "internal: batch does not decode: {e}"
             )))
         })?;
-        if batch.len() >= self.segment_bytes * 3 / 4 {
+        self.append_walked(batch, &headers, use_reserve, placed)
+    }
+
+    /// [`SecondaryLog::append`] of the entries `headers` of `batch` (offsets into `batch`,
+    /// in order, as [`walk_batch`] gives them; a suffix of them continues a batch after
+    /// [`PlaceError::NoSpace`], whose `placed` is then an offset into `batch` too).
+    pub fn append_walked(
+        &mut self,
+        batch: &[u8],
+        headers: &[(usize, EntryHeader)],
+        use_reserve: bool,
+        placed: &mut Vec<Placement>,
+    ) -> Result<(), PlaceError> {
+        let (Some(first), Some(last)) = (headers.first(), headers.last()) else {
+            return Ok(());
+        };
+        let end = last.0 + last.1.entry_bytes();
+        if end > batch.len() || first.0 > end {
+            return Err(PlaceError::Io(crate::error::LogError::Failed(
+                "internal: entry offsets outside their batch".into(),
+            )));
+        }
+        if end - first.0 >= self.segment_bytes * 3 / 4 {
             self.active = None;
         }
         let mut i = 0;
@@ -359,7 +382,7 @@ impl SecondaryLog {
             };
             // Keep one byte of room for the end marker.
             let room = self.segment_bytes - self.segments[index].used as usize - 1;
-            let j = Self::fitting(&headers, i, room);
+            let j = Self::fitting(headers, i, room);
             if j == i {
                 if self.segments[index].used as usize == SEGMENT_HEADER_BYTES {
                     return Err(PlaceError::Io(crate::error::LogError::Failed(

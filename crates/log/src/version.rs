@@ -63,6 +63,13 @@ impl Hasher for CidHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 ^= n;
     }
+    // Zone IDs (two u16) are hashed on every append: shifted in, no multiply per byte.
+    fn write_u16(&mut self, n: u16) {
+        self.0 = (self.0 << 16) | u64::from(n);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 << 32) | u64::from(n);
+    }
 }
 
 /// A hash map keyed by CID.
@@ -150,20 +157,31 @@ pub struct EntryLoc {
 
 /// One chunk in the version buffer: its version in the current epoch, whether that is a
 /// remove, and where that version's entry was placed (once the writer placed it).
+/// 16 bytes (24 with its key in the table, down from 32 with a separate flag): the
+/// version buffer is touched on every append and every placement.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct Slot {
-    version: u32,
-    deleted: bool,
+    /// The version (24 bits) with the deleted flag in bit 31.
+    word: u32,
     loc: EntryLoc,
 }
+
+const SLOT_DELETED: u32 = 1 << 31;
 
 impl Slot {
     fn new(version: u32, deleted: bool) -> Slot {
         Slot {
-            version,
-            deleted,
+            word: version | if deleted { SLOT_DELETED } else { 0 },
             loc: EntryLoc::default(),
         }
+    }
+
+    fn version(&self) -> u32 {
+        self.word & !SLOT_DELETED
+    }
+
+    fn deleted(&self) -> bool {
+        self.word & SLOT_DELETED != 0
     }
 }
 
@@ -236,6 +254,10 @@ pub struct VersionManager {
     /// chunks lie, so the first write of a chunk in this epoch still outdates its old
     /// entry. Emptied by the next seal.
     carry: CidMap<Slot>,
+    /// The smallest and largest CID in `carry` when it was made (an empty range while it
+    /// is empty): a chunk outside it is not in the carry, so the first write of a new
+    /// chunk (IDs are handed out in ascending order) skips the carry lookup.
+    carry_range: (u64, u64),
     /// Live bytes per segment, kept up to date as versions supersede placed entries.
     usage: SegmentUsage,
     sealed: Option<SealedEpoch>,
@@ -257,6 +279,7 @@ impl VersionManager {
             epoch,
             buffer: CidMap::default(),
             carry: CidMap::default(),
+            carry_range: (u64::MAX, 0),
             usage: SegmentUsage::default(),
             sealed: None,
             epoch_last_seq: 0,
@@ -319,20 +342,25 @@ impl VersionManager {
         // first writes), the old carry's table the new, empty buffer.
         std::mem::swap(&mut self.buffer, &mut self.carry);
         self.buffer.clear();
+        let mut range = (u64::MAX, 0);
         let records = self
             .carry
             .iter()
-            .map(|(&cid, &slot)| VersionRecord {
-                cid,
-                state: VersionState {
-                    version: Version {
-                        epoch: self.epoch,
-                        version: slot.version,
+            .map(|(&cid, &slot)| {
+                range = (range.0.min(cid), range.1.max(cid));
+                VersionRecord {
+                    cid,
+                    state: VersionState {
+                        version: Version {
+                            epoch: self.epoch,
+                            version: slot.version(),
+                        },
+                        deleted: slot.deleted(),
                     },
-                    deleted: slot.deleted,
-                },
+                }
             })
             .collect();
+        self.carry_range = range;
         self.sealed = Some(SealedEpoch {
             epoch: self.epoch,
             records,
@@ -360,10 +388,10 @@ impl VersionManager {
         // One hash lookup in the common case (room left, no overflow).
         let version = match self.buffer.entry(cid) {
             std::collections::hash_map::Entry::Occupied(mut e)
-                if e.get().version < VERSION_IN_EPOCH_MAX =>
+                if e.get().version() < VERSION_IN_EPOCH_MAX =>
             {
                 let slot = e.get_mut();
-                let v = slot.version + 1;
+                let v = slot.version() + 1;
                 let outdated = slot.loc;
                 *slot = Slot::new(v, deleted);
                 self.usage.outdate(outdated);
@@ -371,11 +399,7 @@ impl VersionManager {
             }
             std::collections::hash_map::Entry::Vacant(e) if !full => {
                 e.insert(Slot::new(0, deleted));
-                if !self.carry.is_empty() {
-                    if let Some(old) = self.carry.remove(&cid) {
-                        self.usage.outdate(old.loc);
-                    }
-                }
+                self.take_from_carry(cid);
                 Some(0)
             }
             _ => None,
@@ -389,9 +413,7 @@ impl VersionManager {
                 }
                 self.hold = false;
                 self.buffer.insert(cid, Slot::new(0, deleted));
-                if let Some(old) = self.carry.remove(&cid) {
-                    self.usage.outdate(old.loc);
-                }
+                self.take_from_carry(cid);
                 0
             }
         };
@@ -406,6 +428,18 @@ impl VersionManager {
             self.seal();
         }
         Ok(assigned)
+    }
+
+    /// The first write of `cid` in this epoch: its entry of the previous epoch (if the
+    /// carry has it) is outdated.
+    #[inline]
+    fn take_from_carry(&mut self, cid: u64) {
+        if cid < self.carry_range.0 || cid > self.carry_range.1 {
+            return;
+        }
+        if let Some(old) = self.carry.remove(&cid) {
+            self.usage.outdate(old.loc);
+        }
     }
 
     /// Records that the append with sequence number `seq` carries a version assigned
@@ -436,9 +470,9 @@ impl VersionManager {
             return Some(VersionState {
                 version: Version {
                     epoch: self.epoch,
-                    version: slot.version,
+                    version: slot.version(),
                 },
-                deleted: slot.deleted,
+                deleted: slot.deleted(),
             });
         }
         let sealed = self.sealed.as_ref()?;
@@ -465,9 +499,9 @@ impl VersionManager {
                 VersionState {
                     version: Version {
                         epoch: self.epoch,
-                        version: slot.version,
+                        version: slot.version(),
                     },
-                    deleted: slot.deleted,
+                    deleted: slot.deleted(),
                 },
             );
         }
@@ -492,7 +526,7 @@ impl VersionManager {
             None // older: whether it is current is not known here (counted live)
         };
         if let Some(slot) = slot {
-            if slot.version != version.version || slot.deleted {
+            if slot.version() != version.version || slot.deleted() {
                 self.usage.outdate(loc);
             } else if !chained {
                 slot.loc = loc;
@@ -524,9 +558,9 @@ impl VersionManager {
                 if VersionState {
                     version: Version {
                         epoch: self.epoch,
-                        version: slot.version,
+                        version: slot.version(),
                     },
-                    deleted: slot.deleted,
+                    deleted: slot.deleted(),
                 } == expected => {}
             Some(_) => return None,
             None => {}
@@ -659,7 +693,7 @@ fn read_file(file: &dyn LogFile) -> LogResult<Option<(u32, u64, Vec<VersionRecor
 pub struct VersionLog {
     storage: std::sync::Arc<dyn Storage>,
     names: [String; 2],
-    files: [Box<dyn LogFile>; 2],
+    files: [std::sync::Arc<dyn LogFile>; 2],
     active: usize,
     generation: u32,
     end: u64,
@@ -681,7 +715,10 @@ impl VersionLog {
                 .open(name, PAGE_BYTES as u64)
                 .map_err(io_context(format!("opening {name}")))
         };
-        let files = [open(&names[0])?, open(&names[1])?];
+        let files: [std::sync::Arc<dyn LogFile>; 2] = [
+            std::sync::Arc::from(open(&names[0])?),
+            std::sync::Arc::from(open(&names[1])?),
+        ];
         let a = read_file(files[0].as_ref())?;
         let b = read_file(files[1].as_ref())?;
         let (active, generation, end, records) = match (a, b) {
@@ -729,29 +766,39 @@ impl VersionLog {
         if needed > len {
             let name = &self.names[index];
             let grown = needed.max(len.saturating_mul(2));
-            self.files[index] = self
-                .storage
-                .open(name, grown)
-                .map_err(io_context(format!("growing {name}")))?;
+            self.files[index] = std::sync::Arc::from(
+                self.storage
+                    .open(name, grown)
+                    .map_err(io_context(format!("growing {name}")))?,
+            );
         }
         Ok(())
     }
 
     /// Appends `records` as one block and syncs.
     pub fn append(&mut self, records: &[VersionRecord]) -> LogResult<()> {
+        self.append_unsynced(records)?
+            .sync()
+            .map_err(io_context("syncing version log"))
+    }
+
+    /// Appends `records` as one block without syncing: the records count only once the
+    /// caller synced the returned file (with other files' syncs at the same time); if that
+    /// sync fails the engine must stop (the log's end already counts the block).
+    pub fn append_unsynced(
+        &mut self,
+        records: &[VersionRecord],
+    ) -> LogResult<std::sync::Arc<dyn LogFile>> {
         let buf = encode_blocks(records, self.generation);
         let index = self.active;
         self.ensure_len(index, self.end + buf.len() as u64)?;
         self.files[index]
             .write_at(&buf, self.end)
             .map_err(io_context("appending to version log"))?;
-        self.files[index]
-            .sync()
-            .map_err(io_context("syncing version log"))?;
         self.end += buf.len() as u64;
         self.records += records.len() as u64;
         self.bytes_written += buf.len() as u64;
-        Ok(())
+        Ok(self.files[index].clone())
     }
 
     /// Loads every record of the active file.
@@ -802,6 +849,17 @@ pub fn table_from_records(records: &[VersionRecord]) -> CidMap<VersionState> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slot_packs_version_and_deleted_flag() {
+        assert_eq!(std::mem::size_of::<Slot>(), 16);
+        for version in [0, 1, 0x7F_FFFF, VERSION_IN_EPOCH_MAX] {
+            for deleted in [false, true] {
+                let slot = Slot::new(version, deleted);
+                assert_eq!((slot.version(), slot.deleted()), (version, deleted));
+            }
+        }
+    }
     use crate::storage::MemStorage;
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};

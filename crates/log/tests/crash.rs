@@ -238,9 +238,20 @@ fn process_killed_with_sigkill_mid_write_reopens_to_an_acknowledged_prefix() {
 
 #[test]
 fn failed_sync_is_never_acknowledged_and_stops_the_engine() {
+    // Two-level logging (small batches: primary log, synced by the writer) and one-level
+    // logging (every batch to its secondary log, synced by the syncer thread).
+    for one_level in [false, true] {
+        failed_sync_case(one_level);
+    }
+}
+
+fn failed_sync_case(one_level: bool) {
     let mem = MemStorage::new();
     let storage: Arc<dyn Storage> = Arc::new(mem.clone());
-    let config = LogConfig::small_for_tests();
+    let mut config = LogConfig::small_for_tests();
+    if one_level {
+        config.secondary_buffer_bytes = 0;
+    }
     let engine = open(&storage, &config);
     let z = ZoneId { owner: 2, zone: 0 };
     engine.create_zone(z).unwrap();
