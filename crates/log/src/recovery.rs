@@ -211,9 +211,11 @@ impl LogEngine {
     /// Reads zone `zone` back: calls `sink` (from several threads at once) with batches of
     /// the current version of every chunk, each exactly once. Flushes first, so every
     /// append made before the call is included; reorganization of the zone pauses for the
-    /// duration. A chunk appended to while the call runs may be missing from the result
-    /// (the caller fences the zone's owner first). The zone keeps its logs (see
-    /// [`LogEngine::remove_zone`]).
+    /// duration. **The caller must keep appends to the zone out while this runs**: an
+    /// append that lands between the flush and the snapshot of the versions gives its
+    /// chunk a version whose entry is not yet in the log, and the chunk is then missing
+    /// from the result altogether (`myriad_replica::BackupService::recover_zone` freezes
+    /// the zone for that). The zone keeps its logs (see [`LogEngine::remove_zone`]).
     pub fn recover_zone(
         &self,
         zone: ZoneId,
