@@ -12,6 +12,11 @@
 //! A watch belongs to one incarnation of a node: when a node restarts (a new incarnation
 //! joins under its ID) its silence so far is forgotten, and a verdict whose node rejoined
 //! meanwhile is dropped.
+//!
+//! Only silence the watcher saw while it was running counts: when a tick comes late (this
+//! superpeer was stalled: CPU starvation, a blocked write to its log file, a paused VM),
+//! the stall is added to every watch's last answer, so that a node is never declared
+//! failed because its watcher could not listen.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,6 +43,27 @@ struct Watched {
 struct WatchState {
     nodes: HashMap<NodeId, Watched>,
     superpeers: HashMap<NodeId, Watched>,
+    /// When the last tick ran.
+    last_tick: Option<Instant>,
+}
+
+impl WatchState {
+    /// Forgives silence that fell into a stall of this watcher: a tick more than two
+    /// intervals after the previous one moves every last answer forward by the time
+    /// beyond one interval.
+    fn forgive_stall(&mut self, now: Instant, interval: std::time::Duration) {
+        let Some(last) = self.last_tick.replace(now) else {
+            return;
+        };
+        let gap = now.saturating_duration_since(last);
+        if gap <= interval * 2 {
+            return;
+        }
+        let stall = gap - interval;
+        for watched in self.nodes.values_mut().chain(self.superpeers.values_mut()) {
+            watched.last_ok = (watched.last_ok + stall).min(now);
+        }
+    }
 }
 
 /// The sorted alive superpeers and which of them watches `node`.
@@ -108,6 +134,7 @@ fn tick(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>) {
             .collect()
     });
     let mut guard = state.lock();
+    guard.forgive_stall(now, core.heartbeat_interval());
     // Superpeers: ping the others, count those that answered recently.
     let mut alive = vec![core.id()];
     let superpeer_ids: Vec<NodeId> = guard.superpeers.keys().copied().collect();
@@ -196,6 +223,42 @@ fn spawn_ping(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>, node: NodeId, su
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn watched(last_ok: Instant) -> Watched {
+        Watched {
+            last_ok,
+            in_flight: false,
+            verdict: false,
+            incarnation: 1,
+        }
+    }
+
+    /// Silence during a stall of the watcher itself is forgiven; silence while it ticked
+    /// on time is not.
+    #[test]
+    fn a_stalled_watcher_does_not_count_its_stall_as_silence() {
+        let interval = std::time::Duration::from_millis(100);
+        let start = Instant::now();
+        let mut state = WatchState::default();
+        state.nodes.insert(NodeId(5), watched(start));
+        state.superpeers.insert(NodeId(2), watched(start));
+        state.forgive_stall(start, interval);
+        // On time: nothing changes.
+        state.forgive_stall(start + interval, interval);
+        assert_eq!(state.nodes[&NodeId(5)].last_ok, start);
+        // A 1.1 s stall: the last answer moves forward by 1 s (the gap beyond one tick).
+        let late = start + interval + std::time::Duration::from_millis(1100);
+        state.forgive_stall(late, interval);
+        let moved = start + std::time::Duration::from_millis(1000);
+        assert_eq!(state.nodes[&NodeId(5)].last_ok, moved);
+        assert_eq!(state.superpeers[&NodeId(2)].last_ok, moved);
+        // Never beyond now.
+        let mut fresh = WatchState::default();
+        fresh.nodes.insert(NodeId(7), watched(late));
+        fresh.last_tick = Some(start);
+        fresh.forgive_stall(late, interval);
+        assert_eq!(fresh.nodes[&NodeId(7)].last_ok, late);
+    }
 
     #[test]
     fn watchers_spread_nodes_over_alive_superpeers() {
