@@ -294,6 +294,25 @@ pub fn decode_header(
     }
 }
 
+/// The type byte's parts: kind (whole or link) and the widths of the CID, length and
+/// version fields. 0 is the end of the data; other kinds are refused.
+#[inline]
+fn parse_type(type_byte: u8) -> Result<(u8, usize, usize, usize), DecodeError> {
+    if type_byte == 0 {
+        return Err(DecodeError::EndOfData);
+    }
+    let kind = type_byte & 0b11;
+    if kind != KIND_WHOLE && kind != KIND_LINK {
+        return Err(DecodeError::BadType(type_byte));
+    }
+    Ok((
+        kind,
+        CID_WIDTHS[usize::from((type_byte >> 2) & 0b11)],
+        LENGTH_WIDTHS[usize::from((type_byte >> 4) & 0b11)],
+        VERSION_WIDTHS[usize::from(type_byte >> 6)],
+    ))
+}
+
 /// [`decode_header`] where the largest header fits in what is there (every entry but
 /// the last few bytes of a buffer): the fields are read as whole words from a copy with
 /// slack and masked to their widths, with no length check per field. Same results as
@@ -305,16 +324,7 @@ fn decode_header_whole(
     payload_bytes_max: u32,
 ) -> Result<EntryHeader, DecodeError> {
     let type_byte = raw[0];
-    if type_byte == 0 {
-        return Err(DecodeError::EndOfData);
-    }
-    let kind = type_byte & 0b11;
-    if kind != KIND_WHOLE && kind != KIND_LINK {
-        return Err(DecodeError::BadType(type_byte));
-    }
-    let cid_w = CID_WIDTHS[usize::from((type_byte >> 2) & 0b11)];
-    let len_w = LENGTH_WIDTHS[usize::from((type_byte >> 4) & 0b11)];
-    let ver_w = VERSION_WIDTHS[usize::from(type_byte >> 6)];
+    let (kind, cid_w, len_w, ver_w) = parse_type(type_byte)?;
     // The largest header plus 8 bytes of slack: a word read at any field offset of a
     // valid header stays inside.
     let mut h = [0u8; HEADER_BYTES_MAX + 8];
@@ -379,16 +389,7 @@ fn decode_header_checked(
     payload_bytes_max: u32,
 ) -> Result<EntryHeader, DecodeError> {
     let type_byte = *bytes.first().ok_or(DecodeError::Truncated { needed: 1 })?;
-    if type_byte == 0 {
-        return Err(DecodeError::EndOfData);
-    }
-    let kind = type_byte & 0b11;
-    if kind != KIND_WHOLE && kind != KIND_LINK {
-        return Err(DecodeError::BadType(type_byte));
-    }
-    let cid_w = CID_WIDTHS[usize::from((type_byte >> 2) & 0b11)];
-    let len_w = LENGTH_WIDTHS[usize::from((type_byte >> 4) & 0b11)];
-    let ver_w = VERSION_WIDTHS[usize::from(type_byte >> 6)];
+    let (kind, cid_w, len_w, ver_w) = parse_type(type_byte)?;
     let mut at = 1;
     let chain = if kind == KIND_LINK {
         let index = read_le(bytes, at, 1)? as u8;

@@ -99,8 +99,8 @@ struct Replication {
 }
 
 impl Replication {
-    /// Locks the stripes of `cids` in ascending order.
-    fn lock(&self, cids: impl IntoIterator<Item = ChunkId>) -> Vec<MutexGuard<'_, ()>> {
+    /// The stripes of `cids`, ascending, each once (the lock order).
+    fn stripe_indexes(&self, cids: impl IntoIterator<Item = ChunkId>) -> Vec<usize> {
         let mut indexes: Vec<usize> = cids
             .into_iter()
             .map(|cid| stripe_of(cid, self.stripes.len()))
@@ -108,6 +108,11 @@ impl Replication {
         indexes.sort_unstable();
         indexes.dedup();
         indexes
+    }
+
+    /// Locks the stripes of `cids` in ascending order.
+    fn lock(&self, cids: impl IntoIterator<Item = ChunkId>) -> Vec<MutexGuard<'_, ()>> {
+        self.stripe_indexes(cids)
             .into_iter()
             .map(|i| self.stripes[i].lock())
             .collect()
@@ -117,13 +122,7 @@ impl Replication {
 impl Replication {
     /// Locks the stripes of `cids` if none is held now (never waits: for the I/O thread).
     fn try_lock(&self, cids: impl IntoIterator<Item = ChunkId>) -> Option<Vec<MutexGuard<'_, ()>>> {
-        let mut indexes: Vec<usize> = cids
-            .into_iter()
-            .map(|cid| stripe_of(cid, self.stripes.len()))
-            .collect();
-        indexes.sort_unstable();
-        indexes.dedup();
-        indexes
+        self.stripe_indexes(cids)
             .into_iter()
             .map(|i| self.stripes[i].try_lock())
             .collect()

@@ -405,12 +405,8 @@ fn a_service_declared_failed_refuses_every_request() {
     );
 }
 
-/// A put (or write-at) that waits on a chunk's write lock while a migration holds it (the migration
-/// locks, copies, commits the new owner, unlocks, then drops its copy) must not be
-/// acknowledged and then lost with the old copy: it either lands before the copy is taken
-/// or is answered `NotOwner`, so that the client retries at the new owner.
-#[test]
-fn a_put_waiting_on_a_migrating_chunk_is_refused_not_lost() {
+/// A service whose lock waits last long enough for a test to move a chunk meanwhile.
+fn migration_test_service() -> Arc<ChunkService> {
     let mem = MemoryManager::new(MemoryConfig {
         node_id: ME,
         region_bytes: 64 << 20,
@@ -421,7 +417,16 @@ fn a_put_waiting_on_a_migrating_chunk_is_refused_not_lost() {
         ..MemoryConfig::default()
     })
     .expect("memory manager");
-    let service = Arc::new(ChunkService::new(Arc::new(mem), ME));
+    Arc::new(ChunkService::new(Arc::new(mem), ME))
+}
+
+/// A put (or write-at) that waits on a chunk's write lock while a migration holds it (the migration
+/// locks, copies, commits the new owner, unlocks, then drops its copy) must not be
+/// acknowledged and then lost with the old copy: it either lands before the copy is taken
+/// or is answered `NotOwner`, so that the client retries at the new owner.
+#[test]
+fn a_put_waiting_on_a_migrating_chunk_is_refused_not_lost() {
+    let service = migration_test_service();
     let cids = create(&service, &[b"old", b"any", b"abc"]);
     for (index, guarded) in [(0, false), (1, true), (2, false)] {
         let cid = cids[index];
@@ -471,17 +476,7 @@ fn a_put_waiting_on_a_migrating_chunk_is_refused_not_lost() {
 /// when the drop came first.
 #[test]
 fn a_remove_or_resize_waiting_on_a_migrating_chunk_is_refused_not_lost() {
-    let mem = MemoryManager::new(MemoryConfig {
-        node_id: ME,
-        region_bytes: 64 << 20,
-        chunk_bytes_max: 1 << 20,
-        lock_timeout: Duration::from_secs(10),
-        shards: 2,
-        huge_pages: false,
-        ..MemoryConfig::default()
-    })
-    .expect("memory manager");
-    let service = Arc::new(ChunkService::new(Arc::new(mem), ME));
+    let service = migration_test_service();
     let cids = create(&service, &[b"one", b"two", b"three", b"four"]);
     // (chunk, remove instead of resize, the migration drops its copy before unlocking)
     for (index, remove, drop_first) in [
