@@ -323,62 +323,19 @@ fn decode_header_whole(
     zone_owner: u16,
     payload_bytes_max: u32,
 ) -> Result<EntryHeader, DecodeError> {
-    let type_byte = raw[0];
-    let (kind, cid_w, len_w, ver_w) = parse_type(type_byte)?;
     // The largest header plus 8 bytes of slack: a word read at any field offset of a
     // valid header stays inside.
     let mut h = [0u8; HEADER_BYTES_MAX + 8];
     h[..HEADER_BYTES_MAX].copy_from_slice(raw);
-    let word = |at: usize, width: usize| -> u64 {
+    decode_fields(raw[0], zone_owner, payload_bytes_max, |at, width| {
         let mut w = [0u8; 8];
         w.copy_from_slice(&h[at..at + 8]);
         let value = u64::from_le_bytes(w);
-        if width >= 8 {
+        Ok(if width >= 8 {
             value
         } else {
             value & ((1u64 << (8 * width)) - 1)
-        }
-    };
-    let mut at = 1;
-    let chain = if kind == KIND_LINK {
-        let (index, count) = (h[1], h[2]);
-        at = 3;
-        if count < 2 || index >= count {
-            return Err(DecodeError::BadChain { index, count });
-        }
-        Some(ChainLink { index, count })
-    } else {
-        None
-    };
-    let cid_field = word(at, cid_w);
-    at += cid_w;
-    let cid = if cid_w == 8 {
-        cid_field
-    } else {
-        (u64::from(zone_owner) << 48) | cid_field
-    };
-    let payload_bytes = word(at, len_w);
-    at += len_w;
-    if payload_bytes > u64::from(payload_bytes_max) {
-        return Err(DecodeError::TooLong {
-            payload_bytes,
-            max: payload_bytes_max,
-        });
-    }
-    let epoch = word(at, 2) as u16;
-    at += 2;
-    let version = word(at, ver_w) as u32;
-    at += ver_w;
-    let crc = word(at, 4) as u32;
-    at += 4;
-    Ok(EntryHeader {
-        cid,
-        payload_bytes: payload_bytes as u32,
-        epoch,
-        version,
-        chain,
-        crc,
-        header_bytes: at,
+        })
     })
 }
 
@@ -389,11 +346,25 @@ fn decode_header_checked(
     payload_bytes_max: u32,
 ) -> Result<EntryHeader, DecodeError> {
     let type_byte = *bytes.first().ok_or(DecodeError::Truncated { needed: 1 })?;
+    decode_fields(type_byte, zone_owner, payload_bytes_max, |at, width| {
+        read_le(bytes, at, width)
+    })
+}
+
+/// The header's fields after its type byte, in order, each read by `read(offset, width)`
+/// (both decoders share this walk and differ only in how they read).
+#[inline(always)]
+fn decode_fields(
+    type_byte: u8,
+    zone_owner: u16,
+    payload_bytes_max: u32,
+    mut read: impl FnMut(usize, usize) -> Result<u64, DecodeError>,
+) -> Result<EntryHeader, DecodeError> {
     let (kind, cid_w, len_w, ver_w) = parse_type(type_byte)?;
     let mut at = 1;
     let chain = if kind == KIND_LINK {
-        let index = read_le(bytes, at, 1)? as u8;
-        let count = read_le(bytes, at + 1, 1)? as u8;
+        let index = read(at, 1)? as u8;
+        let count = read(at + 1, 1)? as u8;
         at += 2;
         if count < 2 || index >= count {
             return Err(DecodeError::BadChain { index, count });
@@ -402,14 +373,14 @@ fn decode_header_checked(
     } else {
         None
     };
-    let cid_field = read_le(bytes, at, cid_w)?;
+    let cid_field = read(at, cid_w)?;
     at += cid_w;
     let cid = if cid_w == 8 {
         cid_field
     } else {
         (u64::from(zone_owner) << 48) | cid_field
     };
-    let payload_bytes = read_le(bytes, at, len_w)?;
+    let payload_bytes = read(at, len_w)?;
     at += len_w;
     if payload_bytes > u64::from(payload_bytes_max) {
         return Err(DecodeError::TooLong {
@@ -417,11 +388,11 @@ fn decode_header_checked(
             max: payload_bytes_max,
         });
     }
-    let epoch = read_le(bytes, at, 2)? as u16;
+    let epoch = read(at, 2)? as u16;
     at += 2;
-    let version = read_le(bytes, at, ver_w)? as u32;
+    let version = read(at, ver_w)? as u32;
     at += ver_w;
-    let crc = read_le(bytes, at, 4)? as u32;
+    let crc = read(at, 4)? as u32;
     at += 4;
     Ok(EntryHeader {
         cid,
