@@ -402,11 +402,7 @@ impl ChunkService {
                     .iter()
                     .zip(&sized)
                     .map(|(&cid, change)| {
-                        self.check_owner(cid)?;
-                        let changes = self.ownership_changes.load(Ordering::Acquire);
-                        let result = status(self.mem.remove(cid));
-                        self.check_not_moved(cid, changes)?;
-                        result?;
+                        self.remove_checked(cid)?;
                         removed.push(*change);
                         Ok(())
                     })
@@ -829,36 +825,30 @@ impl ChunkService {
             .map_err(replica_error)
     }
 
+    /// Removes `cid` from memory if this peer owns it. A remove that waited for a
+    /// migration's lock hit the copy being dropped (or found it dropped): `NotOwner`, so
+    /// that the client removes the chunk at its new owner.
+    fn remove_checked(&self, cid: ChunkId) -> Result<(), ItemError> {
+        self.check_owner(cid)?;
+        let changes = self.ownership_changes.load(Ordering::Acquire);
+        let result = status(self.mem.remove(cid));
+        self.check_not_moved(cid, changes)?;
+        result
+    }
+
     fn remove(&self, cids: &[ChunkId], durability: u8) -> Vec<Result<(), ItemError>> {
-        // A remove that waited for a migration's lock hit the copy being dropped (or found
-        // it dropped): `NotOwner`, so that the client removes it at the new owner.
         let Some(replication) = &self.replication else {
-            return cids
-                .iter()
-                .map(|&cid| {
-                    self.check_owner(cid)?;
-                    let changes = self.ownership_changes.load(Ordering::Acquire);
-                    let result = status(self.mem.remove(cid));
-                    self.check_not_moved(cid, changes)?;
-                    result
-                })
-                .collect();
+            return cids.iter().map(|&cid| self.remove_checked(cid)).collect();
         };
         let _order = replication.lock(cids.iter().copied());
         let mut removed: Vec<(ChunkId, u64)> = Vec::new();
         let mut statuses: Vec<Result<(), ItemError>> = cids
             .iter()
             .map(|&cid| {
-                self.check_owner(cid)?;
-                let changes = self.ownership_changes.load(Ordering::Acquire);
                 // The size cannot change meanwhile: every resize takes the stripe.
-                let result = self
-                    .mem
-                    .size(cid)
-                    .map_err(item_error)
-                    .and_then(|size| status(self.mem.remove(cid)).map(|()| size));
-                self.check_not_moved(cid, changes)?;
-                removed.push((cid, result? as u64));
+                let size = self.mem.size(cid).unwrap_or(0) as u64;
+                self.remove_checked(cid)?;
+                removed.push((cid, size));
                 Ok(())
             })
             .collect();
