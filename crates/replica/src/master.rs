@@ -480,11 +480,12 @@ impl std::fmt::Debug for Replicator {
     }
 }
 
-/// Whether a submission may wait (for room, registration or acknowledgements).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+/// Whether a submission may wait (for room, registration or acknowledgements). A
+/// no-wait submission carries its changes, checked before anything is reported.
+#[derive(Clone, Copy)]
+enum Mode<'s, 'a> {
     Wait,
-    NoWait,
+    NoWait(&'s [Change<'a>]),
 }
 
 /// A change reported to [`Replicator`].
@@ -700,10 +701,11 @@ impl Replicator {
     /// decided that the request asked for `async`). Returns [`ReplicaError::WouldWait`],
     /// having reported nothing, when a put's chunk has no registered zone.
     pub fn on_changes_nowait(&self, changes: &[AsyncChange<'_>]) -> Result<(), ReplicaError> {
+        let changes: Vec<Change<'_>> = changes.iter().map(|c| c.change()).collect();
         self.inner.submit_mode(
-            changes.iter().map(|c| c.change()),
+            changes.iter().copied(),
             Some(Durability::Async),
-            Mode::NoWait,
+            Mode::NoWait(&changes),
         )
     }
 
@@ -1061,7 +1063,7 @@ impl Inner {
         self: &Arc<Self>,
         changes: impl Iterator<Item = Change<'a>>,
         durability: Option<Durability>,
-        mode: Mode,
+        mode: Mode<'_, 'a>,
     ) -> Result<(), ReplicaError> {
         if self.shutdown.load(Ordering::Acquire) {
             return Err(ReplicaError::Shutdown);
@@ -1071,13 +1073,13 @@ impl Inner {
         let deadline = Instant::now() + self.config.wait_timeout;
         let mut targets: Vec<Target> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
-        let changes: Vec<Change<'a>> = changes.collect();
         let mut state = self.state.lock();
-        if mode == Mode::NoWait
-            && (durability != Durability::Async || !self.ready_now(&state, &changes, false))
-        {
-            return Err(ReplicaError::WouldWait);
+        if let Mode::NoWait(all) = mode {
+            if durability != Durability::Async || !self.ready_now(&state, all, false) {
+                return Err(ReplicaError::WouldWait);
+            }
         }
+        let waits = matches!(mode, Mode::Wait);
         for change in changes {
             let (cid, op_data, zone) = match change {
                 Change::Create(cid, data) => {
@@ -1143,7 +1145,7 @@ impl Inner {
                     cid: cid.raw(),
                 },
             };
-            if mode == Mode::Wait {
+            if waits {
                 self.wait_room(&mut state, &backups, op.encoded_bytes(), deadline)?;
             }
             // The lock was released while waiting: the zone's backups may have changed.
@@ -1168,7 +1170,7 @@ impl Inner {
         // no-wait submission checked that each zone had been registered; a registration
         // pending now is a new backup order, and the old one, which also receives the
         // change, is committed.)
-        if mode == Mode::Wait {
+        if waits {
             loop {
                 let mut pending = false;
                 for zone in &touched {
