@@ -1029,8 +1029,8 @@ impl Inner {
         for change in changes {
             let (cid, bytes) = match *change {
                 Change::Create(..) | Change::Resize(..) => return false,
-                Change::Put(cid, data) => (cid, data.len() + 32),
-                Change::Remove(cid, _) => (cid, 32),
+                Change::Put(cid, data) => (cid, data.len() + Op::OVERHEAD_BYTES_MAX),
+                Change::Remove(cid, _) => (cid, Op::OVERHEAD_BYTES_MAX),
             };
             let Some(zone) = state.tree.zone_of(cid) else {
                 if matches!(change, Change::Remove(..)) {
@@ -1712,7 +1712,7 @@ impl Inner {
                             return true;
                         }
                         slice.push((cid, Bytes::copy_from_slice(data)));
-                        bytes += data.len() + 32;
+                        bytes += data.len() + Op::OVERHEAD_BYTES_MAX;
                         bytes < slice_max && slice.len() < wire::OPS_PER_MESSAGE_MAX
                     });
                 let Some(&(last_cid, _)) = slice.last() else {

@@ -108,6 +108,10 @@ impl Op {
         }
     }
 
+    /// An upper bound of [`Op::encoded_bytes`] beyond the payload, for estimates made
+    /// before an operation is built.
+    pub const OVERHEAD_BYTES_MAX: usize = 32;
+
     /// Bytes this operation takes in a message (an upper bound).
     pub fn encoded_bytes(&self) -> usize {
         match self {
