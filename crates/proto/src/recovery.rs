@@ -404,35 +404,33 @@ pub fn push_run(runs: &mut Vec<(u64, u64)>, cid: u64) {
 /// CIDs. Sorts `runs`.
 pub fn ranges_of_runs(runs: &mut [(u64, u64)]) -> Vec<CidRange> {
     runs.sort_unstable();
-    let mut ranges: Vec<CidRange> = Vec::new();
+    // First the runs merged into disjoint, non-adjacent intervals of raw CIDs (sorted),
+    // then each interval cut where it crosses from one creator to the next.
+    let mut merged: Vec<(u64, u64)> = Vec::new();
     for &(first, last) in runs.iter() {
         if first > last {
             continue;
         }
-        // A run may span creators only across a creator's last local ID; split it there.
+        match merged.last_mut() {
+            Some((_, end)) if end.checked_add(1).is_none_or(|next| next >= first) => {
+                *end = (*end).max(last);
+            }
+            _ => merged.push((first, last)),
+        }
+    }
+    let mut ranges: Vec<CidRange> = Vec::new();
+    for (first, last) in merged {
         let mut start = first;
         loop {
             let cid = myriad_mem::ChunkId::from_raw(start);
             let creator = cid.creator();
-            let creator_end = (u64::from(creator.0) << 48) | ((1u64 << 48) - 1);
+            let creator_end = (u64::from(creator.0) << 48) | LOCAL_ID_MAX;
             let end = last.min(creator_end);
-            let (lid_first, lid_last) = (cid.local_id(), end & ((1u64 << 48) - 1));
-            match ranges.last_mut() {
-                Some(prev)
-                    if prev.creator == creator
-                        && prev
-                            .last
-                            .checked_add(1)
-                            .is_some_and(|next| next >= lid_first) =>
-                {
-                    prev.last = prev.last.max(lid_last);
-                }
-                _ => ranges.push(CidRange {
-                    creator,
-                    first: lid_first,
-                    last: lid_last,
-                }),
-            }
+            ranges.push(CidRange {
+                creator,
+                first: cid.local_id(),
+                last: end & LOCAL_ID_MAX,
+            });
             if end == last {
                 break;
             }
