@@ -4,7 +4,10 @@
 //! 1. **Disk baseline**: sequential O_DIRECT writes (8 MiB per write, one `fdatasync` at
 //!    the end) and reads of a 1 GiB file through the engine's own storage boundary, the
 //!    access pattern of fio's `rw=write/read, direct=1, bs=8m`; plus fio itself
-//!    (`fio_mb_per_sec`, null when fio is not installed).
+//!    (`fio_mb_per_sec`, null when fio is not installed). fio runs again right before
+//!    every append run, and each run's ratio is to that neighbouring fio figure: a shared
+//!    VM's disk drifts by a third over minutes, so one fio run at the start would make
+//!    the ratios of later runs a comparison with another disk.
 //! 2. **Append rate** per entry size: one thread appends `--append-mb` of payload
 //!    round-robin over 4 zones as fast as it can. "Into the write buffer" is the rate of
 //!    the append calls; "to disk" includes the final flush until everything is durable.
@@ -60,6 +63,10 @@ pub struct LogArgs {
     /// Use buffered I/O instead of O_DIRECT.
     #[arg(long)]
     pub buffered: bool,
+    /// I/O threads of the engine's writer (`LogConfig::write_threads`; 0: the writer
+    /// thread writes itself).
+    #[arg(long, default_value_t = LogConfig::default().write_threads)]
+    pub write_threads: usize,
     /// Print one JSON object per result line.
     #[arg(long)]
     pub json: bool,
@@ -143,10 +150,11 @@ fn fio_write_mb_per_sec(dir: &std::path::Path, mb: u64) -> Option<f64> {
     Some(kib_per_sec / 1024.0)
 }
 
-fn config_for(zone_mb: u64) -> LogConfig {
+fn config_for(zone_mb: u64, write_threads: usize) -> LogConfig {
     LogConfig {
         secondary_log_bytes: (2 * zone_mb.max(64)) << 20,
         recovery_threads: 4,
+        write_threads,
         ..LogConfig::default()
     }
 }
@@ -187,10 +195,13 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
             clear_dir(&args.dir);
             let storage: Arc<dyn Storage> =
                 Arc::new(DiskStorage::new(&args.dir, mode).map_err(|e| format!("{e}"))?);
+            // The neighbouring baseline (see the module docs).
+            let fio = fio_write_mb_per_sec(&args.dir, args.baseline_mb).or(fio);
             let zones: Vec<ZoneId> = (0..4).map(|z| ZoneId { owner: 1, zone: z }).collect();
             let per_zone_mb = args.append_mb / zones.len() as u64 + 1;
-            let engine = LogEngine::open(config_for(per_zone_mb), storage.clone())
-                .map_err(|e| e.to_string())?;
+            let engine =
+                LogEngine::open(config_for(per_zone_mb, args.write_threads), storage.clone())
+                    .map_err(|e| e.to_string())?;
             for &z in &zones {
                 engine.create_zone(z).map_err(|e| e.to_string())?;
             }
@@ -269,7 +280,7 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
         clear_dir(&args.dir);
         let storage: Arc<dyn Storage> =
             Arc::new(DiskStorage::new(&args.dir, mode).map_err(|e| format!("{e}"))?);
-        let config = config_for(args.zone_mb);
+        let config = config_for(args.zone_mb, args.write_threads);
         let zone = ZoneId { owner: 1, zone: 0 };
         let chunks = (args.zone_mb << 20) / 64;
         {

@@ -80,6 +80,12 @@ pub struct LogConfig {
     /// Verify checksums during a recovery read. Default true. Reopen after a crash always
     /// verifies.
     pub recovery_verify_crc: bool,
+    /// I/O threads the writer thread hands its secondary-log writes to, so it fills the
+    /// next page image while the disk takes the last one, and writes to different logs
+    /// are in flight together. Default 2; 0 makes the writer thread write them itself.
+    /// At most 16. The writer's page-image buffers are `write_threads + 1` (each up to a
+    /// segment) instead of one.
+    pub write_threads: usize,
 }
 
 impl Default for LogConfig {
@@ -103,6 +109,7 @@ impl Default for LogConfig {
             wait_timeout: Duration::from_secs(10),
             recovery_threads: 4,
             recovery_verify_crc: true,
+            write_threads: 2,
         }
     }
 }
@@ -175,6 +182,9 @@ impl LogConfig {
         if self.recovery_threads == 0 || self.recovery_threads > 64 {
             return bad("recovery_threads must be 1..=64");
         }
+        if self.write_threads > 16 {
+            return bad("write_threads must be 0..=16");
+        }
         Ok(())
     }
 
@@ -200,6 +210,7 @@ impl LogConfig {
             wait_timeout: Duration::from_secs(10),
             recovery_threads: 2,
             recovery_verify_crc: true,
+            write_threads: 2,
         }
     }
 }

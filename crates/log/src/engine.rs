@@ -239,6 +239,9 @@ pub(crate) struct Inner {
     /// Set once `durability.failed` is (read on every append without a lock).
     failed: AtomicBool,
     pub counters: Counters,
+    /// The writer thread's I/O threads for secondary-log writes (`None` with
+    /// `LogConfig::write_threads` 0: it writes them itself).
+    pipe: Option<crate::pipe::WritePipe>,
 }
 
 /// The backup-side log engine. See the crate documentation.
@@ -358,6 +361,12 @@ impl LogEngine {
             );
         }
         let half = (config.write_buffer_bytes / 2) as usize;
+        let pipe = match config.write_threads {
+            0 => None,
+            n => Some(
+                crate::pipe::WritePipe::new(n).map_err(io_context("starting log I/O threads"))?,
+            ),
+        };
         let inner = Arc::new(Inner {
             storage,
             wb: Mutex::new(WriteBuffer {
@@ -389,6 +398,7 @@ impl LogEngine {
             shutdown: AtomicBool::new(false),
             failed: AtomicBool::new(false),
             counters: Counters::default(),
+            pipe,
             config,
         });
         let spawn = |name: &str, run: fn(Arc<Inner>)| {
@@ -1255,10 +1265,12 @@ impl Inner {
         }
     }
 
-    /// Hands a written flush to the syncer, after the one before it is synced.
+    /// Hands a written flush to the syncer: queued behind the one being synced, if any
+    /// (the writer goes on with the next flush meanwhile, so the disk is never idle
+    /// waiting for a sync); waits only while an earlier flush is still queued.
     fn submit_sync(&self, job: SyncJob) {
         let mut q = self.sync_q.lock();
-        while q.job.is_some() || q.busy {
+        while q.job.is_some() {
             self.sync_cv.wait(&mut q);
         }
         q.job = Some(job);
@@ -1575,7 +1587,9 @@ impl Inner {
                 let mut log = zone.log.lock();
                 let before = log.seclog.used_bytes();
                 placed.clear();
-                let r = log.seclog.append_walked(batch, rest, false, placed);
+                let r = log
+                    .seclog
+                    .append_walked(batch, rest, false, placed, self.pipe.as_ref());
                 let after = log.seclog.used_bytes();
                 // Under the log lock, so the reorganizer sees each entry counted before it
                 // can clean the segment; the version lock in parts (producers wait for it).

@@ -17,6 +17,9 @@
 //!   zone's secondary-log buffer (small ones), the sorting of the next flush overlapping
 //!   the writes of the current one; a syncer thread syncs a written flush while the
 //!   writer writes the next.
+//! - **I/O threads** (`pipe`): the writer hands each secondary-log page image to them, so
+//!   building the next image overlaps the disk write of the last, and writes to several
+//!   logs are in flight at once.
 //! - **Secondary logs** (`seclog`): one preallocated file per zone in fixed segments.
 //! - **Primary log** (`primary`): the durable home of small batches until their zone's
 //!   buffer is written; read only when reopening after a crash.
@@ -54,6 +57,7 @@ mod crc;
 mod engine;
 mod error;
 pub mod header;
+mod pipe;
 mod primary;
 mod recovery;
 mod reorg;

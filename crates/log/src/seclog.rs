@@ -23,6 +23,7 @@
 
 use crate::error::{io_context, DecodeError, LogResult};
 use crate::header::{self, EntryHeader};
+use crate::pipe::{TrackedFile, WritePipe};
 use crate::storage::{round_up_to_page, with_write_scratch, AlignedBuf, LogFile, PAGE_BYTES};
 use crate::version::EntryLoc;
 
@@ -126,7 +127,9 @@ pub fn walk_batch(
 /// One zone's secondary log. See the module docs.
 #[derive(Debug)]
 pub struct SecondaryLog {
-    file: std::sync::Arc<dyn LogFile>,
+    /// Writes of the writer thread may be in flight on its [`WritePipe`]; reads and syncs
+    /// through this wrapper wait for them.
+    file: std::sync::Arc<TrackedFile>,
     zone_owner: u16,
     segment_bytes: usize,
     payload_max: u32,
@@ -162,7 +165,7 @@ impl SecondaryLog {
             .map_or(1, |g| g.wrapping_add(1));
         let stamps = segments.iter().map(|s| s.generation).collect();
         SecondaryLog {
-            file,
+            file: std::sync::Arc::new(TrackedFile::new(file)),
             zone_owner,
             segment_bytes,
             payload_max,
@@ -175,7 +178,8 @@ impl SecondaryLog {
         }
     }
 
-    /// The file (for reads by recovery and reorganization).
+    /// The file (for reads by recovery and reorganization; they wait for writes in flight
+    /// that overlap them).
     pub fn file(&self) -> std::sync::Arc<dyn LogFile> {
         self.file.clone()
     }
@@ -258,6 +262,7 @@ impl SecondaryLog {
     /// count from `base`) at the end of segment `index`, followed by the end marker.
     /// `tail` holds the segment's bytes from its last page boundary to its end and is
     /// updated.
+    #[allow(clippy::too_many_arguments)]
     fn write_into(
         &mut self,
         index: usize,
@@ -266,6 +271,7 @@ impl SecondaryLog {
         headers: &[(usize, EntryHeader)],
         base: usize,
         placed: &mut Vec<Placement>,
+        pipe: Option<&WritePipe>,
     ) -> LogResult<()> {
         let info = self.segments[index];
         let start = info.used as usize;
@@ -278,25 +284,36 @@ impl SecondaryLog {
         let end = start + entries.len();
         // Whole pages from the page holding `start` to the one holding the end marker.
         let len = round_up_to_page(end + 1 - page_start).min(self.segment_bytes - page_start);
-        let file = &self.file;
-        with_write_scratch(len, |buf| {
+        let offset = (index * self.segment_bytes + page_start) as u64;
+        // The page image: the tail of the last write, the entries with their checksums
+        // rebased on the segment's generation, then zeros (the end marker and padding).
+        // The tail for the next write is taken from it before it is handed to the disk.
+        let mut fill = |buf: &mut [u8]| {
             buf[..tail.len()].copy_from_slice(tail);
             let into = start - page_start;
             buf[into..into + entries.len()].copy_from_slice(entries);
-            // The end marker and the padding: zeros after the last entry.
-            buf[into + entries.len()..].fill(0);
+            buf[into + entries.len()..len].fill(0);
             for (offset, h) in headers {
                 let at = into + offset - base;
                 header::rebase_crc(&mut buf[at..], h, 0, info.generation);
             }
-            let offset = (index * self.segment_bytes + page_start) as u64;
-            file.write_at(buf, offset)
-                .map_err(io_context("writing secondary log"))?;
             let tail_from = end / PAGE_BYTES * PAGE_BYTES - page_start;
             tail.clear();
             tail.extend_from_slice(&buf[tail_from..end - page_start]);
-            Ok::<(), crate::error::LogError>(())
-        })?;
+        };
+        match pipe {
+            Some(pipe) => pipe
+                .write_with(&self.file, len, offset, fill)
+                .map_err(io_context("writing secondary log"))?,
+            None => {
+                let file = &self.file;
+                with_write_scratch(len, |buf| {
+                    fill(&mut buf[..len]);
+                    file.write_at(&buf[..len], offset)
+                        .map_err(io_context("writing secondary log"))
+                })?
+            }
+        }
         self.segments[index].used = end as u32;
         self.device_bytes_written += len as u64;
         placed.extend(headers.iter().map(|&(_, h)| {
@@ -338,18 +355,21 @@ impl SecondaryLog {
                 "internal: batch does not decode: {e}"
             )))
         })?;
-        self.append_walked(batch, &headers, use_reserve, placed)
+        self.append_walked(batch, &headers, use_reserve, placed, None)
     }
 
     /// [`SecondaryLog::append`] of the entries `headers` of `batch` (offsets into `batch`,
     /// in order, as [`walk_batch`] gives them; a suffix of them continues a batch after
-    /// [`PlaceError::NoSpace`], whose `placed` is then an offset into `batch` too).
+    /// [`PlaceError::NoSpace`], whose `placed` is then an offset into `batch` too). With a
+    /// `pipe`, the writes are handed to its I/O threads and may still be in flight when
+    /// this returns (the log's file waits for them before a read or sync).
     pub fn append_walked(
         &mut self,
         batch: &[u8],
         headers: &[(usize, EntryHeader)],
         use_reserve: bool,
         placed: &mut Vec<Placement>,
+        pipe: Option<&WritePipe>,
     ) -> Result<(), PlaceError> {
         let (Some(first), Some(last)) = (headers.first(), headers.last()) else {
             return Ok(());
@@ -402,6 +422,7 @@ impl SecondaryLog {
                 &headers[i..j],
                 first,
                 placed,
+                pipe,
             );
             self.tail = tail;
             result.map_err(PlaceError::Io)?;
@@ -444,6 +465,7 @@ impl SecondaryLog {
                 &headers[i..j],
                 first,
                 placed,
+                None,
             )?;
             written.push(index);
             i = j;
