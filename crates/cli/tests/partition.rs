@@ -437,6 +437,17 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
     for cid in cids.iter().skip(1).step_by(4) {
         let _ = client_b.put(cid, "latewr-late");
     }
+    // Reads from the victim's side: its lease lapsed soon after the cut (no heartbeat
+    // acknowledges its replies), so it must not answer with a value the restorers have
+    // replaced since (a stale read).
+    for (index, cid) in cids.iter().enumerate().step_by(2).take(2) {
+        let read = client_b.get(cid);
+        assert_ne!(
+            read,
+            Ok(value(index, "before")),
+            "stale read of chunk {cid} from the partitioned victim"
+        );
+    }
 
     // Heal: the victim finds out it was declared failed and exits.
     namespaces.set_link(true);

@@ -638,7 +638,21 @@ impl<D: Directory> Chunks<D> {
         request: ChunkRequest,
         count: usize,
     ) -> Result<Vec<ChunkId>, ClientError> {
-        match self.call_node(peer, request, self.options.timeout).await? {
+        // A peer whose lease with the superpeers lapsed for a moment (see
+        // `crate::lease`) refuses with `NotOwner`; ask again, paced, until the deadline.
+        let deadline = Instant::now() + self.options.timeout;
+        let reply = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.call_node(peer, request.clone(), left).await? {
+                ChunkReply::Failed(ItemError::NotOwner)
+                    if Instant::now() + RECOVERY_POLL < deadline =>
+                {
+                    tokio::time::sleep(RECOVERY_POLL).await;
+                }
+                reply => break reply,
+            }
+        };
+        match reply {
             ChunkReply::Created(cids) => check_count(cids, count),
             ChunkReply::Failed(error) => Err(match error {
                 ItemError::TooLarge | ItemError::OutOfMemory => ClientError::OutOfSpace {

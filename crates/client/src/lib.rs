@@ -21,6 +21,7 @@ pub mod chunk;
 pub mod client;
 pub mod directory;
 pub mod error;
+pub mod lease;
 pub mod membership;
 
 pub use error::ClientError;

@@ -44,6 +44,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::{broadcast, Notify};
 
 use crate::directory::Directory;
+use crate::lease::Lease;
 use crate::ClientError;
 
 /// Events queued per subscriber before it misses the oldest.
@@ -128,6 +129,8 @@ pub struct Membership {
     releases: Mutex<HashMap<(u32, u64), BarrierValues>>,
     released: Notify,
     resyncing: AtomicBool,
+    /// Renewed by heartbeats (see [`crate::lease`]).
+    lease: Arc<Lease>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -156,6 +159,9 @@ struct Joined {
     incarnation: u32,
     epoch: u64,
     nodes: Vec<NodeRecord>,
+    /// When the answered join request was sent, and the lease it grants from then.
+    sent: std::time::Instant,
+    lease: Duration,
 }
 
 fn check_config(config: &JoinConfig) -> Result<(), ClientError> {
@@ -211,6 +217,7 @@ async fn join_exchange(
             }
         };
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let sent = std::time::Instant::now();
         let answer = provisional
             .request(net_id(target), types::JOIN, payload.clone(), remaining)
             .await;
@@ -228,12 +235,15 @@ async fn join_exchange(
                     incarnation,
                     epoch,
                     nodes,
+                    lease_ms,
                 }) => {
                     return Ok(Joined {
                         id,
                         incarnation,
                         epoch,
                         nodes,
+                        sent,
+                        lease: Duration::from_millis(u64::from(lease_ms)),
                     })
                 }
                 Ok(JoinReply::Refused(error)) => return Err(ClientError::Meta(error)),
@@ -267,6 +277,7 @@ impl Membership {
         let listener = TcpListener::bind(config.listen)
             .map_err(|error| ClientError::Join(format!("bind {}: {error}", config.listen)))?;
         let request = join_request(&config, &listener)?;
+        let lease = Arc::new(Lease::new());
         let deadline = tokio::time::Instant::now() + config.request_timeout;
         let joined = join_exchange(&config, &request, deadline).await?;
         let slot: Slot = Arc::new(OnceLock::new());
@@ -278,7 +289,7 @@ impl Membership {
             listener,
         )
         .map_err(|error| ClientError::Join(format!("endpoint: {error}")))?;
-        let membership = Membership::install(&config, joined, endpoint.handle(), &slot);
+        let membership = Membership::install(&config, joined, endpoint.handle(), &slot, lease);
         Ok((endpoint, membership))
     }
 
@@ -297,6 +308,7 @@ impl Membership {
         let listener = TcpListener::bind(config.listen)
             .map_err(|error| ClientError::Join(format!("bind {}: {error}", config.listen)))?;
         let request = join_request(&config, &listener)?;
+        let lease = Arc::new(Lease::new());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -311,7 +323,7 @@ impl Membership {
         let endpoint =
             Endpoint::start_with_listener(endpoint_config(&config, joined.id), handlers, listener)
                 .map_err(|error| ClientError::Join(format!("endpoint: {error}")))?;
-        let membership = Membership::install(&config, joined, endpoint.handle(), &slot);
+        let membership = Membership::install(&config, joined, endpoint.handle(), &slot, lease);
         Ok((endpoint, membership))
     }
 
@@ -322,7 +334,9 @@ impl Membership {
         joined: Joined,
         net: NetHandle,
         slot: &Slot,
+        lease: Arc<Lease>,
     ) -> Arc<Membership> {
+        lease.grant_from(joined.sent, joined.lease);
         let (events, _) = broadcast::channel(EVENTS_QUEUED_MAX);
         let membership = Arc::new(Membership {
             node_id: joined.id,
@@ -336,6 +350,7 @@ impl Membership {
             releases: Mutex::new(HashMap::new()),
             released: Notify::new(),
             resyncing: AtomicBool::new(false),
+            lease,
         });
         for (id, address) in &config.superpeers {
             membership.net.set_address(net_id(*id), *address);
@@ -356,6 +371,12 @@ impl Membership {
     /// This node's incarnation under its ID.
     pub fn incarnation(&self) -> u32 {
         self.incarnation
+    }
+
+    /// This node's lease with the superpeers (a peer serves chunks only while it holds;
+    /// see [`crate::lease`]).
+    pub fn lease(&self) -> &Arc<Lease> {
+        &self.lease
     }
 
     /// The cluster epoch as far as this node's table goes.
@@ -749,8 +770,12 @@ impl Membership {
                 return;
             }
         };
+        // The acknowledgement first (it names an earlier reply), then this reply's number
+        // and sending time.
+        self.lease.acked(heartbeat.acked, heartbeat.lease_ms);
         let epoch = self.epoch();
-        if let Err(error) = message.respond(HeartbeatReply { epoch }.encode()) {
+        let nonce = self.lease.reply_sent();
+        if let Err(error) = message.respond(HeartbeatReply { epoch, nonce }.encode()) {
             tracing::debug!(%error, "heartbeat reply not sent");
         }
         if heartbeat.epoch > epoch {
@@ -826,7 +851,12 @@ fn with_own_handlers(
             move |message: Incoming| match heartbeats.get() {
                 Some(membership) => membership.on_heartbeat(message),
                 None => {
-                    let reply = HeartbeatReply { epoch: join_epoch }.encode();
+                    // Number 0: no lease can come of this reply.
+                    let reply = HeartbeatReply {
+                        epoch: join_epoch,
+                        nonce: 0,
+                    }
+                    .encode();
                     let _ = message.respond(reply);
                 }
             },

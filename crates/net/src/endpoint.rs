@@ -821,7 +821,8 @@ impl NetHandle {
     /// peer refuses another, a fault switch is set for `to`, or lanes are off, the request
     /// goes through the node's connection as [`NetHandle::request`] does. Errors are the
     /// same either way (a lane failing to open gives the connection's errors: `Fenced`,
-    /// `UnknownNode`, `ConnectTimeout`, `ConnectFailed`, `AuthenticationFailed`; a lane
+    /// `UnknownNode`, `ConnectTimeout`, `ConnectRefused`, `ConnectFailed`,
+    /// `AuthenticationFailed`; a lane
     /// that breaks gives `ConnectionLost`; no response in time gives `Timeout`). With no
     /// connection to the node, it is opened first (as any request would), so connection
     /// events keep reporting the node.
@@ -1422,6 +1423,7 @@ fn dial_lane(
     let start = std::time::Instant::now();
     let io = |error: std::io::Error| match error.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => DialFailure::TimedOut,
+        std::io::ErrorKind::ConnectionRefused => DialFailure::Error(NetError::ConnectRefused(node)),
         _ => DialFailure::Error(connect_failed(node, error)),
     };
     // Each step waits at most what is left of the limit (a zero timeout means "none" to
@@ -1527,9 +1529,13 @@ async fn dial(
     node: NodeId,
     addr: SocketAddr,
 ) -> Result<(TcpStream, u64, Verdict), NetError> {
-    let mut stream = TcpStream::connect(addr)
-        .await
-        .map_err(|e| connect_failed(node, e))?;
+    let mut stream = TcpStream::connect(addr).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::ConnectionRefused {
+            NetError::ConnectRefused(node)
+        } else {
+            connect_failed(node, e)
+        }
+    })?;
     stream
         .set_nodelay(true)
         .map_err(|e| connect_failed(node, e))?;

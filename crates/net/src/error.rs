@@ -22,6 +22,10 @@ pub enum NetError {
     /// Connecting (TCP connect plus handshake) did not finish in time.
     #[error("connecting to node {0} timed out")]
     ConnectTimeout(NodeId),
+    /// The node's address refused the TCP connection: nothing listens there (its process
+    /// is gone or has not started).
+    #[error("node {0} refused the connection")]
+    ConnectRefused(NodeId),
     /// Connecting failed.
     #[error("connecting to node {node} failed: {reason}")]
     ConnectFailed {

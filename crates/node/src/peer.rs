@@ -53,6 +53,13 @@
 //!   or written to this node's memory any more, and clients that still route to it look
 //!   the chunks up again and find the restorers. There is no way back: the node must exit
 //!   (or rejoin as a new, empty incarnation).
+//! - The same answers come while this node's lease with the superpeers has lapsed
+//!   ([`ChunkService::with_lease`], `myriad_client::lease`): a node that was paused or cut
+//!   off stops serving on its own clock before a verdict on it can commit, so it never
+//!   serves a read of a chunk already recovered and changed elsewhere, nor takes an
+//!   `async` write nobody keeps (assuming a request is not itself stalled for a quarter of
+//!   the failure timeout between the check and its memory access). Unlike the verdict,
+//!   this ends when a heartbeat renews the lease.
 //!
 //! # Who calls it
 //! The peer process (`myriad peer`, [`crate::peer_node::PeerNode`]) builds one service per
@@ -67,6 +74,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use myriad_client::chunk::LocalChunks;
+use myriad_client::lease::Lease;
 use myriad_mem::{ChunkId, MemError, MemoryManager, NodeId, LOCAL_ID_MAX};
 use myriad_meta::LookupTree;
 use myriad_net::{Handlers, Incoming, NetError};
@@ -182,6 +190,9 @@ pub struct ChunkService {
     declared_failed: AtomicBool,
     /// Replicated changes served on the I/O thread ([`ChunkService::serve_change_inline`]).
     changes_inline: AtomicU64,
+    /// The node's lease with the superpeers; nothing is served while it has lapsed
+    /// (`None`: no lease is checked, for a service outside a cluster).
+    lease: Option<Arc<Lease>>,
 }
 
 /// Keeps inline serving off while a migration runs ([`ChunkService::migration_guard`]).
@@ -276,7 +287,19 @@ impl ChunkService {
             rereplication_pending: AtomicU64::new(0),
             declared_failed: AtomicBool::new(false),
             changes_inline: AtomicU64::new(0),
+            lease: None,
         }
+    }
+
+    /// Serves only while `lease` holds (see the module documentation).
+    pub fn with_lease(mut self, lease: Arc<Lease>) -> ChunkService {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Whether requests are refused now: declared failed, or the lease has lapsed.
+    pub fn refusing(&self) -> bool {
+        self.is_declared_failed() || self.lease.as_ref().is_some_and(|lease| !lease.holds())
     }
 
     /// Reports every change to `replicator` (see the module documentation); changing
@@ -353,7 +376,7 @@ impl ChunkService {
         let replication = self.replication.as_ref()?;
         if self.locked_chunks.load(Ordering::Acquire) != 0
             || self.migrations.load(Ordering::Acquire) != 0
-            || self.is_declared_failed()
+            || self.refusing()
             || !myriad_proto::chunk::is_change_request(payload)
         {
             return None;
@@ -484,7 +507,7 @@ impl ChunkService {
     /// Decodes one encoded request from `from`, executes it and returns the encoded reply
     /// (gets are copied straight from memory into the reply).
     pub fn serve(&self, from: NodeId, payload: Bytes) -> Bytes {
-        if self.is_declared_failed() {
+        if self.refusing() {
             return match ChunkRequest::decode(payload) {
                 Ok(request) => refused(&request).encode(),
                 Err(error) => ChunkReply::Malformed(error.to_string()).encode(),
@@ -626,7 +649,7 @@ impl ChunkService {
     /// Executes one request on behalf of `from` (a remote node, or this node for local
     /// callers) and returns the reply. Never panics.
     pub fn execute(&self, from: NodeId, request: ChunkRequest) -> ChunkReply {
-        if self.is_declared_failed() {
+        if self.refusing() {
             return refused(&request);
         }
         match request {

@@ -462,7 +462,8 @@ impl PeerNode {
             }
         }
         let mut reserved = reserve_lids(&membership, bases.lid_base)?;
-        let mut service = ChunkService::new(Arc::clone(&mem), me);
+        let mut service =
+            ChunkService::new(Arc::clone(&mem), me).with_lease(Arc::clone(membership.lease()));
         let replica_events_stop = Arc::new(AtomicBool::new(false));
         let mut replica_events = None;
         if options.backup.replication > 0 {
@@ -919,7 +920,13 @@ async fn self_verdict(membership: &Membership, all: bool, turn: &mut usize) -> O
                 .request(
                     target,
                     types::HEARTBEAT,
-                    Heartbeat { epoch }.encode(),
+                    // Acknowledges nothing: a superpeer's answer renews no lease of ours.
+                    Heartbeat {
+                        epoch,
+                        acked: 0,
+                        lease_ms: 0,
+                    }
+                    .encode(),
                     SELF_PROBE_TIMEOUT,
                 )
                 .await;

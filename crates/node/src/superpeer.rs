@@ -471,7 +471,7 @@ fn handlers(slot: &Arc<OnceLock<Arc<Core>>>) -> Result<Handlers, NodeError> {
             .get()
             .and_then(|core| core.raft())
             .map_or(0, |raft| raft.read_local(MetaState::epoch));
-        let _ = message.respond(HeartbeatReply { epoch }.encode());
+        let _ = message.respond(HeartbeatReply { epoch, nonce: 0 }.encode());
     })?;
     let status_slot = slot.clone();
     handlers.register(types::RECOVERY_STATUS, move |incoming: Incoming| {
@@ -904,6 +904,7 @@ impl Core {
                     incarnation,
                     epoch,
                     nodes,
+                    lease_ms: self.lease_ms(),
                 }
             }
             MetaReply::Response(Response::Error(error)) => JoinReply::Refused(error),
@@ -928,7 +929,9 @@ impl Core {
         });
     }
 
-    /// Pings `node` at once and commits `Fail` if it does not answer.
+    /// Pings `node` at once and commits `Fail` if nothing listens at its address any more
+    /// (connection refused: the process is gone). Any other failure (a timeout, a reset)
+    /// is left to the watcher's silence rule: the node may be alive and hold a lease.
     pub(crate) async fn check_node(self: &Arc<Self>, node: NodeId, why: &str) {
         let Some(raft) = self.raft() else {
             return;
@@ -946,8 +949,16 @@ impl Core {
         let Some(checked) = incarnation(raft) else {
             return;
         };
-        if self.ping(node).await.is_ok() {
-            return;
+        match self.ping(node, 0).await {
+            Ok(_) => return,
+            // Nothing listens at its address: the process is gone.
+            Err(PingFailure::Refused) => {}
+            // It may be alive behind a slow or cut link and hold a lease: only the
+            // silence rule may declare it failed (after its lease has ended).
+            Err(PingFailure::Other(error)) => {
+                tracing::info!(%node, why, %error, "ping failed; left to the failure timeout");
+                return;
+            }
         }
         if incarnation(raft) != Some(checked) {
             // It restarted meanwhile (a new incarnation joined): the report was about the
@@ -973,30 +984,43 @@ impl Core {
         self.failure_timeout
     }
 
+    /// The lease granted to nodes (see `myriad_proto::meta::Heartbeat`): three quarters of
+    /// the failure timeout, so a lease ends at least a quarter of it before a verdict on
+    /// silence can commit.
+    pub(crate) fn lease_ms(&self) -> u32 {
+        u32::try_from(self.failure_timeout.as_millis() * 3 / 4).unwrap_or(u32::MAX)
+    }
+
     pub(crate) fn stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
     }
 
-    /// One heartbeat to `node`; its reply's epoch.
-    pub(crate) async fn ping(&self, node: NodeId) -> Result<u64, String> {
+    /// One heartbeat to `node`, acknowledging its reply number `acked` (0: none, which
+    /// renews no lease); its reply.
+    pub(crate) async fn ping(
+        &self,
+        node: NodeId,
+        acked: u64,
+    ) -> Result<HeartbeatReply, PingFailure> {
         self.sync_address(node);
         let epoch = self
             .raft()
             .map_or(0, |raft| raft.read_local(MetaState::epoch));
         let timeout = (self.heartbeat_interval * 2).min(self.failure_timeout);
+        let heartbeat = Heartbeat {
+            epoch,
+            acked,
+            lease_ms: self.lease_ms(),
+        };
         let reply = self
             .net
-            .request(
-                net_id(node),
-                types::HEARTBEAT,
-                Heartbeat { epoch }.encode(),
-                timeout,
-            )
+            .request(net_id(node), types::HEARTBEAT, heartbeat.encode(), timeout)
             .await
-            .map_err(|error| error.to_string())?;
-        HeartbeatReply::decode(reply)
-            .map(|reply| reply.epoch)
-            .map_err(|error| error.to_string())
+            .map_err(|error| match error {
+                NetError::ConnectRefused(_) => PingFailure::Refused,
+                error => PingFailure::Other(error.to_string()),
+            })?;
+        HeartbeatReply::decode(reply).map_err(|error| PingFailure::Other(error.to_string()))
     }
 
     /// Commits the failure verdict on `node`'s `incarnation` (through the leader); whether
@@ -1050,6 +1074,15 @@ impl Core {
         }
         false
     }
+}
+
+/// Why a heartbeat got no answer.
+#[derive(Debug)]
+pub(crate) enum PingFailure {
+    /// The node's address refused the connection: nothing listens there.
+    Refused,
+    /// Anything else (timeout, lost connection, bad reply).
+    Other(String),
 }
 
 /// Registers the superpeers as soon as this superpeer leads a fresh group.

@@ -180,6 +180,9 @@ pub enum JoinReply {
         epoch: u64,
         /// The full node table after the join.
         nodes: Vec<NodeRecord>,
+        /// The node's first lease, counted from when it sent the join request (see
+        /// [`Heartbeat::lease_ms`]).
+        lease_ms: u32,
     },
     /// Ask the leader.
     NotLeader {
@@ -192,11 +195,25 @@ pub enum JoinReply {
     Unavailable(String),
 }
 
-/// A watching superpeer's liveness probe ([`crate::types::HEARTBEAT`]).
+/// A watching superpeer's liveness probe ([`crate::types::HEARTBEAT`]); it also renews the
+/// node's lease.
+///
+/// **Leases.** A peer serves chunks only while it holds a lease: `lease_ms` from the
+/// moment it *sent* the heartbeat reply numbered `acked` (its own clock), a reply the
+/// superpeer has received. The superpeer declares a node failed only after
+/// `failure_timeout` of silence counted from the *arrival* of its last reply, which is
+/// later than that reply's sending, and `lease_ms` is shorter than `failure_timeout`; so a
+/// peer's lease has ended before a verdict on it can commit, whatever the delays (a paused
+/// or partitioned peer stops serving on its own before its chunks are recovered
+/// elsewhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Heartbeat {
     /// The superpeer's cluster epoch.
     pub epoch: u64,
+    /// The number of the node's last reply this superpeer received (0: none).
+    pub acked: u64,
+    /// How long the lease lasts from the sending of reply `acked`.
+    pub lease_ms: u32,
 }
 
 /// The answer to a [`Heartbeat`].
@@ -204,6 +221,8 @@ pub struct Heartbeat {
 pub struct HeartbeatReply {
     /// The node's cluster epoch (as far as its events took it).
     pub epoch: u64,
+    /// This reply's number (from 1, increasing per node; see [`Heartbeat`]).
+    pub nonce: u64,
 }
 
 /// A node lost its connection to `node` ([`crate::types::FAILURE_REPORT`], one-way).
@@ -864,11 +883,13 @@ impl JoinReply {
                 incarnation,
                 epoch,
                 nodes,
+                lease_ms,
             } => {
                 out.put_u8(1);
                 put_node(&mut out, *id);
                 out.put_varint(u64::from(*incarnation)).put_varint(*epoch);
                 put_records(&mut out, nodes);
+                out.put_varint(u64::from(*lease_ms));
             }
             JoinReply::NotLeader { leader } => {
                 out.put_u8(2);
@@ -894,6 +915,7 @@ impl JoinReply {
                 incarnation: get_u32(&mut input, "incarnation")?,
                 epoch: input.get_varint()?,
                 nodes: get_records(&mut input)?,
+                lease_ms: get_u32(&mut input, "lease")?,
             },
             2 => JoinReply::NotLeader {
                 leader: get_option_node(&mut input)?,
@@ -917,7 +939,9 @@ impl Heartbeat {
     /// The encoding.
     pub fn encode(&self) -> Bytes {
         let mut out = Encoder::new();
-        out.put_varint(self.epoch);
+        out.put_varint(self.epoch)
+            .put_varint(self.acked)
+            .put_varint(u64::from(self.lease_ms));
         out.finish()
     }
 
@@ -925,7 +949,16 @@ impl Heartbeat {
     pub fn decode(payload: Bytes) -> Result<Heartbeat, ProtoError> {
         let mut input = Decoder::new(payload);
         let epoch = input.get_varint()?;
-        finish(input, Heartbeat { epoch })
+        let acked = input.get_varint()?;
+        let lease_ms = get_u32(&mut input, "lease")?;
+        finish(
+            input,
+            Heartbeat {
+                epoch,
+                acked,
+                lease_ms,
+            },
+        )
     }
 }
 
@@ -933,7 +966,7 @@ impl HeartbeatReply {
     /// The encoding.
     pub fn encode(&self) -> Bytes {
         let mut out = Encoder::new();
-        out.put_varint(self.epoch);
+        out.put_varint(self.epoch).put_varint(self.nonce);
         out.finish()
     }
 
@@ -941,7 +974,8 @@ impl HeartbeatReply {
     pub fn decode(payload: Bytes) -> Result<HeartbeatReply, ProtoError> {
         let mut input = Decoder::new(payload);
         let epoch = input.get_varint()?;
-        finish(input, HeartbeatReply { epoch })
+        let nonce = input.get_varint()?;
+        finish(input, HeartbeatReply { epoch, nonce })
     }
 }
 

@@ -509,7 +509,7 @@ async fn hand_over_leftovers(core: &Arc<Core>, failed: NodeId) -> bool {
     });
     let mut fallback = None;
     for candidate in candidates {
-        if core.ping(candidate).await.is_ok() {
+        if core.ping(candidate, 0).await.is_ok() {
             fallback = Some(candidate);
             break;
         }

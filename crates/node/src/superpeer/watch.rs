@@ -4,8 +4,10 @@
 //! superpeers sorted by ID, index `id % count`, recomputed every tick from the applied node
 //! table and from which superpeers answered their own heartbeats recently. A watched node
 //! is pinged every `heartbeat_interval`; one that answered nothing for `failure_timeout`,
-//! or whose connection was lost and that does not answer an immediate ping, gets a
-//! verdict (`Command::Fail` through the leader). Views of superpeer liveness may differ
+//! or whose connection was lost and whose address then refuses connections, gets a
+//! verdict (`Command::Fail` through the leader). Every heartbeat acknowledges the node's
+//! last reply received, which renews the node's lease (`myriad_client::lease`): a node
+//! stops serving chunks before silence can make it failed. Views of superpeer liveness may differ
 //! for a moment: a node is then watched twice or briefly not at all, never wrongly failed
 //! for that reason alone.
 //!
@@ -33,6 +35,8 @@ use super::Core;
 #[derive(Debug, Clone, Copy)]
 struct Watched {
     last_ok: Instant,
+    /// The number of the last reply received (acknowledged by the next heartbeat).
+    acked: u64,
     in_flight: bool,
     verdict: bool,
     /// The incarnation watched (a restarted node's new incarnation starts a new watch).
@@ -87,6 +91,7 @@ pub(crate) async fn run(core: Arc<Core>) {
                     *id,
                     Watched {
                         last_ok: now,
+                        acked: 0,
                         in_flight: false,
                         verdict: false,
                         incarnation: 0,
@@ -147,7 +152,7 @@ fn tick(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>) {
         }
         if !entry.in_flight {
             entry.in_flight = true;
-            spawn_ping(core, state, id, true);
+            spawn_ping(core, state, id, true, entry.acked);
         }
     }
     alive.sort();
@@ -162,6 +167,7 @@ fn tick(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>) {
     for (node, incarnation) in mine {
         let entry = guard.nodes.entry(node).or_insert(Watched {
             last_ok: now,
+            acked: 0,
             in_flight: false,
             verdict: false,
             incarnation,
@@ -195,16 +201,22 @@ fn tick(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>) {
         }
         if !entry.in_flight {
             entry.in_flight = true;
-            spawn_ping(core, state, node, false);
+            spawn_ping(core, state, node, false, entry.acked);
         }
     }
 }
 
-fn spawn_ping(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>, node: NodeId, superpeer: bool) {
+fn spawn_ping(
+    core: &Arc<Core>,
+    state: &Arc<Mutex<WatchState>>,
+    node: NodeId,
+    superpeer: bool,
+    acked: u64,
+) {
     let core = core.clone();
     let state = state.clone();
     tokio::spawn(async move {
-        let answered = core.ping(node).await;
+        let answered = core.ping(node, acked).await;
         let mut guard = state.lock();
         let map = if superpeer {
             &mut guard.superpeers
@@ -213,8 +225,11 @@ fn spawn_ping(core: &Arc<Core>, state: &Arc<Mutex<WatchState>>, node: NodeId, su
         };
         if let Some(entry) = map.get_mut(&node) {
             entry.in_flight = false;
-            if answered.is_ok() {
+            if let Ok(reply) = answered {
+                // Arrival time: later than the reply's sending, from which the node counts
+                // the lease this number renews.
                 entry.last_ok = Instant::now();
+                entry.acked = entry.acked.max(reply.nonce);
             }
         }
     });
@@ -227,6 +242,7 @@ mod tests {
     fn watched(last_ok: Instant) -> Watched {
         Watched {
             last_ok,
+            acked: 0,
             in_flight: false,
             verdict: false,
             incarnation: 1,

@@ -226,14 +226,20 @@ fn reply() -> impl Strategy<Value = MetaReply> {
 
 fn join_reply() -> impl Strategy<Value = JoinReply> {
     prop_oneof![
-        (node(), any::<u32>(), any::<u64>(), vec(record(), 0..5)).prop_map(
-            |(id, incarnation, epoch, nodes)| JoinReply::Ok {
+        (
+            node(),
+            any::<u32>(),
+            any::<u64>(),
+            vec(record(), 0..5),
+            any::<u32>()
+        )
+            .prop_map(|(id, incarnation, epoch, nodes, lease_ms)| JoinReply::Ok {
                 id,
                 incarnation,
                 epoch,
-                nodes
-            }
-        ),
+                nodes,
+                lease_ms,
+            }),
         proptest::option::of(node()).prop_map(|leader| JoinReply::NotLeader { leader }),
         meta_error().prop_map(JoinReply::Refused),
         ".{0,40}".prop_map(JoinReply::Unavailable),
@@ -286,12 +292,16 @@ proptest! {
     }
 
     #[test]
-    fn small_messages_round_trip(epoch in any::<u64>(), node in node()) {
-        prop_assert_eq!(Heartbeat::decode(Heartbeat { epoch }.encode()), Ok(Heartbeat { epoch }));
-        prop_assert_eq!(
-            HeartbeatReply::decode(HeartbeatReply { epoch }.encode()),
-            Ok(HeartbeatReply { epoch })
-        );
+    fn small_messages_round_trip(
+        epoch in any::<u64>(),
+        acked in any::<u64>(),
+        lease_ms in any::<u32>(),
+        node in node(),
+    ) {
+        let heartbeat = Heartbeat { epoch, acked, lease_ms };
+        prop_assert_eq!(Heartbeat::decode(heartbeat.encode()), Ok(heartbeat));
+        let reply = HeartbeatReply { epoch, nonce: acked };
+        prop_assert_eq!(HeartbeatReply::decode(reply.encode()), Ok(reply));
         prop_assert_eq!(FailureReport::decode(FailureReport { node }.encode()), Ok(FailureReport { node }));
     }
 
