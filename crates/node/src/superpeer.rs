@@ -949,15 +949,24 @@ impl Core {
         let Some(checked) = incarnation(raft) else {
             return;
         };
-        match self.ping(node, 0).await {
-            Ok(_) => return,
-            // Nothing listens at its address: the process is gone.
-            Err(PingFailure::Refused) => {}
-            // It may be alive behind a slow or cut link and hold a lease: only the
-            // silence rule may declare it failed (after its lease has ended).
-            Err(PingFailure::Other(error)) => {
-                tracing::info!(%node, why, %error, "ping failed; left to the failure timeout");
-                return;
+        // A ping racing the teardown of the lost connection can fail with that connection
+        // instead of dialing anew: a few attempts, a moment apart.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.ping(node, 0).await {
+                Ok(_) => return,
+                // Nothing listens at its address: the process is gone.
+                Err(PingFailure::Refused) => break,
+                Err(PingFailure::Other(_)) if attempt < CHECK_PINGS => {
+                    tokio::time::sleep(CHECK_PING_PAUSE).await;
+                }
+                // It may be alive behind a slow or cut link and hold a lease: only the
+                // silence rule may declare it failed (after its lease has ended).
+                Err(PingFailure::Other(error)) => {
+                    tracing::info!(%node, why, %error, "ping failed; left to the failure timeout");
+                    return;
+                }
             }
         }
         if incarnation(raft) != Some(checked) {
@@ -1075,6 +1084,11 @@ impl Core {
         false
     }
 }
+
+/// Pings of a node whose connection was lost, before it is left to the silence rule.
+const CHECK_PINGS: u32 = 3;
+/// The pause between those pings.
+const CHECK_PING_PAUSE: Duration = Duration::from_millis(20);
 
 /// Why a heartbeat got no answer.
 #[derive(Debug)]
