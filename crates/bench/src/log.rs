@@ -221,11 +221,19 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
                 let mut items: Vec<(u64, &[u8])> = Vec::with_capacity(batch);
                 let mut i = 0;
                 let mut call = 0u64;
+                // Each zone's chunks get consecutive IDs of their own (a zone is a range
+                // of its owner's IDs), as in the one-by-one case.
+                let mut next_in_zone = vec![0u64; zones.len()];
                 while i < entries {
-                    let z = zones[(call % zones.len() as u64) as usize];
+                    let zi = (call % zones.len() as u64) as usize;
+                    let z = zones[zi];
                     items.clear();
                     for _ in 0..batch.min((entries - i) as usize) {
-                        items.push(((1u64 << 48) | i, &payload));
+                        items.push((
+                            (1u64 << 48) | (zi as u64) << 32 | next_in_zone[zi],
+                            &payload,
+                        ));
+                        next_in_zone[zi] += 1;
                         i += 1;
                     }
                     engine
