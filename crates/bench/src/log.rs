@@ -67,6 +67,11 @@ pub struct LogArgs {
     /// thread writes itself).
     #[arg(long, default_value_t = LogConfig::default().write_threads)]
     pub write_threads: usize,
+    /// Runs per entry size and batch size, each right after its own fio run; with more
+    /// than one, a summary line gives the median ratio to fio (the disk of a shared VM
+    /// drifts by a third from minute to minute, so one pair is a coin toss).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
     /// Print one JSON object per result line.
     #[arg(long)]
     pub json: bool,
@@ -192,70 +197,73 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
     for &entry_bytes in &args.entry_bytes {
         for &batch in &args.batch {
             let batch = batch.max(1);
-            clear_dir(&args.dir);
-            let storage: Arc<dyn Storage> =
-                Arc::new(DiskStorage::new(&args.dir, mode).map_err(|e| format!("{e}"))?);
-            // The neighbouring baseline (see the module docs).
-            let fio = fio_write_mb_per_sec(&args.dir, args.baseline_mb).or(fio);
-            let zones: Vec<ZoneId> = (0..4).map(|z| ZoneId { owner: 1, zone: z }).collect();
-            let per_zone_mb = args.append_mb / zones.len() as u64 + 1;
-            let engine =
-                LogEngine::open(config_for(per_zone_mb, args.write_threads), storage.clone())
-                    .map_err(|e| e.to_string())?;
-            for &z in &zones {
-                engine.create_zone(z).map_err(|e| e.to_string())?;
-            }
-            let entries = ((args.append_mb << 20) / entry_bytes.max(1) as u64).max(1);
-            let payload = vec![0x5Au8; entry_bytes];
-            let cpu_before = crate::process::cpu_seconds();
-            let started = Instant::now();
-            if batch == 1 {
-                for i in 0..entries {
-                    let z = zones[(i % zones.len() as u64) as usize];
-                    let cid = (1u64 << 48) | (i / zones.len() as u64);
-                    engine
-                        .append(z, cid, &payload)
-                        .map_err(|e| format!("append: {e}"))?;
+            // Per run: (ratio of the disk bytes' rate to the neighbouring fio, payload MB/s).
+            let mut runs: Vec<(Option<f64>, f64)> = Vec::new();
+            for _ in 0..args.repeat.max(1) {
+                clear_dir(&args.dir);
+                let storage: Arc<dyn Storage> =
+                    Arc::new(DiskStorage::new(&args.dir, mode).map_err(|e| format!("{e}"))?);
+                // The neighbouring baseline (see the module docs).
+                let fio = fio_write_mb_per_sec(&args.dir, args.baseline_mb).or(fio);
+                let zones: Vec<ZoneId> = (0..4).map(|z| ZoneId { owner: 1, zone: z }).collect();
+                let per_zone_mb = args.append_mb / zones.len() as u64 + 1;
+                let engine =
+                    LogEngine::open(config_for(per_zone_mb, args.write_threads), storage.clone())
+                        .map_err(|e| e.to_string())?;
+                for &z in &zones {
+                    engine.create_zone(z).map_err(|e| e.to_string())?;
                 }
-            } else {
-                let mut items: Vec<(u64, &[u8])> = Vec::with_capacity(batch);
-                let mut i = 0;
-                let mut call = 0u64;
-                // Each zone's chunks get consecutive IDs of their own (a zone is a range
-                // of its owner's IDs), as in the one-by-one case.
-                let mut next_in_zone = vec![0u64; zones.len()];
-                while i < entries {
-                    let zi = (call % zones.len() as u64) as usize;
-                    let z = zones[zi];
-                    items.clear();
-                    for _ in 0..batch.min((entries - i) as usize) {
-                        items.push((
-                            (1u64 << 48) | (zi as u64) << 32 | next_in_zone[zi],
-                            &payload,
-                        ));
-                        next_in_zone[zi] += 1;
-                        i += 1;
+                let entries = ((args.append_mb << 20) / entry_bytes.max(1) as u64).max(1);
+                let payload = vec![0x5Au8; entry_bytes];
+                let cpu_before = crate::process::cpu_seconds();
+                let started = Instant::now();
+                if batch == 1 {
+                    for i in 0..entries {
+                        let z = zones[(i % zones.len() as u64) as usize];
+                        let cid = (1u64 << 48) | (i / zones.len() as u64);
+                        engine
+                            .append(z, cid, &payload)
+                            .map_err(|e| format!("append: {e}"))?;
                     }
-                    engine
-                        .append_batch(z, &items)
-                        .map_err(|e| format!("append: {e}"))?;
-                    call += 1;
+                } else {
+                    let mut items: Vec<(u64, &[u8])> = Vec::with_capacity(batch);
+                    let mut i = 0;
+                    let mut call = 0u64;
+                    // Each zone's chunks get consecutive IDs of their own (a zone is a range
+                    // of its owner's IDs), as in the one-by-one case.
+                    let mut next_in_zone = vec![0u64; zones.len()];
+                    while i < entries {
+                        let zi = (call % zones.len() as u64) as usize;
+                        let z = zones[zi];
+                        items.clear();
+                        for _ in 0..batch.min((entries - i) as usize) {
+                            items.push((
+                                (1u64 << 48) | (zi as u64) << 32 | next_in_zone[zi],
+                                &payload,
+                            ));
+                            next_in_zone[zi] += 1;
+                            i += 1;
+                        }
+                        engine
+                            .append_batch(z, &items)
+                            .map_err(|e| format!("append: {e}"))?;
+                        call += 1;
+                    }
                 }
-            }
-            let buffered = started.elapsed();
-            engine.flush().map_err(|e| format!("flush: {e}"))?;
-            let durable = started.elapsed();
-            let cpu_s_per_m_entries =
-                (crate::process::cpu_seconds() - cpu_before) / (entries as f64 / 1e6);
-            let stats = engine.stats();
-            let payload_bytes = entries * entry_bytes as u64;
-            let written = stats.secondary_device_bytes_written
-                + stats.primary_bytes_written
-                + stats.version_log_bytes_written;
-            let written_per_payload = written as f64 / payload_bytes as f64;
-            let rate = |t: Duration| entries as f64 / t.as_secs_f64().max(1e-9);
-            let mb = mb_per_sec(payload_bytes, durable);
-            emit(
+                let buffered = started.elapsed();
+                engine.flush().map_err(|e| format!("flush: {e}"))?;
+                let durable = started.elapsed();
+                let cpu_s_per_m_entries =
+                    (crate::process::cpu_seconds() - cpu_before) / (entries as f64 / 1e6);
+                let stats = engine.stats();
+                let payload_bytes = entries * entry_bytes as u64;
+                let written = stats.secondary_device_bytes_written
+                    + stats.primary_bytes_written
+                    + stats.version_log_bytes_written;
+                let written_per_payload = written as f64 / payload_bytes as f64;
+                let rate = |t: Duration| entries as f64 / t.as_secs_f64().max(1e-9);
+                let mb = mb_per_sec(payload_bytes, durable);
+                emit(
             args.json,
             json!({"bench": "append", "entry_bytes": entry_bytes, "batch": batch, "entries": entries,
                    "buffer_entries_per_sec": rate(buffered),
@@ -280,7 +288,36 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
                 fio.map_or(String::new(), |f| format!(", {:.0}% of fio", 100.0 * mb_per_sec(written, durable) / f)),
             ),
         );
-            drop(engine);
+                runs.push((fio.map(|f| mb_per_sec(written, durable) / f), mb));
+                drop(engine);
+            }
+            if runs.len() > 1 {
+                let median = |mut v: Vec<f64>| {
+                    v.sort_by(f64::total_cmp);
+                    Some((*v.get(v.len() / 2)?, *v.first()?, *v.last()?))
+                };
+                let ratios = median(runs.iter().filter_map(|r| r.0).collect());
+                let rates = median(runs.iter().map(|r| r.1).collect());
+                let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+                emit(
+                    args.json,
+                    json!({"bench": "append_summary", "entry_bytes": entry_bytes, "batch": batch,
+                           "runs": runs.len(),
+                           "median_fio_ratio": ratios.map(|r| r.0),
+                           "min_fio_ratio": ratios.map(|r| r.1),
+                           "max_fio_ratio": ratios.map(|r| r.2),
+                           "median_mb_per_sec": rates.map(|r| r.0)}),
+                    format!(
+                        "summary {entry_bytes:>5} B (batch {batch:>2}), {} runs: payload {} MB/s median; \
+                         to disk / neighbouring fio {}",
+                        runs.len(),
+                        rates.map_or("?".into(), |r| format!("{:.0} ({:.0}..{:.0})", r.0, r.1, r.2)),
+                        ratios.map_or("? (fio not installed)".into(), |r| format!(
+                            "{} median ({}..{})", pct(r.0), pct(r.1), pct(r.2)
+                        )),
+                    ),
+                );
+            }
         }
     }
 
