@@ -685,6 +685,120 @@ fn read_file(file: &dyn LogFile) -> LogResult<Option<(u32, u64, Vec<VersionRecor
     Ok(generation.map(|g| (g, at, records)))
 }
 
+/// What [`parse_block`] found at the start of its input.
+enum BlockParse {
+    /// A valid block of this many bytes (page-padded); its records were visited.
+    Done(usize),
+    /// Not decidable before this many bytes are there.
+    Need(usize),
+    /// Not a valid block: the file's blocks end here.
+    Invalid,
+}
+
+/// Parses the block at the start of `bytes` as [`read_file`] does (magic, generation
+/// `expected` if known, record count, checksum), visiting its records if it is valid.
+fn parse_block(
+    bytes: &[u8],
+    expected: Option<u32>,
+    visit: &mut impl FnMut(VersionRecord),
+) -> (BlockParse, Option<u32>) {
+    let Some(head) = bytes.first_chunk::<BLOCK_HEADER_BYTES>() else {
+        return (BlockParse::Need(BLOCK_HEADER_BYTES), expected);
+    };
+    let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+    let count = word(8) as usize;
+    if word(0) != BLOCK_MAGIC || expected.is_some_and(|g| g != word(4)) || count > BLOCK_RECORDS_MAX
+    {
+        return (BlockParse::Invalid, expected);
+    }
+    let body = BLOCK_HEADER_BYTES + count * RECORD_BYTES;
+    let padded = round_up_to_page(body);
+    let (Some(first), Some(records)) = (bytes.get(..12), bytes.get(BLOCK_HEADER_BYTES..body))
+    else {
+        return (BlockParse::Need(padded), expected);
+    };
+    if bytes.len() < padded {
+        return (BlockParse::Need(padded), expected);
+    }
+    if crc32c::crc32c_append(crc32c::crc32c(first), records) != word(12) {
+        return (BlockParse::Invalid, expected);
+    }
+    records
+        .chunks_exact(RECORD_BYTES)
+        .filter_map(decode_record)
+        .for_each(&mut *visit);
+    (BlockParse::Done(padded), Some(word(4)))
+}
+
+/// Decodes a version-log file handed over in consecutive windows from its start (any
+/// sizes): the same records, in the same order, as [`VersionLog::load`] (blocks are
+/// checked the same way and the first invalid one ends the file). A block split between
+/// two windows is completed in a small carry buffer; everything else is decoded in place.
+#[derive(Debug, Default)]
+pub struct BlockDecoder {
+    generation: Option<u32>,
+    /// The bytes of a block begun in an earlier window (never more than one block).
+    carry: Vec<u8>,
+    /// Bytes of valid blocks so far.
+    end: u64,
+    stopped: bool,
+}
+
+impl BlockDecoder {
+    /// A decoder at the start of a file.
+    pub fn new() -> BlockDecoder {
+        BlockDecoder::default()
+    }
+
+    /// Decodes the next `window` of the file, calling `visit` for every record of every
+    /// block completed by it.
+    pub fn feed(&mut self, mut window: &[u8], visit: &mut impl FnMut(VersionRecord)) {
+        while !self.stopped && !self.carry.is_empty() {
+            let (parse, generation) = parse_block(&self.carry, self.generation, visit);
+            self.generation = generation;
+            match parse {
+                BlockParse::Done(bytes) => {
+                    self.end += bytes as u64;
+                    self.carry.clear();
+                }
+                BlockParse::Invalid => self.stopped = true,
+                BlockParse::Need(needed) => {
+                    let take = needed.saturating_sub(self.carry.len()).min(window.len());
+                    if take == 0 {
+                        return;
+                    }
+                    self.carry.extend_from_slice(&window[..take]);
+                    window = &window[take..];
+                }
+            }
+        }
+        let mut at = 0;
+        while !self.stopped && at < window.len() {
+            let (parse, generation) = parse_block(&window[at..], self.generation, visit);
+            self.generation = generation;
+            match parse {
+                BlockParse::Done(bytes) => {
+                    at += bytes;
+                    self.end += bytes as u64;
+                }
+                BlockParse::Invalid => self.stopped = true,
+                BlockParse::Need(_) => {
+                    self.carry.extend_from_slice(&window[at..]);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The generation and end offset of the valid blocks fed so far, or `None` if the
+    /// first block was not valid (what [`read_file`] reports; records were visited only
+    /// for valid blocks).
+    #[cfg(test)]
+    pub fn finish(&self) -> Option<(u32, u64)> {
+        self.generation.map(|g| (g, self.end))
+    }
+}
+
 /// The version log of one zone: two files used in turn. Appends go to the active one;
 /// compaction writes the whole table to the other one with the next generation, and
 /// reopening picks the valid file of the newer generation, so a torn compaction leaves the
@@ -804,6 +918,14 @@ impl VersionLog {
     /// Loads every record of the active file.
     pub fn load(&self) -> LogResult<Vec<VersionRecord>> {
         Ok(read_file(self.files[self.active].as_ref())?.map_or_else(Vec::new, |r| r.2))
+    }
+
+    /// The active file and the end of its blocks, for reading its records outside the
+    /// log's lock with a [`BlockDecoder`] (the records [`VersionLog::load`] returns, read
+    /// in large windows instead of two reads per block). Appends after the call go past
+    /// the end taken here, and compaction writes the other file.
+    pub fn active_extent(&self) -> (std::sync::Arc<dyn LogFile>, u64) {
+        (self.files[self.active].clone(), self.end)
     }
 
     /// Replaces the log by `records` (one per chunk): writes them to the other file with
@@ -1019,5 +1141,126 @@ mod tests {
         drop(log);
         let (_, loaded) = VersionLog::open(s, "v").unwrap();
         assert_eq!(loaded.len(), 1001);
+    }
+
+    /// Builds a version-log file: `blocks` blocks of generation `generation` (each a
+    /// run of records), then a block of generation `tail_generation` and zero pages.
+    fn log_file(
+        blocks: &[Vec<(u64, u16, u32, bool)>],
+        generation: u32,
+        tail_generation: u32,
+    ) -> Vec<u8> {
+        let to_records = |block: &[(u64, u16, u32, bool)]| -> Vec<VersionRecord> {
+            block
+                .iter()
+                .map(|&(cid, epoch, version, deleted)| VersionRecord {
+                    cid,
+                    state: VersionState {
+                        version: Version {
+                            epoch,
+                            version: version & VERSION_IN_EPOCH_MAX,
+                        },
+                        deleted,
+                    },
+                })
+                .collect()
+        };
+        let mut bytes = Vec::new();
+        for block in blocks {
+            bytes.extend_from_slice(&encode_blocks(&to_records(block), generation));
+        }
+        bytes.extend_from_slice(&encode_blocks(
+            &to_records(&blocks.concat()),
+            tail_generation,
+        ));
+        bytes.extend_from_slice(&[0u8; 2 * PAGE_BYTES]);
+        bytes
+    }
+
+    proptest::proptest! {
+        /// Fed in windows of any sizes, the decoder visits the records `read_file` loads
+        /// and ends where it ends, also for corrupted and truncated files.
+        #[test]
+        fn block_decoder_equals_read_file(
+            blocks in proptest::collection::vec(
+                proptest::collection::vec(
+                    (proptest::num::u64::ANY, proptest::num::u16::ANY, proptest::num::u32::ANY,
+                     proptest::bool::ANY),
+                    0..700,
+                ),
+                0..5,
+            ),
+            generation in 0u32..3,
+            tail_generation in 0u32..3,
+            corrupt in proptest::option::of((proptest::num::usize::ANY, 1u8..=255)),
+            truncate in proptest::option::of(proptest::num::usize::ANY),
+            windows in proptest::collection::vec(1usize..40_000, 1..20),
+        ) {
+            let mut bytes = log_file(&blocks, generation, tail_generation);
+            if let Some((at, flip)) = corrupt {
+                let at = at % bytes.len();
+                bytes[at] ^= flip;
+            }
+            if let Some(len) = truncate {
+                bytes.truncate(round_up_to_page(len % bytes.len()).min(bytes.len()));
+            }
+            let storage = MemStorage::new();
+            let file = storage.open("v", bytes.len() as u64).unwrap();
+            file.write_at(&bytes, 0).unwrap();
+            let expected = read_file(file.as_ref()).unwrap();
+
+            let mut decoder = BlockDecoder::new();
+            let mut got = Vec::new();
+            let mut at = 0;
+            let mut w = 0;
+            while at < bytes.len() {
+                let len = windows[w % windows.len()].min(bytes.len() - at);
+                decoder.feed(&bytes[at..at + len], &mut |r| got.push(r));
+                at += len;
+                w += 1;
+            }
+            match expected {
+                Some((g, end, records)) => {
+                    proptest::prop_assert_eq!(decoder.finish(), Some((g, end)));
+                    proptest::prop_assert_eq!(got, records);
+                }
+                None => {
+                    proptest::prop_assert_eq!(decoder.finish(), None);
+                    proptest::prop_assert!(got.is_empty());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn active_extent_reads_back_what_load_returns() {
+        let s: Arc<dyn Storage> = Arc::new(MemStorage::new());
+        let (mut log, _) = VersionLog::open(s, "v").unwrap();
+        let records: Vec<VersionRecord> = (0..100_000u64)
+            .map(|cid| VersionRecord {
+                cid,
+                state: VersionState {
+                    version: Version {
+                        epoch: (cid % 7) as u16,
+                        version: (cid % 1000) as u32,
+                    },
+                    deleted: cid % 11 == 0,
+                },
+            })
+            .collect();
+        log.append(&records[..70_000]).unwrap();
+        log.compact(&records[..50_000]).unwrap();
+        log.append(&records[50_000..]).unwrap();
+        let (file, end) = log.active_extent();
+        let mut buf = vec![0u8; end as usize];
+        file.read_at(&mut buf, 0).unwrap();
+        let mut decoder = BlockDecoder::new();
+        let mut got = Vec::new();
+        for window in buf.chunks(1 << 20) {
+            decoder.feed(window, &mut |r| got.push(r));
+        }
+        assert_eq!(got, log.load().unwrap());
+        assert_eq!(got, records);
+        assert_eq!(decoder.finish().map(|(_, e)| e), Some(end));
     }
 }

@@ -318,16 +318,7 @@ impl Allocator {
             Some(class) => {
                 let shard = self.thread_shard();
                 let mut state = self.class_shard(class, shard);
-                let mut result = Ok(());
-                for _ in 0..count {
-                    match self.take_slot(&mut state, class, shard) {
-                        Ok(offset) => out.push(offset),
-                        Err(error) => {
-                            result = Err(error);
-                            break;
-                        }
-                    }
-                }
+                let result = self.take_slots(&mut state, class, shard, count, out);
                 let made = (out.len() - start) as u64;
                 state.chunks += made;
                 state.payload_bytes += made * length as u64;
@@ -340,8 +331,10 @@ impl Allocator {
         };
         match result {
             Ok(()) => {
-                for &offset in &out[start..] {
-                    self.write_header(offset, length);
+                if needs_header(length) {
+                    for &offset in &out[start..] {
+                        self.write_header(offset, length);
+                    }
                 }
                 Ok(())
             }
@@ -384,6 +377,43 @@ impl Allocator {
         }
     }
 
+    /// The slab this shard allocates from next (the last one with a free slot), a new
+    /// one if it has none.
+    fn slab_with_room(
+        &self,
+        state: &mut ClassShard,
+        class: usize,
+        shard: usize,
+    ) -> Result<u32, MemError> {
+        if let Some(&head) = state.partial.last() {
+            return Ok(head);
+        }
+        let slot_bytes = class_bytes(class);
+        let pages = slab_pages(class);
+        let head = self.allocate_span(pages, slot_bytes)?;
+        let descriptor = &self.pages[head as usize];
+        descriptor.kind.store(KIND_SLAB, Relaxed);
+        descriptor.link.store(pages, Relaxed);
+        descriptor
+            .owner
+            .store(((class as u32) << 8) | shard as u32, Relaxed);
+        descriptor.used.store(0, Relaxed);
+        descriptor.free_head.store(0, Relaxed);
+        descriptor.bump.store(0, Relaxed);
+        for tail in head + 1..head + pages {
+            self.pages[tail as usize]
+                .kind
+                .store(KIND_SLAB_TAIL, Relaxed);
+            self.pages[tail as usize].link.store(head, Relaxed);
+        }
+        state.partial.push(head);
+        descriptor
+            .partial_position
+            .store(state.partial.len() as u32, Relaxed);
+        state.slabs += 1;
+        Ok(head)
+    }
+
     fn take_slot(
         &self,
         state: &mut ClassShard,
@@ -391,34 +421,7 @@ impl Allocator {
         shard: usize,
     ) -> Result<u64, MemError> {
         let slot_bytes = class_bytes(class);
-        let head = match state.partial.last() {
-            Some(&head) => head,
-            None => {
-                let pages = slab_pages(class);
-                let head = self.allocate_span(pages, slot_bytes)?;
-                let descriptor = &self.pages[head as usize];
-                descriptor.kind.store(KIND_SLAB, Relaxed);
-                descriptor.link.store(pages, Relaxed);
-                descriptor
-                    .owner
-                    .store(((class as u32) << 8) | shard as u32, Relaxed);
-                descriptor.used.store(0, Relaxed);
-                descriptor.free_head.store(0, Relaxed);
-                descriptor.bump.store(0, Relaxed);
-                for tail in head + 1..head + pages {
-                    self.pages[tail as usize]
-                        .kind
-                        .store(KIND_SLAB_TAIL, Relaxed);
-                    self.pages[tail as usize].link.store(head, Relaxed);
-                }
-                state.partial.push(head);
-                descriptor
-                    .partial_position
-                    .store(state.partial.len() as u32, Relaxed);
-                state.slabs += 1;
-                head
-            }
-        };
+        let head = self.slab_with_room(state, class, shard)?;
         let descriptor = &self.pages[head as usize];
         let base = u64::from(head) * PAGE_BYTES;
         let free_head = descriptor.free_head.load(Relaxed);
@@ -441,6 +444,15 @@ impl Allocator {
             slot
         };
         descriptor.used.fetch_add(1, Relaxed);
+        self.after_take(state, class, head);
+        Ok(base + u64::from(slot) * slot_bytes)
+    }
+
+    /// Bookkeeping after slots of slab `head` were taken: it is no longer the cached
+    /// empty slab, and it leaves the partial list when full.
+    #[inline]
+    fn after_take(&self, state: &mut ClassShard, class: usize, head: u32) {
+        let descriptor = &self.pages[head as usize];
         if state.cached_empty == Some(head) {
             state.cached_empty = None;
         }
@@ -450,7 +462,41 @@ impl Allocator {
             state.partial.pop();
             descriptor.partial_position.store(0, Relaxed);
         }
-        Ok(base + u64::from(slot) * slot_bytes)
+    }
+
+    /// Takes `count` slots, appending their offsets to `out`: free-listed slots one by
+    /// one (as [`Allocator::take_slot`]), never-used ones of a slab as one run of its
+    /// bump index. On an error the slots taken so far stay in `out`.
+    fn take_slots(
+        &self,
+        state: &mut ClassShard,
+        class: usize,
+        shard: usize,
+        count: usize,
+        out: &mut Vec<u64>,
+    ) -> Result<(), MemError> {
+        let slot_bytes = class_bytes(class);
+        let slots = slab_slots(class);
+        let mut left = count;
+        while left > 0 {
+            let head = self.slab_with_room(state, class, shard)?;
+            let descriptor = &self.pages[head as usize];
+            if descriptor.free_head.load(Relaxed) != 0 {
+                out.push(self.take_slot(state, class, shard)?);
+                left -= 1;
+                continue;
+            }
+            let bump = descriptor.bump.load(Relaxed);
+            let run = (slots.saturating_sub(bump) as usize).min(left);
+            let base = u64::from(head) * PAGE_BYTES;
+            out.extend((0..run as u64).map(|i| base + (u64::from(bump) + i) * slot_bytes));
+            // `run` is at most the slab's slot count, a u32.
+            descriptor.bump.store(bump + run as u32, Relaxed);
+            descriptor.used.fetch_add(run as u32, Relaxed);
+            self.after_take(state, class, head);
+            left -= run;
+        }
+        Ok(())
     }
 
     fn allocate_large(&self, bytes: u64, length: usize) -> Result<u64, MemError> {

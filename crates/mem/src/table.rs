@@ -16,6 +16,9 @@ use crate::cid::{ChunkId, NodeId};
 /// Slots per table level.
 pub(crate) const SLOTS_PER_TABLE: usize = 4096;
 const SLOT_BITS: u32 = 12;
+/// Low bits of a CID that index within its level-0 table: CIDs equal above them share
+/// one [`Leaf`].
+pub(crate) const LEAF_BITS: u32 = SLOT_BITS;
 const ROOT_SLOTS: usize = 1 << 16;
 
 /// A level-0 table: the entries of 4,096 consecutive LIDs.
@@ -33,6 +36,13 @@ struct Directory<T> {
 type Level1 = Directory<Leaf>;
 type Level2 = Directory<Level1>;
 type Level3 = Directory<Level2>;
+
+/// The entry of `cid` in `leaf`, the level-0 table holding it
+/// ([`Table::leaf_or_create`] of `cid` or of a CID equal to it above [`LEAF_BITS`]).
+#[inline]
+pub(crate) fn leaf_entry(leaf: &Leaf, cid: ChunkId) -> &AtomicU64 {
+    &leaf.entries[index(cid.local_id(), 0)]
+}
 
 /// Types whose all-zero bit pattern is a valid, empty value.
 ///

@@ -103,38 +103,46 @@ pub fn insert_recovered(
     let restored = Mutex::new(Restored::default());
     let bytes = AtomicU64::new(0);
     let sink = |batch: &[myriad_log::RecoveredChunk<'_>]| {
-        let items: Vec<(ChunkId, &[u8])> = batch
-            .iter()
-            .map(|chunk| (ChunkId::from_raw(chunk.cid), chunk.payload))
-            .collect();
-        let results = mem.create_with_ids(&items);
-        let mut stored: Vec<(u64, u64)> = Vec::new();
-        let mut count = 0u64;
-        let mut failures: Vec<String> = Vec::new();
-        let mut batch_bytes = 0u64;
-        for ((cid, data), result) in items.iter().zip(results) {
-            let result = match result {
-                Err(MemError::AlreadyExists(_)) => mem
-                    .remove(*cid)
-                    .and_then(|_| mem.create_with_id(*cid, data)),
-                other => other,
-            };
-            match result {
-                Ok(()) => {
-                    push_run(&mut stored, cid.raw());
-                    count += 1;
-                    batch_bytes += data.len() as u64;
+        // Failures come in index order; a chunk already stored under its CID (a retried
+        // recovery) is replaced.
+        let mut failures: Vec<(usize, String)> = Vec::new();
+        mem.create_with_ids_by(
+            batch,
+            |chunk| (ChunkId::from_raw(chunk.cid), chunk.payload),
+            |index, error| {
+                let Some(chunk) = batch.get(index) else {
+                    return;
+                };
+                let cid = ChunkId::from_raw(chunk.cid);
+                let retried = match error {
+                    MemError::AlreadyExists(_) => mem
+                        .remove(cid)
+                        .and_then(|_| mem.create_with_id(cid, chunk.payload)),
+                    other => Err(other),
+                };
+                if let Err(error) = retried {
+                    failures.push((index, format!("{cid}: {error}")));
                 }
-                Err(error) => failures.push(format!("{cid}: {error}")),
+            },
+        );
+        let mut stored: Vec<(u64, u64)> = Vec::new();
+        let mut batch_bytes = 0u64;
+        let mut next_failure = failures.iter().map(|(index, _)| *index).peekable();
+        for (index, chunk) in batch.iter().enumerate() {
+            if next_failure.next_if_eq(&index).is_some() {
+                continue;
             }
+            push_run(&mut stored, chunk.cid);
+            batch_bytes += chunk.payload.len() as u64;
         }
+        let count = (batch.len() - failures.len()) as u64;
         bytes.fetch_add(batch_bytes, Ordering::Relaxed);
         let mut guard = restored.lock();
         guard.runs.extend(stored);
         guard.chunks += count;
         guard.failed += failures.len() as u64;
         if guard.first_error.is_none() {
-            guard.first_error = failures.into_iter().next();
+            guard.first_error = failures.into_iter().next().map(|(_, error)| error);
         }
     };
     backup
