@@ -945,3 +945,38 @@ fn many_small_messages_from_many_threads_share_writes_and_reads() {
         received.read_calls
     );
 }
+
+/// A node whose address has no listener (its process is gone) is reported as
+/// `ConnectRefused`, both through the connection and through a lane: the superpeers'
+/// failure detector takes only that as proof of death for an immediate verdict.
+#[test]
+fn an_address_without_a_listener_is_refused_not_just_failed() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), echo_and_count(&counter));
+    // A port that was just free: bound, read, closed.
+    let port = std::net::TcpListener::bind(loopback())
+        .expect("bind")
+        .local_addr()
+        .expect("address")
+        .port();
+    a.set_address(NodeId(7), SocketAddr::from(([127, 0, 0, 1], port)));
+    for _ in 0..2 {
+        match a.request_blocking(NodeId(7), ECHO, Bytes::from_static(b"ping"), TIMEOUT) {
+            Err(NetError::ConnectRefused(node)) => assert_eq!(node, NodeId(7)),
+            other => panic!("expected ConnectRefused, got {other:?}"),
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let through_connection =
+        runtime.block_on(
+            a.handle()
+                .request(NodeId(7), ECHO, Bytes::from_static(b"ping"), TIMEOUT),
+        );
+    assert!(
+        matches!(through_connection, Err(NetError::ConnectRefused(NodeId(7)))),
+        "{through_connection:?}"
+    );
+}
