@@ -758,12 +758,13 @@ impl LogEngine {
         inner.flush_zone(&z)?;
         let _no_cleaning = z.reorg_lock.lock();
         let (_, _, ram) = inner.snapshot_versions(&z);
-        let (file, segments, (version_file, versions_end)) = {
+        let (file, segments, (version_file, versions_end), version_records) = {
             let log = z.log.lock();
             (
                 log.seclog.file(),
                 log.seclog.segments(),
                 log.vlog.active_extent(),
+                log.vlog.records(),
             )
         };
         let segment_bytes = inner.config.segment_bytes as usize;
@@ -829,7 +830,8 @@ impl LogEngine {
             }
             let _guard = FailOnPanic(&pipe);
             // The versions, in file order, while the reader goes on with the segments.
-            let expected = (versions_end as usize) / crate::version::RECORD_BYTES;
+            // Records in the version log (run blocks stand for many per few bytes).
+            let expected = usize::try_from(version_records).unwrap_or(usize::MAX);
             let mut building = RecoveryTable::new(zone.owner, expected);
             let mut decoder = BlockDecoder::new();
             while let Some(filled) = pipe.next_versions() {

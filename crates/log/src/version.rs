@@ -584,11 +584,187 @@ pub fn merge(table: &mut CidMap<VersionState>, cid: u64, state: VersionState) {
 // ----- the version log on disk ----------------------------------------------------------
 
 const BLOCK_MAGIC: u32 = 0x424C_564D; // "MVLB" little-endian
+/// A block of runs: consecutive CIDs sharing one version state.
+const RUN_BLOCK_MAGIC: u32 = 0x524C_564D; // "MVLR" little-endian
 const BLOCK_HEADER_BYTES: usize = 16;
 /// Bytes of one version-log record: CID (8), epoch (2), version | deleted << 31 (4).
 pub const RECORD_BYTES: usize = 14;
-/// Records per block, so a block stays below 1 MiB.
+/// Bytes of one run: first CID (8), CIDs in the run (4), epoch (2), version | deleted <<
+/// 31 (4).
+const RUN_BYTES: usize = 18;
+/// Records (or runs) per block, so a block stays below 1.2 MiB.
 const BLOCK_RECORDS_MAX: usize = 65_536;
+/// Records one run block may stand for (bounds what a block expands to when read).
+const RUN_BLOCK_RECORDS_MAX: u64 = 1 << 22;
+
+/// The kinds of version-log blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BlockKind {
+    /// One record per entry.
+    Records,
+    /// Runs of consecutive CIDs with one state.
+    Runs,
+}
+
+impl BlockKind {
+    fn of_magic(magic: u32) -> Option<BlockKind> {
+        match magic {
+            BLOCK_MAGIC => Some(BlockKind::Records),
+            RUN_BLOCK_MAGIC => Some(BlockKind::Runs),
+            _ => None,
+        }
+    }
+
+    fn item_bytes(self) -> usize {
+        match self {
+            BlockKind::Records => RECORD_BYTES,
+            BlockKind::Runs => RUN_BYTES,
+        }
+    }
+}
+
+/// One run: `count` CIDs from `first` on, all with `state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    first: u64,
+    count: u32,
+    state: VersionState,
+}
+
+fn encode_state(state: VersionState, out: &mut [u8]) {
+    out[..2].copy_from_slice(&state.version.epoch.to_le_bytes());
+    let v = state.version.version | (u32::from(state.deleted) << 31);
+    out[2..6].copy_from_slice(&v.to_le_bytes());
+}
+
+fn decode_state(raw: &[u8]) -> Option<VersionState> {
+    let epoch = u16::from_le_bytes(raw.get(..2)?.try_into().ok()?);
+    let v = u32::from_le_bytes(raw.get(2..6)?.try_into().ok()?);
+    Some(VersionState {
+        version: Version {
+            epoch,
+            version: v & VERSION_IN_EPOCH_MAX,
+        },
+        deleted: v >> 31 == 1,
+    })
+}
+
+fn encode_run(run: &Run, out: &mut [u8]) {
+    out[..8].copy_from_slice(&run.first.to_le_bytes());
+    out[8..12].copy_from_slice(&run.count.to_le_bytes());
+    encode_state(run.state, &mut out[12..18]);
+}
+
+/// A run as stored, if it is well-formed: at least one CID, none past `u64::MAX`.
+fn decode_run(raw: &[u8]) -> Option<Run> {
+    let first = u64::from_le_bytes(raw.get(..8)?.try_into().ok()?);
+    let count = u32::from_le_bytes(raw.get(8..12)?.try_into().ok()?);
+    let state = decode_state(raw.get(12..18)?)?;
+    (count >= 1 && first.checked_add(u64::from(count) - 1).is_some()).then_some(Run {
+        first,
+        count,
+        state,
+    })
+}
+
+/// `records` sorted by CID (stable) as runs of consecutive CIDs with equal states, when
+/// that takes at most half the bytes of plain records; `None` otherwise (or if empty).
+fn runs_of(records: &[VersionRecord]) -> Option<Vec<Run>> {
+    if records.is_empty() {
+        return None;
+    }
+    let mut sorted: Vec<&VersionRecord> = records.iter().collect();
+    sorted.sort_by_key(|r| r.cid);
+    let limit = records.len() * RECORD_BYTES / 2 / RUN_BYTES;
+    let mut runs: Vec<Run> = Vec::new();
+    for r in sorted {
+        if let Some(last) = runs.last_mut() {
+            let next = last.first.checked_add(u64::from(last.count));
+            if next == Some(r.cid) && last.state == r.state && last.count < u32::MAX {
+                last.count += 1;
+                continue;
+            }
+        }
+        if runs.len() >= limit {
+            return None;
+        }
+        runs.push(Run {
+            first: r.cid,
+            count: 1,
+            state: r.state,
+        });
+    }
+    Some(runs)
+}
+
+/// Splits `runs` into blocks of at most [`BLOCK_RECORDS_MAX`] runs standing for at most
+/// [`RUN_BLOCK_RECORDS_MAX`] records (a longer run is cut in pieces).
+fn run_blocks(runs: &[Run]) -> Vec<Vec<Run>> {
+    let mut blocks: Vec<Vec<Run>> = vec![Vec::new()];
+    let mut in_block = 0u64;
+    for run in runs {
+        let mut run = *run;
+        loop {
+            let room = RUN_BLOCK_RECORDS_MAX - in_block;
+            let full = blocks.last().is_some_and(|b| b.len() >= BLOCK_RECORDS_MAX);
+            if room == 0 || full {
+                blocks.push(Vec::new());
+                in_block = 0;
+                continue;
+            }
+            let take = u64::from(run.count).min(room);
+            if let Some(block) = blocks.last_mut() {
+                // `take` is at most `run.count`, a u32.
+                block.push(Run {
+                    count: take as u32,
+                    ..run
+                });
+            }
+            in_block += take;
+            if take == u64::from(run.count) {
+                break;
+            }
+            run.first += take;
+            run.count -= take as u32;
+        }
+    }
+    blocks
+}
+
+/// Visits the records of a block body of `kind` holding `count` items, after checking
+/// every item (a run block whose runs are malformed or stand for too many records is
+/// invalid, and nothing of it is visited). Returns whether the body is valid.
+fn visit_body(kind: BlockKind, body: &[u8], visit: &mut impl FnMut(VersionRecord)) -> bool {
+    match kind {
+        BlockKind::Records => {
+            body.chunks_exact(RECORD_BYTES)
+                .filter_map(decode_record)
+                .for_each(&mut *visit);
+            true
+        }
+        BlockKind::Runs => {
+            let mut total = 0u64;
+            for raw in body.chunks_exact(RUN_BYTES) {
+                match decode_run(raw) {
+                    Some(run) => total += u64::from(run.count),
+                    None => return false,
+                }
+            }
+            if total > RUN_BLOCK_RECORDS_MAX {
+                return false;
+            }
+            for run in body.chunks_exact(RUN_BYTES).filter_map(decode_run) {
+                for i in 0..u64::from(run.count) {
+                    visit(VersionRecord {
+                        cid: run.first + i,
+                        state: run.state,
+                    });
+                }
+            }
+            true
+        }
+    }
+}
 
 fn encode_record(r: &VersionRecord, out: &mut [u8]) {
     out[..8].copy_from_slice(&r.cid.to_le_bytes());
@@ -613,8 +789,43 @@ fn decode_record(raw: &[u8]) -> Option<VersionRecord> {
     })
 }
 
-/// Encodes `records` as page-padded blocks of generation `generation`.
+/// Encodes `records` as page-padded blocks of generation `generation`: as run blocks
+/// (sorted by CID) when runs of consecutive CIDs with one state take at most half the
+/// bytes, else as record blocks in the given order. Readers merge records by version, so
+/// their order within an append does not matter.
 fn encode_blocks(records: &[VersionRecord], generation: u32) -> AlignedBuf {
+    if let Some(runs) = runs_of(records) {
+        return encode_run_blocks(&runs, generation);
+    }
+    encode_record_blocks(records, generation)
+}
+
+fn encode_run_blocks(runs: &[Run], generation: u32) -> AlignedBuf {
+    let blocks = run_blocks(runs);
+    let total: usize = blocks
+        .iter()
+        .map(|b| round_up_to_page(BLOCK_HEADER_BYTES + b.len() * RUN_BYTES))
+        .sum();
+    let mut buf = AlignedBuf::zeroed(total);
+    let mut at = 0;
+    for runs in blocks {
+        let body = BLOCK_HEADER_BYTES + runs.len() * RUN_BYTES;
+        let block = &mut buf[at..at + body];
+        block[0..4].copy_from_slice(&RUN_BLOCK_MAGIC.to_le_bytes());
+        block[4..8].copy_from_slice(&generation.to_le_bytes());
+        block[8..12].copy_from_slice(&(runs.len() as u32).to_le_bytes());
+        for (i, run) in runs.iter().enumerate() {
+            let o = BLOCK_HEADER_BYTES + i * RUN_BYTES;
+            encode_run(run, &mut block[o..o + RUN_BYTES]);
+        }
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&block[..12]), &block[16..]);
+        block[12..16].copy_from_slice(&crc.to_le_bytes());
+        at += round_up_to_page(body);
+    }
+    buf
+}
+
+fn encode_record_blocks(records: &[VersionRecord], generation: u32) -> AlignedBuf {
     let chunks: Vec<&[VersionRecord]> = if records.is_empty() {
         vec![&[][..]]
     } else {
@@ -656,13 +867,13 @@ fn read_file(file: &dyn LogFile) -> LogResult<Option<(u32, u64, Vec<VersionRecor
             .map_err(io_context("reading version log"))?;
         let word = |i: usize| u32::from_le_bytes([page[i], page[i + 1], page[i + 2], page[i + 3]]);
         let count = word(8) as usize;
-        if word(0) != BLOCK_MAGIC
-            || generation.is_some_and(|g| g != word(4))
-            || count > BLOCK_RECORDS_MAX
-        {
+        let Some(kind) = BlockKind::of_magic(word(0)) else {
+            break;
+        };
+        if generation.is_some_and(|g| g != word(4)) || count > BLOCK_RECORDS_MAX {
             break;
         }
-        let body = BLOCK_HEADER_BYTES + count * RECORD_BYTES;
+        let body = BLOCK_HEADER_BYTES + count * kind.item_bytes();
         let padded = round_up_to_page(body) as u64;
         if at + padded > len {
             break;
@@ -674,12 +885,14 @@ fn read_file(file: &dyn LogFile) -> LogResult<Option<(u32, u64, Vec<VersionRecor
         if crc != word(12) {
             break;
         }
+        let before = records.len();
+        if !visit_body(kind, &block[BLOCK_HEADER_BYTES..body], &mut |r| {
+            records.push(r)
+        }) {
+            records.truncate(before);
+            break;
+        }
         generation = Some(word(4));
-        records.extend(
-            block[BLOCK_HEADER_BYTES..body]
-                .chunks_exact(RECORD_BYTES)
-                .filter_map(decode_record),
-        );
         at += padded;
     }
     Ok(generation.map(|g| (g, at, records)))
@@ -707,11 +920,13 @@ fn parse_block(
     };
     let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
     let count = word(8) as usize;
-    if word(0) != BLOCK_MAGIC || expected.is_some_and(|g| g != word(4)) || count > BLOCK_RECORDS_MAX
-    {
+    let Some(kind) = BlockKind::of_magic(word(0)) else {
+        return (BlockParse::Invalid, expected);
+    };
+    if expected.is_some_and(|g| g != word(4)) || count > BLOCK_RECORDS_MAX {
         return (BlockParse::Invalid, expected);
     }
-    let body = BLOCK_HEADER_BYTES + count * RECORD_BYTES;
+    let body = BLOCK_HEADER_BYTES + count * kind.item_bytes();
     let padded = round_up_to_page(body);
     let (Some(first), Some(records)) = (bytes.get(..12), bytes.get(BLOCK_HEADER_BYTES..body))
     else {
@@ -723,10 +938,9 @@ fn parse_block(
     if crc32c::crc32c_append(crc32c::crc32c(first), records) != word(12) {
         return (BlockParse::Invalid, expected);
     }
-    records
-        .chunks_exact(RECORD_BYTES)
-        .filter_map(decode_record)
-        .for_each(&mut *visit);
+    if !visit_body(kind, records, visit) {
+        return (BlockParse::Invalid, expected);
+    }
     (BlockParse::Done(padded), Some(word(4)))
 }
 
@@ -1129,11 +1343,18 @@ mod tests {
             }
         );
         assert!(t[&2].deleted);
-        // Compaction cut partway: the old file stays in charge.
-        let many: Vec<_> = (0..1000).map(|c| rec(c, 2, 0, false)).collect();
+        // Compaction cut partway: the old file stays in charge. Record blocks (CIDs with
+        // gaps: no runs), then a run block cut inside its first page.
+        let many: Vec<_> = (0..1000).map(|c| rec(2 * c, 2, 0, false)).collect();
         storage.set_write_budget(Some(3000));
         assert!(log.compact(&many).is_err());
         storage.crash(1);
+        let (mut log, loaded) = VersionLog::open(s.clone(), "v").unwrap();
+        assert_eq!(table_from_records(&loaded), t);
+        let dense: Vec<_> = (0..1000).map(|c| rec(c, 2, 0, false)).collect();
+        storage.set_write_budget(Some(20));
+        assert!(log.compact(&dense).is_err());
+        storage.crash(2);
         let (mut log, loaded) = VersionLog::open(s.clone(), "v").unwrap();
         assert_eq!(table_from_records(&loaded), t);
         log.compact(&many).unwrap();
@@ -1230,6 +1451,158 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn sorted(mut records: Vec<VersionRecord>) -> Vec<VersionRecord> {
+        records.sort_by_key(|r| {
+            (
+                r.cid,
+                r.state.version.epoch,
+                r.state.version.version,
+                r.state.deleted,
+            )
+        });
+        records
+    }
+
+    /// Records of runs of consecutive CIDs, each run with one state, plus scattered ones.
+    fn run_records(
+        runs: &[(u64, u32, u16, u32, bool)],
+        scattered: &[(u64, u16, u32, bool)],
+    ) -> Vec<VersionRecord> {
+        let state = |epoch: u16, version: u32, deleted: bool| VersionState {
+            version: Version {
+                epoch,
+                version: version & VERSION_IN_EPOCH_MAX,
+            },
+            deleted,
+        };
+        let mut records: Vec<VersionRecord> = runs
+            .iter()
+            .flat_map(|&(first, len, epoch, version, deleted)| {
+                (0..u64::from(len)).map(move |i| VersionRecord {
+                    cid: first + i,
+                    state: state(epoch, version, deleted),
+                })
+            })
+            .collect();
+        records.extend(
+            scattered
+                .iter()
+                .map(|&(cid, epoch, version, deleted)| VersionRecord {
+                    cid,
+                    state: state(epoch, version, deleted),
+                }),
+        );
+        records
+    }
+
+    proptest::proptest! {
+        /// Whatever form `encode_blocks` picks (run blocks for runs of consecutive CIDs,
+        /// record blocks otherwise), reading gives back the same records (as a multiset:
+        /// run blocks are sorted by CID), and the decoder fed in windows agrees.
+        #[test]
+        fn run_and_record_blocks_give_back_every_record(
+            runs in proptest::collection::vec(
+                (0u64..1 << 40, 1u32..3000, proptest::num::u16::ANY, proptest::num::u32::ANY,
+                 proptest::bool::ANY),
+                0..6,
+            ),
+            scattered in proptest::collection::vec(
+                (proptest::num::u64::ANY, proptest::num::u16::ANY, proptest::num::u32::ANY,
+                 proptest::bool::ANY),
+                0..200,
+            ),
+            window in 1usize..50_000,
+        ) {
+            let records = run_records(&runs, &scattered);
+            let storage = MemStorage::new();
+            let bytes = encode_blocks(&records, 7);
+            let file = storage.open("v", bytes.len() as u64 + PAGE_BYTES as u64).unwrap();
+            file.write_at(&bytes, 0).unwrap();
+            let read = read_file(file.as_ref()).unwrap();
+            let (generation, end, got) = read.expect("a valid file");
+            proptest::prop_assert_eq!(generation, 7);
+            proptest::prop_assert_eq!(end, bytes.len() as u64);
+            proptest::prop_assert_eq!(sorted(got.clone()), sorted(records.clone()));
+            let mut decoder = BlockDecoder::new();
+            let mut fed = Vec::new();
+            for part in bytes.chunks(window) {
+                decoder.feed(part, &mut |r| fed.push(r));
+            }
+            proptest::prop_assert_eq!(fed, got);
+        }
+    }
+
+    #[test]
+    fn a_dense_zone_takes_a_page_not_fourteen_bytes_a_chunk() {
+        // 1 M chunks of one creator written once in 5 epochs.
+        let records = run_records(
+            &(0..5u64)
+                .map(|e| ((1 << 48) + e * 200_000, 200_000, e as u16, 0, false))
+                .collect::<Vec<_>>(),
+            &[],
+        );
+        let bytes = encode_blocks(&records, 1);
+        assert_eq!(bytes.len(), PAGE_BYTES, "5 runs fit one page");
+        let storage = MemStorage::new();
+        let file = storage.open("v", 2 * PAGE_BYTES as u64).unwrap();
+        file.write_at(&bytes, 0).unwrap();
+        let (_, _, got) = read_file(file.as_ref()).unwrap().unwrap();
+        assert_eq!(got, records, "sorted input comes back in order");
+        // Scattered CIDs stay plain records, in their order.
+        let scattered = run_records(&[], &[(9, 1, 1, false), (3, 1, 2, true), (5, 0, 0, false)]);
+        let bytes = encode_blocks(&scattered, 1);
+        let file = storage.open("w", 2 * PAGE_BYTES as u64).unwrap();
+        file.write_at(&bytes, 0).unwrap();
+        assert_eq!(read_file(file.as_ref()).unwrap().unwrap().2, scattered);
+    }
+
+    #[test]
+    fn long_runs_are_cut_so_no_block_stands_for_too_many_records() {
+        let run = Run {
+            first: 1 << 48,
+            count: u32::MAX,
+            state: VersionState {
+                version: Version {
+                    epoch: 3,
+                    version: 1,
+                },
+                deleted: false,
+            },
+        };
+        let blocks = run_blocks(&[run, run]);
+        let mut total = 0u64;
+        for block in &blocks {
+            let in_block: u64 = block.iter().map(|r| u64::from(r.count)).sum();
+            assert!(in_block <= RUN_BLOCK_RECORDS_MAX);
+            assert!(block.len() <= BLOCK_RECORDS_MAX);
+            total += in_block;
+        }
+        assert_eq!(total, 2 * u64::from(u32::MAX));
+        // A block claiming more than that (checksum intact) ends the file, unvisited.
+        let mut body = vec![0u8; BLOCK_HEADER_BYTES + 2 * RUN_BYTES];
+        let big = Run {
+            count: (RUN_BLOCK_RECORDS_MAX / 2 + 1) as u32,
+            ..run
+        };
+        encode_run(&big, &mut body[16..34]);
+        encode_run(&big, &mut body[34..52]);
+        body[0..4].copy_from_slice(&RUN_BLOCK_MAGIC.to_le_bytes());
+        body[4..8].copy_from_slice(&1u32.to_le_bytes());
+        body[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&body[..12]), &body[16..]);
+        body[12..16].copy_from_slice(&crc.to_le_bytes());
+        let mut page = vec![0u8; PAGE_BYTES];
+        page[..body.len()].copy_from_slice(&body);
+        let storage = MemStorage::new();
+        let file = storage.open("v", PAGE_BYTES as u64).unwrap();
+        file.write_at(&page, 0).unwrap();
+        assert!(read_file(file.as_ref()).unwrap().is_none());
+        let mut decoder = BlockDecoder::new();
+        let mut visited = 0;
+        decoder.feed(&page, &mut |_| visited += 1);
+        assert_eq!((visited, decoder.finish()), (0, None));
     }
 
     #[test]
