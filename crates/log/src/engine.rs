@@ -242,6 +242,9 @@ pub(crate) struct Inner {
     /// The writer thread's I/O threads for secondary-log writes (`None` with
     /// `LogConfig::write_threads` 0: it writes them itself).
     pipe: Option<crate::pipe::WritePipe>,
+    /// Zone reads for recovery running now (each takes fewer reader threads when others
+    /// run).
+    pub recoveries_running: std::sync::atomic::AtomicUsize,
 }
 
 /// The backup-side log engine. See the crate documentation.
@@ -399,6 +402,7 @@ impl LogEngine {
             failed: AtomicBool::new(false),
             counters: Counters::default(),
             pipe,
+            recoveries_running: std::sync::atomic::AtomicUsize::new(0),
             config,
         });
         let spawn = |name: &str, run: fn(Arc<Inner>)| {
