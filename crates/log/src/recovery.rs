@@ -878,8 +878,10 @@ impl LogEngine {
             }
             let _guard = FailOnPanic(&pipe);
             // The versions, in file order, while the reader goes on with the segments.
-            // Records in the version log (run blocks stand for many per few bytes).
-            let expected = usize::try_from(version_records).unwrap_or(usize::MAX);
+            // Records in the version log (run blocks stand for many per few bytes); a
+            // hint for the table's first reservation only (it grows as needed), capped so
+            // a long uncompacted log cannot make it reserve gigabytes up front.
+            let expected = usize::try_from(version_records.min(1 << 24)).unwrap_or(1 << 24);
             let mut building = RecoveryTable::new(zone.owner, expected);
             let mut decoder = BlockDecoder::new();
             while let Some(filled) = pipe.next_versions() {

@@ -1005,9 +1005,8 @@ impl BlockDecoder {
     }
 
     /// The generation and end offset of the valid blocks fed so far, or `None` if the
-    /// first block was not valid (what [`read_file`] reports; records were visited only
+    /// first block was not valid (what `VersionLog::load` finds; records were visited only
     /// for valid blocks).
-    #[cfg(test)]
     pub fn finish(&self) -> Option<(u32, u64)> {
         self.generation.map(|g| (g, self.end))
     }
