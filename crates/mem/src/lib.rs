@@ -632,7 +632,38 @@ impl MemoryManager {
             let first = start;
             start += run;
             offsets.clear();
+            // Items whose CID is taken (present here, or earlier in the group) fail before
+            // anything is allocated for them, as one `create_with_id` each would: the group
+            // then takes the one-by-one path (rare: a retried recovery). So a batch never
+            // allocates for an item that fails (no slab made for nothing).
+            let clean = {
+                let mut leaf: Option<(u64, &table::Leaf)> = None;
+                let mut previous: Option<ChunkId> = None;
+                let mut ascending = true;
+                group.iter().all(|candidate| {
+                    let cid = item(candidate).0;
+                    ascending &= previous.is_none_or(|p| p.raw() < cid.raw());
+                    previous = Some(cid);
+                    let key = cid.raw() >> table::LEAF_BITS;
+                    let current_leaf = match leaf {
+                        Some((k, l)) if k == key => Some(l),
+                        _ => {
+                            let l = self.table.leaf(cid);
+                            leaf = l.map(|l| (key, l));
+                            l
+                        }
+                    };
+                    ascending
+                        && current_leaf.is_none_or(|l| {
+                            matches!(
+                                entry::state(table::leaf_entry(l, cid).load(Ordering::Relaxed)),
+                                State::Free | State::Removed
+                            )
+                        })
+                })
+            };
             if group.len() < 2
+                || !clean
                 || self.check_size(size).is_err()
                 || self
                     .allocator

@@ -93,6 +93,16 @@ impl Table {
         Some(&leaf.entries[index(lid, 0)])
     }
 
+    /// The level-0 table holding `cid`, or `None` if no table on its path exists yet.
+    #[inline]
+    pub(crate) fn leaf(&self, cid: ChunkId) -> Option<&Leaf> {
+        let lid = cid.local_id();
+        let level3 = load(&self.root[cid.creator().0 as usize])?;
+        let level2 = load(&level3.slots[index(lid, 3)])?;
+        let level1 = load(&level2.slots[index(lid, 2)])?;
+        load(&level1.slots[index(lid, 1)])
+    }
+
     /// The entry of `cid`, creating the tables on its path.
     #[inline]
     pub(crate) fn entry_or_create(&self, cid: ChunkId) -> &AtomicU64 {
