@@ -84,13 +84,23 @@ pub struct Entry<'a> {
 
 impl Entry<'_> {
     /// True if the stored checksum matches the header and payload for `generation`.
+    /// One pass, as the append path computes it: the header bytes before the checksum
+    /// as two words, then the payload through the CRC32C instruction.
+    #[inline]
     pub fn verify(&self, generation: u32) -> bool {
-        let before_crc = self
-            .header_raw
-            .get(..self.header.crc_offset())
-            .unwrap_or(&[]);
-        let crc = crc32c::crc32c_append(crc32c::crc32c(before_crc), self.payload);
-        crc ^ generation == self.header.crc
+        let n = self.header.crc_offset();
+        let Some(before_crc) = self.header_raw.get(..n) else {
+            return false;
+        };
+        let mut raw = [0u8; 24];
+        let Some(head) = raw.get_mut(..n) else {
+            return false;
+        };
+        head.copy_from_slice(before_crc);
+        let (lo, hi) = raw.split_at(16);
+        let lo = lo.try_into().map_or(0, u128::from_le_bytes);
+        let hi = hi.try_into().map_or(0, u64::from_le_bytes);
+        crate::crc::crc32c_words(lo, hi, n, self.payload) ^ generation == self.header.crc
     }
 }
 

@@ -768,25 +768,13 @@ fn visit_body(kind: BlockKind, body: &[u8], visit: &mut impl FnMut(VersionRecord
 
 fn encode_record(r: &VersionRecord, out: &mut [u8]) {
     out[..8].copy_from_slice(&r.cid.to_le_bytes());
-    out[8..10].copy_from_slice(&r.state.version.epoch.to_le_bytes());
-    let v = r.state.version.version | (u32::from(r.state.deleted) << 31);
-    out[10..14].copy_from_slice(&v.to_le_bytes());
+    encode_state(r.state, &mut out[8..14]);
 }
 
 fn decode_record(raw: &[u8]) -> Option<VersionRecord> {
     let cid = u64::from_le_bytes(raw.get(..8)?.try_into().ok()?);
-    let epoch = u16::from_le_bytes(raw.get(8..10)?.try_into().ok()?);
-    let v = u32::from_le_bytes(raw.get(10..14)?.try_into().ok()?);
-    Some(VersionRecord {
-        cid,
-        state: VersionState {
-            version: Version {
-                epoch,
-                version: v & VERSION_IN_EPOCH_MAX,
-            },
-            deleted: v >> 31 == 1,
-        },
-    })
+    let state = decode_state(raw.get(8..14)?)?;
+    Some(VersionRecord { cid, state })
 }
 
 /// Encodes `records` as page-padded blocks of generation `generation`: as run blocks
@@ -802,50 +790,43 @@ fn encode_blocks(records: &[VersionRecord], generation: u32) -> AlignedBuf {
 
 fn encode_run_blocks(runs: &[Run], generation: u32) -> AlignedBuf {
     let blocks = run_blocks(runs);
-    let total: usize = blocks
-        .iter()
-        .map(|b| round_up_to_page(BLOCK_HEADER_BYTES + b.len() * RUN_BYTES))
-        .sum();
-    let mut buf = AlignedBuf::zeroed(total);
-    let mut at = 0;
-    for runs in blocks {
-        let body = BLOCK_HEADER_BYTES + runs.len() * RUN_BYTES;
-        let block = &mut buf[at..at + body];
-        block[0..4].copy_from_slice(&RUN_BLOCK_MAGIC.to_le_bytes());
-        block[4..8].copy_from_slice(&generation.to_le_bytes());
-        block[8..12].copy_from_slice(&(runs.len() as u32).to_le_bytes());
-        for (i, run) in runs.iter().enumerate() {
-            let o = BLOCK_HEADER_BYTES + i * RUN_BYTES;
-            encode_run(run, &mut block[o..o + RUN_BYTES]);
-        }
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&block[..12]), &block[16..]);
-        block[12..16].copy_from_slice(&crc.to_le_bytes());
-        at += round_up_to_page(body);
-    }
-    buf
+    let parts: Vec<&[Run]> = blocks.iter().map(Vec::as_slice).collect();
+    encode_parts(&parts, RUN_BLOCK_MAGIC, RUN_BYTES, generation, encode_run)
 }
 
 fn encode_record_blocks(records: &[VersionRecord], generation: u32) -> AlignedBuf {
-    let chunks: Vec<&[VersionRecord]> = if records.is_empty() {
+    let parts: Vec<&[VersionRecord]> = if records.is_empty() {
         vec![&[][..]]
     } else {
         records.chunks(BLOCK_RECORDS_MAX).collect()
     };
-    let total: usize = chunks
+    encode_parts(&parts, BLOCK_MAGIC, RECORD_BYTES, generation, encode_record)
+}
+
+/// One page-padded block per part: header (`magic`, `generation`, item count, CRC32C)
+/// and the items, `item_bytes` each, written by `encode`.
+fn encode_parts<T>(
+    parts: &[&[T]],
+    magic: u32,
+    item_bytes: usize,
+    generation: u32,
+    encode: impl Fn(&T, &mut [u8]),
+) -> AlignedBuf {
+    let total: usize = parts
         .iter()
-        .map(|c| round_up_to_page(BLOCK_HEADER_BYTES + c.len() * RECORD_BYTES))
+        .map(|p| round_up_to_page(BLOCK_HEADER_BYTES + p.len() * item_bytes))
         .sum();
     let mut buf = AlignedBuf::zeroed(total);
     let mut at = 0;
-    for chunk in chunks {
-        let body = BLOCK_HEADER_BYTES + chunk.len() * RECORD_BYTES;
+    for part in parts {
+        let body = BLOCK_HEADER_BYTES + part.len() * item_bytes;
         let block = &mut buf[at..at + body];
-        block[0..4].copy_from_slice(&BLOCK_MAGIC.to_le_bytes());
+        block[0..4].copy_from_slice(&magic.to_le_bytes());
         block[4..8].copy_from_slice(&generation.to_le_bytes());
-        block[8..12].copy_from_slice(&(chunk.len() as u32).to_le_bytes());
-        for (i, r) in chunk.iter().enumerate() {
-            let o = BLOCK_HEADER_BYTES + i * RECORD_BYTES;
-            encode_record(r, &mut block[o..o + RECORD_BYTES]);
+        block[8..12].copy_from_slice(&(part.len() as u32).to_le_bytes());
+        for (i, item) in part.iter().enumerate() {
+            let o = BLOCK_HEADER_BYTES + i * item_bytes;
+            encode(item, &mut block[o..o + item_bytes]);
         }
         let crc = crc32c::crc32c_append(crc32c::crc32c(&block[..12]), &block[16..]);
         block[12..16].copy_from_slice(&crc.to_le_bytes());

@@ -85,12 +85,8 @@ impl Table {
     /// never used here and its state is free).
     #[inline]
     pub(crate) fn entry(&self, cid: ChunkId) -> Option<&AtomicU64> {
-        let lid = cid.local_id();
-        let level3 = load(&self.root[cid.creator().0 as usize])?;
-        let level2 = load(&level3.slots[index(lid, 3)])?;
-        let level1 = load(&level2.slots[index(lid, 2)])?;
-        let leaf = load(&level1.slots[index(lid, 1)])?;
-        Some(&leaf.entries[index(lid, 0)])
+        let leaf = self.leaf(cid)?;
+        Some(&leaf.entries[index(cid.local_id(), 0)])
     }
 
     /// The level-0 table holding `cid`, or `None` if no table on its path exists yet.
