@@ -86,6 +86,12 @@ pub struct LogConfig {
     /// At most 16. The writer's page-image buffers are `write_threads + 1` (each up to a
     /// segment) instead of one.
     pub write_threads: usize,
+    /// Chunks of at most this many payload bytes that reach a secondary log together,
+    /// with consecutive CIDs and one version (a bulk load, a recovery's copy), are stored
+    /// as one *run entry*: one header for up to 64 KiB of payloads. For 64-byte chunks
+    /// that is 17% fewer bytes to write and to read back in a recovery. Default 256; 0
+    /// stores every chunk with its own header.
+    pub run_chunk_bytes_max: u32,
 }
 
 impl Default for LogConfig {
@@ -110,6 +116,7 @@ impl Default for LogConfig {
             recovery_threads: 4,
             recovery_verify_crc: true,
             write_threads: 2,
+            run_chunk_bytes_max: 256,
         }
     }
 }
@@ -211,6 +218,7 @@ impl LogConfig {
             recovery_threads: 2,
             recovery_verify_crc: true,
             write_threads: 2,
+            run_chunk_bytes_max: 256,
         }
     }
 }

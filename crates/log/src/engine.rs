@@ -474,7 +474,8 @@ impl LogEngine {
                 segments
             ],
             None,
-        );
+        )
+        .with_runs(config.run_chunk_bytes_max);
         let (mut vlog, old) = VersionLog::open(inner.storage.clone(), &vlog_base(zone))?;
         if !old.is_empty() {
             vlog.compact(&[])?;
@@ -1994,7 +1995,8 @@ fn reopen_zone(
         payload_max,
         segments,
         active,
-    );
+    )
+    .with_runs(config.run_chunk_bytes_max);
     Ok((
         ZoneLog {
             seclog,
@@ -2059,7 +2061,7 @@ mod tests {
                         .get(&h.cid)
                         .is_some_and(|s| !s.deleted && s.version == v)
                     {
-                        live += h.entry_bytes() as u64;
+                        live += e.stored_bytes() as u64;
                     }
                 },
             );

@@ -15,9 +15,6 @@ pub enum DecodeError {
         /// Bytes the entry needs from its start.
         needed: usize,
     },
-    /// A type byte with an unknown kind.
-    #[error("bad type byte {0:#04x}")]
-    BadType(u8),
     /// A chain position outside its chain.
     #[error("bad chain link {index} of {count}")]
     BadChain {
@@ -25,6 +22,12 @@ pub enum DecodeError {
         index: u8,
         /// The stored link count.
         count: u8,
+    },
+    /// A run entry of fewer than 2 chunks, or whose CIDs leave the creator's local IDs.
+    #[error("bad run of {count} chunks")]
+    BadRun {
+        /// The stored chunk count.
+        count: u16,
     },
     /// A payload length above the limit of the log it was found in.
     #[error("payload of {payload_bytes} bytes exceeds {max}")]

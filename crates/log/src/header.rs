@@ -19,7 +19,8 @@
 
 use crate::error::DecodeError;
 
-/// Largest header: type, chain (2), CID (8), length (4), epoch (2), version (3), CRC (4).
+/// Largest header: type, chain or run count (2), CID (8), length (4), epoch (2), version
+/// (3), CRC (4).
 pub const HEADER_BYTES_MAX: usize = 1 + 2 + 8 + 4 + 2 + 3 + 4;
 /// Smallest header: type, LID (1), length (1), epoch (2), no version, CRC (4).
 pub const HEADER_BYTES_MIN: usize = 1 + 1 + 1 + 2 + 4;
@@ -27,9 +28,13 @@ pub const HEADER_BYTES_MIN: usize = 1 + 1 + 1 + 2 + 4;
 pub const VERSION_IN_EPOCH_MAX: u32 = (1 << 24) - 1;
 /// The most links a chained chunk may have (the link count is one byte).
 pub const CHAIN_LINKS_MAX: usize = 255;
+/// The most chunks one run entry may hold (the count is two bytes).
+pub const RUN_CHUNKS_MAX: usize = u16::MAX as usize;
 
 const KIND_WHOLE: u8 = 1;
 const KIND_LINK: u8 = 2;
+const KIND_RUN: u8 = 3;
+const LID_MASK: u64 = (1 << 48) - 1;
 
 /// Position of one link of a chunk too large for one entry.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -53,6 +58,11 @@ pub struct EntryHeader {
     pub version: u32,
     /// Chain position for a link of a large chunk, `None` for a whole chunk.
     pub chain: Option<ChainLink>,
+    /// For a *run entry* (only in secondary logs): the number of chunks it holds
+    /// (2..=[`RUN_CHUNKS_MAX`]), of consecutive CIDs from `cid` on, each of
+    /// `payload_bytes / run` bytes, all with this epoch and version; their payloads follow
+    /// the header back to back. 0 for an entry of one chunk or link.
+    pub run: u16,
     /// The stored checksum (see the module docs).
     pub crc: u32,
     /// Bytes of the header; the payload starts here.
@@ -67,7 +77,16 @@ impl EntryHeader {
 
     /// Offset of the 4-byte checksum within the entry.
     pub fn crc_offset(&self) -> usize {
-        self.header_bytes - 4
+        self.header_bytes.saturating_sub(4)
+    }
+
+    /// Payload bytes of each chunk of a run entry (of the one chunk otherwise).
+    pub fn chunk_payload_bytes(&self) -> u32 {
+        if self.run >= 2 {
+            self.payload_bytes / u32::from(self.run)
+        } else {
+            self.payload_bytes
+        }
     }
 }
 
@@ -80,14 +99,23 @@ pub struct Entry<'a> {
     pub header_raw: &'a [u8],
     /// The payload.
     pub payload: &'a [u8],
+    /// `Some(i)` for chunk `i` of a run entry, as [`Entry::run_members`] hands them out:
+    /// then `header` describes that chunk alone (its CID, payload length, epoch and
+    /// version; `run` 0) except `header_bytes` and `crc`, which are the run's, as is
+    /// `header_raw`. Such a chunk cannot be verified on its own ([`Entry::verify`] is
+    /// false): check the run entry before taking it apart.
+    pub run_index: Option<u16>,
 }
 
-impl Entry<'_> {
+impl<'a> Entry<'a> {
     /// True if the stored checksum matches the header and payload for `generation`.
     /// One pass, as the append path computes it: the header bytes before the checksum
     /// as two words, then the payload through the CRC32C instruction.
     #[inline]
     pub fn verify(&self, generation: u32) -> bool {
+        if self.run_index.is_some() {
+            return false;
+        }
         let n = self.header.crc_offset();
         let Some(before_crc) = self.header_raw.get(..n) else {
             return false;
@@ -101,6 +129,36 @@ impl Entry<'_> {
         let lo = lo.try_into().map_or(0, u128::from_le_bytes);
         let hi = hi.try_into().map_or(0, u64::from_le_bytes);
         crate::crc::crc32c_words(lo, hi, n, self.payload) ^ generation == self.header.crc
+    }
+
+    /// The chunks of a run entry, each as its own entry (see [`Entry::run_index`]); an
+    /// entry that is not a run yields nothing.
+    pub fn run_members(&self) -> impl Iterator<Item = Entry<'a>> + 'a {
+        let h = self.header;
+        let (header_raw, payload) = (self.header_raw, self.payload);
+        let per = h.chunk_payload_bytes() as usize;
+        let count = if h.run >= 2 { usize::from(h.run) } else { 0 };
+        (0..count).map(move |i| Entry {
+            header: EntryHeader {
+                cid: h.cid + i as u64,
+                payload_bytes: per as u32,
+                run: 0,
+                ..h
+            },
+            header_raw,
+            payload: payload.get(i * per..(i + 1) * per).unwrap_or(&[]),
+            run_index: Some(i as u16),
+        })
+    }
+
+    /// Bytes this entry takes in its log: header and payload; for chunk `i` of a run its
+    /// payload, plus the run's header for chunk 0 (so a run's chunks add up to the run).
+    pub fn stored_bytes(&self) -> usize {
+        match self.run_index {
+            None => self.header.entry_bytes(),
+            Some(0) => self.header.entry_bytes(),
+            Some(_) => self.header.payload_bytes as usize,
+        }
     }
 }
 
@@ -228,12 +286,30 @@ fn put(lo: &mut u128, hi: &mut u64, at: usize, value: u64) {
 /// [`VERSION_IN_EPOCH_MAX`] or a payload of 2^32 bytes or more.
 #[inline]
 pub fn build_header(args: &EncodeArgs, payload: &[u8]) -> BuiltHeader {
-    assert!(args.version <= VERSION_IN_EPOCH_MAX, "version out of range");
     assert!(u32::try_from(payload.len()).is_ok(), "payload too large");
+    let (lo, hi, at) = header_words(args, 0, payload.len() as u64);
+    let crc = crate::crc::crc32c_words(lo, hi, at, payload);
+    let (mut lo, mut hi) = (lo, hi);
+    put(&mut lo, &mut hi, at, u64::from(crc));
+    BuiltHeader {
+        lo,
+        hi,
+        len: at + 4,
+    }
+}
+
+/// The header fields before the checksum as words, and their length: of a link when
+/// `args.chain` is set, of a run of `run` chunks when `run` ≥ 2, else of one chunk;
+/// `length` is the (per-chunk) payload length.
+#[inline(always)]
+fn header_words(args: &EncodeArgs, run: u16, length: u64) -> (u128, u64, usize) {
+    assert!(args.version <= VERSION_IN_EPOCH_MAX, "version out of range");
     let (cid_code, cid_w) = cid_width(args);
-    let (len_code, len_w) = length_width(payload.len() as u64);
+    let (len_code, len_w) = length_width(length);
     let (ver_code, ver_w) = version_width(args.version);
-    let kind = if args.chain.is_some() {
+    let kind = if run >= 2 {
+        KIND_RUN
+    } else if args.chain.is_some() {
         KIND_LINK
     } else {
         KIND_WHOLE
@@ -243,30 +319,71 @@ pub fn build_header(args: &EncodeArgs, payload: &[u8]) -> BuiltHeader {
     let mut lo = u128::from(kind | (cid_code << 2) | (len_code << 4) | (ver_code << 6));
     let mut hi = 0u64;
     let mut at = 1;
-    if let Some(link) = args.chain {
+    if run >= 2 {
+        lo |= u128::from(run) << 8;
+        at = 3;
+    } else if let Some(link) = args.chain {
         lo |= u128::from(link.index) << 8 | u128::from(link.count) << 16;
         at = 3;
     }
     let cid_field = if cid_w == 8 {
         args.cid
     } else {
-        args.cid & ((1 << 48) - 1)
+        args.cid & LID_MASK
     };
     put(&mut lo, &mut hi, at, cid_field);
     at += cid_w;
-    put(&mut lo, &mut hi, at, payload.len() as u64);
+    put(&mut lo, &mut hi, at, length);
     at += len_w;
     put(&mut lo, &mut hi, at, u64::from(args.epoch));
     at += 2;
     put(&mut lo, &mut hi, at, u64::from(args.version));
     at += ver_w;
-    let crc = crate::crc::crc32c_words(lo, hi, at, payload);
-    put(&mut lo, &mut hi, at, u64::from(crc));
-    BuiltHeader {
-        lo,
-        hi,
-        len: at + 4,
-    }
+    (lo, hi, at)
+}
+
+/// Bytes of a run entry of `count` (2..=[`RUN_CHUNKS_MAX`]) chunks of `chunk_bytes` each,
+/// the first described by `args` (no chain): header plus payloads.
+pub fn run_entry_bytes(args: &EncodeArgs, count: usize, chunk_bytes: usize) -> usize {
+    encoded_header_bytes(args, chunk_bytes) + 2 + count * chunk_bytes
+}
+
+/// Writes a run entry into `out`, which must be exactly [`run_entry_bytes`] long: the
+/// header for `count` chunks of `chunk_bytes` from `args.cid` on (same epoch and version,
+/// no chain), then calls `payloads` with the payload area (`count × chunk_bytes` bytes) to
+/// fill, then stores the checksum (header and payloads) for `generation`.
+///
+/// Panics only on caller bugs: a count outside 2..=[`RUN_CHUNKS_MAX`], a chained `args`,
+/// a wrong `out` length, CIDs leaving the creator's local IDs, a version above
+/// [`VERSION_IN_EPOCH_MAX`].
+pub fn write_run(
+    out: &mut [u8],
+    args: &EncodeArgs,
+    count: usize,
+    chunk_bytes: usize,
+    generation: u32,
+    payloads: impl FnOnce(&mut [u8]),
+) {
+    assert!(
+        (2..=RUN_CHUNKS_MAX).contains(&count),
+        "run count out of range"
+    );
+    assert!(args.chain.is_none(), "a run holds whole chunks");
+    assert!(
+        (args.cid & LID_MASK) + count as u64 - 1 <= LID_MASK,
+        "run leaves the creator's local IDs"
+    );
+    let (lo, hi, at) = header_words(args, count as u16, chunk_bytes as u64);
+    assert_eq!(out.len(), at + 4 + count * chunk_bytes, "run entry size");
+    let (lo_bytes, hi_bytes) = (lo.to_le_bytes(), hi.to_le_bytes());
+    let mut head = [0u8; 24];
+    head[..16].copy_from_slice(&lo_bytes);
+    head[16..].copy_from_slice(&hi_bytes);
+    out[..at].copy_from_slice(&head[..at]);
+    let (header, payload) = out.split_at_mut(at + 4);
+    payloads(payload);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&head[..at]), payload) ^ generation;
+    header[at..].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Appends the entry (header and payload) to `out`, checksummed for generation 0.
@@ -311,10 +428,8 @@ fn parse_type(type_byte: u8) -> Result<(u8, usize, usize, usize), DecodeError> {
     if type_byte == 0 {
         return Err(DecodeError::EndOfData);
     }
+    // Every kind but 0 is valid: 1 whole chunk, 2 link of a chained chunk, 3 run.
     let kind = type_byte & 0b11;
-    if kind != KIND_WHOLE && kind != KIND_LINK {
-        return Err(DecodeError::BadType(type_byte));
-    }
     Ok((
         kind,
         CID_WIDTHS[usize::from((type_byte >> 2) & 0b11)],
@@ -383,6 +498,13 @@ fn decode_fields(
     } else {
         None
     };
+    let run = if kind == KIND_RUN {
+        let count = read(at, 2)? as u16;
+        at += 2;
+        count
+    } else {
+        0
+    };
     let cid_field = read(at, cid_w)?;
     at += cid_w;
     let cid = if cid_w == 8 {
@@ -390,8 +512,14 @@ fn decode_fields(
     } else {
         (u64::from(zone_owner) << 48) | cid_field
     };
-    let payload_bytes = read(at, len_w)?;
+    let chunk_bytes = read(at, len_w)?;
     at += len_w;
+    // A run holds `run` chunks of this length: the total is bounded like one entry's
+    // payload, and its CIDs stay within the creator's local IDs.
+    let payload_bytes = chunk_bytes.saturating_mul(u64::from(run.max(1)));
+    if kind == KIND_RUN && (run < 2 || (cid & LID_MASK) + u64::from(run) - 1 > LID_MASK) {
+        return Err(DecodeError::BadRun { count: run });
+    }
     if payload_bytes > u64::from(payload_bytes_max) {
         return Err(DecodeError::TooLong {
             payload_bytes,
@@ -410,6 +538,7 @@ fn decode_fields(
         epoch,
         version,
         chain,
+        run,
         crc,
         header_bytes: at,
     })
@@ -433,6 +562,7 @@ pub fn decode(
         header,
         header_raw,
         payload,
+        run_index: None,
     })
 }
 
@@ -602,6 +732,121 @@ mod tests {
                 prop_assert!(e.header.payload_bytes <= max);
             }
         }
+    }
+
+    /// A run entry of `count` chunks of `per` bytes from `a` (chain dropped), for
+    /// generation `gen`; chunk `i`'s payload bytes are `i ^ seed`.
+    fn run_entry(a: &EncodeArgs, count: usize, per: usize, seed: u8, gen: u32) -> Vec<u8> {
+        let a = EncodeArgs { chain: None, ..*a };
+        let mut out = vec![0u8; run_entry_bytes(&a, count, per)];
+        write_run(&mut out, &a, count, per, gen, |area| {
+            for (i, b) in area.iter_mut().enumerate() {
+                *b = (i / per.max(1)) as u8 ^ seed;
+            }
+        });
+        out
+    }
+
+    /// `a` with a CID whose run of `count` stays inside its creator's local IDs.
+    fn run_start(a: &EncodeArgs, count: usize) -> EncodeArgs {
+        let lid = (a.cid & LID_MASK).min(LID_MASK + 1 - count as u64);
+        EncodeArgs {
+            cid: (a.cid & !LID_MASK) | lid,
+            chain: None,
+            ..*a
+        }
+    }
+
+    proptest! {
+        /// A run entry decodes to its count, first CID and total length, verifies for its
+        /// generation only, and hands out each chunk with its CID, epoch, version and
+        /// payload; chunk bytes add up to the entry.
+        #[test]
+        fn run_entries_round_trip(a in args(), count in 2usize..300, per in prop_oneof![0usize..80, 250usize..300], seed in any::<u8>(), gen in any::<u32>()) {
+            let a = run_start(&a, count);
+            let bytes = run_entry(&a, count, per, seed, gen);
+            prop_assert_eq!(bytes.len(), encoded_header_bytes(&a, per) + 2 + count * per);
+            let e = decode(&bytes, a.zone_owner, u32::MAX).unwrap();
+            prop_assert_eq!(e.header.run as usize, count);
+            prop_assert_eq!(e.header.cid, a.cid);
+            prop_assert_eq!(e.header.payload_bytes as usize, count * per);
+            prop_assert_eq!(e.header.chunk_payload_bytes() as usize, per);
+            prop_assert_eq!(e.header.entry_bytes(), bytes.len());
+            prop_assert!(e.verify(gen));
+            prop_assert!(!e.verify(gen ^ 1));
+            let members: Vec<Entry<'_>> = e.run_members().collect();
+            prop_assert_eq!(members.len(), count);
+            let mut total = 0;
+            for (i, m) in members.iter().enumerate() {
+                prop_assert_eq!(m.header.cid, a.cid + i as u64);
+                prop_assert_eq!((m.header.epoch, m.header.version, m.header.chain), (a.epoch, a.version, None));
+                prop_assert_eq!(m.payload.len(), per);
+                prop_assert!(m.payload.iter().all(|&b| b == i as u8 ^ seed));
+                prop_assert_eq!(m.run_index, Some(i as u16));
+                prop_assert!(!m.verify(gen));
+                total += m.stored_bytes();
+            }
+            prop_assert_eq!(total, bytes.len());
+            // Both decoders agree on it.
+            let mut padded = bytes.clone();
+            padded.resize(padded.len().max(HEADER_BYTES_MAX), 0);
+            let raw = padded.first_chunk::<HEADER_BYTES_MAX>().unwrap();
+            prop_assert_eq!(
+                decode_header_whole(raw, a.zone_owner, u32::MAX),
+                decode_header_checked(&padded, a.zone_owner, u32::MAX)
+            );
+            // A limit below the run's total refuses it.
+            if count * per > 0 {
+                let refused = matches!(
+                    decode(&bytes, a.zone_owner, (count * per - 1) as u32),
+                    Err(DecodeError::TooLong { .. })
+                );
+                prop_assert!(refused);
+            }
+        }
+
+        #[test]
+        fn every_cut_and_flip_of_a_run_is_caught(a in args(), count in 2usize..20, per in 1usize..40, pos in any::<prop::sample::Index>(), bit in 0u8..8) {
+            let a = run_start(&a, count);
+            let mut bytes = run_entry(&a, count, per, 5, 0);
+            for cut in 0..bytes.len() {
+                prop_assert!(decode(&bytes[..cut], a.zone_owner, u32::MAX).is_err());
+            }
+            let i = pos.index(bytes.len());
+            bytes[i] ^= 1 << bit;
+            if let Ok(e) = decode(&bytes, a.zone_owner, u32::MAX) {
+                prop_assert!(!e.verify(0) || e.header.entry_bytes() != bytes.len());
+            }
+        }
+    }
+
+    #[test]
+    fn runs_of_one_chunk_or_past_the_last_local_id_are_refused() {
+        let a = EncodeArgs {
+            cid: (7 << 48) | 10,
+            zone_owner: 7,
+            epoch: 1,
+            version: 1,
+            chain: None,
+        };
+        let mut bytes = run_entry(&a, 2, 8, 0, 0);
+        bytes[1] = 1; // count 1
+        assert_eq!(
+            decode(&bytes, 7, u32::MAX).unwrap_err(),
+            DecodeError::BadRun { count: 1 }
+        );
+        // A full CID whose run would pass the creator's last local ID.
+        let last = EncodeArgs {
+            cid: (9 << 48) | (LID_MASK - 1),
+            ..a
+        };
+        let mut bytes = run_entry(&last, 2, 8, 0, 0);
+        assert!(decode(&bytes, 7, u32::MAX).is_ok());
+        bytes[1] = 3;
+        assert_eq!(
+            decode(&bytes, 7, u32::MAX).unwrap_err(),
+            DecodeError::BadRun { count: 3 }
+        );
     }
 
     #[test]

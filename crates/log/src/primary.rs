@@ -158,7 +158,8 @@ impl PrimaryLog {
                 let mut intact = true;
                 while let Some(rest) = body.get(pos..).filter(|r| !r.is_empty()) {
                     match header::decode(rest, zone.owner, payload_max) {
-                        Ok(e) if e.verify(generation) => {
+                        // Run entries exist only in secondary logs.
+                        Ok(e) if e.header.run == 0 && e.verify(generation) => {
                             let start = entries.len();
                             entries.extend_from_slice(e.header_raw);
                             entries.extend_from_slice(e.payload);

@@ -299,6 +299,22 @@ impl Inner {
                     // needs every link of the chunk in one pass (known gap, see
                     // docs/log-format.md). Failing the visit for them would repeat it
                     // forever.
+                    if e.run_index.is_some() {
+                        // A chunk of a run entry gets its own header again (the writer
+                        // may put it into a run with its neighbours once more).
+                        header::encode(
+                            &EncodeArgs {
+                                cid: h.cid,
+                                zone_owner: zone.id.owner,
+                                epoch: h.epoch,
+                                version: h.version,
+                                chain: None,
+                            },
+                            e.payload,
+                            &mut valid,
+                        );
+                        return;
+                    }
                     let start = valid.len();
                     valid.extend_from_slice(e.header_raw);
                     valid.extend_from_slice(e.payload);

@@ -76,9 +76,13 @@ pub fn decode_segment_header(bytes: &[u8]) -> Option<u32> {
 }
 
 /// Walks the entries of `segment` (the segment's bytes from its start) up to `limit`
-/// bytes, calling `f(offset, entry)` for each. Stops at the end-of-data marker, at the
-/// first entry that does not decode, or — when `verify` — at the first entry whose
-/// checksum does not match `generation`. Returns the end offset of the last good entry.
+/// bytes, calling `f(offset, entry)` for each chunk or link. Stops at the end-of-data
+/// marker, at the first entry that does not decode, or — when `verify` — at the first
+/// entry whose checksum does not match `generation`. Returns the end offset of the last
+/// good entry.
+///
+/// A run entry is checked as a whole and then handed out chunk by chunk (see
+/// [`header::Entry::run_index`]), all at the run's offset.
 pub fn scan_segment<'a>(
     segment: &'a [u8],
     limit: usize,
@@ -99,15 +103,21 @@ pub fn scan_segment<'a>(
         if verify && !entry.verify(generation) {
             break;
         }
-        f(at, &entry);
+        if entry.header.run >= 2 {
+            for member in entry.run_members() {
+                f(at, &member);
+            }
+        } else {
+            f(at, &entry);
+        }
         at += entry.header.entry_bytes();
     }
     at
 }
 
 /// Walks a batch of entries in write-buffer form (generation 0), returning each entry's
-/// header and its offset. A batch the engine built itself always decodes; a decode error
-/// here is a bug, reported as such.
+/// header and its offset. A batch the engine built itself always decodes and holds no run
+/// entries (those exist only in secondary logs); anything else is a bug, reported as such.
 pub fn walk_batch(
     batch: &[u8],
     zone_owner: u16,
@@ -118,6 +128,9 @@ pub fn walk_batch(
     while at < batch.len() {
         let rest = batch.get(at..).unwrap_or(&[]);
         let h = header::decode_header(rest, zone_owner, payload_max)?;
+        if h.run != 0 {
+            return Err(DecodeError::BadRun { count: h.run });
+        }
         out.push((at, h));
         at += h.entry_bytes();
     }
@@ -144,6 +157,28 @@ pub struct SecondaryLog {
     stamps: Vec<u32>,
     /// Bytes handed to the storage (whole pages, rewritten partial pages included).
     device_bytes_written: u64,
+    /// Chunks of at most this many payload bytes, written together with consecutive CIDs
+    /// and one version, are stored as one run entry (0: never).
+    run_chunk_bytes_max: u32,
+}
+
+/// Payload bytes of one run entry at most: large enough that its 15-odd header bytes
+/// vanish, small enough that a run cut at a segment's end wastes little.
+const RUN_PAYLOAD_BYTES_MAX: usize = 64 << 10;
+
+/// A part of a batch as it is written: entry `first` alone (`count` 1, copied as it is),
+/// or entries `first..first + count` as one run entry of `bytes`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Piece {
+    first: usize,
+    count: usize,
+    bytes: usize,
+}
+
+impl Piece {
+    fn is_run(&self) -> bool {
+        self.count >= 2
+    }
 }
 
 impl SecondaryLog {
@@ -175,7 +210,15 @@ impl SecondaryLog {
             tail: active.map(|a| a.1).unwrap_or_default(),
             next_generation,
             device_bytes_written: 0,
+            run_chunk_bytes_max: 0,
         }
+    }
+
+    /// Stores chunks of at most `chunk_bytes_max` payload bytes that are written together
+    /// with consecutive CIDs and one version as run entries (0: never; the default).
+    pub fn with_runs(mut self, chunk_bytes_max: u32) -> SecondaryLog {
+        self.run_chunk_bytes_max = chunk_bytes_max;
+        self
     }
 
     /// The file (for reads by recovery and reorganization; they wait for writes in flight
@@ -258,18 +301,145 @@ impl SecondaryLog {
         Some((index, tail))
     }
 
-    /// Writes `entries` (whole entries in write-buffer form, at `headers` whose offsets
-    /// count from `base`) at the end of segment `index`, followed by the end marker.
-    /// `tail` holds the segment's bytes from its last page boundary to its end and is
-    /// updated.
+    /// Cuts `headers` (entries of a batch in write-buffer form, in order) into pieces:
+    /// runs of at least two chunks that may share a run entry, and single entries.
+    fn plan(&self, headers: &[(usize, EntryHeader)]) -> Vec<Piece> {
+        let mut pieces = Vec::with_capacity(if self.run_chunk_bytes_max == 0 {
+            headers.len()
+        } else {
+            16
+        });
+        let runnable = |h: &EntryHeader| {
+            h.chain.is_none() && h.run == 0 && h.payload_bytes <= self.run_chunk_bytes_max
+        };
+        let mut i = 0;
+        while i < headers.len() {
+            let h = headers[i].1;
+            let mut j = i + 1;
+            if runnable(&h) {
+                let per = (h.payload_bytes as usize).max(1);
+                let most = RUN_PAYLOAD_BYTES_MAX
+                    .min(self.payload_max as usize)
+                    .checked_div(per)
+                    .unwrap_or(0)
+                    .min(header::RUN_CHUNKS_MAX);
+                while j < headers.len() && j - i < most {
+                    let (prev, next) = (headers[j - 1].1, headers[j].1);
+                    if !runnable(&next)
+                        || next.payload_bytes != h.payload_bytes
+                        || next.epoch != h.epoch
+                        || next.version != h.version
+                        || prev.cid.checked_add(1) != Some(next.cid)
+                        || next.cid & ((1 << 48) - 1) == 0
+                    {
+                        break;
+                    }
+                    j += 1;
+                }
+            }
+            let count = j - i;
+            let bytes = if count >= 2 {
+                header::run_entry_bytes(&self.run_args(&h), count, h.payload_bytes as usize)
+            } else {
+                h.entry_bytes()
+            };
+            pieces.push(Piece {
+                first: i,
+                count,
+                bytes,
+            });
+            i = j;
+        }
+        pieces
+    }
+
+    fn run_args(&self, first: &EntryHeader) -> header::EncodeArgs {
+        header::EncodeArgs {
+            cid: first.cid,
+            zone_owner: self.zone_owner,
+            epoch: first.epoch,
+            version: first.version,
+            chain: None,
+        }
+    }
+
+    /// The pieces from `pieces[p]` on that fit in `room` bytes, as their end index; a run
+    /// that does not fit whole is cut in `pieces` so that its first part fits (when at
+    /// least one chunk does).
+    fn fitting(
+        &self,
+        headers: &[(usize, EntryHeader)],
+        pieces: &mut Vec<Piece>,
+        p: usize,
+        room: usize,
+    ) -> usize {
+        let mut used = 0;
+        let mut q = p;
+        while q < pieces.len() {
+            let piece = pieces[q];
+            if used + piece.bytes <= room {
+                used += piece.bytes;
+                q += 1;
+                continue;
+            }
+            if piece.is_run() {
+                let h = headers[piece.first].1;
+                let per = h.payload_bytes as usize;
+                let left = room - used;
+                let head = piece.bytes - piece.count * per;
+                let fit = if left >= head && per > 0 {
+                    ((left - head) / per).min(piece.count - 1)
+                } else {
+                    0
+                };
+                let first = Piece {
+                    first: piece.first,
+                    count: fit,
+                    bytes: head + fit * per,
+                };
+                let single = h.entry_bytes();
+                let (cut, bytes) = if fit >= 2 {
+                    (fit, first.bytes)
+                } else if single <= left {
+                    (1, single)
+                } else {
+                    break;
+                };
+                let rest_h = headers[piece.first + cut].1;
+                let rest_count = piece.count - cut;
+                let rest = Piece {
+                    first: piece.first + cut,
+                    count: rest_count,
+                    bytes: if rest_count >= 2 {
+                        header::run_entry_bytes(&self.run_args(&rest_h), rest_count, per)
+                    } else {
+                        rest_h.entry_bytes()
+                    },
+                };
+                pieces[q] = Piece {
+                    first: piece.first,
+                    count: cut,
+                    bytes,
+                };
+                pieces.insert(q + 1, rest);
+                q += 1;
+            }
+            break;
+        }
+        q
+    }
+
+    /// Writes the pieces `pieces` of `batch` (whole entries in write-buffer form, at
+    /// `headers`) at the end of segment `index`, followed by the end marker. `tail` holds
+    /// the segment's bytes from its last page boundary to its end and is updated.
     #[allow(clippy::too_many_arguments)]
     fn write_into(
         &mut self,
         index: usize,
         tail: &mut Vec<u8>,
-        entries: &[u8],
+        batch: &[u8],
         headers: &[(usize, EntryHeader)],
-        base: usize,
+        pieces: &[Piece],
         placed: &mut Vec<Placement>,
         pipe: Option<&WritePipe>,
     ) -> LogResult<()> {
@@ -281,22 +451,69 @@ impl SecondaryLog {
                 "internal: segment tail out of step".into(),
             ));
         }
-        let end = start + entries.len();
+        let bytes: usize = pieces.iter().map(|p| p.bytes).sum();
+        let end = start + bytes;
         // Whole pages from the page holding `start` to the one holding the end marker.
         let len = round_up_to_page(end + 1 - page_start).min(self.segment_bytes - page_start);
         let offset = (index * self.segment_bytes + page_start) as u64;
+        let zone_owner = self.zone_owner;
         // The page image: the tail of the last write, the entries with their checksums
-        // rebased on the segment's generation, then zeros (the end marker and padding).
-        // The tail for the next write is taken from it before it is handed to the disk.
+        // rebased on the segment's generation (runs built and checksummed here), then
+        // zeros (the end marker and padding). The tail for the next write is taken from it
+        // before it is handed to the disk.
         let mut fill = |buf: &mut [u8]| {
             buf[..tail.len()].copy_from_slice(tail);
-            let into = start - page_start;
-            buf[into..into + entries.len()].copy_from_slice(entries);
-            buf[into + entries.len()..len].fill(0);
-            for (offset, h) in headers {
-                let at = into + offset - base;
-                header::rebase_crc(&mut buf[at..], h, 0, info.generation);
+            let mut at = start - page_start;
+            let mut p = 0;
+            while p < pieces.len() {
+                if pieces[p].is_run() {
+                    let piece = pieces[p];
+                    let first = headers[piece.first].1;
+                    let per = first.payload_bytes as usize;
+                    let members = &headers[piece.first..piece.first + piece.count];
+                    let args = header::EncodeArgs {
+                        cid: first.cid,
+                        zone_owner,
+                        epoch: first.epoch,
+                        version: first.version,
+                        chain: None,
+                    };
+                    header::write_run(
+                        &mut buf[at..at + piece.bytes],
+                        &args,
+                        piece.count,
+                        per,
+                        info.generation,
+                        |area| {
+                            for ((offset, h), to) in
+                                members.iter().zip(area.chunks_exact_mut(per.max(1)))
+                            {
+                                let from = offset + h.header_bytes;
+                                to.copy_from_slice(&batch[from..from + per]);
+                            }
+                        },
+                    );
+                    at += piece.bytes;
+                    p += 1;
+                    continue;
+                }
+                // Single entries next to each other in the batch: one copy.
+                let mut q = p;
+                while q < pieces.len() && !pieces[q].is_run() {
+                    q += 1;
+                }
+                let from = headers[pieces[p].first].0;
+                let last = headers[pieces[q - 1].first];
+                let to = last.0 + last.1.entry_bytes();
+                buf[at..at + (to - from)].copy_from_slice(&batch[from..to]);
+                for piece in &pieces[p..q] {
+                    let (offset, h) = &headers[piece.first];
+                    header::rebase_crc(&mut buf[at + offset - from..], h, 0, info.generation);
+                }
+                at += to - from;
+                p = q;
             }
+            buf[at..len].fill(0);
             let tail_from = end / PAGE_BYTES * PAGE_BYTES - page_start;
             tail.clear();
             tail.extend_from_slice(&buf[tail_from..end - page_start]);
@@ -316,27 +533,35 @@ impl SecondaryLog {
         }
         self.segments[index].used = end as u32;
         self.device_bytes_written += len as u64;
-        placed.extend(headers.iter().map(|&(_, h)| {
-            (
-                h,
-                EntryLoc {
-                    segment: index as u32,
-                    generation: info.generation,
-                    bytes: h.entry_bytes() as u32,
-                },
-            )
-        }));
-        Ok(())
-    }
-
-    /// Entries `i..j` of `headers` that fit in `room` bytes, as the end index `j`.
-    fn fitting(headers: &[(usize, EntryHeader)], i: usize, room: usize) -> usize {
-        let first = headers[i].0;
-        let mut j = i;
-        while j < headers.len() && headers[j].0 + headers[j].1.entry_bytes() - first <= room {
-            j += 1;
+        // A run's chunks each count their payload; the first also the run's header.
+        for piece in pieces {
+            let members = &headers[piece.first..piece.first + piece.count];
+            let head = if piece.is_run() {
+                piece.bytes
+                    - members
+                        .iter()
+                        .map(|(_, h)| h.payload_bytes as usize)
+                        .sum::<usize>()
+            } else {
+                0
+            };
+            placed.extend(members.iter().enumerate().map(|(k, &(_, h))| {
+                let bytes = if piece.is_run() {
+                    h.payload_bytes as usize + if k == 0 { head } else { 0 }
+                } else {
+                    h.entry_bytes()
+                };
+                (
+                    h,
+                    EntryLoc {
+                        segment: index as u32,
+                        generation: info.generation,
+                        bytes: bytes as u32,
+                    },
+                )
+            }));
         }
-        j
+        Ok(())
     }
 
     /// Appends a batch of whole entries (write-buffer form). Entries go to the active
@@ -383,8 +608,9 @@ impl SecondaryLog {
         if end - first.0 >= self.segment_bytes * 3 / 4 {
             self.active = None;
         }
-        let mut i = 0;
-        while i < headers.len() {
+        let mut pieces = self.plan(headers);
+        let mut p = 0;
+        while p < pieces.len() {
             let index = match self.active {
                 Some(a) => a,
                 None => match self.take_free(use_reserve) {
@@ -395,15 +621,15 @@ impl SecondaryLog {
                     }
                     None => {
                         return Err(PlaceError::NoSpace {
-                            placed: headers[i].0,
+                            placed: headers[pieces[p].first].0,
                         })
                     }
                 },
             };
             // Keep one byte of room for the end marker.
             let room = self.segment_bytes - self.segments[index].used as usize - 1;
-            let j = Self::fitting(headers, i, room);
-            if j == i {
+            let q = self.fitting(headers, &mut pieces, p, room);
+            if q == p {
                 if self.segments[index].used as usize == SEGMENT_HEADER_BYTES {
                     return Err(PlaceError::Io(crate::error::LogError::Failed(
                         "internal: entry larger than a segment".into(),
@@ -412,21 +638,19 @@ impl SecondaryLog {
                 self.active = None;
                 continue;
             }
-            let first = headers[i].0;
-            let end = headers[j - 1].0 + headers[j - 1].1.entry_bytes();
             let mut tail = std::mem::take(&mut self.tail);
             let result = self.write_into(
                 index,
                 &mut tail,
-                &batch[first..end],
-                &headers[i..j],
-                first,
+                batch,
+                headers,
+                &pieces[p..q],
                 placed,
                 pipe,
             );
             self.tail = tail;
             result.map_err(PlaceError::Io)?;
-            i = j;
+            p = q;
         }
         Ok(())
     }
@@ -444,31 +668,30 @@ impl SecondaryLog {
         let headers = walk_batch(batch, self.zone_owner, self.payload_max)
             .map_err(|e| crate::error::LogError::Failed(format!("internal: {e}")))?;
         let mut written = Vec::new();
-        let mut i = 0;
-        while i < headers.len() {
+        let mut pieces = self.plan(&headers);
+        let mut p = 0;
+        while p < pieces.len() {
             let Some((index, mut tail)) = self.take_free(true) else {
                 return Ok(None);
             };
             let room = self.segment_bytes - SEGMENT_HEADER_BYTES - 1;
-            let j = Self::fitting(&headers, i, room);
-            if j == i {
+            let q = self.fitting(&headers, &mut pieces, p, room);
+            if q == p {
                 return Err(crate::error::LogError::Failed(
                     "internal: entry larger than a segment".into(),
                 ));
             }
-            let first = headers[i].0;
-            let end = headers[j - 1].0 + headers[j - 1].1.entry_bytes();
             self.write_into(
                 index,
                 &mut tail,
-                &batch[first..end],
-                &headers[i..j],
-                first,
+                batch,
+                &headers,
+                &pieces[p..q],
                 placed,
                 None,
             )?;
             written.push(index);
-            i = j;
+            p = q;
         }
         Ok(Some(written))
     }
@@ -522,6 +745,7 @@ mod tests {
     use super::*;
     use crate::header::{encode, EncodeArgs};
     use crate::storage::{MemStorage, Storage};
+    use proptest::prelude::{prop_oneof, Just, Strategy};
 
     const SEGMENT: usize = 16384;
 
@@ -629,5 +853,175 @@ mod tests {
             |_, _| {},
         );
         assert_eq!(end, SEGMENT_HEADER_BYTES);
+    }
+
+    /// Every chunk of `log`, in log order: (CID, epoch, version, chain, payload); checks
+    /// that every used segment scans to its fill level and returns the bytes the chunks
+    /// take by [`header::Entry::stored_bytes`] per segment.
+    #[allow(clippy::type_complexity)]
+    fn chunks_on_disk(
+        log: &SecondaryLog,
+    ) -> (
+        Vec<(u64, u16, u32, Option<header::ChainLink>, Vec<u8>)>,
+        Vec<usize>,
+    ) {
+        let mut out = Vec::new();
+        let mut stored = vec![0; log.segments().len()];
+        let mut buf = AlignedBuf::zeroed(SEGMENT);
+        // Segments in the order they were started (generations increase).
+        let mut order: Vec<(usize, SegmentInfo)> = log
+            .segments()
+            .into_iter()
+            .enumerate()
+            .filter(|(_, s)| s.used > 0)
+            .collect();
+        order.sort_by_key(|(_, s)| s.generation);
+        for (i, s) in order {
+            SecondaryLog::read_segment(log.file().as_ref(), SEGMENT, i, SEGMENT, &mut buf).unwrap();
+            let end = scan_segment(&buf, SEGMENT, 1, u32::MAX, s.generation, true, |_, e| {
+                let h = e.header;
+                stored[i] += e.stored_bytes();
+                out.push((h.cid, h.epoch, h.version, h.chain, e.payload.to_vec()));
+            });
+            assert_eq!(end, s.used as usize, "segment {i} ends where RAM says");
+        }
+        (out, stored)
+    }
+
+    fn with_runs(segments: usize) -> SecondaryLog {
+        log(segments).with_runs(256)
+    }
+
+    /// One chunk to write: step from the previous CID (0 = a foreign creator's CID),
+    /// payload length, epoch, version, and whether it is a link of a chain.
+    type Item = (u8, usize, u16, u32, bool);
+
+    fn items() -> impl Strategy<Value = Vec<Item>> {
+        proptest::collection::vec(
+            (
+                prop_oneof![8 => Just(1u8), 1 => Just(0u8), 1 => 2u8..4],
+                prop_oneof![4 => Just(64usize), 1 => Just(0usize), 1 => 1usize..300, 1 => 256usize..3000],
+                prop_oneof![4 => Just(3u16), 1 => 0u16..5],
+                prop_oneof![4 => Just(1u32), 1 => 0u32..70_000],
+                prop_oneof![9 => Just(false), 1 => Just(true)],
+            ),
+            1..400,
+        )
+    }
+
+    /// Encodes `items` as write-buffer batches of at most `per_batch` entries; returns
+    /// the batches and what each chunk is.
+    #[allow(clippy::type_complexity)]
+    fn batches(
+        items: &[Item],
+        per_batch: usize,
+        first_lid: u64,
+    ) -> (
+        Vec<Vec<u8>>,
+        Vec<(u64, u16, u32, Option<header::ChainLink>, Vec<u8>)>,
+    ) {
+        let mut batches = Vec::new();
+        let mut expected = Vec::new();
+        let mut lid = first_lid;
+        for (n, part) in items.chunks(per_batch.max(1)).enumerate() {
+            let mut out = Vec::new();
+            for (k, &(step, len, epoch, version, link)) in part.iter().enumerate() {
+                let cid = if step == 0 {
+                    (2 << 48) | (n * 1000 + k) as u64
+                } else {
+                    lid = (lid + u64::from(step)) & ((1 << 48) - 1);
+                    (1 << 48) | lid
+                };
+                let chain = link.then_some(header::ChainLink { index: 0, count: 2 });
+                let payload: Vec<u8> = (0..len)
+                    .map(|b| (b as u8) ^ (k as u8).wrapping_mul(7))
+                    .collect();
+                let args = EncodeArgs {
+                    cid,
+                    zone_owner: 1,
+                    epoch,
+                    version,
+                    chain,
+                };
+                encode(&args, &payload, &mut out);
+                expected.push((cid, epoch, version, chain, payload));
+            }
+            batches.push(out);
+        }
+        (batches, expected)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(96))]
+
+        /// With run entries on, a log holds exactly the chunks written, in order, each
+        /// with its CID, epoch, version, chain position and payload; runs are cut where a
+        /// segment ends; placements count every chunk once and add up to each segment's
+        /// entry bytes; and the log is never larger than without runs.
+        #[test]
+        fn runs_store_exactly_the_chunks_written(
+            items in items(),
+            per_batch in 1usize..200,
+            first_lid in prop_oneof![Just(0u64), Just((1u64 << 48) - 40), 0u64..1 << 40],
+        ) {
+            let (batches, expected) = batches(&items, per_batch, first_lid);
+            let mut plain = log(96);
+            let mut runs = with_runs(96);
+            let mut placed = Vec::new();
+            for b in &batches {
+                plain.append(b, false, &mut Vec::new()).unwrap();
+                runs.append(b, false, &mut placed).unwrap();
+            }
+            let (got, stored) = chunks_on_disk(&runs);
+            proptest::prop_assert_eq!(&got, &expected);
+            proptest::prop_assert_eq!(chunks_on_disk(&plain).0, expected.clone());
+            proptest::prop_assert_eq!(placed.len(), expected.len());
+            for ((h, _), e) in placed.iter().zip(&expected) {
+                proptest::prop_assert_eq!((h.cid, h.epoch, h.version), (e.0, e.1, e.2));
+            }
+            for (i, s) in runs.segments().iter().enumerate() {
+                let from_placed: u64 = placed
+                    .iter()
+                    .filter(|(_, loc)| loc.segment as usize == i && loc.generation == s.generation)
+                    .map(|(_, loc)| u64::from(loc.bytes))
+                    .sum();
+                let entries = (s.used as usize).saturating_sub(SEGMENT_HEADER_BYTES);
+                proptest::prop_assert_eq!(from_placed, entries as u64, "segment {}", i);
+                proptest::prop_assert_eq!(stored[i], entries, "segment {}", i);
+            }
+            proptest::prop_assert!(runs.used_bytes() <= plain.used_bytes());
+        }
+
+        /// Runs cut by a full log: the part placed before `NoSpace` plus the rest written
+        /// by the reorganizer's path hold every chunk once.
+        #[test]
+        fn runs_survive_a_full_log(count in 100usize..400, len in prop_oneof![Just(64usize), 1usize..200]) {
+            let items: Vec<Item> = (0..count).map(|_| (1, len, 3, 1, false)).collect();
+            let (b, expected) = batches(&items, count, 10);
+            let b = &b[0];
+            let segments = ((count * (len + 16)) / SEGMENT).max(1) + 1;
+            let mut l = with_runs(segments);
+            match l.append(b, false, &mut Vec::new()) {
+                Ok(()) => {}
+                Err(PlaceError::NoSpace { placed }) => {
+                    l.write_closed(&b[placed..], &mut Vec::new()).unwrap().unwrap();
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+            proptest::prop_assert_eq!(chunks_on_disk(&l).0, expected);
+        }
+    }
+
+    #[test]
+    fn consecutive_small_chunks_share_one_header() {
+        let mut plain = log(8);
+        let mut runs = with_runs(8);
+        let b = batch(0, 100, 64);
+        plain.append(&b, false, &mut Vec::new()).unwrap();
+        runs.append(&b, false, &mut Vec::new()).unwrap();
+        // 100 entries of 64 + 8 or 9 header bytes, against one run header.
+        assert!(plain.used_bytes() > 100 * 72, "{}", plain.used_bytes());
+        assert!(runs.used_bytes() < 100 * 64 + 64, "{}", runs.used_bytes());
+        assert_eq!(entries_on_disk(&runs), 100);
     }
 }

@@ -17,7 +17,20 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 /// One operation of a deterministic workload: `(zone index, cid, Some(payload) | None)`.
+///
+/// Every third block of 16 ops is a bulk write: 16 consecutive CIDs of one length in one
+/// zone (from a range only such blocks use, so their versions move together), which the
+/// secondary logs store as run entries.
 fn workload_op(op: u64, zones: usize) -> (usize, u64, Option<Vec<u8>>) {
+    let block = op / 16;
+    if block.is_multiple_of(3) {
+        let mut rng = SmallRng::seed_from_u64(block ^ 0xB01C);
+        let z = rng.gen_range(0..zones);
+        let base = 1000 + rng.gen_range(0..8u64) * 16;
+        let len = rng.gen_range(24..200);
+        let cid = (1u64 << 48) | (z as u64) << 20 | (base + op % 16);
+        return (z, cid, Some(payload(cid, op, len)));
+    }
     let mut rng = SmallRng::seed_from_u64(op);
     let z = rng.gen_range(0..zones);
     let cid = (1u64 << 48) | (z as u64) << 20 | rng.gen_range(0..120u64);
