@@ -67,6 +67,11 @@ pub struct LogArgs {
     /// thread writes itself).
     #[arg(long, default_value_t = LogConfig::default().write_threads)]
     pub write_threads: usize,
+    /// Chunks up to this size appended together with consecutive IDs share one entry
+    /// header in the secondary log (`LogConfig::run_chunk_bytes_max`; 0: one header per
+    /// chunk).
+    #[arg(long, default_value_t = LogConfig::default().run_chunk_bytes_max)]
+    pub run_chunk_bytes: u32,
     /// Runs per entry size and batch size, each right after its own fio run; with more
     /// than one, a summary line gives the median ratio to fio (the disk of a shared VM
     /// drifts by a third from minute to minute, so one pair is a coin toss).
@@ -155,11 +160,12 @@ fn fio_write_mb_per_sec(dir: &std::path::Path, mb: u64) -> Option<f64> {
     Some(kib_per_sec / 1024.0)
 }
 
-fn config_for(zone_mb: u64, write_threads: usize) -> LogConfig {
+fn config_for(zone_mb: u64, write_threads: usize, run_chunk_bytes: u32) -> LogConfig {
     LogConfig {
         secondary_log_bytes: (2 * zone_mb.max(64)) << 20,
         recovery_threads: 4,
         write_threads,
+        run_chunk_bytes_max: run_chunk_bytes,
         ..LogConfig::default()
     }
 }
@@ -207,9 +213,11 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
                 let fio = fio_write_mb_per_sec(&args.dir, args.baseline_mb).or(fio);
                 let zones: Vec<ZoneId> = (0..4).map(|z| ZoneId { owner: 1, zone: z }).collect();
                 let per_zone_mb = args.append_mb / zones.len() as u64 + 1;
-                let engine =
-                    LogEngine::open(config_for(per_zone_mb, args.write_threads), storage.clone())
-                        .map_err(|e| e.to_string())?;
+                let engine = LogEngine::open(
+                    config_for(per_zone_mb, args.write_threads, args.run_chunk_bytes),
+                    storage.clone(),
+                )
+                .map_err(|e| e.to_string())?;
                 for &z in &zones {
                     engine.create_zone(z).map_err(|e| e.to_string())?;
                 }
@@ -325,7 +333,7 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
         clear_dir(&args.dir);
         let storage: Arc<dyn Storage> =
             Arc::new(DiskStorage::new(&args.dir, mode).map_err(|e| format!("{e}"))?);
-        let config = config_for(args.zone_mb, args.write_threads);
+        let config = config_for(args.zone_mb, args.write_threads, args.run_chunk_bytes);
         let zone = ZoneId { owner: 1, zone: 0 };
         let chunks = (args.zone_mb << 20) / 64;
         {

@@ -68,6 +68,11 @@ pub struct RecoveryLocalArgs {
     /// start) or `both` (each run once of each, alternating).
     #[arg(long, value_enum, default_value_t = Pages::Both)]
     pub pages: Pages,
+    /// Chunks up to this size written together with consecutive IDs share one entry
+    /// header (`LogConfig::run_chunk_bytes_max`; 0: one header per chunk, as before run
+    /// entries).
+    #[arg(long, default_value_t = LogConfig::default().run_chunk_bytes_max)]
+    pub run_chunk_bytes: u32,
     /// Print one JSON object per result line.
     #[arg(long)]
     pub json: bool,
@@ -145,6 +150,7 @@ fn engine_config(args: &RecoveryLocalArgs) -> LogConfig {
         secondary_log_bytes: (2 * args.zone_mb.max(64)) << 20,
         recovery_threads: args.threads.clamp(1, 64),
         recovery_verify_crc: !args.no_crc,
+        run_chunk_bytes_max: args.run_chunk_bytes,
         ..LogConfig::default()
     }
 }
