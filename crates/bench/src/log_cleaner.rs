@@ -357,6 +357,11 @@ fn sizing(options: &LogCleanerOptions, master: NodeId) -> Result<Sizing, LogClea
         primary_log_bytes: options.primary_log_bytes,
         secondary_buffer_bytes: (128 << 10).min(options.segment_bytes / 2),
         zones_max: options.zones + 1,
+        // Every object with its own header, as in RAMCloud and DXRAM: the load's 80% is
+        // computed from object plus header bytes, and the in-order load would otherwise
+        // be stored as run entries (denser than that), while the zipfian updates that are
+        // measured are single objects anyway.
+        run_chunk_bytes_max: 0,
         ..LogConfig::default()
     };
     // Small segments allow only small chunks (255 links of half a segment); objects here

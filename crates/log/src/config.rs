@@ -32,9 +32,10 @@ pub struct LogConfig {
     /// Write buffer size, in two halves: appends fill one half while the flusher drains the
     /// other; the flusher takes a half once the buffer is about half full (the half
     /// 15/16 full), or after `flush_interval`, or when someone waits for durability. The
-    /// flusher sorts a taken half into sorting buffers for the writer thread (two sets,
-    /// together at most twice this size). Default 32 MiB; at least 2 segments (a half must
-    /// hold the largest entry), at most 16 GiB.
+    /// flusher sorts a taken half by zone and hands it to the writer thread, which copies
+    /// its entries to the disk and gives it back; two more halves are kept so producers
+    /// need not wait for the writer (so the engine holds twice this size). Default 32 MiB;
+    /// at least 2 segments (a half must hold the largest entry), at most 16 GiB.
     pub write_buffer_bytes: u64,
     /// Flush the write buffer at least this often. Default 100 ms.
     pub flush_interval: Duration,

@@ -7,15 +7,19 @@
 //! batches); report durability by sequence number.
 //!
 //! Pipeline (DXRAM's BufferProcessingThread and writer thread): producers fill one half of
-//! the write buffer; the **flusher** takes the other half, sorts its records by zone into
-//! one of two sets of sorting buffers (decoding each entry's header on the way) and gives
-//! the half back at once; the **writer** writes a sorted set (secondary logs, primary log,
-//! version logs). A flush without primary-log blocks goes to the **syncer**, which syncs
+//! the write buffer; the **flusher** swaps in a free half, sorts the full one's records by
+//! zone into one of two sets of per-zone lists (each entry's place in the half and its
+//! decoded header; removes) and hands the lists *with the half* to the **writer**, which
+//! copies each entry once, from the half into the page images of the secondary logs (or
+//! into the primary log and the zone's secondary-log buffer), writes the version logs,
+//! and gives the half back to the producers. Four halves exist: the one producers fill,
+//! one being sorted, one queued, one being written; with none free, producers keep
+//! filling theirs and then wait (back pressure). A flush without primary-log blocks goes to the **syncer**, which syncs
 //! its files and moves `durable_seq` while the writer writes the next flush; a flush with
 //! primary-log blocks waits for the syncer, syncs and moves `durable_seq` in the writer.
-//! The files of one flush are synced together ([`sync_all`]). One sorted set may wait
-//! while the writer writes the other (double buffering), so sorting and copying the next
-//! flush overlaps the disk writes of the current one. Each entry the writer places is
+//! The files of one flush are synced together ([`sync_all`]). One sorted flush may wait
+//! while the writer writes the other (double buffering), so sorting the next flush
+//! overlaps the disk writes of the current one. Each entry the writer places is
 //! reported to its zone's version manager, which keeps the per-segment live-byte
 //! estimates the reorganizer picks segments by.
 //!
@@ -34,10 +38,10 @@
 //!   zone log lock.
 //! - Every wait of a caller is bounded by `wait_timeout` and ends early on an engine
 //!   failure; the flusher waits for the writer only until its current flush is written.
-//! - RAM: the write buffer plus at most four write buffers of sorting buffers (two sets,
-//!   each dropped when its capacity, entries and their decoded headers, grew beyond twice
-//!   the write buffer's size: kept from flush to flush, they cost no allocation and no
-//!   page faults), and per writing thread a list of placed entries (at most 64 Ki kept).
+//! - RAM: twice the write buffer (four halves, kept from flush to flush: no allocation and
+//!   no page faults per flush), two sets of per-zone lists (each dropped when it grew
+//!   beyond twice the write buffer's size), and per writing thread a list of placed
+//!   entries (at most 64 Ki kept).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,29 +63,44 @@ use crate::version::{
 };
 use crate::ZoneId;
 
-/// The flusher's sorting buffers of one zone: what one flush holds for it.
+/// What one flush holds for one zone, as the flusher sorted it: where its entries are in
+/// the write-buffer half (which travels with the flush to the writer, so entries are
+/// copied once, into the page images), and its removes.
 #[derive(Debug, Default)]
 struct Group {
-    /// Entries back to back (write-buffer form, generation 0).
-    entries: Vec<u8>,
-    /// Each entry's offset in `entries` and header, decoded by the flusher while it copies
-    /// the entry (the bytes are in its cache then), so the writer places the batch
-    /// without walking it again.
+    /// Each entry's offset in the half (past its record header) and its header, decoded
+    /// by the flusher, so the writer places the entries without walking them again.
     headers: Vec<(usize, EntryHeader)>,
+    /// Bytes of the entries (headers and payloads).
+    entry_bytes: usize,
     /// Removes.
     removes: Vec<VersionRecord>,
 }
 
 impl Group {
     fn capacity_bytes(&self) -> usize {
-        self.entries.capacity()
-            + self.headers.capacity() * std::mem::size_of::<(usize, EntryHeader)>()
+        self.headers.capacity() * std::mem::size_of::<(usize, EntryHeader)>()
             + self.removes.capacity() * std::mem::size_of::<VersionRecord>()
+    }
+
+    /// The entries back to back (for the primary log and the secondary-log buffer).
+    fn gather(&self, half: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.entry_bytes);
+        for (offset, h) in &self.headers {
+            if let Some(entry) = half.get(*offset..offset + h.entry_bytes()) {
+                out.extend_from_slice(entry);
+            }
+        }
+        out
     }
 }
 
-/// The flusher's per-zone sorting buffers.
+/// The flusher's per-zone lists of one flush.
 type Groups = BTreeMap<ZoneId, Group>;
+
+/// Write-buffer halves in all: the one producers fill, one the flusher sorts, one queued
+/// for the writer and one it writes.
+const WRITE_BUFFER_HALVES: usize = 4;
 
 /// The engine's zones.
 pub(crate) type ZoneMap = HashMap<ZoneId, Arc<Zone>, std::hash::BuildHasherDefault<CidHasher>>;
@@ -141,7 +160,9 @@ pub(crate) struct Zone {
 #[derive(Debug)]
 struct WriteBuffer {
     active: Vec<u8>,
-    spare: Option<Vec<u8>>,
+    /// Halves free for producers (the flusher swaps one in for `active`; the writer gives
+    /// each back once its flush is written).
+    spares: Vec<Vec<u8>>,
     /// The engine's zones again (the same `Arc`s as `Inner::zones`, changed together under
     /// both locks): the append path finds its zone here under the lock it takes anyway,
     /// without the map's read lock and a reference-count round trip per append.
@@ -165,15 +186,17 @@ struct WriteBuffer {
 #[derive(Debug)]
 struct SortedFlush {
     groups: Groups,
+    /// The write-buffer half the groups point into.
+    half: Vec<u8>,
     last_seq: Seq,
 }
 
 /// Flusher → writer handoff: one sorted flush queued while the writer writes the one
-/// before (double buffering), and the sets of sorting buffers not in use.
+/// before (double buffering), and the sets of per-zone lists not in use.
 #[derive(Debug)]
 struct Handoff {
     queued: Option<SortedFlush>,
-    /// Sorting buffer sets free for the flusher (two exist in all).
+    /// Sets of per-zone lists free for the flusher (two exist in all).
     free: Vec<Groups>,
     /// Set by the flusher when it stops; the writer ends once the queue is empty.
     closed: bool,
@@ -226,7 +249,7 @@ pub(crate) struct Inner {
     durability: Mutex<Durability>,
     durable_cv: Condvar,
     handoff: Mutex<Handoff>,
-    /// The flusher waits here for a free set of sorting buffers or queue room; the writer
+    /// The flusher waits here for a free set of per-zone lists or queue room; the writer
     /// for work.
     handoff_cv: Condvar,
     /// Writer → syncer.
@@ -374,7 +397,9 @@ impl LogEngine {
             storage,
             wb: Mutex::new(WriteBuffer {
                 active: Vec::with_capacity(half),
-                spare: Some(Vec::with_capacity(half)),
+                spares: (1..WRITE_BUFFER_HALVES)
+                    .map(|_| Vec::with_capacity(half))
+                    .collect(),
                 zones: zones.clone(),
                 appended_entries: 0,
                 appended_payload_bytes: 0,
@@ -1130,27 +1155,32 @@ impl Inner {
         let half = (self.config.write_buffer_bytes / 2) as usize;
         let mut last = Instant::now();
         loop {
-            // A free set of sorting buffers first: while the writer holds both, the write
-            // buffer's halves stay with the producers (back pressure).
+            // A free set of per-zone lists first: while the writer holds both, the filled
+            // half stays with the producers (back pressure).
             let Some(mut groups) = self.take_free_groups() else {
                 return;
             };
             let (batch, last_seq) = {
                 let mut wb = self.wb.lock();
-                loop {
+                let spare = loop {
                     let due = self.shutdown.load(Ordering::Relaxed)
                         || wb.wake_now
                         || wb.flush_wanted > wb.taken_seq
                         || wb.active.len() >= flush_threshold(half)
                         || last.elapsed() >= interval;
+                    // A free half to swap in: while every other half is in the flusher's
+                    // and writer's hands, producers keep filling this one (back pressure).
                     if due {
-                        break;
+                        if let Some(spare) = wb.spares.pop() {
+                            break spare;
+                        }
+                        self.wb_cv.wait(&mut wb);
+                        continue;
                     }
                     let wake = last + interval;
                     self.wb_cv.wait_until(&mut wb, wake);
-                }
+                };
                 wb.wake_now = false;
-                let spare = wb.spare.take().unwrap_or_default();
                 let batch = std::mem::replace(&mut wb.active, spare);
                 let last_seq = wb.next_seq - 1;
                 wb.taken_seq = last_seq;
@@ -1169,24 +1199,23 @@ impl Inner {
                     }
                 }
             };
-            // The half goes back to the producers before the disk sees it.
-            let mut batch = batch;
-            batch.clear();
-            {
-                let mut wb = self.wb.lock();
-                wb.spare = Some(batch);
-                self.wb_cv.notify_all();
-            }
-            {
+            // The half goes to the writer with the flush (its entries are copied only into
+            // the page images); one that was not sorted goes back at once.
+            if sorted {
                 let mut h = self.handoff.lock();
-                if sorted {
-                    while h.queued.is_some() {
-                        self.handoff_cv.wait(&mut h);
-                    }
-                    h.queued = Some(SortedFlush { groups, last_seq });
-                } else {
-                    h.free.push(groups);
+                while h.queued.is_some() {
+                    self.handoff_cv.wait(&mut h);
                 }
+                h.queued = Some(SortedFlush {
+                    groups,
+                    half: batch,
+                    last_seq,
+                });
+                self.handoff_cv.notify_all();
+            } else {
+                self.give_back_half(batch);
+                let mut h = self.handoff.lock();
+                h.free.push(groups);
                 self.handoff_cv.notify_all();
             }
             if self.shutdown.load(Ordering::Relaxed) && self.wb.lock().active.is_empty() {
@@ -1198,7 +1227,15 @@ impl Inner {
         }
     }
 
-    /// A set of sorting buffers not in use by the writer; `None` once the handoff is
+    /// Returns a write-buffer half to the producers' pool (emptied, capacity kept).
+    fn give_back_half(&self, mut half: Vec<u8>) {
+        half.clear();
+        let mut wb = self.wb.lock();
+        wb.spares.push(half);
+        self.wb_cv.notify_all();
+    }
+
+    /// A set of per-zone lists not in use by the writer; `None` once the handoff is
     /// closed.
     fn take_free_groups(&self) -> Option<Groups> {
         let mut h = self.handoff.lock();
@@ -1230,7 +1267,12 @@ impl Inner {
                     self.handoff_cv.wait(&mut h);
                 }
             };
-            let Some(SortedFlush { groups, last_seq }) = job else {
+            let Some(SortedFlush {
+                groups,
+                half,
+                last_seq,
+            }) = job
+            else {
                 // Whatever is in flight becomes durable (or fails) before the syncer ends.
                 let mut q = self.sync_q.lock();
                 q.closed = true;
@@ -1238,7 +1280,7 @@ impl Inner {
                 return;
             };
             if !self.failed.load(Ordering::Relaxed) {
-                match self.write_sorted(&groups, last_seq) {
+                match self.write_sorted(&groups, &half, last_seq) {
                     Ok(None) => {
                         let mut d = self.durability.lock();
                         d.durable_seq = d.durable_seq.max(last_seq);
@@ -1254,10 +1296,10 @@ impl Inner {
                 h.free.push(groups);
                 self.handoff_cv.notify_all();
             }
-            // Producers waiting for a sealed epoch to reach the disk retry now (under the
-            // buffer lock, so the wake-up is not lost between their check and their wait).
-            let _wb = self.wb.lock();
-            self.wb_cv.notify_all();
+            // The half goes back to the producers; those waiting for a sealed epoch to
+            // reach the disk retry now too (notified under the buffer lock, so the wake-up
+            // is not lost between their check and their wait).
+            self.give_back_half(half);
         }
     }
 
@@ -1339,8 +1381,8 @@ impl Inner {
             groups.clear();
         }
         for group in groups.values_mut() {
-            group.entries.clear();
             group.headers.clear();
+            group.entry_bytes = 0;
             group.removes.clear();
         }
         let payload_max = self.config.entry_payload_bytes_max();
@@ -1364,8 +1406,8 @@ impl Inner {
                     if h.entry_bytes() != len {
                         return Err(bad());
                     }
-                    group.headers.push((group.entries.len(), h));
-                    group.entries.extend_from_slice(entry);
+                    group.headers.push((at + RECORD_HEADER_BYTES, h));
+                    group.entry_bytes += len;
                     at += RECORD_HEADER_BYTES + len;
                 }
                 RECORD_REMOVE => {
@@ -1397,6 +1439,7 @@ impl Inner {
     fn write_sorted(
         &self,
         groups: &Groups,
+        half: &[u8],
         last_seq: Seq,
     ) -> LogResult<Option<Vec<Arc<dyn LogFile>>>> {
         let payload_max = self.config.entry_payload_bytes_max();
@@ -1406,15 +1449,15 @@ impl Inner {
         // Version logs holding removes of this flush, synced with the secondary logs.
         let mut to_sync: Vec<Arc<dyn LogFile>> = Vec::new();
         for (zone_id, group) in groups.iter() {
-            let (entries, removes) = (&group.entries, &group.removes);
+            let removes = &group.removes;
             let Ok(zone) = self.zone(*zone_id) else {
                 // Removed while its appends were buffered: nothing to keep.
                 continue;
             };
-            if entries.is_empty() && removes.is_empty() {
+            if group.headers.is_empty() && removes.is_empty() {
                 continue;
             }
-            if !two_level || entries.len() as u64 >= self.config.secondary_buffer_bytes {
+            if !two_level || group.entry_bytes as u64 >= self.config.secondary_buffer_bytes {
                 let pending = {
                     let mut log = zone.log.lock();
                     std::mem::take(&mut log.sec_buffer)
@@ -1422,9 +1465,10 @@ impl Inner {
                 if !pending.is_empty() {
                     self.write_secondary(&zone, &pending)?;
                 }
-                self.write_secondary_walked(&zone, entries, &group.headers)?;
+                self.write_secondary_walked(&zone, half, &group.headers)?;
                 touched.insert(*zone_id);
-            } else if !entries.is_empty() {
+            } else if !group.headers.is_empty() {
+                let entries = group.gather(half);
                 let full = {
                     let mut log = zone.log.lock();
                     if log.sec_buffer.len() + entries.len()
@@ -1442,14 +1486,14 @@ impl Inner {
                 let flags = {
                     let mut log = zone.log.lock();
                     let empty = log.sec_buffer.is_empty();
-                    log.sec_buffer.extend_from_slice(entries);
+                    log.sec_buffer.extend_from_slice(&entries);
                     if empty {
                         crate::primary::BLOCK_FLAG_BUFFER_START
                     } else {
                         0
                     }
                 };
-                primary_blocks.push((*zone_id, flags, entries.clone()));
+                primary_blocks.push((*zone_id, flags, entries));
             }
             if !removes.is_empty() {
                 to_sync.push(zone.log.lock().vlog.append_unsynced(removes)?);
@@ -2149,13 +2193,23 @@ mod tests {
             inner.sort_batch(&batch, &mut groups).unwrap();
             assert_eq!(groups.len(), 2);
             for (zone, group) in &groups {
+                let gathered = group.gather(&batch);
+                assert_eq!(gathered.len(), group.entry_bytes);
                 let walked = seclog::walk_batch(
-                    &group.entries,
+                    &gathered,
                     zone.owner,
                     inner.config.entry_payload_bytes_max(),
                 )
                 .unwrap();
-                assert_eq!(group.headers, walked);
+                let headers: Vec<EntryHeader> = group.headers.iter().map(|(_, h)| *h).collect();
+                let walked: Vec<EntryHeader> = walked.iter().map(|(_, h)| *h).collect();
+                assert_eq!(headers, walked);
+                // Each offset points at its entry in the half.
+                for (offset, h) in &group.headers {
+                    let at =
+                        header::decode_header(&batch[*offset..], zone.owner, u32::MAX).unwrap();
+                    assert_eq!(at, *h);
+                }
                 assert_eq!(group.removes.len(), 30);
             }
         }

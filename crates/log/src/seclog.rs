@@ -498,8 +498,12 @@ impl SecondaryLog {
                     continue;
                 }
                 // Single entries next to each other in the batch: one copy.
-                let mut q = p;
+                let mut q = p + 1;
                 while q < pieces.len() && !pieces[q].is_run() {
+                    let (prev_at, prev) = headers[pieces[q - 1].first];
+                    if headers[pieces[q].first].0 != prev_at + prev.entry_bytes() {
+                        break;
+                    }
                     q += 1;
                 }
                 let from = headers[pieces[p].first].0;
@@ -584,7 +588,8 @@ impl SecondaryLog {
     }
 
     /// [`SecondaryLog::append`] of the entries `headers` of `batch` (offsets into `batch`,
-    /// in order, as [`walk_batch`] gives them; a suffix of them continues a batch after
+    /// in order; back to back as [`walk_batch`] gives them, or apart, as the entries of
+    /// one zone lie in a write-buffer half; a suffix of them continues a batch after
     /// [`PlaceError::NoSpace`], whose `placed` is then an offset into `batch` too). With a
     /// `pipe`, the writes are handed to its I/O threads and may still be in flight when
     /// this returns (the log's file waits for them before a read or sync).
@@ -596,16 +601,24 @@ impl SecondaryLog {
         placed: &mut Vec<Placement>,
         pipe: Option<&WritePipe>,
     ) -> Result<(), PlaceError> {
-        let (Some(first), Some(last)) = (headers.first(), headers.last()) else {
-            return Ok(());
-        };
-        let end = last.0 + last.1.entry_bytes();
-        if end > batch.len() || first.0 > end {
-            return Err(PlaceError::Io(crate::error::LogError::Failed(
-                "internal: entry offsets outside their batch".into(),
-            )));
+        // Entries in order, apart or next to each other, none outside the batch (the
+        // copies below index by these offsets).
+        let mut bytes = 0usize;
+        let mut next_free = 0usize;
+        for (offset, h) in headers {
+            let end = offset + h.entry_bytes();
+            if *offset < next_free || end > batch.len() {
+                return Err(PlaceError::Io(crate::error::LogError::Failed(
+                    "internal: entry offsets outside their batch or out of order".into(),
+                )));
+            }
+            next_free = end;
+            bytes += h.entry_bytes();
         }
-        if end - first.0 >= self.segment_bytes * 3 / 4 {
+        if headers.is_empty() {
+            return Ok(());
+        }
+        if bytes >= self.segment_bytes * 3 / 4 {
             self.active = None;
         }
         let mut pieces = self.plan(headers);
@@ -967,14 +980,27 @@ mod tests {
             let (batches, expected) = batches(&items, per_batch, first_lid);
             let mut plain = log(96);
             let mut runs = with_runs(96);
+            // The same entries apart, with other bytes between them (as one zone's entries
+            // lie in a write-buffer half).
+            let mut apart = with_runs(96);
             let mut placed = Vec::new();
-            for b in &batches {
+            for (n, b) in batches.iter().enumerate() {
                 plain.append(b, false, &mut Vec::new()).unwrap();
                 runs.append(b, false, &mut placed).unwrap();
+                let mut spread = Vec::new();
+                let mut headers = Vec::new();
+                for (k, (offset, h)) in walk_batch(b, 1, u32::MAX).unwrap().into_iter().enumerate() {
+                    spread.extend(std::iter::repeat_n(0xA5u8, (n + k) % 3 * 7));
+                    headers.push((spread.len(), h));
+                    spread.extend_from_slice(&b[offset..offset + h.entry_bytes()]);
+                }
+                apart.append_walked(&spread, &headers, false, &mut Vec::new(), None).unwrap();
             }
             let (got, stored) = chunks_on_disk(&runs);
             proptest::prop_assert_eq!(&got, &expected);
             proptest::prop_assert_eq!(chunks_on_disk(&plain).0, expected.clone());
+            proptest::prop_assert_eq!(chunks_on_disk(&apart).0, expected.clone());
+            proptest::prop_assert_eq!(apart.used_bytes(), runs.used_bytes());
             proptest::prop_assert_eq!(placed.len(), expected.len());
             for ((h, _), e) in placed.iter().zip(&expected) {
                 proptest::prop_assert_eq!((h.cid, h.epoch, h.version), (e.0, e.1, e.2));
