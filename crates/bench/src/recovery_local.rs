@@ -161,13 +161,14 @@ fn payload(index: u64, bytes: usize) -> Vec<u8> {
     data
 }
 
-/// Writes the zone: `chunks` chunks of creator [`OWNER`], LIDs 1..=chunks.
+/// Writes the zone: `chunks` chunks of creator [`OWNER`], LIDs 1..=chunks. Returns the
+/// time it took and the bytes its secondary log holds (what a recovery reads of it).
 fn write_zone(
     config: &LogConfig,
     storage: &Arc<dyn Storage>,
     chunks: u64,
     bytes: usize,
-) -> Result<Duration, String> {
+) -> Result<(Duration, u64), String> {
     let zone = log_zone(OWNER, 0).map_err(|e| e.to_string())?;
     let started = Instant::now();
     let engine = LogEngine::open(config.clone(), Arc::clone(storage)).map_err(|e| e.to_string())?;
@@ -187,8 +188,16 @@ fn write_zone(
             .map_err(|e| format!("writing the zone: {e}"))?;
         index = end;
     }
+    engine.flush().map_err(|e| e.to_string())?;
+    let used = engine
+        .stats()
+        .zones
+        .iter()
+        .filter(|z| z.zone == zone)
+        .map(|z| z.used_bytes)
+        .sum();
     engine.shutdown().map_err(|e| e.to_string())?;
-    Ok(started.elapsed())
+    Ok((started.elapsed(), used))
 }
 
 /// What one recovery run measured.
@@ -321,18 +330,22 @@ fn run_in(args: &RecoveryLocalArgs, mode: IoMode) -> Result<(), String> {
 
     let config = engine_config(args);
     let chunks = (args.zone_mb << 20) / args.chunk_bytes as u64;
-    let written = write_zone(&config, &storage, chunks, args.chunk_bytes)?;
+    let (written, used) = write_zone(&config, &storage, chunks, args.chunk_bytes)?;
     let log_bytes = dir_bytes(&args.dir);
     emit(
         args.json,
         json!({"phase": "write_zone", "chunks": chunks, "zone_bytes": args.zone_mb << 20,
-               "log_file_bytes": log_bytes, "ms": written.as_secs_f64() * 1e3}),
+               "log_file_bytes": log_bytes, "secondary_log_used_bytes": used,
+               "ms": written.as_secs_f64() * 1e3}),
         format!(
-            "zone written: {chunks} chunks of {} B ({} MiB payload) in {:.1} s; log files {:.0} MiB",
+            "zone written: {chunks} chunks of {} B ({} MiB payload) in {:.1} s; log files {:.0} \
+             MiB, of which the secondary log uses {:.1} MB ({:.3} bytes per payload byte)",
             args.chunk_bytes,
             args.zone_mb,
             written.as_secs_f64(),
-            log_bytes as f64 / (1 << 20) as f64
+            log_bytes as f64 / (1 << 20) as f64,
+            used as f64 / 1e6,
+            used as f64 / (chunks * args.chunk_bytes as u64).max(1) as f64
         ),
     );
 

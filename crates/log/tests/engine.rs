@@ -163,6 +163,27 @@ fn concurrent_writes_and_reorganization(config: &LogConfig, expect_prompt_passes
                 let mut op = 0u64;
                 while written < 4 * capacity && !stop.load(Ordering::Relaxed) {
                     op += 1;
+                    if rng.gen_bool(0.03) {
+                        // A bulk write of 16 consecutive chunks of one length (stored as
+                        // run entries, which later writes partly outdate and the
+                        // reorganizer takes apart).
+                        let base = 1000 + rng.gen_range(0..16u64) * 16;
+                        let len = rng.gen_range(24..120);
+                        let items: Vec<(u64, Vec<u8>)> = (0..16)
+                            .map(|k| {
+                                let c = cid(4, base + k);
+                                (c, payload(c, op, len))
+                            })
+                            .collect();
+                        let refs: Vec<(u64, &[u8])> =
+                            items.iter().map(|(c, p)| (*c, p.as_slice())).collect();
+                        engine.append_batch(z, &refs).unwrap();
+                        for (c, p) in items {
+                            written += p.len();
+                            model.insert(c, p);
+                        }
+                        continue;
+                    }
                     let c = cid(4, rng.gen_range(0..200));
                     if rng.gen_bool(0.05) {
                         engine.remove(z, c).unwrap();
