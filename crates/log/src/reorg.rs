@@ -158,6 +158,11 @@ impl Inner {
         let Some(_pass) = zone.reorg_lock.try_lock() else {
             return Ok(()); // a recovery read holds the log
         };
+        // Segments found at reopen are counted before segments are picked by their
+        // figures; a pass that counted some ends there (the next one picks).
+        if matches!(mode, Mode::Prompt | Mode::Periodic) && self.census(zone)? {
+            return Ok(());
+        }
         let config = &self.config;
         let segment_bytes = config.segment_bytes as usize;
         let payload_max = config.entry_payload_bytes_max();
@@ -450,6 +455,89 @@ impl Inner {
             .map(|(cid, state)| VersionRecord { cid, state })
             .collect();
         log.vlog.compact(&compacted)
+    }
+}
+
+/// Segments a census pass reads at most: bounds how long it holds the zone's
+/// reorganization lock (a recovery read of the zone waits for that).
+const CENSUS_SEGMENTS_PER_PASS: usize = 8;
+
+impl Inner {
+    /// Counts the live bytes of up to [`CENSUS_SEGMENTS_PER_PASS`] closed segments of
+    /// `zone` whose figures are unknown or partial (found at reopen) against the durable
+    /// versions, so the cost-benefit choice sees them as they are instead of as full.
+    /// Returns whether there was anything to count.
+    pub(crate) fn census(&self, zone: &Zone) -> LogResult<bool> {
+        let (file, unknown) = {
+            let log = zone.log.lock();
+            let active = log.seclog.active();
+            let versions = zone.versions.lock();
+            let usage = versions.usage();
+            let unknown: Vec<(usize, seclog::SegmentInfo)> = log
+                .seclog
+                .segments()
+                .iter()
+                .enumerate()
+                .filter(|(i, s)| {
+                    s.used > 0 && Some(*i) != active && usage.needs_census(*i as u32, s.generation)
+                })
+                .take(CENSUS_SEGMENTS_PER_PASS)
+                .map(|(i, s)| (i, *s))
+                .collect();
+            (log.seclog.file(), unknown)
+        };
+        if unknown.is_empty() {
+            return Ok(false);
+        }
+        let Some((table, _)) = self.durable_snapshot(zone)? else {
+            return Ok(true); // an urgent request came in: it goes first
+        };
+        let segment_bytes = self.config.segment_bytes as usize;
+        let payload_max = self.config.entry_payload_bytes_max();
+        let mut buf = AlignedBuf::zeroed(segment_bytes);
+        let mut counted = Vec::with_capacity(unknown.len());
+        for (index, info) in unknown {
+            SecondaryLog::read_segment(
+                file.as_ref(),
+                segment_bytes,
+                index,
+                info.used as usize,
+                &mut buf,
+            )?;
+            let mut live = 0u64;
+            seclog::scan_segment(
+                &buf,
+                info.used as usize,
+                zone.id.owner,
+                payload_max,
+                info.generation,
+                true,
+                |_, e| {
+                    let h = e.header;
+                    let v = Version {
+                        epoch: h.epoch,
+                        version: h.version,
+                    };
+                    if table
+                        .get(&h.cid)
+                        .is_some_and(|s| !s.deleted && s.version == v)
+                    {
+                        live += e.stored_bytes() as u64;
+                    }
+                },
+            );
+            counted.push((index, info.generation, live));
+        }
+        self.counters
+            .reorg_census_segments
+            .fetch_add(counted.len() as u64, Ordering::Relaxed);
+        let mut versions = zone.versions.lock();
+        for (index, generation, live) in counted {
+            versions
+                .usage_mut()
+                .set_counted(index as u32, generation, live);
+        }
+        Ok(true)
     }
 }
 

@@ -197,11 +197,16 @@ impl Slot {
 /// whose previous version is from an older epoch, links of chained chunks, and every
 /// entry found when the log was reopened are never subtracted, so the figure is an upper
 /// bound of the live bytes (exact while at most one epoch ended since the segment was
-/// written); cleaning a segment makes its successor exact again.
+/// written); cleaning a segment makes its successor exact again. Segments found at reopen
+/// start unknown; the reorganizer counts them against the durable versions (a *census*,
+/// [`SegmentUsage::set_counted`]) before it picks segments of that log by these figures.
 #[derive(Debug, Default, Clone)]
 pub struct SegmentUsage {
     /// Per segment: (generation, live bytes); generation 0 = nothing known.
     segments: Vec<(u32, u64)>,
+    /// Uses (segment, generation) whose count lacks entries found at reopen: the segment
+    /// that was active then, whose new entries were counted but not its old ones.
+    partial: Vec<(u32, u32)>,
 }
 
 impl SegmentUsage {
@@ -233,6 +238,25 @@ impl SegmentUsage {
                 s.1 = s.1.saturating_sub(u64::from(loc.bytes));
             }
         }
+    }
+
+    /// Marks the use `generation` of `segment` as missing the entries found at reopen.
+    pub fn mark_partial(&mut self, segment: u32, generation: u32) {
+        if !self.partial.contains(&(segment, generation)) {
+            self.partial.push((segment, generation));
+        }
+    }
+
+    /// True if the figure of this use is not complete: nothing counted, or only what was
+    /// written after a reopen.
+    pub fn needs_census(&self, segment: u32, generation: u32) -> bool {
+        self.live(segment, generation).is_none() || self.partial.contains(&(segment, generation))
+    }
+
+    /// Sets the live bytes of a use, counted from the disk against the durable versions.
+    pub fn set_counted(&mut self, segment: u32, generation: u32, live: u64) {
+        *self.slot(segment) = (generation, live);
+        self.partial.retain(|&p| p != (segment, generation));
     }
 
     /// Estimated live bytes of `segment` in its use `generation`; `None` if nothing was
@@ -537,6 +561,11 @@ impl VersionManager {
     /// The estimated live bytes per segment.
     pub fn usage(&self) -> &SegmentUsage {
         &self.usage
+    }
+
+    /// The estimates, to record a census or mark a reopened segment.
+    pub fn usage_mut(&mut self) -> &mut SegmentUsage {
+        &mut self.usage
     }
 
     /// Gives `cid`, whose current state the caller saw as `expected` in a snapshot taken
