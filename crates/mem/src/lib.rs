@@ -1352,6 +1352,59 @@ impl MemoryManager {
         });
     }
 
+    /// Calls `visit(cid, bytes)` for every live chunk with an ID in `first..=last` (which
+    /// may span creators), in CID order, each under its read lock, until `visit` returns
+    /// false. Walks only the tables that cover the range, so walking a large table slice
+    /// by slice costs each slice its own size, not the table's.
+    pub fn for_each_chunk_in_range(
+        &self,
+        first: ChunkId,
+        last: ChunkId,
+        mut visit: impl FnMut(ChunkId, &[u8]) -> bool,
+    ) {
+        if first.raw() > last.raw() {
+            return;
+        }
+        for creator in first.creator().0..=last.creator().0 {
+            let low = if creator == first.creator().0 {
+                first.local_id()
+            } else {
+                0
+            };
+            let high = if creator == last.creator().0 {
+                last.local_id()
+            } else {
+                LOCAL_ID_MAX
+            };
+            let mut go_on = true;
+            self.table
+                .for_each_leaf_in(NodeId(creator), low, high, |leaf_first, leaf| {
+                    let base = leaf_first.local_id();
+                    let from = (low.max(base) - base) as usize;
+                    let to = (high.min(base + SLOTS_PER_TABLE as u64 - 1) - base) as usize;
+                    for index in from..=to {
+                        if entry::state(leaf.entries[index].load(Ordering::Acquire)) != State::Live
+                        {
+                            continue;
+                        }
+                        let cid = ChunkId::from_raw(leaf_first.raw() + index as u64);
+                        // A chunk removed since the entry was read is skipped.
+                        if !self
+                            .read_with(cid, |bytes| visit(cid, bytes))
+                            .unwrap_or(true)
+                        {
+                            go_on = false;
+                            return false;
+                        }
+                    }
+                    true
+                });
+            if !go_on {
+                return;
+            }
+        }
+    }
+
     /// Returns memory held in reserve for quick reuse (one empty slab per size class and
     /// shard) to the page level, so free space coalesces fully; useful after bulk removes.
     pub fn trim(&self) {

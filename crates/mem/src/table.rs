@@ -158,6 +158,59 @@ impl Table {
         }
     }
 
+    /// Calls `visit(first_cid, leaf)` for every level-0 table of `creator` that holds an
+    /// entry of a local ID in `low..=high`, in CID order, walking only the tables on the
+    /// way to the range; stops when `visit` returns false.
+    pub(crate) fn for_each_leaf_in(
+        &self,
+        creator: NodeId,
+        low: u64,
+        high: u64,
+        mut visit: impl FnMut(ChunkId, &Leaf) -> bool,
+    ) {
+        if low > high {
+            return;
+        }
+        let Some(level3) = load(&self.root[creator.0 as usize]) else {
+            return;
+        };
+        // The slot range of `level` under a parent that starts at `base` (its first
+        // local ID): the whole table, clipped at the ends of `low..=high`.
+        let span = |level: u32, base: u64| {
+            let first = if low > base { index(low, level) } else { 0 };
+            let width = 1u64 << (SLOT_BITS * (level + 1));
+            let last = if high < base.saturating_add(width - 1) {
+                index(high, level)
+            } else {
+                SLOTS_PER_TABLE - 1
+            };
+            first..=last
+        };
+        for i3 in span(3, 0) {
+            let Some(level2) = load(&level3.slots[i3]) else {
+                continue;
+            };
+            let base3 = (i3 as u64) << 36;
+            for i2 in span(2, base3) {
+                let Some(level1) = load(&level2.slots[i2]) else {
+                    continue;
+                };
+                let base2 = base3 | ((i2 as u64) << 24);
+                for i1 in span(1, base2) {
+                    let Some(leaf) = load(&level1.slots[i1]) else {
+                        continue;
+                    };
+                    let lid = base2 | ((i1 as u64) << 12);
+                    if let Some(first) = ChunkId::new(creator, lid) {
+                        if !visit(first, leaf) {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Creators that have at least one table here.
     pub(crate) fn creators(&self) -> Vec<NodeId> {
         (0..ROOT_SLOTS)

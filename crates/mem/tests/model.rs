@@ -409,3 +409,71 @@ proptest! {
         batched.check_consistency().unwrap();
     }
 }
+
+/// A local ID drawn near the interesting edges: leaf (4,096), level-1 (2^24) and level-2
+/// (2^36) table boundaries, the last local ID, or anywhere.
+fn edge_lid() -> impl Strategy<Value = u64> {
+    let max = myriad_mem::LOCAL_ID_MAX;
+    prop_oneof![
+        4 => 0u64..10_000,
+        1 => (1u64 << 24) - 50..(1u64 << 24) + 50,
+        1 => (1u64 << 36) - 50..(1u64 << 36) + 50,
+        1 => max - 50..=max,
+        1 => 0u64..=max,
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// `for_each_chunk_in_range` visits exactly the live chunks whose IDs lie in the range,
+    /// in CID order, across creators, sparse tables and table boundaries, with removed
+    /// chunks left out, and stops as soon as the visitor asks.
+    #[test]
+    fn chunks_in_a_range_are_exactly_the_live_ones_in_order(
+        chunks in prop::collection::vec((1u16..4, edge_lid()), 0..60),
+        removed in prop::collection::vec(any::<prop::sample::Index>(), 0..10),
+        bounds in ((0u16..5, edge_lid()), (0u16..5, edge_lid())),
+        stop_after in prop_oneof![Just(usize::MAX), 0usize..10],
+    ) {
+        let memory = MemoryManager::new(MemoryConfig {
+            node_id: OWN,
+            region_bytes: 8 << 20,
+            ..MemoryConfig::default()
+        })
+        .unwrap();
+        let mut live = std::collections::BTreeSet::new();
+        for &(creator, lid) in &chunks {
+            let cid = ChunkId::new(NodeId(creator), lid).unwrap();
+            if memory.create_with_id(cid, &cid.raw().to_le_bytes()).is_ok() {
+                live.insert(cid.raw());
+            }
+        }
+        let present: Vec<u64> = live.iter().copied().collect();
+        for index in &removed {
+            if present.is_empty() {
+                break;
+            }
+            let raw = present[index.index(present.len())];
+            if live.remove(&raw) {
+                memory.remove(ChunkId::from_raw(raw)).unwrap();
+            }
+        }
+        let ((c1, l1), (c2, l2)) = bounds;
+        let first = ChunkId::new(NodeId(c1), l1).unwrap();
+        let last = ChunkId::new(NodeId(c2), l2).unwrap();
+        let want: Vec<u64> = live
+            .iter()
+            .copied()
+            .filter(|&raw| first.raw() <= raw && raw <= last.raw())
+            .take(stop_after.saturating_add(1))
+            .collect();
+        let mut got = Vec::new();
+        memory.for_each_chunk_in_range(first, last, |cid, bytes| {
+            assert_eq!(bytes, cid.raw().to_le_bytes());
+            got.push(cid.raw());
+            got.len() <= stop_after
+        });
+        prop_assert_eq!(got, want);
+    }
+}

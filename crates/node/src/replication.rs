@@ -232,10 +232,6 @@ impl BackupCandidates for MembershipCandidates {
     }
 }
 
-/// CID spans up to this many IDs are walked ID by ID; longer ones through the memory
-/// manager's ranges of live chunks.
-const DIRECT_SPAN_MAX: u64 = 1 << 16;
-
 /// Reads chunks from the master's memory manager for re-replication.
 #[derive(Debug)]
 pub struct MemorySource {
@@ -247,14 +243,6 @@ impl MemorySource {
     pub fn new(mem: Arc<MemoryManager>) -> MemorySource {
         MemorySource { mem }
     }
-
-    /// Visits `cid` if it is stored; returns `false` when `visit` asked to stop.
-    fn visit_one(&self, cid: ChunkId, visit: &mut dyn FnMut(ChunkId, &[u8]) -> bool) -> bool {
-        // A chunk removed between the range listing and the read is simply skipped.
-        self.mem
-            .read_with(cid, |bytes| visit(cid, bytes))
-            .unwrap_or(true)
-    }
 }
 
 impl ChunkSource for MemorySource {
@@ -264,40 +252,11 @@ impl ChunkSource for MemorySource {
         last: ChunkId,
         visit: &mut dyn FnMut(ChunkId, &[u8]) -> bool,
     ) {
-        let (low, high) = (first.raw(), last.raw());
-        if low > high {
-            return;
-        }
-        if high - low < DIRECT_SPAN_MAX {
-            for raw in low..=high {
-                let cid = ChunkId::from_raw(raw);
-                if self.mem.exists(cid) && !self.visit_one(cid, visit) {
-                    return;
-                }
-            }
-            return;
-        }
-        let mut creators: Vec<NodeId> = self
-            .mem
-            .creators()
-            .into_iter()
-            .filter(|creator| (first.creator()..=last.creator()).contains(creator))
-            .collect();
-        creators.sort_unstable();
-        for creator in creators {
-            for (start, end) in self.mem.chunk_ranges(creator) {
-                let from = start.raw().max(low);
-                let to = end.raw().min(high);
-                for raw in from..=to.max(from) {
-                    if raw > to {
-                        break;
-                    }
-                    if !self.visit_one(ChunkId::from_raw(raw), visit) {
-                        return;
-                    }
-                }
-            }
-        }
+        // Only the tables covering the range are walked: a zone copied slice by slice
+        // costs each slice its own size (walking all of a creator's chunks per slice made
+        // re-replication quadratic in the zone's size).
+        self.mem
+            .for_each_chunk_in_range(first, last, |cid, bytes| visit(cid, bytes));
     }
 }
 
