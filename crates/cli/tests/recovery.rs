@@ -413,9 +413,11 @@ fn a_zone_without_live_backups_is_reported_lost() {
         .status()
         .expect("kill -STOP");
     assert!(stopped.success());
+    // Timed from before the first kill: the victim's verdict (and with it the backup wait)
+    // may start before the second kill returns.
+    let killed = Instant::now();
     cluster.kill(victim.0).expect("kill the victim");
     cluster.kill(backup.0).expect("kill its only backup");
-    let killed = Instant::now();
     let bound = Duration::from_secs(20);
     loop {
         let results = chunks.get_batch(&cids);

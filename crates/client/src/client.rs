@@ -17,7 +17,6 @@ use myriad_net::{Endpoint, Handlers};
 use myriad_proto::meta::{BarrierStatus, MetaReply, MetaRequest, StatusReply};
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::recovery::RecoveryStatusReply;
-use myriad_proto::{net_id, types};
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
 
@@ -310,28 +309,7 @@ impl Client {
     /// state, restorer, chunks and milliseconds since the failure. Asks the configured
     /// superpeers in turn until the leader answers (only the leader coordinates).
     pub async fn recovery_status(&self) -> Result<RecoveryStatusReply, ClientError> {
-        let membership = &self.inner.membership;
-        let mut last_error = String::from("no superpeer is configured");
-        for &(superpeer, _) in membership.superpeers() {
-            let reply = membership
-                .net()
-                .request(
-                    net_id(superpeer),
-                    types::RECOVERY_STATUS,
-                    Bytes::new(),
-                    STATUS_TIMEOUT,
-                )
-                .await;
-            match reply {
-                Ok(bytes) => match RecoveryStatusReply::decode(bytes) {
-                    Ok(status) if status.leader => return Ok(status),
-                    Ok(_) => last_error = format!("superpeer {superpeer} does not lead"),
-                    Err(error) => return Err(ClientError::Protocol(error.to_string())),
-                },
-                Err(error) => last_error = format!("superpeer {superpeer}: {error}"),
-            }
-        }
-        Err(ClientError::SuperpeersUnavailable(last_error))
+        self.inner.membership.recovery_status(STATUS_TIMEOUT).await
     }
 
     /// The superpeer group's state as the answering superpeer sees it.

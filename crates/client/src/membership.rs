@@ -411,6 +411,37 @@ impl Membership {
 
     // ----- requests ----------------------------------------------------------------------
 
+    /// The superpeer leader's recovery table: every zone recovery it coordinated, with its
+    /// state, restorer, chunks and milliseconds since the failure. Asks the configured
+    /// superpeers in turn (each for at most `timeout`) until the leader answers (only the
+    /// leader coordinates recoveries).
+    pub async fn recovery_status(
+        &self,
+        timeout: Duration,
+    ) -> Result<myriad_proto::recovery::RecoveryStatusReply, ClientError> {
+        let mut last_error = String::from("no superpeer is configured");
+        for &(superpeer, _) in &self.superpeers {
+            let reply = self
+                .net
+                .request(
+                    net_id(superpeer),
+                    types::RECOVERY_STATUS,
+                    bytes::Bytes::new(),
+                    timeout,
+                )
+                .await;
+            match reply {
+                Ok(bytes) => match myriad_proto::recovery::RecoveryStatusReply::decode(bytes) {
+                    Ok(status) if status.leader => return Ok(status),
+                    Ok(_) => last_error = format!("superpeer {superpeer} does not lead"),
+                    Err(error) => return Err(ClientError::Protocol(error.to_string())),
+                },
+                Err(error) => last_error = format!("superpeer {superpeer}: {error}"),
+            }
+        }
+        Err(ClientError::SuperpeersUnavailable(last_error))
+    }
+
     /// Sends `request` to the superpeer group: to the leader as far as known, following
     /// `NotLeader` answers and trying the other superpeers until
     /// [`JoinConfig::request_timeout`]. A write whose outcome is unknown is not retried

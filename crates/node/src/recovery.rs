@@ -54,7 +54,9 @@ use myriad_client::membership::Membership;
 use myriad_mem::{ChunkId, MemError, MemoryManager, NodeId};
 use myriad_meta::Command;
 use myriad_proto::meta::{MetaReply, MetaRequest};
-use myriad_proto::recovery::{push_run, ranges_of_runs, CidRange, RecoverReply, RecoverRequest};
+use myriad_proto::recovery::{
+    push_run, ranges_of_runs, CidRange, RecoverReply, RecoverRequest, RecoveryState,
+};
 use myriad_replica::BackupService;
 use parking_lot::Mutex;
 
@@ -66,6 +68,13 @@ const OWNER_COMMITS_IN_FLIGHT: usize = 64;
 const OWNER_COMMIT_ATTEMPTS: usize = 3;
 /// Pause between two rounds.
 const OWNER_COMMIT_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+/// How long a restorer holds back copying a recovered zone to its new backups while the
+/// superpeer leader still shows other zones of the same failed peer pending or running:
+/// the copy competes with those recoveries for the CPUs, disks and network, and
+/// availability comes first.
+const REREPLICATION_HOLD_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+/// Pause between two looks at the leader's recovery table while holding back.
+const REREPLICATION_HOLD_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 /// Rounds of the background retries once the first rounds failed (about 10 minutes).
 const OWNER_COMMIT_RETRIES_MAX: usize = 3_000;
 
@@ -275,15 +284,18 @@ pub fn restore_zone(
         backups = ?adoption.as_ref().map(|a| &a.backups),
         "zone restored and taken over"
     );
-    // Re-replication in the background, after availability: only the added backups need
-    // the zone; the surviving ones hold its log.
+    // Re-replication in the background, after availability (of every zone of the failed
+    // peer, as far as the leader's table shows within a bound): only the added backups
+    // need the zone; the surviving ones hold its log.
     if let Some(adoption) = adoption {
         service.rereplication_begins(chunks);
         let service = Arc::clone(service);
         let counter = Arc::clone(&service);
+        let watcher = Arc::clone(membership);
         let spawned = std::thread::Builder::new()
             .name(format!("rereplicate-{}-{}", request.owner.0, request.zone))
             .spawn(move || {
+                let held = hold_while_recovering(&watcher, request.owner);
                 let begun = Instant::now();
                 match service.copy_adopted(&adoption, chunks) {
                     Ok(copied) => tracing::info!(
@@ -291,6 +303,7 @@ pub fn restore_zone(
                         zone = request.zone,
                         copied,
                         added = ?adoption.added,
+                        held_ms = held.as_millis() as u64,
                         ms = begun.elapsed().as_millis() as u64,
                         "adopted zone copied to its new backups"
                     ),
@@ -313,6 +326,32 @@ pub fn restore_zone(
         ms,
         ranges,
     }
+}
+
+/// Waits until the superpeer leader's recovery table shows no zone of `owner` pending or
+/// running, at most [`REREPLICATION_HOLD_MAX`] (also when no leader answers); returns how
+/// long it waited.
+fn hold_while_recovering(membership: &Arc<Membership>, owner: NodeId) -> std::time::Duration {
+    let started = Instant::now();
+    while started.elapsed() < REREPLICATION_HOLD_MAX {
+        let reader = Arc::clone(membership);
+        let status = membership.net().runtime().block_on(async move {
+            reader
+                .recovery_status(std::time::Duration::from_millis(500))
+                .await
+        });
+        let recovering = status.is_ok_and(|status| {
+            status.zones.iter().any(|z| {
+                z.owner == owner
+                    && matches!(z.state, RecoveryState::Pending | RecoveryState::Running)
+            })
+        });
+        if !recovering {
+            break;
+        }
+        std::thread::sleep(REREPLICATION_HOLD_POLL);
+    }
+    started.elapsed()
 }
 
 /// Commits the ranges' ownership and then `ZoneOwned` for an adopted zone, in up to
