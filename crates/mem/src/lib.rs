@@ -1755,6 +1755,31 @@ mod tests {
         memory.check_consistency().unwrap();
     }
 
+    /// The range walk reads the tables it passes through the same loads as every lookup:
+    /// chunks in two leaves of one creator and one of another, a range across all three.
+    #[test]
+    fn miri_chunks_in_a_range_across_leaves_and_creators() {
+        let memory = small();
+        let cids = [
+            ChunkId::new(NodeId(3), 5).unwrap(),
+            ChunkId::new(NodeId(3), 4095).unwrap(),
+            ChunkId::new(NodeId(3), 4096).unwrap(),
+            ChunkId::new(NodeId(4), 1).unwrap(),
+        ];
+        for cid in cids {
+            memory
+                .create_with_id(cid, &[cid.local_id() as u8; 8])
+                .unwrap();
+        }
+        let mut seen = Vec::new();
+        memory.for_each_chunk_in_range(cids[1], cids[3], |cid, bytes| {
+            assert_eq!(bytes, [cid.local_id() as u8; 8]);
+            seen.push(cid);
+            true
+        });
+        assert_eq!(seen, cids[1..].to_vec());
+    }
+
     #[test]
     fn miri_batches() {
         let memory = small();
