@@ -98,6 +98,11 @@ impl Group {
 /// The flusher's per-zone lists of one flush.
 type Groups = BTreeMap<ZoneId, Group>;
 
+/// How far ahead of its walk the flusher reads a write-buffer half (see `sort_batch`).
+const TOUCH_AHEAD_BYTES: usize = 8 << 10;
+/// Cache line size assumed by that read-ahead.
+const CACHE_LINE_BYTES: usize = 64;
+
 /// Write-buffer halves in all: the one producers fill, one the flusher sorts, one queued
 /// for the writer and one it writes.
 const WRITE_BUFFER_HALVES: usize = 4;
@@ -1397,7 +1402,18 @@ impl Inner {
         }
         let payload_max = self.config.entry_payload_bytes_max();
         let mut at = 0;
+        // Lines of the half read ahead of the walk, one load per cache line. The records
+        // form a chain of dependent loads (each length gives the next offset), so without
+        // them every record header is a cache miss that waits for the one before (a
+        // profile at 512-byte entries put 77% of this thread's time on one header load);
+        // loads of the lines ahead do not depend on each other and are fetched together.
+        let mut touched = 0usize;
         while at < batch.len() {
+            let ahead = (at + TOUCH_AHEAD_BYTES).min(batch.len());
+            while touched < ahead {
+                std::hint::black_box(batch[touched]);
+                touched += CACHE_LINE_BYTES;
+            }
             let bad = || LogError::Failed("internal: write buffer record does not parse".into());
             let h = batch.get(at..at + RECORD_HEADER_BYTES).ok_or_else(bad)?;
             let zone = ZoneId {
