@@ -1861,15 +1861,7 @@ fn free_redundant_segments(
             true,
             |_, e| {
                 let h = e.header;
-                let current = table.get(&h.cid).is_some_and(|s| {
-                    !s.deleted
-                        && s.version
-                            == Version {
-                                epoch: h.epoch,
-                                version: h.version,
-                            }
-                });
-                if !current {
+                if !crate::version::is_current(table, &h) {
                     return;
                 }
                 let first_copy = match h.chain {
@@ -2122,15 +2114,7 @@ mod tests {
                 info.generation,
                 true,
                 |_, e| {
-                    let h = e.header;
-                    let v = Version {
-                        epoch: h.epoch,
-                        version: h.version,
-                    };
-                    if table
-                        .get(&h.cid)
-                        .is_some_and(|s| !s.deleted && s.version == v)
-                    {
+                    if crate::version::is_current(&table, &e.header) {
                         live += e.stored_bytes() as u64;
                     }
                 },

@@ -50,7 +50,9 @@ use crate::error::LogResult;
 use crate::header::{self, EncodeArgs};
 use crate::seclog::{self, SecondaryLog, SEGMENT_HEADER_BYTES};
 use crate::storage::AlignedBuf;
-use crate::version::{merge, table_from_records, CidMap, Version, VersionRecord, VersionState};
+use crate::version::{
+    is_current, merge, table_from_records, CidMap, Version, VersionRecord, VersionState,
+};
 use crate::ZoneId;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -513,15 +515,7 @@ impl Inner {
                 info.generation,
                 true,
                 |_, e| {
-                    let h = e.header;
-                    let v = Version {
-                        epoch: h.epoch,
-                        version: h.version,
-                    };
-                    if table
-                        .get(&h.cid)
-                        .is_some_and(|s| !s.deleted && s.version == v)
-                    {
+                    if is_current(&table, &e.header) {
                         live += e.stored_bytes() as u64;
                     }
                 },

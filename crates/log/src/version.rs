@@ -598,6 +598,21 @@ impl VersionManager {
     }
 }
 
+/// True if `table` names the entry with `header`'s CID, epoch and version as its chunk's
+/// current, not removed, version (the entry is live).
+pub(crate) fn is_current(
+    table: &CidMap<VersionState>,
+    header: &crate::header::EntryHeader,
+) -> bool {
+    let v = Version {
+        epoch: header.epoch,
+        version: header.version,
+    };
+    table
+        .get(&header.cid)
+        .is_some_and(|s| !s.deleted && s.version == v)
+}
+
 /// Inserts `state` for `cid` unless the table has a newer one.
 pub fn merge(table: &mut CidMap<VersionState>, cid: u64, state: VersionState) {
     table
