@@ -60,6 +60,9 @@ pub const CACHED_RANGES_MAX: usize = 4096;
 /// How often routing looks a chunk up again while it waits for a recovery to move it.
 pub const RECOVERY_POLL: Duration = Duration::from_millis(30);
 
+/// Least time left on a call's deadline for which a routed call starts another round.
+const ROUND_TIME_MIN: Duration = Duration::from_millis(5);
+
 /// Items of one creator needing a fresh lookup in one round from which routing asks for
 /// all of the creator's ranges at once ([`Directory::lookup_all`]).
 pub const LOOKUP_ALL_ITEMS_MIN: usize = 8;
@@ -417,9 +420,16 @@ impl<D: Directory> Chunks<D> {
         // The node that answered `NotOwner` for an item in the last round.
         let mut refused_by: Vec<Option<NodeId>> = vec![None; cids.len()];
         let mut last_owner = vec![NodeId(0); cids.len()];
+        // The node whose last answer for an item was `NotOwner` (kept across rounds).
+        let mut last_refusal: Vec<Option<NodeId>> = vec![None; cids.len()];
         let mut pending: Vec<usize> = (0..cids.len()).collect();
         let mut round = 0;
         while !pending.is_empty() {
+            // A later round needs time for a round trip; with less left, the items end
+            // with the answer they have (a refusal, or the owner they wait for).
+            if round > 0 && deadline.saturating_duration_since(Instant::now()) < ROUND_TIME_MIN {
+                break;
+            }
             if round >= self.options.attempts_max {
                 // Ownership kept moving: keep following it, paced, until the deadline.
                 if Instant::now() + RECOVERY_POLL >= deadline {
@@ -458,6 +468,7 @@ impl<D: Directory> Chunks<D> {
                                 Ok(value) => results[index] = Some(Ok(value)),
                                 Err(ItemError::NotOwner) => {
                                     refused_by[index] = Some(owner);
+                                    last_refusal[index] = Some(owner);
                                     to_refresh.push(index);
                                 }
                                 Err(error) => {
@@ -487,7 +498,13 @@ impl<D: Directory> Chunks<D> {
                         }
                     }
                     Err(CallError::Final(error)) => {
+                        let timed_out = matches!(error, ClientError::Timeout { .. });
                         for index in indices {
+                            // The deadline ran out while asking again a node that had
+                            // refused: its refusal is the last real answer.
+                            if timed_out && last_refusal[index] == Some(owner) {
+                                continue;
+                            }
                             results[index] = Some(Err(error.clone()));
                         }
                     }
@@ -585,12 +602,13 @@ impl<D: Directory> Chunks<D> {
             .into_iter()
             .enumerate()
             .map(|(index, result)| {
-                result.unwrap_or_else(|| {
-                    Err(item_failure(
+                result.unwrap_or_else(|| match waiting_on[index] {
+                    Some(dead) => Err(ClientError::NodeUnavailable(dead)),
+                    None => Err(item_failure(
                         ItemError::NotOwner,
                         cids[index],
                         last_owner[index],
-                    ))
+                    )),
                 })
             })
             .collect()

@@ -161,6 +161,38 @@ fn not_owner_forever_ends_at_the_timeout() {
     );
 }
 
+/// A slow peer that refuses: the round still under way when the deadline comes times
+/// out, and the call ends with the peer's last answer (the refusal), not a bare timeout.
+#[test]
+fn a_refusal_outlasts_a_retry_cut_by_the_deadline() {
+    let mut handlers = Handlers::new();
+    handlers
+        .register(myriad_proto::types::CHUNK, |incoming: Incoming| {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(400));
+                if let Ok(ChunkRequest::Get { cids }) =
+                    ChunkRequest::decode(incoming.payload.clone())
+                {
+                    let reply = ChunkReply::Data(vec![Err(ItemError::NotOwner); cids.len()]);
+                    let _ = incoming.respond(reply.encode());
+                }
+            });
+        })
+        .unwrap();
+    let peer = Endpoint::start(config(1), handlers).unwrap();
+    let (_endpoint, chunks) = client(&peer, Duration::from_secs(1));
+    let started = Instant::now();
+    let result = chunks.blocking().get_batch(&[cid(1), cid(2)]);
+    assert!(
+        result
+            .iter()
+            .all(|r| matches!(r, Err(ClientError::Server { .. }))),
+        "{result:?}"
+    );
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
+}
+
 #[test]
 fn blocking_calls_refuse_to_run_inside_a_runtime() {
     let peer = scripted_peer(|_| None);
