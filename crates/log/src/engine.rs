@@ -596,27 +596,7 @@ impl LogEngine {
             return inner.push_chain(&z, cid, payload, link_bytes, chain_bytes);
         }
         // Larger than half the write buffer: link by link (see docs/log-format.md).
-        let mut first: Option<AppendTicket> = None;
-        for (index, part) in payload.chunks(link_bytes).enumerate() {
-            let chain = Some(ChainLink {
-                index: index as u8,
-                count: count as u8,
-            });
-            let t = inner.push(
-                &z,
-                cid,
-                Record::Put {
-                    payload: part,
-                    chain,
-                },
-                first.map(|t| t.version),
-            )?;
-            first = Some(first.map_or(t, |f| AppendTicket {
-                seq: t.seq,
-                version: f.version,
-            }));
-        }
-        first.ok_or_else(|| LogError::Failed("internal: empty chain".into()))
+        inner.push_links(&z, cid, payload, link_bytes, 0..count, None)
     }
 
     /// Appends writes of several chunks of one zone (one log message of the owner) with
@@ -1035,6 +1015,48 @@ impl Inner {
                 return Err(LogError::Timeout("room in the write or version buffer"));
             }
         }
+    }
+
+    /// Puts links `links` of the chained chunk `payload` (split into links of `link_bytes`)
+    /// into the write buffer one by one, each under its own lock hold: the path of chains
+    /// above half the write buffer. `version` is the chain's version when the first link
+    /// is not among them (it was pushed before). Returns the last link's sequence number
+    /// and the chain's version.
+    pub(crate) fn push_links(
+        &self,
+        zone: &Zone,
+        cid: u64,
+        payload: &[u8],
+        link_bytes: usize,
+        links: std::ops::Range<usize>,
+        version: Option<Version>,
+    ) -> LogResult<AppendTicket> {
+        let count = payload.len().div_ceil(link_bytes);
+        let mut first: Option<AppendTicket> =
+            version.map(|version| AppendTicket { seq: 0, version });
+        for (index, part) in payload.chunks(link_bytes).enumerate() {
+            if !links.contains(&index) {
+                continue;
+            }
+            let chain = Some(ChainLink {
+                index: index as u8,
+                count: count as u8,
+            });
+            let t = self.push(
+                zone,
+                cid,
+                Record::Put {
+                    payload: part,
+                    chain,
+                },
+                first.map(|t| t.version),
+            )?;
+            first = Some(first.map_or(t, |f| AppendTicket {
+                seq: t.seq,
+                version: f.version,
+            }));
+        }
+        first.ok_or_else(|| LogError::Failed("internal: empty chain".into()))
     }
 
     /// Puts writes of whole (unchained) chunks of one zone into the write buffer, taking

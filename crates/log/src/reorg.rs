@@ -56,7 +56,7 @@ use crate::version::{
 use crate::ZoneId;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Urgent,
     Prompt,
     Periodic,
@@ -156,7 +156,7 @@ impl Inner {
         Ok(Some((table, epoch)))
     }
 
-    fn reorganize(&self, zone: &Zone, mode: Mode) -> LogResult<()> {
+    pub(crate) fn reorganize(&self, zone: &Zone, mode: Mode) -> LogResult<()> {
         let Some(_pass) = zone.reorg_lock.try_lock() else {
             return Ok(()); // a recovery read holds the log
         };
