@@ -359,7 +359,7 @@ impl LogEngine {
             }
         }
         for (zone, (mut log, mut table, chains)) in rebuilt {
-            chains.finish(&mut table);
+            let newest_link = chains.finish(&mut table);
             if log.seclog.free_segments() < 2 {
                 free_redundant_segments(&config, zone, &mut log.seclog, &table)?;
             }
@@ -367,13 +367,14 @@ impl LogEngine {
                 .iter()
                 .map(|(&cid, &state)| VersionRecord { cid, state })
                 .collect();
-            let newest = records.iter().map(|r| r.state.version).reduce(|a, b| {
-                if b.is_newer_than(a) {
-                    b
-                } else {
-                    a
-                }
-            });
+            // The new epoch starts past every version on disk, links of unfinished chains
+            // included: a later chain of the chunk with their version could otherwise be
+            // assembled from links of both.
+            let newest = records
+                .iter()
+                .map(|r| r.state.version)
+                .chain(newest_link)
+                .reduce(|a, b| if b.is_newer_than(a) { b } else { a });
             log.vlog.compact(&records)?;
             let epoch = newest.map_or(0, |v| v.epoch.wrapping_add(1));
             let mut versions = VersionManager::new(
@@ -883,12 +884,25 @@ impl Inner {
             if wb.active.len() + bytes <= half {
                 let assigned = match version {
                     Some(v) => {
-                        zone.versions.lock().note_seq(v.epoch, wb.next_seq);
+                        let mut vm = zone.versions.lock();
+                        vm.note_seq(v.epoch, wb.next_seq);
+                        if let Record::Put {
+                            chain: Some(link), ..
+                        } = record
+                        {
+                            if usize::from(link.index) + 1 == usize::from(link.count) {
+                                // The chain's version counts from its last link on.
+                                vm.close_chain(cid, v, wb.next_seq);
+                            }
+                        }
                         Ok(v)
                     }
                     None => {
                         let mut vm = zone.versions.lock();
                         match record {
+                            // The first link of a chain pushed link by link: its version
+                            // does not count before its last link (an open chain).
+                            Record::Put { chain: Some(_), .. } => vm.assign_chain(cid, wb.next_seq),
                             Record::Put { .. } => vm.assign_put(cid, wb.next_seq),
                             Record::Remove => vm.assign_remove(cid, wb.next_seq),
                         }
@@ -1042,7 +1056,7 @@ impl Inner {
                 index: index as u8,
                 count: count as u8,
             });
-            let t = self.push(
+            let pushed = self.push(
                 zone,
                 cid,
                 Record::Put {
@@ -1050,7 +1064,27 @@ impl Inner {
                     chain,
                 },
                 first.map(|t| t.version),
-            )?;
+            );
+            let t = match pushed {
+                Ok(t) => t,
+                Err(e) => {
+                    if first.is_some() {
+                        // Links are in but the last one cannot follow: the chain would
+                        // stay open for good, holding its epoch back from the version log
+                        // (and the zone's epochs with it). Only a timeout gets here with
+                        // the engine still running (a stalled flusher or disk): stop it,
+                        // as for a failed write; a reopen rebuilds the chunk's state from
+                        // the disk, where the chain is incomplete and the previous
+                        // version is kept (see docs/log-format.md).
+                        self.fail(format!(
+                            "a chained append of chunk {cid:#x} in zone {} stopped at link \
+                             {index} of {count}: {e}",
+                            zone.id
+                        ));
+                    }
+                    return Err(e);
+                }
+            };
             first = Some(first.map_or(t, |f| AppendTicket {
                 seq: t.seq,
                 version: f.version,
@@ -1144,8 +1178,12 @@ impl Inner {
     /// The next sequence number to be issued minus one, with a snapshot of `zone`'s
     /// version state in RAM taken atomically with it.
     pub(crate) fn snapshot_versions(&self, zone: &Zone) -> (Seq, u16, CidMap<VersionState>) {
+        // Read before the locks: a chain whose last link was durable by then shows its
+        // version in the snapshot whether or not it is still registered.
+        let durable = self.durable_now();
         let wb = self.wb.lock();
-        let vm = zone.versions.lock();
+        let mut vm = zone.versions.lock();
+        vm.prune_chains(durable);
         let mut table = CidMap::with_capacity_and_hasher(vm.buffered(), Default::default());
         vm.snapshot_into(&mut table);
         (wb.next_seq - 1, vm.epoch(), table)
@@ -1616,12 +1654,7 @@ impl Inner {
         let mut written: Vec<(Arc<Zone>, u16)> = Vec::new();
         let mut to_sync: Vec<Arc<dyn LogFile>> = Vec::new();
         for zone in zones {
-            let sealed = zone
-                .versions
-                .lock()
-                .sealed()
-                .filter(|s| s.last_seq <= last_seq)
-                .cloned();
+            let sealed = zone.versions.lock().sealed_ready(last_seq).cloned();
             if let Some(sealed) = sealed {
                 to_sync.push(zone.log.lock().vlog.append_unsynced(&sealed.records)?);
                 written.push((zone, sealed.epoch));
@@ -1940,9 +1973,14 @@ impl ChainTracker {
         }
     }
 
-    /// Adds the versions of complete chains to `table`.
-    pub fn finish(self, table: &mut CidMap<VersionState>) {
+    /// Adds the versions of complete chains to `table`. Returns the newest version of any
+    /// link seen, complete chain or not.
+    pub fn finish(self, table: &mut CidMap<VersionState>) -> Option<Version> {
+        let mut newest: Option<Version> = None;
         for ((cid, version), (count, seen)) in self.links {
+            if newest.is_none_or(|n| version.is_newer_than(n)) {
+                newest = Some(version);
+            }
             if seen.len() == usize::from(count) {
                 merge(
                     table,
@@ -1954,6 +1992,7 @@ impl ChainTracker {
                 );
             }
         }
+        newest
     }
 }
 

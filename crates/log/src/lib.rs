@@ -65,6 +65,9 @@ mod seclog;
 mod storage;
 mod version;
 
+#[cfg(test)]
+mod chain_tests;
+
 pub use config::{
     LogConfig, SEGMENTS_PER_LOG_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, ZONES_MAX,
 };
