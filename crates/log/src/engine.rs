@@ -24,6 +24,11 @@
 //! estimates the reorganizer picks segments by.
 //!
 //! Invariants:
+//! - A chunk above half the write buffer goes in link by link; its version counts from its
+//!   last link on (an open chain in the version manager until that link is durable), so
+//!   the chunk is complete in its previous version or its new one at every moment, on
+//!   disk and in every snapshot (see "Chained chunks" in docs/log-format.md). Once its
+//!   first link is in, a link that cannot follow stops the engine.
 //! - Sequence numbers are assigned in write-buffer order, under the same lock as versions:
 //!   `durable_seq = s` means every append with a sequence number `<= s` is on disk (synced),
 //!   including the version-log records of removes. The writer writes flushes in the order
@@ -596,7 +601,8 @@ impl LogEngine {
             // version reaches the version log before every link is durable.
             return inner.push_chain(&z, cid, payload, link_bytes, chain_bytes);
         }
-        // Larger than half the write buffer: link by link (see docs/log-format.md).
+        // Larger than half the write buffer: link by link, an open chain until its last
+        // link (see docs/log-format.md).
         inner.push_links(&z, cid, payload, link_bytes, 0..count, None)
     }
 

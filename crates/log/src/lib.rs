@@ -78,8 +78,8 @@ pub use storage::{
     round_up_to_page, AlignedBuf, DiskStorage, IoMode, LogFile, MemStorage, Storage, PAGE_BYTES,
 };
 pub use version::{
-    BlockDecoder, EntryLoc, SegmentUsage, Version, VersionLog, VersionManager, VersionRecord,
-    VersionState, EON_EPOCHS,
+    BlockDecoder, EntryLoc, OpenChain, SegmentUsage, Version, VersionLog, VersionManager,
+    VersionRecord, VersionState, EON_EPOCHS,
 };
 
 use std::fmt;

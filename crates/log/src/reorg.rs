@@ -34,6 +34,10 @@
 //! - An entry is dropped only if the version table says another version is current, and
 //!   the table names only versions whose entries are durable: the snapshot of the RAM
 //!   versions is taken with a sequence number and the pass waits until that is durable.
+//!   A chain appended link by link counts only from its last link on: until then the
+//!   snapshot names the chunk's previous version, and the links of every chain not
+//!   known durable are kept whatever the table says (`VersionManager::chain_links`,
+//!   taken with the candidates), so the chunk is always complete in one version.
 //! - A freed segment's entries are durable elsewhere first (output written and synced).
 //! - A pass holds the zone's reorganization lock: recovery of the zone waits for it and
 //!   then keeps cleaning away; writes to the zone go on (to the active segment, which a
