@@ -24,6 +24,11 @@
 //! estimates the reorganizer picks segments by.
 //!
 //! Invariants:
+//! - A chunk above half the write buffer goes in link by link; its version counts from its
+//!   last link on (an open chain in the version manager until that link is durable), so
+//!   the chunk is complete in its previous version or its new one at every moment, on
+//!   disk and in every snapshot (see "Chained chunks" in docs/log-format.md). Once its
+//!   first link is in, a link that cannot follow stops the engine.
 //! - Sequence numbers are assigned in write-buffer order, under the same lock as versions:
 //!   `durable_seq = s` means every append with a sequence number `<= s` is on disk (synced),
 //!   including the version-log records of removes. The writer writes flushes in the order
@@ -359,7 +364,7 @@ impl LogEngine {
             }
         }
         for (zone, (mut log, mut table, chains)) in rebuilt {
-            chains.finish(&mut table);
+            let newest_link = chains.finish(&mut table);
             if log.seclog.free_segments() < 2 {
                 free_redundant_segments(&config, zone, &mut log.seclog, &table)?;
             }
@@ -367,13 +372,14 @@ impl LogEngine {
                 .iter()
                 .map(|(&cid, &state)| VersionRecord { cid, state })
                 .collect();
-            let newest = records.iter().map(|r| r.state.version).reduce(|a, b| {
-                if b.is_newer_than(a) {
-                    b
-                } else {
-                    a
-                }
-            });
+            // The new epoch starts past every version on disk, links of unfinished chains
+            // included: a later chain of the chunk with their version could otherwise be
+            // assembled from links of both.
+            let newest = records
+                .iter()
+                .map(|r| r.state.version)
+                .chain(newest_link)
+                .reduce(|a, b| if b.is_newer_than(a) { b } else { a });
             log.vlog.compact(&records)?;
             let epoch = newest.map_or(0, |v| v.epoch.wrapping_add(1));
             let mut versions = VersionManager::new(
@@ -595,28 +601,9 @@ impl LogEngine {
             // version reaches the version log before every link is durable.
             return inner.push_chain(&z, cid, payload, link_bytes, chain_bytes);
         }
-        // Larger than half the write buffer: link by link (see docs/log-format.md).
-        let mut first: Option<AppendTicket> = None;
-        for (index, part) in payload.chunks(link_bytes).enumerate() {
-            let chain = Some(ChainLink {
-                index: index as u8,
-                count: count as u8,
-            });
-            let t = inner.push(
-                &z,
-                cid,
-                Record::Put {
-                    payload: part,
-                    chain,
-                },
-                first.map(|t| t.version),
-            )?;
-            first = Some(first.map_or(t, |f| AppendTicket {
-                seq: t.seq,
-                version: f.version,
-            }));
-        }
-        first.ok_or_else(|| LogError::Failed("internal: empty chain".into()))
+        // Larger than half the write buffer: link by link, an open chain until its last
+        // link (see docs/log-format.md).
+        inner.push_links(&z, cid, payload, link_bytes, 0..count, None)
     }
 
     /// Appends writes of several chunks of one zone (one log message of the owner) with
@@ -903,12 +890,25 @@ impl Inner {
             if wb.active.len() + bytes <= half {
                 let assigned = match version {
                     Some(v) => {
-                        zone.versions.lock().note_seq(v.epoch, wb.next_seq);
+                        let mut vm = zone.versions.lock();
+                        vm.note_seq(v.epoch, wb.next_seq);
+                        if let Record::Put {
+                            chain: Some(link), ..
+                        } = record
+                        {
+                            if usize::from(link.index) + 1 == usize::from(link.count) {
+                                // The chain's version counts from its last link on.
+                                vm.close_chain(cid, v, wb.next_seq);
+                            }
+                        }
                         Ok(v)
                     }
                     None => {
                         let mut vm = zone.versions.lock();
                         match record {
+                            // The first link of a chain pushed link by link: its version
+                            // does not count before its last link (an open chain).
+                            Record::Put { chain: Some(_), .. } => vm.assign_chain(cid, wb.next_seq),
                             Record::Put { .. } => vm.assign_put(cid, wb.next_seq),
                             Record::Remove => vm.assign_remove(cid, wb.next_seq),
                         }
@@ -1037,6 +1037,68 @@ impl Inner {
         }
     }
 
+    /// Puts links `links` of the chained chunk `payload` (split into links of `link_bytes`)
+    /// into the write buffer one by one, each under its own lock hold: the path of chains
+    /// above half the write buffer. `version` is the chain's version when the first link
+    /// is not among them (it was pushed before). Returns the last link's sequence number
+    /// and the chain's version.
+    pub(crate) fn push_links(
+        &self,
+        zone: &Zone,
+        cid: u64,
+        payload: &[u8],
+        link_bytes: usize,
+        links: std::ops::Range<usize>,
+        version: Option<Version>,
+    ) -> LogResult<AppendTicket> {
+        let count = payload.len().div_ceil(link_bytes);
+        let mut first: Option<AppendTicket> =
+            version.map(|version| AppendTicket { seq: 0, version });
+        for (index, part) in payload.chunks(link_bytes).enumerate() {
+            if !links.contains(&index) {
+                continue;
+            }
+            let chain = Some(ChainLink {
+                index: index as u8,
+                count: count as u8,
+            });
+            let pushed = self.push(
+                zone,
+                cid,
+                Record::Put {
+                    payload: part,
+                    chain,
+                },
+                first.map(|t| t.version),
+            );
+            let t = match pushed {
+                Ok(t) => t,
+                Err(e) => {
+                    if first.is_some() {
+                        // Links are in but the last one cannot follow: the chain would
+                        // stay open for good, holding its epoch back from the version log
+                        // (and the zone's epochs with it). Only a timeout gets here with
+                        // the engine still running (a stalled flusher or disk): stop it,
+                        // as for a failed write; a reopen rebuilds the chunk's state from
+                        // the disk, where the chain is incomplete and the previous
+                        // version is kept (see docs/log-format.md).
+                        self.fail(format!(
+                            "a chained append of chunk {cid:#x} in zone {} stopped at link \
+                             {index} of {count}: {e}",
+                            zone.id
+                        ));
+                    }
+                    return Err(e);
+                }
+            };
+            first = Some(first.map_or(t, |f| AppendTicket {
+                seq: t.seq,
+                version: f.version,
+            }));
+        }
+        first.ok_or_else(|| LogError::Failed("internal: empty chain".into()))
+    }
+
     /// Puts writes of whole (unchained) chunks of one zone into the write buffer, taking
     /// the buffer and version locks once for as many as fit. Returns the last sequence
     /// number.
@@ -1122,8 +1184,12 @@ impl Inner {
     /// The next sequence number to be issued minus one, with a snapshot of `zone`'s
     /// version state in RAM taken atomically with it.
     pub(crate) fn snapshot_versions(&self, zone: &Zone) -> (Seq, u16, CidMap<VersionState>) {
+        // Read before the locks: a chain whose last link was durable by then shows its
+        // version in the snapshot whether or not it is still registered.
+        let durable = self.durable_now();
         let wb = self.wb.lock();
-        let vm = zone.versions.lock();
+        let mut vm = zone.versions.lock();
+        vm.prune_chains(durable);
         let mut table = CidMap::with_capacity_and_hasher(vm.buffered(), Default::default());
         vm.snapshot_into(&mut table);
         (wb.next_seq - 1, vm.epoch(), table)
@@ -1594,12 +1660,7 @@ impl Inner {
         let mut written: Vec<(Arc<Zone>, u16)> = Vec::new();
         let mut to_sync: Vec<Arc<dyn LogFile>> = Vec::new();
         for zone in zones {
-            let sealed = zone
-                .versions
-                .lock()
-                .sealed()
-                .filter(|s| s.last_seq <= last_seq)
-                .cloned();
+            let sealed = zone.versions.lock().sealed_ready(last_seq).cloned();
             if let Some(sealed) = sealed {
                 to_sync.push(zone.log.lock().vlog.append_unsynced(&sealed.records)?);
                 written.push((zone, sealed.epoch));
@@ -1918,9 +1979,14 @@ impl ChainTracker {
         }
     }
 
-    /// Adds the versions of complete chains to `table`.
-    pub fn finish(self, table: &mut CidMap<VersionState>) {
+    /// Adds the versions of complete chains to `table`. Returns the newest version of any
+    /// link seen, complete chain or not.
+    pub fn finish(self, table: &mut CidMap<VersionState>) -> Option<Version> {
+        let mut newest: Option<Version> = None;
         for ((cid, version), (count, seen)) in self.links {
+            if newest.is_none_or(|n| version.is_newer_than(n)) {
+                newest = Some(version);
+            }
             if seen.len() == usize::from(count) {
                 merge(
                     table,
@@ -1932,6 +1998,7 @@ impl ChainTracker {
                 );
             }
         }
+        newest
     }
 }
 

@@ -65,6 +65,9 @@ mod seclog;
 mod storage;
 mod version;
 
+#[cfg(test)]
+mod chain_tests;
+
 pub use config::{
     LogConfig, SEGMENTS_PER_LOG_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, ZONES_MAX,
 };
@@ -75,8 +78,8 @@ pub use storage::{
     round_up_to_page, AlignedBuf, DiskStorage, IoMode, LogFile, MemStorage, Storage, PAGE_BYTES,
 };
 pub use version::{
-    BlockDecoder, EntryLoc, SegmentUsage, Version, VersionLog, VersionManager, VersionRecord,
-    VersionState, EON_EPOCHS,
+    BlockDecoder, EntryLoc, OpenChain, SegmentUsage, Version, VersionLog, VersionManager,
+    VersionRecord, VersionState, EON_EPOCHS,
 };
 
 use std::fmt;

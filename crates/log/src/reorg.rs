@@ -34,6 +34,10 @@
 //! - An entry is dropped only if the version table says another version is current, and
 //!   the table names only versions whose entries are durable: the snapshot of the RAM
 //!   versions is taken with a sequence number and the pass waits until that is durable.
+//!   A chain appended link by link counts only from its last link on: until then the
+//!   snapshot names the chunk's previous version, and the links of every chain not
+//!   known durable are kept whatever the table says (`VersionManager::chain_links`,
+//!   taken with the candidates), so the chunk is always complete in one version.
 //! - A freed segment's entries are durable elsewhere first (output written and synced).
 //! - A pass holds the zone's reorganization lock: recovery of the zone waits for it and
 //!   then keeps cleaning away; writes to the zone go on (to the active segment, which a
@@ -56,7 +60,7 @@ use crate::version::{
 use crate::ZoneId;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Urgent,
     Prompt,
     Periodic,
@@ -156,7 +160,7 @@ impl Inner {
         Ok(Some((table, epoch)))
     }
 
-    fn reorganize(&self, zone: &Zone, mode: Mode) -> LogResult<()> {
+    pub(crate) fn reorganize(&self, zone: &Zone, mode: Mode) -> LogResult<()> {
         let Some(_pass) = zone.reorg_lock.try_lock() else {
             return Ok(()); // a recovery read holds the log
         };
@@ -172,7 +176,13 @@ impl Inner {
         // Candidates first, versions second: every entry in a candidate was appended
         // before the versions are taken, so the table knows a version at least as new as
         // each of them and an entry is dropped only for a newer durable one.
-        let (file, segments, candidates, out_stamp) = {
+        // Links of chains not known durable are kept (see `chain_links`). Taken under the
+        // log lock with the candidates, after reading `durable_seq`: every link in a
+        // candidate was pushed before, so its chain is in the list unless its last link
+        // was durable before, and then that link is in a candidate or an earlier segment
+        // too, and every reader finds the chain complete.
+        let durable = self.durable_now();
+        let (file, segments, candidates, out_stamp, keep_links) = {
             let mut log = zone.log.lock();
             if all {
                 log.seclog.close_active();
@@ -180,7 +190,11 @@ impl Inner {
             let active = log.seclog.active();
             let segments = log.seclog.segments();
             let now = log.seclog.next_generation();
-            let usage = zone.versions.lock().usage().clone();
+            let (usage, keep_links) = {
+                let mut vm = zone.versions.lock();
+                vm.prune_chains(durable);
+                (vm.usage().clone(), vm.chain_links())
+            };
             let closed: Vec<SegmentView> = segments
                 .iter()
                 .enumerate()
@@ -210,7 +224,13 @@ impl Inner {
                 .iter()
                 .map(|v| (v.index, segments[v.index]))
                 .collect();
-            (log.seclog.file(), segments, c, now.wrapping_sub(youngest))
+            (
+                log.seclog.file(),
+                segments,
+                c,
+                now.wrapping_sub(youngest),
+                keep_links,
+            )
         };
         let (mut table, snapshot_epoch) = if mode == Mode::Urgent {
             let records = zone.log.lock().vlog.load()?;
@@ -260,16 +280,23 @@ impl Inner {
                 true,
                 |_, e| {
                     let h = e.header;
-                    let Some(current) = table.get(&h.cid).copied() else {
-                        return;
-                    };
                     let v = Version {
                         epoch: h.epoch,
                         version: h.version,
                     };
-                    if current.deleted || current.version != v {
+                    let current = table
+                        .get(&h.cid)
+                        .copied()
+                        .filter(|c| !c.deleted && c.version == v);
+                    let Some(current) = current else {
+                        // A link of a chain in progress (or whose last link is not known
+                        // durable) stays, whatever the table says: its version becomes
+                        // current with its last link, and then every link must be there.
+                        if h.chain.is_some() && keep_links.contains(&(h.cid, v)) {
+                            copy_as_is(&mut valid, e, info.generation);
+                        }
                         return;
-                    }
+                    };
                     let old = visit_epoch.wrapping_sub(v.epoch) >= restamp_age;
                     if mode == Mode::EonVisit && old && h.chain.is_none() {
                         let fresh = snapshot_epoch
@@ -322,10 +349,7 @@ impl Inner {
                         );
                         return;
                     }
-                    let start = valid.len();
-                    valid.extend_from_slice(e.header_raw);
-                    valid.extend_from_slice(e.payload);
-                    header::rebase_crc(&mut valid[start..], &h, info.generation, 0);
+                    copy_as_is(&mut valid, e, info.generation);
                 },
             );
             // Fill output segments entry by entry; a source is freed once all its valid
@@ -458,6 +482,15 @@ impl Inner {
             .collect();
         log.vlog.compact(&compacted)
     }
+}
+
+/// Appends entry `e` of a segment of `generation` to `out` as it is (checksum rebased to
+/// generation 0, as in the write buffer).
+fn copy_as_is(out: &mut Vec<u8>, e: &header::Entry<'_>, generation: u32) {
+    let start = out.len();
+    out.extend_from_slice(e.header_raw);
+    out.extend_from_slice(e.payload);
+    header::rebase_crc(&mut out[start..], &e.header, generation, 0);
 }
 
 /// Segments a census pass reads at most: bounds how long it holds the zone's

@@ -23,9 +23,20 @@
 //!   its segment's live count ([`SegmentUsage`], an upper bound; see there). The previous
 //!   epoch's buffer is kept as a *carry* until the next seal for the same purpose.
 //!
+//! - **Open chains**: a chained chunk appended link by link (above half the write buffer)
+//!   gets its version with its first link, but that version must not count before its
+//!   last link is in: until then the chunk's previous version is the only complete one.
+//!   The manager keeps such chains ([`OpenChain`]) from the first link until the last one
+//!   is durable, and while the last link is still to come: the snapshot shows the chunk's
+//!   state from before the chain (`snapshot_into`), the sealed epoch holding the chain's
+//!   version is not ready for the version log ([`VersionManager::sealed_ready`]), and the
+//!   chunk is not re-stamped. The reorganizer keeps the chains' links
+//!   ([`VersionManager::chain_links`]). See "Chained chunks" in docs/log-format.md.
+//!
 //! Invariants: at most one sealed epoch waits for the disk (a producer that would need a
 //! second waits for the flusher); the buffer never exceeds its maximum; the manager does
-//! no I/O (the engine persists sealed epochs with [`VersionLog`]).
+//! no I/O (the engine persists sealed epochs with [`VersionLog`]); the version log never
+//! names the version of a chain before all its links are durable.
 //!
 //! Callers: the engine's append path (assign), its writer (persist, placed),
 //! reorganization (snapshot, restamp, placed, usage) and recovery (snapshot), reopen
@@ -269,6 +280,23 @@ impl SegmentUsage {
     }
 }
 
+/// A chained chunk appended link by link: registered with its first link, its last link
+/// pushed or not yet (see the module docs).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct OpenChain {
+    /// The chunk.
+    pub cid: u64,
+    /// The version all its links carry.
+    pub version: Version,
+    /// The chunk's state as snapshots showed it just before the first link: its complete
+    /// version then. `None`: the RAM did not know the chunk, the version log's state
+    /// counts (it cannot name this chain, see [`VersionManager::sealed_ready`]).
+    pub prior: Option<VersionState>,
+    /// `None` while links are still to come; the last link's sequence number once it was
+    /// pushed (the chain is then dropped once that is durable).
+    pub last_seq: Option<u64>,
+}
+
 /// Version buffer and epoch counter of one zone (no I/O). See the module docs.
 #[derive(Debug)]
 pub struct VersionManager {
@@ -294,6 +322,9 @@ pub struct VersionManager {
     /// While set (during an eon visit of the log), the epoch ends only when the buffer is
     /// completely full, not at the seal threshold, so re-stamping stays possible.
     hold: bool,
+    /// Chains appended link by link whose last link is not durable yet (a few at most:
+    /// one per producer appending a chunk above half the write buffer).
+    chains: Vec<OpenChain>,
 }
 
 impl VersionManager {
@@ -311,6 +342,7 @@ impl VersionManager {
             entries_max: entries_max.max(1),
             last_full_visit_epoch: epoch,
             hold: false,
+            chains: Vec::new(),
         }
     }
 
@@ -400,6 +432,23 @@ impl VersionManager {
         self.sealed.as_ref()
     }
 
+    /// The sealed epoch if it may be written to the version log now that every append
+    /// up to `durable_seq` is durable: all appends with a version in it are, and no chain
+    /// with a version in it still waits for its last link (whose sequence number then
+    /// joins the epoch's through [`VersionManager::note_seq`]). The version log thus
+    /// never names a chain before all its links are durable: a compaction keeps only a
+    /// chunk's newest record, and after a crash only removes are read from it, so a
+    /// named but incomplete chain could hide an older remove.
+    pub fn sealed_ready(&self, durable_seq: u64) -> Option<&SealedEpoch> {
+        self.sealed.as_ref().filter(|s| {
+            s.last_seq <= durable_seq
+                && !self
+                    .chains
+                    .iter()
+                    .any(|c| c.last_seq.is_none() && c.version.epoch == s.epoch)
+        })
+    }
+
     /// Called once the sealed epoch of `epoch` is durable in the version log.
     pub fn sealed_written(&mut self, epoch: u16) {
         if self.sealed.as_ref().is_some_and(|s| s.epoch == epoch) {
@@ -477,6 +526,73 @@ impl VersionManager {
         }
     }
 
+    /// A new version for the first link of a chain of `cid` appended link by link, the
+    /// append with sequence number `seq`; registers the chain as open (see the module
+    /// docs). Its state before, as snapshots show it, is kept as the chain's `prior`.
+    pub fn assign_chain(&mut self, cid: u64, seq: u64) -> Result<Version, AssignBlocked> {
+        let prior = self.visible(cid);
+        let version = self.assign(cid, false, seq)?;
+        self.chains.push(OpenChain {
+            cid,
+            version,
+            prior,
+            last_seq: None,
+        });
+        Ok(version)
+    }
+
+    /// Records that the last link of the open chain of `cid` with `version` was pushed as
+    /// the append `seq`: from now on snapshots show its version (they are waited for
+    /// until durable) and its epoch may be written once `seq` is durable.
+    pub fn close_chain(&mut self, cid: u64, version: Version, seq: u64) {
+        if let Some(c) = self
+            .chains
+            .iter_mut()
+            .find(|c| c.cid == cid && c.version == version && c.last_seq.is_none())
+        {
+            c.last_seq = Some(seq);
+        }
+    }
+
+    /// Forgets the chains whose last link is durable (every append up to `durable_seq`
+    /// is): their links are then all on disk, found by every reader.
+    pub fn prune_chains(&mut self, durable_seq: u64) {
+        self.chains
+            .retain(|c| c.last_seq.is_none_or(|last| last > durable_seq));
+    }
+
+    /// The chains not known durable: (CID, version) of links a reorganization pass must
+    /// keep although its table names another version as current (the chain's version
+    /// becomes current with its last link; until then the previous one is).
+    pub fn chain_links(&self) -> Vec<(u64, Version)> {
+        self.chains.iter().map(|c| (c.cid, c.version)).collect()
+    }
+
+    /// The chains registered now (tests).
+    pub fn open_chains(&self) -> &[OpenChain] {
+        &self.chains
+    }
+
+    /// The state of `cid` as snapshots show it: [`VersionManager::lookup`], with an open
+    /// chain's version replaced by the state before it.
+    fn visible(&self, cid: u64) -> Option<VersionState> {
+        let state = self.lookup(cid)?;
+        match self.open_chain(cid, state) {
+            Some(c) => c.prior,
+            None => Some(state),
+        }
+    }
+
+    /// The open chain (last link still to come) whose version `state` is, if any.
+    fn open_chain(&self, cid: u64, state: VersionState) -> Option<&OpenChain> {
+        if state.deleted {
+            return None;
+        }
+        self.chains
+            .iter()
+            .find(|c| c.cid == cid && c.version == state.version && c.last_seq.is_none())
+    }
+
     /// A new version for a write of `cid`, the append with sequence number `seq`.
     pub fn assign_put(&mut self, cid: u64, seq: u64) -> Result<Version, AssignBlocked> {
         self.assign(cid, false, seq)
@@ -509,7 +625,11 @@ impl VersionManager {
             .map(|r| r.state)
     }
 
-    /// Adds the RAM part (sealed epoch, then buffer) to `table`, newest wins.
+    /// Adds the RAM part (sealed epoch, then buffer) to `table`, newest wins; a chunk
+    /// whose newest state is an open chain (its last link still to come) shows the state
+    /// before the chain instead, or is left out when that came from the version log (see
+    /// [`OpenChain::prior`]). `table` must hold no other part (the caller merges the
+    /// version log's records after or before: that log never names an open chain).
     pub fn snapshot_into(&self, table: &mut CidMap<VersionState>) {
         if let Some(sealed) = &self.sealed {
             for r in &sealed.records {
@@ -528,6 +648,17 @@ impl VersionManager {
                     deleted: slot.deleted(),
                 },
             );
+        }
+        for c in &self.chains {
+            let Some(&state) = table.get(&c.cid) else {
+                continue;
+            };
+            if self.open_chain(c.cid, state).is_some_and(|o| o == c) {
+                match c.prior {
+                    Some(prior) => table.insert(c.cid, prior),
+                    None => table.remove(&c.cid),
+                };
+            }
         }
     }
 
@@ -579,7 +710,9 @@ impl VersionManager {
         expected: VersionState,
         snapshot_epoch: u16,
     ) -> Option<Version> {
-        if self.epoch != snapshot_epoch {
+        // A chunk with a chain in progress keeps its versions: a fresh one would hide the
+        // chain once its last link is in.
+        if self.epoch != snapshot_epoch || self.chains.iter().any(|c| c.cid == cid) {
             return None;
         }
         match self.buffer.get(&cid) {
@@ -1321,6 +1454,74 @@ mod tests {
             }
         }
         assert!(vm.epoch() > start_epoch.wrapping_add(100) || vm.epoch() < 1000);
+    }
+
+    fn snapshot(vm: &VersionManager) -> CidMap<VersionState> {
+        let mut table = CidMap::default();
+        vm.snapshot_into(&mut table);
+        table
+    }
+
+    fn put(version: Version) -> VersionState {
+        VersionState {
+            version,
+            deleted: false,
+        }
+    }
+
+    /// An open chain shows the state before it (from the buffer, the sealed epoch or the
+    /// version log), holds its sealed epoch back, refuses re-stamping, and counts from
+    /// its last link on; a newer write of the chunk shows at once.
+    #[test]
+    fn an_open_chain_shows_the_state_before_it_until_its_last_link() {
+        let mut vm = VersionManager::new(0, 3, 8);
+        let a = vm.assign_put(1, 1).unwrap();
+        // Prior from the buffer.
+        let b = vm.assign_chain(1, 2).unwrap();
+        assert!(b.is_newer_than(a));
+        assert_eq!(snapshot(&vm).get(&1), Some(&put(a)));
+        assert_eq!(vm.restamp(1, put(a), 0), None, "no re-stamping mid-chain");
+        // Prior unknown to the RAM: left to the version log.
+        let c = vm.assign_chain(2, 3).unwrap();
+        assert_eq!(snapshot(&vm).get(&2), None);
+        // The epoch ends (3 chunks); the sealed epoch waits for both chains.
+        vm.assign_put(3, 4).unwrap();
+        assert_eq!(vm.epoch(), 1);
+        assert!(vm.sealed_ready(u64::MAX).is_none());
+        assert_eq!(snapshot(&vm).get(&1), Some(&put(a)));
+        // A second chain of chunk 1, started while the first is open, has the same
+        // prior; its last link first.
+        let d = vm.assign_chain(1, 5).unwrap();
+        assert_eq!(snapshot(&vm).get(&1), Some(&put(a)));
+        vm.close_chain(1, d, 6);
+        assert_eq!(snapshot(&vm).get(&1), Some(&put(d)));
+        vm.close_chain(1, b, 7);
+        vm.note_seq(b.epoch, 7);
+        assert!(
+            vm.sealed_ready(u64::MAX).is_none(),
+            "chunk 2's chain is open"
+        );
+        vm.close_chain(2, c, 8);
+        vm.note_seq(c.epoch, 8);
+        assert!(vm.sealed_ready(7).is_none(), "its last link is not durable");
+        assert_eq!(vm.sealed_ready(8).map(|s| s.epoch), Some(0));
+        assert_eq!(snapshot(&vm).get(&2), Some(&put(c)));
+        assert_eq!(vm.chain_links().len(), 3);
+        vm.prune_chains(7);
+        assert_eq!(vm.chain_links(), vec![(2, c)]);
+        vm.prune_chains(8);
+        assert!(vm.open_chains().is_empty());
+        // A remove during a chain shows at once.
+        let e = vm.assign_chain(3, 9).unwrap();
+        let r = vm.assign_remove(3, 10).unwrap();
+        assert!(r.is_newer_than(e));
+        assert_eq!(
+            snapshot(&vm).get(&3),
+            Some(&VersionState {
+                version: r,
+                deleted: true
+            })
+        );
     }
 
     #[test]
