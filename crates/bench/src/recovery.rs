@@ -99,8 +99,8 @@ pub struct RecoveryArgs {
     /// Keep the cluster directory (logs of every node) afterwards.
     #[arg(long)]
     pub keep: bool,
-    /// MiB of chunk memory every peer makes resident at start (`peer.prefault_mb`), so
-    /// that restored chunks land in pages the OS zeroed before the kill; 0: none.
+    /// MiB of chunk memory every peer keeps resident ahead of use (`peer.prefault_mb`),
+    /// so that restored chunks land in pages the OS zeroed before the kill; 0: none.
     #[arg(long, default_value_t = 0)]
     pub prefault_mb: u64,
     /// Print JSON lines instead of text.
@@ -236,10 +236,11 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
         args.json,
         json!({"phase": "cluster", "superpeers": superpeers.len(), "peers": peers.len(),
                "master": master.to_string(), "replication": args.replication,
-               "zone_mb": args.zone_mb}),
+               "zone_mb": args.zone_mb, "prefault_mb": args.prefault_mb}),
         format!(
-            "cluster: 1 superpeer, master {master}, {} backups, R = {}, zones of {} MiB",
-            args.backups, args.replication, args.zone_mb
+            "cluster: 1 superpeer, master {master}, {} backups, R = {}, zones of {} MiB, \
+             {} MiB of memory kept resident ahead per peer",
+            args.backups, args.replication, args.zone_mb, args.prefault_mb
         ),
     );
 
@@ -502,6 +503,7 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
         "bench": "recovery", "data_bytes": args.data_mb << 20, "chunk_bytes": args.chunk_bytes,
         "chunks": cids.len(), "zones": zones.len(), "zones_lost": lost,
         "backups": args.backups, "replication": args.replication, "failure": args.failure,
+        "prefault_mb": args.prefault_mb,
         "detect_ms": detected.map(since_kill),
         "available_ms": since_kill(available),
         "rereplicated_ms": rereplicated.map(since_kill),

@@ -33,7 +33,7 @@ pub struct PeerArgs {
     /// Memory for chunks, in MiB.
     #[arg(long)]
     pub memory_mb: Option<u64>,
-    /// MiB of chunk memory made resident right after start (`peer.prefault_mb`).
+    /// MiB of chunk memory kept resident ahead of use (`peer.prefault_mb`).
     #[arg(long)]
     pub prefault_mb: Option<u64>,
     /// Rack number (for rack-aware backup placement).

@@ -518,6 +518,12 @@ impl Allocator {
         Ok(u64::from(head) * PAGE_BYTES)
     }
 
+    /// Byte offset of the never-used top of the region: no byte at or above it was
+    /// handed out (or all of it was returned to the OS).
+    pub(crate) fn top_bytes(&self) -> u64 {
+        u64::from(self.spans.lock().top) * PAGE_BYTES
+    }
+
     /// Takes `pages` free pages: best fit among free spans, else from the top.
     fn allocate_span(&self, pages: u32, requested: u64) -> Result<u32, MemError> {
         let mut spans = self.spans.lock();

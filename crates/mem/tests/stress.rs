@@ -326,3 +326,94 @@ fn prefault_while_in_use_changes_nothing() {
     // Beyond the region: clamped, not an error.
     assert!(memory.prefault(u64::MAX, Duration::ZERO).unwrap() <= region);
 }
+
+/// A reserve kept resident above the allocator's top: a call makes only what earlier
+/// calls did not, follows the top up as chunks are created and comes back down with it
+/// when they are removed; calls while other threads create change no byte.
+#[test]
+fn a_reserve_is_kept_resident_above_the_top() {
+    let memory = manager();
+    let reserve = 4u64 << 20;
+    let first = memory
+        .keep_resident_ahead(reserve, u64::MAX, Duration::ZERO)
+        .unwrap();
+    if first == 0 {
+        return; // the kernel cannot populate without writing (before Linux 5.14)
+    }
+    assert_eq!(first, reserve);
+    assert_eq!(
+        memory
+            .keep_resident_ahead(reserve, u64::MAX, Duration::ZERO)
+            .unwrap(),
+        0
+    );
+    // A budget stops a call early; the next one goes on from there.
+    let half = 2u64 << 20;
+    let budgeted = manager();
+    assert_eq!(
+        budgeted
+            .keep_resident_ahead(reserve, half, Duration::ZERO)
+            .unwrap(),
+        half
+    );
+    assert_eq!(
+        budgeted
+            .keep_resident_ahead(reserve, half, Duration::ZERO)
+            .unwrap(),
+        half
+    );
+    assert_eq!(
+        budgeted
+            .keep_resident_ahead(reserve, half, Duration::ZERO)
+            .unwrap(),
+        0
+    );
+    // 2,048 chunks of 1 KiB move the top up by about 2 MiB: only that much is added.
+    let before = memory.top_bytes();
+    let cids: Vec<ChunkId> = (0..2_048)
+        .map(|i| memory.create_with_data(&[i as u8; 1024]).unwrap())
+        .collect();
+    let moved = memory.top_bytes() - before;
+    assert!(moved >= 2 << 20, "{moved}");
+    assert_eq!(
+        memory
+            .keep_resident_ahead(reserve, u64::MAX, Duration::ZERO)
+            .unwrap(),
+        moved
+    );
+    // Removing them all brings the top down; the reserve is made again from there.
+    for cid in &cids {
+        memory.remove(*cid).unwrap();
+    }
+    memory.trim();
+    let top = memory.top_bytes();
+    if top < before + moved {
+        assert_eq!(
+            memory
+                .keep_resident_ahead(reserve, u64::MAX, Duration::ZERO)
+                .unwrap(),
+            reserve
+        );
+    }
+    // Kept up while another thread creates: every chunk reads back as written.
+    let written = thread::scope(|scope| {
+        let filler = scope.spawn(|| {
+            (0..20_000u32)
+                .map(|i| {
+                    let data = vec![(i % 251) as u8; 64 + (i % 64) as usize];
+                    (memory.create_with_data(&data).unwrap(), data)
+                })
+                .collect::<Vec<_>>()
+        });
+        for _ in 0..20 {
+            memory
+                .keep_resident_ahead(reserve, u64::MAX, Duration::ZERO)
+                .unwrap();
+        }
+        filler.join().unwrap()
+    });
+    for (cid, data) in &written {
+        assert_eq!(&memory.get_vec(*cid).unwrap(), data, "{cid}");
+    }
+    memory.check_consistency().unwrap();
+}

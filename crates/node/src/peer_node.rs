@@ -177,8 +177,8 @@ pub struct PeerOptions {
     pub data_dir: PathBuf,
     /// Threads serving chunk requests that may wait (the rest run on the I/O thread).
     pub handler_threads: usize,
-    /// Bytes at the start of the chunk memory made resident right after start, on a
-    /// background thread ([`MemoryManager::prefault`]); 0 for none.
+    /// Bytes of chunk memory kept resident above the allocator's top by a background
+    /// thread ([`MemoryManager::keep_resident_ahead`]); 0 for none.
     pub prefault_bytes: u64,
     /// Replication of this peer's chunks and the backups it keeps for others (the latter
     /// only with [`Capabilities::BACKUP`] in `join.capabilities`).
@@ -437,29 +437,7 @@ impl PeerNode {
         })?);
         mem.start_local_ids_at(bases.lid_base);
         if options.prefault_bytes > 0 {
-            let mem = Arc::clone(&mem);
-            let bytes = options.prefault_bytes;
-            // Detached: it only holds the memory manager, and ends when the pages are in.
-            let spawned = std::thread::Builder::new()
-                .name("prefault".into())
-                .spawn(move || {
-                    let started = Instant::now();
-                    // Paced: a peer that prefaults must still answer its heartbeats.
-                    match mem.prefault(bytes, PREFAULT_PAUSE) {
-                        Ok(done) => tracing::info!(
-                            requested = bytes,
-                            resident = done,
-                            ms = started.elapsed().as_millis() as u64,
-                            "chunk memory made resident ahead of use"
-                        ),
-                        Err(error) => {
-                            tracing::warn!(%error, "could not make chunk memory resident")
-                        }
-                    }
-                });
-            if let Err(error) = spawned {
-                tracing::warn!(%error, "could not start the prefault thread");
-            }
+            keep_memory_resident(Arc::downgrade(&mem), options.prefault_bytes);
         }
         let mut reserved = reserve_lids(&membership, bases.lid_base)?;
         let mut service =
@@ -723,9 +701,63 @@ impl Drop for PeerNode {
     }
 }
 
-/// Slept after every 2 MiB made resident at start (see [`MemoryManager::prefault`]): at
+/// Slept after every 2 MiB made resident ahead (see [`MemoryManager::prefault`]): at
 /// most about 1 GiB/s, and the CPU shared with heartbeats and requests.
 const PREFAULT_PAUSE: Duration = Duration::from_millis(2);
+/// Most bytes made resident per look at the reserve (at most 320 MB/s with the pauses).
+const RESERVE_STEP_BYTES: u64 = 32 << 20;
+/// How often the reserve of resident memory is looked at.
+const RESERVE_POLL: Duration = Duration::from_millis(100);
+/// A top that moved more than this since the last look is a burst of creates (a
+/// recovery, a bulk load) under way: the reserve is topped up after it, not during it,
+/// so that the burst has the CPU.
+const RESERVE_BURST_BYTES: u64 = 16 << 20;
+
+/// Starts the thread that keeps `reserve` bytes of chunk memory above the allocator's
+/// top resident (`peer.prefault_mb`, [`MemoryManager::keep_resident_ahead`]): chunks a
+/// recovery restores here then land in pages zeroed beforehand. It ends with the memory
+/// manager (it holds it only while topping up).
+fn keep_memory_resident(mem: std::sync::Weak<MemoryManager>, reserve: u64) {
+    let spawned = std::thread::Builder::new()
+        .name("prefault".into())
+        .spawn(move || {
+            let mut last_top = None;
+            let mut reported = false;
+            loop {
+                let Some(mem) = mem.upgrade() else {
+                    return;
+                };
+                let top = mem.top_bytes();
+                let burst = last_top.is_some_and(|last| top > last + RESERVE_BURST_BYTES);
+                last_top = Some(top);
+                if !burst {
+                    let started = Instant::now();
+                    // Paced: a peer that prefaults must still answer its heartbeats.
+                    match mem.keep_resident_ahead(reserve, RESERVE_STEP_BYTES, PREFAULT_PAUSE) {
+                        Ok(done) if done > 0 && !reported => {
+                            reported = true;
+                            tracing::info!(
+                                reserve,
+                                resident = done,
+                                ms = started.elapsed().as_millis() as u64,
+                                "chunk memory made resident ahead of use"
+                            );
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            tracing::warn!(%error, "could not make chunk memory resident");
+                            return;
+                        }
+                    }
+                }
+                drop(mem);
+                std::thread::sleep(RESERVE_POLL);
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "could not start the prefault thread");
+    }
+}
 
 /// The owner a restarted peer records for CIDs its earlier incarnation held until they are
 /// recovered (node ID 0 is never assigned), so that it answers `NotOwner` for them.
