@@ -146,9 +146,38 @@ pub struct MemoryManager {
     local_id_blocks: Box<[alloc::Padded<Mutex<LocalIdBlock>>]>,
     spare_local_ids: Mutex<Vec<u64>>,
     spare_count: AtomicUsize,
-    /// State of [`MemoryManager::keep_resident_ahead`]: (the allocator's top at its last
-    /// call, end of what it made resident above that top).
-    resident_ahead: Mutex<(u64, u64)>,
+    /// State of [`MemoryManager::keep_resident_ahead`].
+    resident_ahead: Mutex<ResidentAhead>,
+}
+
+/// Whether no value repeats in `cids`. Cheap for a few interleaved ascending runs (the
+/// runs' ranges are compared); a full sort only when those ranges overlap.
+fn no_repeats(cids: impl Iterator<Item = u64> + Clone) -> bool {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for cid in cids.clone() {
+        match runs.last_mut() {
+            Some((_, last)) if cid > *last => *last = cid,
+            _ => runs.push((cid, cid)),
+        }
+    }
+    runs.sort_unstable();
+    if runs.windows(2).all(|pair| pair[0].1 < pair[1].0) {
+        return true;
+    }
+    let mut all: Vec<u64> = cids.collect();
+    all.sort_unstable();
+    all.windows(2).all(|pair| pair[0] != pair[1])
+}
+
+/// Where [`MemoryManager::keep_resident_ahead`] stands.
+#[derive(Debug, Default)]
+struct ResidentAhead {
+    /// The allocator's top at the last call.
+    top: u64,
+    /// End of what was made resident above that top.
+    end: u64,
+    /// A top-up is under way (budgeted calls go on until the reserve is full).
+    filling: bool,
 }
 
 impl std::fmt::Debug for MemoryManager {
@@ -184,7 +213,7 @@ impl MemoryManager {
             local_id_blocks,
             spare_local_ids: Mutex::new(Vec::new()),
             spare_count: AtomicUsize::new(0),
-            resident_ahead: Mutex::new((0, 0)),
+            resident_ahead: Mutex::new(ResidentAhead::default()),
             config,
         })
     }
@@ -234,7 +263,9 @@ impl MemoryManager {
     /// Makes the `reserve` bytes above the allocator's never-used top resident (rounded up
     /// to whole 64 KiB pages, at most to the end of the region), as far as an earlier call
     /// has not already: one top-up of a reserve that a keeper thread calls again from time
-    /// to time. Chunks created in a burst later (a restorer inserting a recovered zone)
+    /// to time. A top-up starts only once less than half the reserve is left above the
+    /// top (so a burst of creates into the reserve is not joined by more zeroing) and
+    /// then goes on, call by call, until the reserve is full. Chunks created in a burst later (a restorer inserting a recovered zone)
     /// then land in pages the OS zeroed beforehand instead of taking a page fault each,
     /// wherever in the region the peer's own chunks have brought the top by then. When the
     /// top came down since the last call (freed pages at the top go back to the OS), the
@@ -254,16 +285,20 @@ impl MemoryManager {
         let region = self.allocator.region();
         let mut state = self.resident_ahead.lock();
         let top = self.allocator.top_bytes();
-        if top < state.0 {
-            state.1 = top;
+        if top < state.top {
+            state.end = top;
         }
-        state.0 = top;
+        state.top = top;
         let end = top
             .saturating_add(reserve)
             .div_ceil(alloc::PAGE_BYTES)
             .saturating_mul(alloc::PAGE_BYTES)
             .min(region.bytes());
-        let mut cursor = state.1.max(top);
+        let mut cursor = state.end.max(top);
+        if !state.filling && (cursor - top) >= reserve.div_ceil(2) {
+            return Ok(0);
+        }
+        state.filling = true;
         let mut done = 0;
         while cursor < end && done < budget {
             // Whole aligned huge pages where possible.
@@ -272,19 +307,26 @@ impl MemoryManager {
                 Ok(true) => {
                     done += step_end - cursor;
                     cursor = step_end;
-                    state.1 = cursor;
+                    state.end = cursor;
                     if !pause.is_zero() && cursor < end {
                         std::thread::sleep(pause);
                     }
                 }
-                Ok(false) => return Ok(0),
+                Ok(false) => {
+                    state.filling = false;
+                    return Ok(0);
+                }
                 Err(error) => {
+                    state.filling = false;
                     return Err(MemError::RegionUnavailable {
                         bytes: end - cursor,
                         reason: format!("making pages resident: {error}"),
-                    })
+                    });
                 }
             }
+        }
+        if cursor >= end {
+            state.filling = false;
         }
         Ok(done)
     }
@@ -731,11 +773,7 @@ impl MemoryManager {
                 // Strictly ascending CIDs cannot repeat; otherwise (runs of CIDs that
                 // interleave, as the creator's threads numbered them) look for a repeat
                 // in a sorted copy.
-                free && (ascending || {
-                    let mut raw: Vec<u64> = group.iter().map(|c| item(c).0.raw()).collect();
-                    raw.sort_unstable();
-                    raw.windows(2).all(|pair| pair[0] != pair[1])
-                })
+                free && (ascending || no_repeats(group.iter().map(|c| item(c).0.raw())))
             };
             if group.len() < 2
                 || !clean
@@ -1686,6 +1724,17 @@ mod tests {
             batched.check_consistency().map_err(proptest::test_runner::TestCaseError::fail)?;
             proptest::prop_assert_eq!(batched.stats().chunks, reference.stats().chunks);
         }
+    }
+
+    #[test]
+    fn repeats_are_found_across_interleaved_runs() {
+        let check = |cids: &[u64]| super::no_repeats(cids.iter().copied());
+        assert!(check(&[]));
+        assert!(check(&[5, 6, 7, 1, 2, 3, 10, 11]));
+        assert!(check(&[1, 3, 5, 2, 4, 6]), "overlapping runs, no repeat");
+        assert!(!check(&[1, 3, 5, 2, 3]), "overlapping runs with a repeat");
+        assert!(!check(&[5, 6, 5]));
+        assert!(!check(&[7, 7]));
     }
 
     #[test]

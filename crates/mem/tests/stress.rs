@@ -347,7 +347,7 @@ fn a_reserve_is_kept_resident_above_the_top() {
             .unwrap(),
         0
     );
-    // A budget stops a call early; the next one goes on from there.
+    // A budget stops a call early; the next ones go on from there until it is full.
     let half = 2u64 << 20;
     let budgeted = manager();
     assert_eq!(
@@ -368,13 +368,24 @@ fn a_reserve_is_kept_resident_above_the_top() {
             .unwrap(),
         0
     );
-    // 2,048 chunks of 1 KiB move the top up by about 2 MiB: only that much is added.
+    // 256 chunks of 1 KiB use a sixteenth of the reserve: more than half is left, so
+    // nothing is added yet.
     let before = memory.top_bytes();
-    let cids: Vec<ChunkId> = (0..2_048)
+    let mut cids: Vec<ChunkId> = (0..256)
         .map(|i| memory.create_with_data(&[i as u8; 1024]).unwrap())
         .collect();
+    assert!(memory.top_bytes() > before);
+    assert_eq!(
+        memory
+            .keep_resident_ahead(reserve, u64::MAX, Duration::ZERO)
+            .unwrap(),
+        0
+    );
+    // 2,816 more move the top up by 3 MiB in all: less than half is left, and the
+    // reserve is made full again (as much as the top moved).
+    cids.extend((0..2_816).map(|i| memory.create_with_data(&[i as u8; 1024]).unwrap()));
     let moved = memory.top_bytes() - before;
-    assert!(moved >= 2 << 20, "{moved}");
+    assert!(moved >= 3 << 20, "{moved}");
     assert_eq!(
         memory
             .keep_resident_ahead(reserve, u64::MAX, Duration::ZERO)

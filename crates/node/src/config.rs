@@ -215,8 +215,8 @@ pub struct PeerSection {
     pub handler_threads: usize,
     /// MiB of chunk memory kept resident in RAM ahead of use (at most `memory_mb`): a
     /// background thread makes that much above the allocator's top resident after start
-    /// and tops it up (paced) whenever the peer's own chunks, or a recovery, have used it
-    /// up. Chunks restored in a recovery then land in pages the OS has already zeroed
+    /// and tops it up (paced, once a burst of creates is over) whenever the peer's own
+    /// chunks, or a recovery, have used more than half of it. Chunks restored in a recovery then land in pages the OS has already zeroed
     /// instead of taking a page fault per page: on the 2-core test VM that was 40% of a
     /// zone's recovery, and 0.4–0.9 s of a 2 GiB cluster recovery. The price is that
     /// much RAM used before it holds chunks. 0 (the default) keeps nothing resident
