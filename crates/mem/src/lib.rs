@@ -150,13 +150,13 @@ pub struct MemoryManager {
     resident_ahead: Mutex<ResidentAhead>,
 }
 
-/// Whether no value repeats in `cids`. Cheap for a few interleaved ascending runs (the
-/// runs' ranges are compared); a full sort only when those ranges overlap.
+/// Whether no value repeats in `cids`. Cheap for a few interleaved runs of consecutive
+/// values (the runs' ranges are compared); a full sort only when those ranges overlap.
 fn no_repeats(cids: impl Iterator<Item = u64> + Clone) -> bool {
     let mut runs: Vec<(u64, u64)> = Vec::new();
     for cid in cids.clone() {
         match runs.last_mut() {
-            Some((_, last)) if cid > *last => *last = cid,
+            Some((_, last)) if cid == last.wrapping_add(1) => *last = cid,
             _ => runs.push((cid, cid)),
         }
     }
@@ -1731,6 +1731,7 @@ mod tests {
         let check = |cids: &[u64]| super::no_repeats(cids.iter().copied());
         assert!(check(&[]));
         assert!(check(&[5, 6, 7, 1, 2, 3, 10, 11]));
+        assert!(check(&[1, 2, 3, 50, 51, 4, 5, 52]), "runs that interleave");
         assert!(check(&[1, 3, 5, 2, 4, 6]), "overlapping runs, no repeat");
         assert!(!check(&[1, 3, 5, 2, 3]), "overlapping runs with a repeat");
         assert!(!check(&[5, 6, 5]));
