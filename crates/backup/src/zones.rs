@@ -195,6 +195,14 @@ impl ZoneTree {
         usage.chunks += 1;
     }
 
+    /// Adds `chunks` chunks of `bytes` payload in all to a zone's accounting at once (a
+    /// zone taken over whole, as a restorer adopts one).
+    pub fn add_usage_many(&mut self, zone: ZoneId, chunks: u64, bytes: u64) {
+        let usage = self.usage.entry(zone).or_default();
+        usage.payload_bytes += bytes;
+        usage.chunks += chunks;
+    }
+
     /// Accounts for a removed chunk. Its range stays (removed CIDs are not split out), so a
     /// reused CID returns to the same zone.
     pub fn remove(&mut self, cid: ChunkId, size: u64) -> Option<ZoneId> {

@@ -174,3 +174,21 @@ fn a_restarted_master_numbers_its_zones_from_the_given_base() {
     assert_eq!(second.zone, ZoneId(41));
     assert_eq!(tree.new_zone(), ZoneId(42));
 }
+
+/// A zone taken over whole is accounted as one `add_usage` per chunk would.
+#[test]
+fn bulk_usage_equals_one_add_per_chunk() {
+    let mut one_by_one = ZoneTree::new(MASTER, ZONE_BYTES);
+    let mut bulk = ZoneTree::new(MASTER, ZONE_BYTES);
+    let (a, b) = (one_by_one.new_zone(), bulk.new_zone());
+    one_by_one.add_usage(a, 700);
+    for _ in 1..5 {
+        one_by_one.add_usage(a, 0);
+    }
+    bulk.add_usage_many(b, 5, 700);
+    assert_eq!(one_by_one.usage(a), bulk.usage(b));
+    assert_eq!(
+        bulk.usage(b).map(|u| (u.chunks, u.payload_bytes)),
+        Some((5, 700))
+    );
+}

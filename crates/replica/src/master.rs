@@ -1662,10 +1662,7 @@ impl Inner {
             tracing::warn!(%owner, zone, overlapping, "CIDs of an adopted zone already had a zone here; their changes go to that zone");
         }
         if chunks > 0 {
-            state.tree.add_usage(local, bytes);
-            for _ in 1..chunks {
-                state.tree.add_usage(local, 0);
-            }
+            state.tree.add_usage_many(local, chunks, bytes);
         }
         state.zones.insert(
             local.0,
