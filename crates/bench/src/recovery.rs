@@ -100,9 +100,10 @@ pub struct RecoveryArgs {
     #[arg(long)]
     pub keep: bool,
     /// MiB of chunk memory every peer keeps resident ahead of use (`peer.prefault_mb`),
-    /// so that restored chunks land in pages the OS zeroed before the kill; 0: none.
-    #[arg(long, default_value_t = 0)]
-    pub prefault_mb: u64,
+    /// so that restored chunks land in pages the OS zeroed before the kill; 0: none;
+    /// unset: the peers' default (two zones, at most a quarter of their memory).
+    #[arg(long)]
+    pub prefault_mb: Option<u64>,
     /// Print JSON lines instead of text.
     #[arg(long)]
     pub json: bool,
@@ -225,7 +226,7 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
     spec.superpeers = 1;
     spec.peers = 1 + args.backups;
     spec.peer_memory_mb = Some(memory_mb);
-    spec.peer_prefault_mb = (args.prefault_mb > 0).then_some(args.prefault_mb);
+    spec.peer_prefault_mb = args.prefault_mb;
     spec.extra_args = vec!["--config".into(), config.display().to_string()];
     spec.ready_timeout = Duration::from_secs(60);
     let mut cluster = LocalCluster::start_owned(spec).map_err(|e| format!("cluster: {e}"))?;
@@ -239,8 +240,12 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
                "zone_mb": args.zone_mb, "prefault_mb": args.prefault_mb}),
         format!(
             "cluster: 1 superpeer, master {master}, {} backups, R = {}, zones of {} MiB, \
-             {} MiB of memory kept resident ahead per peer",
-            args.backups, args.replication, args.zone_mb, args.prefault_mb
+             memory kept resident ahead per peer (MiB): {}",
+            args.backups,
+            args.replication,
+            args.zone_mb,
+            args.prefault_mb
+                .map_or_else(|| "the default".to_owned(), |mb| mb.to_string())
         ),
     );
 

@@ -33,7 +33,7 @@ pub struct PeerArgs {
     /// Memory for chunks, in MiB.
     #[arg(long)]
     pub memory_mb: Option<u64>,
-    /// MiB of chunk memory kept resident ahead of use (`peer.prefault_mb`).
+    /// MiB of chunk memory kept resident ahead of use (`peer.prefault_mb`; 0: none).
     #[arg(long)]
     pub prefault_mb: Option<u64>,
     /// Rack number (for rack-aware backup placement).
@@ -78,7 +78,7 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
         config.peer.memory_mb = memory_mb;
     }
     if let Some(prefault_mb) = args.prefault_mb {
-        config.peer.prefault_mb = prefault_mb;
+        config.peer.prefault_mb = Some(prefault_mb);
     }
     if let Some(rack) = args.rack {
         config.rack = rack;
@@ -115,7 +115,7 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
         memory_bytes: config.peer.memory_mb << 20,
         data_dir: config.data_dir.clone(),
         handler_threads: config.peer.handler_threads,
-        prefault_bytes: config.peer.prefault_mb.min(config.peer.memory_mb) << 20,
+        prefault_bytes: config.prefault_bytes(),
         backup,
     })
     .context("starting the peer")?;

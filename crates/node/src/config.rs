@@ -28,7 +28,8 @@
 //!
 //! [peer]
 //! memory_mb = 1024
-//! prefault_mb = 0          # kept resident ahead of use, for fast recoveries (0: none)
+//! prefault_mb = 512        # kept resident ahead of use, for fast recoveries (0: none;
+//!                          # default: 2 zones, at most memory_mb / 4, on backup peers)
 //!
 //! [backup]
 //! replication = 3          # R: backups per zone (0: no replication)
@@ -216,13 +217,15 @@ pub struct PeerSection {
     /// MiB of chunk memory kept resident in RAM ahead of use (at most `memory_mb`): a
     /// background thread makes that much above the allocator's top resident after start
     /// and tops it up (paced, once a burst of creates is over) whenever the peer's own
-    /// chunks, or a recovery, have used more than half of it. Chunks restored in a recovery then land in pages the OS has already zeroed
-    /// instead of taking a page fault per page: on the 2-core test VM that was 40% of a
-    /// zone's recovery, and 0.4–0.9 s of a 2 GiB cluster recovery. The price is that
-    /// much RAM used before it holds chunks. 0 (the default) keeps nothing resident
-    /// ahead; the zones a peer may have to restore at once (`backup.zone_mb` times two or
-    /// more) suit a peer that backs others up.
-    pub prefault_mb: u64,
+    /// chunks, or a recovery, have used more than half of it. Chunks restored in a
+    /// recovery then land in pages the OS has already zeroed instead of taking a page
+    /// fault per page: on the 2-core test VM that was 40% of a zone's recovery, and
+    /// 0.5–1 s of a 2 GiB cluster recovery (2.2–2.8 s against 1.7–1.9 s). The price is
+    /// that much RAM used before it holds chunks. Unset (the default): two zones
+    /// (`backup.zone_mb` × 2), at most a quarter of `memory_mb`, for a peer that backs
+    /// others up (it may have to restore zones), none otherwise; 0 keeps nothing
+    /// resident ahead. See [`NodeConfig::prefault_bytes`].
+    pub prefault_mb: Option<u64>,
 }
 
 impl Default for PeerSection {
@@ -230,7 +233,7 @@ impl Default for PeerSection {
         PeerSection {
             memory_mb: 1024,
             handler_threads: 2,
-            prefault_mb: 0,
+            prefault_mb: None,
         }
     }
 }
@@ -466,6 +469,29 @@ impl NodeConfig {
         Ok(())
     }
 
+    /// Bytes of chunk memory this peer keeps resident ahead of use: `peer.prefault_mb`
+    /// if set (at most `memory_mb`), else two zones but at most a quarter of `memory_mb`
+    /// when it backs others up, else none.
+    pub fn prefault_bytes(&self) -> u64 {
+        let mb = match self.peer.prefault_mb {
+            Some(mb) => mb.min(self.peer.memory_mb),
+            None => {
+                let backs_up = self
+                    .capability_flags()
+                    .is_ok_and(|flags| flags.0 & Capabilities::BACKUP.0 != 0);
+                if backs_up {
+                    self.backup
+                        .zone_mb
+                        .saturating_mul(2)
+                        .min(self.peer.memory_mb / 4)
+                } else {
+                    0
+                }
+            }
+        };
+        mb.saturating_mul(1 << 20)
+    }
+
     /// The capabilities as flags.
     pub fn capability_flags(&self) -> Result<Capabilities, ConfigError> {
         let mut flags = 0u8;
@@ -630,7 +656,8 @@ prefault_mb = 16
         assert_eq!(config.superpeers[1].id, NodeId(2));
         assert_eq!(config.failure.failure_timeout_ms, 500);
         assert_eq!(config.peer.memory_mb, 64);
-        assert_eq!(config.peer.prefault_mb, 16);
+        assert_eq!(config.peer.prefault_mb, Some(16));
+        assert_eq!(config.prefault_bytes(), 16 << 20);
         assert_eq!(config.peer.handler_threads, 2);
         assert_eq!(config.superpeer.request_timeout_ms, 5_000);
         assert_eq!(config.capability_flags().unwrap(), Capabilities::STORAGE);
@@ -643,7 +670,17 @@ prefault_mb = 16
         assert_eq!(config, NodeConfig::default());
         assert_eq!(config.failure.heartbeat_interval_ms, 250);
         assert_eq!(config.peer.memory_mb, 1024);
-        assert_eq!(config.peer.prefault_mb, 0);
+        assert_eq!(config.peer.prefault_mb, None);
+        // A backup peer keeps two zones resident ahead, at most a quarter of its memory.
+        assert_eq!(config.prefault_bytes(), 256 << 20);
+        let mut small = config.clone();
+        small.peer.memory_mb = 4096;
+        assert_eq!(small.prefault_bytes(), 512 << 20);
+        small.capabilities = vec!["storage".into()];
+        assert_eq!(small.prefault_bytes(), 0);
+        small.peer.prefault_mb = Some(0);
+        small.capabilities = vec!["storage".into(), "backup".into()];
+        assert_eq!(small.prefault_bytes(), 0);
         // No superpeers: invalid for both roles.
         assert!(matches!(config.validate(), Err(ConfigError::Invalid(_))));
     }
