@@ -135,6 +135,16 @@ fn a_silent_peer_times_out_within_the_timeout() {
     );
 }
 
+/// Every item ended with the owner's refusal (`Server`), not a timeout.
+fn assert_all_refused(result: &[Result<Bytes, ClientError>]) {
+    assert!(
+        result
+            .iter()
+            .all(|r| matches!(r, Err(ClientError::Server { .. }))),
+        "{result:?}"
+    );
+}
+
 /// A peer that keeps answering `NotOwner` (ownership moving, or views catching up during a
 /// recovery) is followed, paced, until the call's timeout, which then ends the call.
 #[test]
@@ -147,13 +157,7 @@ fn not_owner_forever_ends_at_the_timeout() {
     });
     let (_endpoint, chunks) = client(&peer, Duration::from_secs(1));
     let started = Instant::now();
-    let result = chunks.blocking().get_batch(&[cid(1), cid(2)]);
-    assert!(
-        result
-            .iter()
-            .all(|r| matches!(r, Err(ClientError::Server { .. }))),
-        "{result:?}"
-    );
+    assert_all_refused(&chunks.blocking().get_batch(&[cid(1), cid(2)]));
     let elapsed = started.elapsed();
     assert!(
         elapsed >= Duration::from_millis(500) && elapsed < Duration::from_millis(1500),
@@ -182,13 +186,7 @@ fn a_refusal_outlasts_a_retry_cut_by_the_deadline() {
     let peer = Endpoint::start(config(1), handlers).unwrap();
     let (_endpoint, chunks) = client(&peer, Duration::from_secs(1));
     let started = Instant::now();
-    let result = chunks.blocking().get_batch(&[cid(1), cid(2)]);
-    assert!(
-        result
-            .iter()
-            .all(|r| matches!(r, Err(ClientError::Server { .. }))),
-        "{result:?}"
-    );
+    assert_all_refused(&chunks.blocking().get_batch(&[cid(1), cid(2)]));
     let elapsed = started.elapsed();
     assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
 }
