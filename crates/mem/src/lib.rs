@@ -13,6 +13,9 @@
 //!   per thread for chunks up to 256 KiB, whole coalescing page spans above.
 //! - **Local IDs**: sequential per node, handed to threads in blocks, and reused from a
 //!   bounded store of spare IDs after removes, so IDs stay dense.
+//! - **Resident memory ahead of use**: [`MemoryManager::prefault`] (the region's start) and
+//!   [`MemoryManager::keep_resident_ahead`] (a reserve above the allocator's top, which a
+//!   peer keeps so that a recovery's burst of creates takes no page faults).
 //!
 //! ## Invariants
 //! - No global lock on `get`/`put`: they touch only the chunk's entry (one CAS to lock, one
