@@ -398,14 +398,13 @@ fn a_reserve_is_kept_resident_above_the_top() {
     }
     memory.trim();
     let top = memory.top_bytes();
-    if top < before + moved {
-        assert_eq!(
-            memory
-                .keep_resident_ahead(reserve, u64::MAX, Duration::ZERO)
-                .unwrap(),
-            reserve
-        );
-    }
+    assert!(top < before + moved, "the top stayed at {top}");
+    assert_eq!(
+        memory
+            .keep_resident_ahead(reserve, u64::MAX, Duration::ZERO)
+            .unwrap(),
+        reserve
+    );
     // Kept up while another thread creates: every chunk reads back as written.
     let written = thread::scope(|scope| {
         let filler = scope.spawn(|| {
