@@ -543,6 +543,25 @@ impl ChunkService {
         self.ownership_changes.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Sets the owners of several ranges of `creator`'s local IDs, in order (a later range
+    /// wins where they overlap), under one hold of the ownership lock: no request sees the
+    /// view between two of them. Invalid ranges are ignored, as by [`Self::set_owner`].
+    pub fn set_owners(&self, creator: NodeId, ranges: &[(u64, u64, NodeId)]) {
+        let mut ownership = self.ownership.write();
+        let tree = ownership.entry(creator).or_default();
+        for &(first_lid, last_lid, owner) in ranges {
+            if first_lid > last_lid || last_lid > LOCAL_ID_MAX {
+                tracing::warn!(%creator, first_lid, last_lid, "ignoring invalid ownership range");
+                continue;
+            }
+            tree.set_owner(creator, first_lid, last_lid, owner);
+        }
+        if tree.is_empty() {
+            ownership.remove(&creator);
+        }
+        self.ownership_changes.fetch_add(1, Ordering::AcqRel);
+    }
+
     /// The node that owns `cid` in this peer's view.
     pub fn owner_of(&self, cid: ChunkId) -> NodeId {
         let creator = cid.creator();

@@ -789,8 +789,26 @@ fn watch_old_zones(
                 });
                 if let Ok(myriad_proto::meta::MetaReply::Zones(zones)) = reply {
                     if zones.iter().all(|(zone, _)| *zone >= bases.zone_base) {
+                        // The earlier IDs come back to this peer, except the ranges the
+                        // restorers took over: both in one step, from the ranges committed
+                        // by now (every restorer's commits came before its zone settled).
+                        // Setting the IDs first and loading the ranges after left a window
+                        // in which this peer answered a false `NotFound` for chunks that
+                        // live at a restorer.
+                        let asking = Arc::clone(&membership);
+                        let tree = runtime.block_on(async move {
+                            asking
+                                .request(myriad_proto::meta::MetaRequest::LookupTree(me))
+                                .await
+                        });
+                        let Ok(myriad_proto::meta::MetaReply::LookupTree(ranges)) = tree else {
+                            std::thread::sleep(OLD_ZONES_POLL);
+                            continue;
+                        };
+                        let mut view = vec![(0, bases.lid_base - 1, me)];
+                        view.extend(ranges);
+                        service.set_owners(me, &view);
                         pending.store(false, Ordering::Release);
-                        service.set_owner(me, 0, bases.lid_base - 1, me);
                         sync_ownership(&runtime, &membership, &service, me);
                         tracing::info!(node = %me, "the earlier incarnation's zones are recovered");
                         return;

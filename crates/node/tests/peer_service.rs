@@ -526,3 +526,41 @@ fn a_remove_or_resize_waiting_on_a_migrating_chunk_is_refused_not_lost() {
         );
     }
 }
+
+/// A restarted peer takes its earlier IDs back together with the ranges restorers took
+/// over (`set_owners`: one step, later ranges win): its own chunks are served, the
+/// restorers' ones answer `NotOwner` (never a false `NotFound`), and IDs nobody took are
+/// its own again.
+#[test]
+fn several_ranges_are_set_in_order_in_one_step() {
+    let service = service();
+    let cids = create(&service, &[b"one", b"two", b"three"]);
+    // Recovering: nobody owns the earlier IDs here.
+    service.set_owner(ME, 0, 1_000, NodeId(0));
+    assert_eq!(
+        get(&service, CLIENT_A, &cids[..1]),
+        vec![Err(ItemError::NotOwner)]
+    );
+    // Recovered: everything back to this peer, except the middle chunk, now at OTHER.
+    let middle = cids[1].local_id();
+    service.set_owners(ME, &[(0, 1_000, ME), (middle, middle, OTHER)]);
+    assert_eq!(
+        get(&service, CLIENT_A, &cids),
+        vec![
+            Ok(Bytes::from_static(b"one")),
+            Err(ItemError::NotOwner),
+            Ok(Bytes::from_static(b"three"))
+        ]
+    );
+    let never_created = ChunkId::new(ME, 999).unwrap();
+    assert_eq!(
+        get(&service, CLIENT_A, &[never_created]),
+        vec![Err(ItemError::NotFound)]
+    );
+    // An invalid range is skipped, the others still apply.
+    service.set_owners(ME, &[(5, 1, OTHER), (middle, middle, ME)]);
+    assert_eq!(
+        get(&service, CLIENT_A, &cids[1..2]),
+        vec![Ok(Bytes::from_static(b"two"))]
+    );
+}
