@@ -51,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{durable_versions, Inner, Zone};
 use crate::error::LogResult;
-use crate::header::{self, EncodeArgs};
+use crate::header::{self, ChainLink, EncodeArgs};
 use crate::seclog::{self, SecondaryLog, SEGMENT_HEADER_BYTES};
 use crate::storage::AlignedBuf;
 use crate::version::{
@@ -262,6 +262,7 @@ impl Inner {
         // net, or everything.
         let urgent_target = (mode == Mode::Urgent).then(|| (segments.len() as i64 / 8).max(2));
         let free_at_start = zone.log.lock().seclog.free_segments() as i64;
+        let mut refresh = ChainRefresh::default();
         for (index, info) in candidates {
             SecondaryLog::read_segment(
                 file.as_ref(),
@@ -329,10 +330,17 @@ impl Inner {
                             None => restamp_failed = true,
                         }
                     }
-                    // Old links of chained chunks are copied as they are: re-stamping
-                    // needs every link of the chunk in one pass (known gap, see
-                    // docs/log-format.md). Failing the visit for them would repeat it
-                    // forever.
+                    // An old link of a chained chunk is copied as it is (the old chain
+                    // stays complete on disk until its fresh copy is durable) and kept
+                    // aside: once every link is seen, the chain is written again with a
+                    // fresh version after the loop.
+                    if mode == Mode::EonVisit && old {
+                        if let Some(link) = h.chain {
+                            if !refresh.add(h.cid, current, link, e.payload) {
+                                restamp_failed = true;
+                            }
+                        }
+                    }
                     if e.run_index.is_some() {
                         // A chunk of a run entry gets its own header again (the writer
                         // may put it into a run with its neighbours once more).
@@ -379,9 +387,51 @@ impl Inner {
                 }
             }
         }
-        if !self.write_out(zone, &mut out, &mut pending, out_stamp)? {
+        // Old chained chunks seen whole get a fresh version, their links written again
+        // with it (see `refresh_chains`); registered as open chains until durable.
+        let refreshed = match snapshot_epoch {
+            Some(se) if mode == Mode::EonVisit => {
+                let chains = std::mem::take(&mut refresh.chains);
+                let (done, failed) =
+                    self.refresh_chains(zone, chains, se, &mut out, &mut pending, out_stamp);
+                restamp_failed |= failed;
+                match done {
+                    Ok(Some(refreshed)) => refreshed,
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+            _ => Vec::new(),
+        };
+        let written = self.write_out(zone, &mut out, &mut pending, out_stamp);
+        {
+            let mut vm = zone.versions.lock();
+            for &(cid, version) in &refreshed {
+                if matches!(written, Ok(true)) {
+                    vm.finish_chain(cid, version);
+                } else {
+                    vm.abandon_chain(cid, version);
+                }
+            }
+            if !matches!(written, Ok(true)) && mode == Mode::EonVisit {
+                vm.hold_epoch(false);
+            }
+        }
+        if !written? {
             return Ok(());
         }
+        for &(cid, version) in &refreshed {
+            table.insert(
+                cid,
+                VersionState {
+                    version,
+                    deleted: false,
+                },
+            );
+        }
+        self.counters
+            .reorg_entries_restamped
+            .fetch_add(refreshed.len() as u64, Ordering::Relaxed);
         if mode == Mode::EonVisit {
             // Old removes get a fresh version too, so a later write of the chunk compares
             // newer than its remove.
@@ -417,6 +467,96 @@ impl Inner {
                 .fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Gives every complete chain of `chains` (old chained chunks an eon visit saw whole)
+    /// a fresh version registered as an open chain ([`VersionManager::restamp_chain`]) and
+    /// appends its links with that version to the pass's output, writing out full
+    /// segments as the loop over the candidates does. Returns the refreshed chains, or
+    /// `None` if a segment could not be written for lack of a free one (the pass stops;
+    /// the chains are abandoned), and whether some chain had to be left for a later visit.
+    /// The caller finishes the chains once the last output is written and synced, or
+    /// abandons them. The old links were copied as they are, so the chunk stays complete
+    /// in its old version whatever happens before then.
+    #[allow(clippy::type_complexity)]
+    fn refresh_chains(
+        &self,
+        zone: &Zone,
+        chains: CidMap<StashedChain>,
+        snapshot_epoch: u16,
+        out: &mut Vec<u8>,
+        pending: &mut Vec<usize>,
+        stamp: u32,
+    ) -> (LogResult<Option<Vec<(u64, Version)>>>, bool) {
+        let segment_bytes = self.config.segment_bytes as usize;
+        let room = segment_bytes - SEGMENT_HEADER_BYTES - 1;
+        let mut refreshed: Vec<(u64, Version)> = Vec::new();
+        let mut failed = false;
+        let abandon = |refreshed: &[(u64, Version)]| {
+            let mut vm = zone.versions.lock();
+            for &(cid, version) in refreshed {
+                vm.abandon_chain(cid, version);
+            }
+        };
+        let mut chains: Vec<(u64, StashedChain)> = chains.into_iter().collect();
+        chains.sort_unstable_by_key(|(cid, _)| *cid);
+        for (cid, chain) in chains {
+            if chain.links.iter().any(Option::is_none) {
+                failed = true; // not seen whole (cannot happen in a visit of every segment)
+                continue;
+            }
+            // Room for the output so far and this chain's links, with a segment to spare;
+            // else the next visit tries again.
+            let need = (out.len() + chain.bytes + 64 * chain.links.len()).div_ceil(room) + 1;
+            if zone.log.lock().seclog.free_segments() < need {
+                failed = true;
+                continue;
+            }
+            let Some(fresh) = zone
+                .versions
+                .lock()
+                .restamp_chain(cid, chain.state, snapshot_epoch)
+            else {
+                failed = true;
+                continue;
+            };
+            refreshed.push((cid, fresh));
+            let count = chain.links.len() as u8;
+            let mut entry = Vec::new();
+            for (index, payload) in chain.links.iter().enumerate() {
+                let payload = payload.as_deref().unwrap_or_default();
+                entry.clear();
+                header::encode(
+                    &EncodeArgs {
+                        cid,
+                        zone_owner: zone.id.owner,
+                        epoch: fresh.epoch,
+                        version: fresh.version,
+                        chain: Some(ChainLink {
+                            index: index as u8,
+                            count,
+                        }),
+                    },
+                    payload,
+                    &mut entry,
+                );
+                if out.len() + entry.len() > room {
+                    match self.write_out(zone, out, pending, stamp) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            abandon(&refreshed);
+                            return (Ok(None), failed);
+                        }
+                        Err(e) => {
+                            abandon(&refreshed);
+                            return (Err(e), failed);
+                        }
+                    }
+                }
+                out.extend_from_slice(&entry);
+            }
+        }
+        (Ok(Some(refreshed)), failed)
     }
 
     /// Writes the collected valid entries to a fresh segment, syncs, then frees the
@@ -481,6 +621,54 @@ impl Inner {
             .map(|(cid, state)| VersionRecord { cid, state })
             .collect();
         log.vlog.compact(&compacted)
+    }
+}
+
+/// Bytes of old chained chunks' links an eon visit keeps in RAM to write them again with a
+/// fresh version; chains beyond it wait for a later visit.
+const CHAIN_REFRESH_BYTES_MAX: usize = 64 << 20;
+
+/// An old chained chunk seen by an eon visit: its current state and its links' payloads
+/// by index.
+#[derive(Default)]
+pub(crate) struct StashedChain {
+    state: VersionState,
+    links: Vec<Option<Vec<u8>>>,
+    bytes: usize,
+}
+
+/// The old chained chunks an eon visit writes again (see [`Inner::refresh_chains`]).
+#[derive(Default)]
+struct ChainRefresh {
+    chains: CidMap<StashedChain>,
+    bytes: usize,
+}
+
+impl ChainRefresh {
+    /// Keeps link `link` of `cid` (current state `state`). False if over the byte budget
+    /// (the chain is then left for a later visit).
+    fn add(&mut self, cid: u64, state: VersionState, link: ChainLink, payload: &[u8]) -> bool {
+        let chain = self.chains.entry(cid).or_default();
+        if chain.links.is_empty() {
+            chain.state = state;
+            chain.links = vec![None; usize::from(link.count)];
+        }
+        if chain.state != state || chain.links.len() != usize::from(link.count) {
+            return true; // not the current chain (the table names one version only)
+        }
+        let Some(slot) = chain.links.get_mut(usize::from(link.index)) else {
+            return true;
+        };
+        if slot.is_some() {
+            return true; // a duplicate copy (left by a crash after a pass's output)
+        }
+        if self.bytes + payload.len() > CHAIN_REFRESH_BYTES_MAX {
+            return false;
+        }
+        self.bytes += payload.len();
+        chain.bytes += payload.len();
+        *slot = Some(payload.to_vec());
+        true
     }
 }
 
