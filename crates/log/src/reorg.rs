@@ -17,7 +17,9 @@
 //!    since its last pass;
 //! 4. **eon visit**: a log whose epoch advanced `eon_visit_epochs` since its last full
 //!    visit: all segments, re-stamping entries and removes older than that with a fresh
-//!    version, so no current version gets half an epoch space old.
+//!    version, so no current version gets half an epoch space old. An old chained chunk
+//!    is copied as it is and written again with a fresh version after the loop
+//!    ([`Inner::refresh_chains`]), an open chain until that output is synced.
 //!
 //! Picking segments (prompt and periodic passes): **cost-benefit**, as LFS and RAMCloud:
 //! at most `reorg_segments_per_pass` of the closed segments (twice that when at most a

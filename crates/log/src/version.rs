@@ -16,7 +16,8 @@
 //!   `a − b mod 2^16` is in `1..2^15`. That is exact as long as no current version is more
 //!   than half the epoch space old, which reorganization guarantees by visiting every log
 //!   at least once per `eon_visit_epochs` and re-stamping old valid entries with a fresh
-//!   version ([`VersionManager::restamp`]).
+//!   version ([`VersionManager::restamp`]; a chained chunk's links are written again
+//!   with it, [`VersionManager::restamp_chain`]).
 //!
 //! - **Segment usage**: each buffered version also remembers where the writer placed its
 //!   entry; a newer version or a remove of the chunk then takes the old entry's bytes off
