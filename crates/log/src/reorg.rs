@@ -234,6 +234,12 @@ impl Inner {
                 keep_links,
             )
         };
+        // An eon visit holds the epoch (its fresh versions must be of the snapshot's
+        // epoch) until it ends, on every path.
+        let _hold = (mode == Mode::EonVisit).then(|| {
+            zone.versions.lock().hold_epoch(true);
+            EpochHold(zone)
+        });
         let (mut table, snapshot_epoch) = if mode == Mode::Urgent {
             let records = zone.log.lock().vlog.load()?;
             let (mut table, chains) =
@@ -241,15 +247,9 @@ impl Inner {
             chains.finish(&mut table);
             (table, None)
         } else {
-            if mode == Mode::EonVisit {
-                zone.versions.lock().hold_epoch(true);
-            }
             match self.durable_snapshot(zone)? {
                 Some((t, e)) => (t, Some(e)),
-                None => {
-                    zone.versions.lock().hold_epoch(false);
-                    return Ok(());
-                }
+                None => return Ok(()),
             }
         };
         let visit_epoch = zone.versions.lock().epoch();
@@ -264,7 +264,10 @@ impl Inner {
         // net, or everything.
         let urgent_target = (mode == Mode::Urgent).then(|| (segments.len() as i64 / 8).max(2));
         let free_at_start = zone.log.lock().seclog.free_segments() as i64;
-        let mut refresh = ChainRefresh::default();
+        let mut refresh = ChainRefresh::new(
+            payload_max as usize,
+            usize::try_from(config.chain_refresh_bytes).unwrap_or(usize::MAX),
+        );
         for (index, info) in candidates {
             SecondaryLog::read_segment(
                 file.as_ref(),
@@ -415,9 +418,6 @@ impl Inner {
                     vm.abandon_chain(cid, version);
                 }
             }
-            if !matches!(written, Ok(true)) && mode == Mode::EonVisit {
-                vm.hold_epoch(false);
-            }
         }
         if !written? {
             return Ok(());
@@ -508,7 +508,20 @@ impl Inner {
                 continue;
             }
             // Room for the output so far and this chain's links, with a segment to spare;
-            // else the next visit tries again.
+            // else the next visit tries again. The sources done so far are freed only once
+            // the output holding their valid entries is written: write it first if that
+            // may give the room (the old links it holds are then durable where they are).
+            let need = (out.len() + chain.bytes + 64 * chain.links.len()).div_ceil(room) + 1;
+            if zone.log.lock().seclog.free_segments() < need && !pending.is_empty() {
+                match self.write_out(zone, out, pending, stamp) {
+                    Ok(true) => {}
+                    other => {
+                        // No free segment (the pass stops), or an error.
+                        abandon(&refreshed);
+                        return (other.map(|_| None), failed);
+                    }
+                }
+            }
             let need = (out.len() + chain.bytes + 64 * chain.links.len()).div_ceil(room) + 1;
             if zone.log.lock().seclog.free_segments() < need {
                 failed = true;
@@ -545,13 +558,10 @@ impl Inner {
                 if out.len() + entry.len() > room {
                     match self.write_out(zone, out, pending, stamp) {
                         Ok(true) => {}
-                        Ok(false) => {
+                        other => {
+                            // No free segment (the pass stops), or an error.
                             abandon(&refreshed);
-                            return (Ok(None), failed);
-                        }
-                        Err(e) => {
-                            abandon(&refreshed);
-                            return (Err(e), failed);
+                            return (other.map(|_| None), failed);
                         }
                     }
                 }
@@ -626,10 +636,6 @@ impl Inner {
     }
 }
 
-/// Bytes of old chained chunks' links an eon visit keeps in RAM to write them again with a
-/// fresh version; chains beyond it wait for a later visit.
-const CHAIN_REFRESH_BYTES_MAX: usize = 64 << 20;
-
 /// An old chained chunk seen by an eon visit: its current state and its links' payloads
 /// by index.
 #[derive(Default)]
@@ -640,21 +646,57 @@ pub(crate) struct StashedChain {
 }
 
 /// The old chained chunks an eon visit writes again (see [`Inner::refresh_chains`]).
-#[derive(Default)]
 struct ChainRefresh {
     chains: CidMap<StashedChain>,
-    bytes: usize,
+    /// Chains seen but not taken (over the budget): their later links are skipped.
+    skipped: CidMap<()>,
+    /// Bytes reserved by the chains taken.
+    reserved: usize,
+    /// The largest payload of one link.
+    link_max: usize,
+    /// `LogConfig::chain_refresh_bytes`: each chain reserves its whole size (links × the
+    /// largest link) at its first link; a chain that would go over is left for a later
+    /// visit, except the first of a visit, which is always taken (so a chain up to
+    /// `chunk_bytes_max` is refreshed too, and every visit makes progress).
+    budget: usize,
 }
 
 impl ChainRefresh {
-    /// Keeps link `link` of `cid` (current state `state`). False if over the byte budget
-    /// (the chain is then left for a later visit).
-    fn add(&mut self, cid: u64, state: VersionState, link: ChainLink, payload: &[u8]) -> bool {
-        let chain = self.chains.entry(cid).or_default();
-        if chain.links.is_empty() {
-            chain.state = state;
-            chain.links = vec![None; usize::from(link.count)];
+    fn new(link_max: usize, budget: usize) -> ChainRefresh {
+        ChainRefresh {
+            budget,
+            chains: CidMap::default(),
+            skipped: CidMap::default(),
+            reserved: 0,
+            link_max,
         }
+    }
+
+    /// Keeps link `link` of `cid` (current state `state`). False if the chain is left for
+    /// a later visit (over the budget).
+    fn add(&mut self, cid: u64, state: VersionState, link: ChainLink, payload: &[u8]) -> bool {
+        if self.skipped.contains_key(&cid) {
+            return false;
+        }
+        if !self.chains.contains_key(&cid) {
+            let reserve = usize::from(link.count) * self.link_max;
+            if self.reserved > 0 && self.reserved + reserve > self.budget {
+                self.skipped.insert(cid, ());
+                return false;
+            }
+            self.reserved += reserve;
+            self.chains.insert(
+                cid,
+                StashedChain {
+                    state,
+                    links: vec![None; usize::from(link.count)],
+                    bytes: 0,
+                },
+            );
+        }
+        let Some(chain) = self.chains.get_mut(&cid) else {
+            return true;
+        };
         if chain.state != state || chain.links.len() != usize::from(link.count) {
             return true; // not the current chain (the table names one version only)
         }
@@ -664,13 +706,18 @@ impl ChainRefresh {
         if slot.is_some() {
             return true; // a duplicate copy (left by a crash after a pass's output)
         }
-        if self.bytes + payload.len() > CHAIN_REFRESH_BYTES_MAX {
-            return false;
-        }
-        self.bytes += payload.len();
         chain.bytes += payload.len();
         *slot = Some(payload.to_vec());
         true
+    }
+}
+
+/// Releases an eon visit's hold on its zone's epoch however the pass ends.
+struct EpochHold<'a>(&'a Zone);
+
+impl Drop for EpochHold<'_> {
+    fn drop(&mut self) {
+        self.0.versions.lock().hold_epoch(false);
     }
 }
 

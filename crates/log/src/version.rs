@@ -361,6 +361,11 @@ impl VersionManager {
         }
     }
 
+    /// Whether the epoch is held ([`VersionManager::hold_epoch`]).
+    pub fn epoch_held(&self) -> bool {
+        self.hold
+    }
+
     /// The current epoch.
     pub fn epoch(&self) -> u16 {
         self.epoch
