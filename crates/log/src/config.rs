@@ -67,6 +67,12 @@ pub struct LogConfig {
     /// the current eon) at least once per this many of its epochs. Default 2^13, a quarter
     /// of an eon (2^15 epochs), which leaves a wide margin before epochs wrap.
     pub eon_visit_epochs: u16,
+    /// Bytes of old chained chunks an eon visit keeps in RAM to write them again with a
+    /// fresh version (their links are copied as they are, and written once more after the
+    /// visit's loop). A chain reserves its whole size at its first link; chains that do
+    /// not fit wait for a later visit, except the first of a visit, which is always taken
+    /// (so RAM use is at most this or one `chunk_bytes_max` chain). Default 64 MiB.
+    pub chain_refresh_bytes: u64,
     /// The largest chunk. Default 256 MiB; at most 255 links of half a segment each.
     pub chunk_bytes_max: u64,
     /// The most zones. Default 4,096; at most [`ZONES_MAX`].
@@ -111,6 +117,7 @@ impl Default for LogConfig {
             reorg_segments_per_pass: 20,
             reorg_interval: Duration::from_millis(100),
             eon_visit_epochs: 1 << 13,
+            chain_refresh_bytes: 64 << 20,
             chunk_bytes_max: 256 << 20,
             zones_max: 4096,
             wait_timeout: Duration::from_secs(10),
@@ -213,6 +220,7 @@ impl LogConfig {
             reorg_segments_per_pass: 4,
             reorg_interval: Duration::from_millis(5),
             eon_visit_epochs: 1 << 13,
+            chain_refresh_bytes: 64 << 20,
             chunk_bytes_max: 100_000,
             zones_max: 64,
             wait_timeout: Duration::from_secs(10),

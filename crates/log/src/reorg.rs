@@ -17,7 +17,9 @@
 //!    since its last pass;
 //! 4. **eon visit**: a log whose epoch advanced `eon_visit_epochs` since its last full
 //!    visit: all segments, re-stamping entries and removes older than that with a fresh
-//!    version, so no current version gets half an epoch space old.
+//!    version, so no current version gets half an epoch space old. An old chained chunk
+//!    is copied as it is and written again with a fresh version after the loop
+//!    ([`Inner::refresh_chains`]), an open chain until that output is synced.
 //!
 //! Picking segments (prompt and periodic passes): **cost-benefit**, as LFS and RAMCloud:
 //! at most `reorg_segments_per_pass` of the closed segments (twice that when at most a
@@ -51,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{durable_versions, Inner, Zone};
 use crate::error::LogResult;
-use crate::header::{self, EncodeArgs};
+use crate::header::{self, ChainLink, EncodeArgs};
 use crate::seclog::{self, SecondaryLog, SEGMENT_HEADER_BYTES};
 use crate::storage::AlignedBuf;
 use crate::version::{
@@ -232,6 +234,12 @@ impl Inner {
                 keep_links,
             )
         };
+        // An eon visit holds the epoch (its fresh versions must be of the snapshot's
+        // epoch) until it ends, on every path.
+        let _hold = (mode == Mode::EonVisit).then(|| {
+            zone.versions.lock().hold_epoch(true);
+            EpochHold(zone)
+        });
         let (mut table, snapshot_epoch) = if mode == Mode::Urgent {
             let records = zone.log.lock().vlog.load()?;
             let (mut table, chains) =
@@ -239,15 +247,9 @@ impl Inner {
             chains.finish(&mut table);
             (table, None)
         } else {
-            if mode == Mode::EonVisit {
-                zone.versions.lock().hold_epoch(true);
-            }
             match self.durable_snapshot(zone)? {
                 Some((t, e)) => (t, Some(e)),
-                None => {
-                    zone.versions.lock().hold_epoch(false);
-                    return Ok(());
-                }
+                None => return Ok(()),
             }
         };
         let visit_epoch = zone.versions.lock().epoch();
@@ -262,6 +264,10 @@ impl Inner {
         // net, or everything.
         let urgent_target = (mode == Mode::Urgent).then(|| (segments.len() as i64 / 8).max(2));
         let free_at_start = zone.log.lock().seclog.free_segments() as i64;
+        let mut refresh = ChainRefresh::new(
+            payload_max as usize,
+            usize::try_from(config.chain_refresh_bytes).unwrap_or(usize::MAX),
+        );
         for (index, info) in candidates {
             SecondaryLog::read_segment(
                 file.as_ref(),
@@ -329,10 +335,17 @@ impl Inner {
                             None => restamp_failed = true,
                         }
                     }
-                    // Old links of chained chunks are copied as they are: re-stamping
-                    // needs every link of the chunk in one pass (known gap, see
-                    // docs/log-format.md). Failing the visit for them would repeat it
-                    // forever.
+                    // An old link of a chained chunk is copied as it is (the old chain
+                    // stays complete on disk until its fresh copy is durable) and kept
+                    // aside: once every link is seen, the chain is written again with a
+                    // fresh version after the loop.
+                    if mode == Mode::EonVisit && old {
+                        if let Some(link) = h.chain {
+                            if !refresh.add(h.cid, current, link, e.payload) {
+                                restamp_failed = true;
+                            }
+                        }
+                    }
                     if e.run_index.is_some() {
                         // A chunk of a run entry gets its own header again (the writer
                         // may put it into a run with its neighbours once more).
@@ -379,9 +392,48 @@ impl Inner {
                 }
             }
         }
-        if !self.write_out(zone, &mut out, &mut pending, out_stamp)? {
+        // Old chained chunks seen whole get a fresh version, their links written again
+        // with it (see `refresh_chains`); registered as open chains until durable.
+        let refreshed = match snapshot_epoch {
+            Some(se) if mode == Mode::EonVisit => {
+                let chains = std::mem::take(&mut refresh.chains);
+                let (done, failed) =
+                    self.refresh_chains(zone, chains, se, &mut out, &mut pending, out_stamp);
+                restamp_failed |= failed;
+                match done {
+                    Ok(Some(refreshed)) => refreshed,
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+            _ => Vec::new(),
+        };
+        let written = self.write_out(zone, &mut out, &mut pending, out_stamp);
+        {
+            let mut vm = zone.versions.lock();
+            for &(cid, version) in &refreshed {
+                if matches!(written, Ok(true)) {
+                    vm.finish_chain(cid, version);
+                } else {
+                    vm.abandon_chain(cid, version);
+                }
+            }
+        }
+        if !written? {
             return Ok(());
         }
+        for &(cid, version) in &refreshed {
+            table.insert(
+                cid,
+                VersionState {
+                    version,
+                    deleted: false,
+                },
+            );
+        }
+        self.counters
+            .reorg_entries_restamped
+            .fetch_add(refreshed.len() as u64, Ordering::Relaxed);
         if mode == Mode::EonVisit {
             // Old removes get a fresh version too, so a later write of the chunk compares
             // newer than its remove.
@@ -417,6 +469,106 @@ impl Inner {
                 .fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Gives every complete chain of `chains` (old chained chunks an eon visit saw whole)
+    /// a fresh version registered as an open chain ([`VersionManager::restamp_chain`]) and
+    /// appends its links with that version to the pass's output, writing out full
+    /// segments as the loop over the candidates does. Returns the refreshed chains, or
+    /// `None` if a segment could not be written for lack of a free one (the pass stops;
+    /// the chains are abandoned), and whether some chain had to be left for a later visit.
+    /// The caller finishes the chains once the last output is written and synced, or
+    /// abandons them. The old links were copied as they are, so the chunk stays complete
+    /// in its old version whatever happens before then.
+    #[allow(clippy::type_complexity)]
+    fn refresh_chains(
+        &self,
+        zone: &Zone,
+        chains: CidMap<StashedChain>,
+        snapshot_epoch: u16,
+        out: &mut Vec<u8>,
+        pending: &mut Vec<usize>,
+        stamp: u32,
+    ) -> (LogResult<Option<Vec<(u64, Version)>>>, bool) {
+        let segment_bytes = self.config.segment_bytes as usize;
+        let room = segment_bytes - SEGMENT_HEADER_BYTES - 1;
+        let mut refreshed: Vec<(u64, Version)> = Vec::new();
+        let mut failed = false;
+        let abandon = |refreshed: &[(u64, Version)]| {
+            let mut vm = zone.versions.lock();
+            for &(cid, version) in refreshed {
+                vm.abandon_chain(cid, version);
+            }
+        };
+        let mut chains: Vec<(u64, StashedChain)> = chains.into_iter().collect();
+        chains.sort_unstable_by_key(|(cid, _)| *cid);
+        for (cid, chain) in chains {
+            if chain.links.iter().any(Option::is_none) {
+                failed = true; // not seen whole (cannot happen in a visit of every segment)
+                continue;
+            }
+            // Room for the output so far and this chain's links, with a segment to spare;
+            // else the next visit tries again. The sources done so far are freed only once
+            // the output holding their valid entries is written: write it first if that
+            // may give the room (the old links it holds are then durable where they are).
+            let need = (out.len() + chain.bytes + 64 * chain.links.len()).div_ceil(room) + 1;
+            if zone.log.lock().seclog.free_segments() < need && !pending.is_empty() {
+                match self.write_out(zone, out, pending, stamp) {
+                    Ok(true) => {}
+                    other => {
+                        // No free segment (the pass stops), or an error.
+                        abandon(&refreshed);
+                        return (other.map(|_| None), failed);
+                    }
+                }
+            }
+            let need = (out.len() + chain.bytes + 64 * chain.links.len()).div_ceil(room) + 1;
+            if zone.log.lock().seclog.free_segments() < need {
+                failed = true;
+                continue;
+            }
+            let Some(fresh) = zone
+                .versions
+                .lock()
+                .restamp_chain(cid, chain.state, snapshot_epoch)
+            else {
+                failed = true;
+                continue;
+            };
+            refreshed.push((cid, fresh));
+            let count = chain.links.len() as u8;
+            let mut entry = Vec::new();
+            for (index, payload) in chain.links.iter().enumerate() {
+                let payload = payload.as_deref().unwrap_or_default();
+                entry.clear();
+                header::encode(
+                    &EncodeArgs {
+                        cid,
+                        zone_owner: zone.id.owner,
+                        epoch: fresh.epoch,
+                        version: fresh.version,
+                        chain: Some(ChainLink {
+                            index: index as u8,
+                            count,
+                        }),
+                    },
+                    payload,
+                    &mut entry,
+                );
+                if out.len() + entry.len() > room {
+                    match self.write_out(zone, out, pending, stamp) {
+                        Ok(true) => {}
+                        other => {
+                            // No free segment (the pass stops), or an error.
+                            abandon(&refreshed);
+                            return (other.map(|_| None), failed);
+                        }
+                    }
+                }
+                out.extend_from_slice(&entry);
+            }
+        }
+        (Ok(Some(refreshed)), failed)
     }
 
     /// Writes the collected valid entries to a fresh segment, syncs, then frees the
@@ -481,6 +633,91 @@ impl Inner {
             .map(|(cid, state)| VersionRecord { cid, state })
             .collect();
         log.vlog.compact(&compacted)
+    }
+}
+
+/// An old chained chunk seen by an eon visit: its current state and its links' payloads
+/// by index.
+#[derive(Default)]
+pub(crate) struct StashedChain {
+    state: VersionState,
+    links: Vec<Option<Vec<u8>>>,
+    bytes: usize,
+}
+
+/// The old chained chunks an eon visit writes again (see [`Inner::refresh_chains`]).
+struct ChainRefresh {
+    chains: CidMap<StashedChain>,
+    /// Chains seen but not taken (over the budget): their later links are skipped.
+    skipped: CidMap<()>,
+    /// Bytes reserved by the chains taken.
+    reserved: usize,
+    /// The largest payload of one link.
+    link_max: usize,
+    /// `LogConfig::chain_refresh_bytes`: each chain reserves its whole size (links × the
+    /// largest link) at its first link; a chain that would go over is left for a later
+    /// visit, except the first of a visit, which is always taken (so a chain up to
+    /// `chunk_bytes_max` is refreshed too, and every visit makes progress).
+    budget: usize,
+}
+
+impl ChainRefresh {
+    fn new(link_max: usize, budget: usize) -> ChainRefresh {
+        ChainRefresh {
+            budget,
+            chains: CidMap::default(),
+            skipped: CidMap::default(),
+            reserved: 0,
+            link_max,
+        }
+    }
+
+    /// Keeps link `link` of `cid` (current state `state`). False if the chain is left for
+    /// a later visit (over the budget).
+    fn add(&mut self, cid: u64, state: VersionState, link: ChainLink, payload: &[u8]) -> bool {
+        if self.skipped.contains_key(&cid) {
+            return false;
+        }
+        if !self.chains.contains_key(&cid) {
+            let reserve = usize::from(link.count) * self.link_max;
+            if self.reserved > 0 && self.reserved + reserve > self.budget {
+                self.skipped.insert(cid, ());
+                return false;
+            }
+            self.reserved += reserve;
+            self.chains.insert(
+                cid,
+                StashedChain {
+                    state,
+                    links: vec![None; usize::from(link.count)],
+                    bytes: 0,
+                },
+            );
+        }
+        let Some(chain) = self.chains.get_mut(&cid) else {
+            return true;
+        };
+        if chain.state != state || chain.links.len() != usize::from(link.count) {
+            return true; // not the current chain (the table names one version only)
+        }
+        let Some(slot) = chain.links.get_mut(usize::from(link.index)) else {
+            return true;
+        };
+        if slot.is_some() {
+            return true; // a duplicate copy (left by a crash after a pass's output)
+        }
+        chain.bytes += payload.len();
+        *slot = Some(payload.to_vec());
+        true
+    }
+}
+
+/// Releases an eon visit's hold on its zone's epoch however the pass ends.
+struct EpochHold<'a>(&'a Zone);
+
+impl Drop for EpochHold<'_> {
+    fn drop(&mut self) {
+        self.0.versions.lock().hold_epoch(false);
     }
 }
 

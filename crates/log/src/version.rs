@@ -16,7 +16,8 @@
 //!   `a − b mod 2^16` is in `1..2^15`. That is exact as long as no current version is more
 //!   than half the epoch space old, which reorganization guarantees by visiting every log
 //!   at least once per `eon_visit_epochs` and re-stamping old valid entries with a fresh
-//!   version ([`VersionManager::restamp`]).
+//!   version ([`VersionManager::restamp`]; a chained chunk's links are written again
+//!   with it, [`VersionManager::restamp_chain`]).
 //!
 //! - **Segment usage**: each buffered version also remembers where the writer placed its
 //!   entry; a newer version or a remove of the chunk then takes the old entry's bytes off
@@ -116,7 +117,7 @@ impl Version {
 }
 
 /// The current version of one chunk and whether that version is a remove.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct VersionState {
     /// The version.
     pub version: Version,
@@ -325,6 +326,11 @@ pub struct VersionManager {
     /// Chains appended link by link whose last link is not durable yet (a few at most:
     /// one per producer appending a chunk above half the write buffer).
     chains: Vec<OpenChain>,
+    /// Chains an eon visit registered for a fresh copy of an old chained chunk and then
+    /// gave up ([`VersionManager::abandon_chain`]): their version stays in the buffer (so
+    /// it is never handed out again) but never counts: snapshots show `prior`, and the
+    /// seal leaves its record out of the version log. Emptied by the next seal.
+    abandoned: Vec<OpenChain>,
 }
 
 impl VersionManager {
@@ -343,6 +349,7 @@ impl VersionManager {
             last_full_visit_epoch: epoch,
             hold: false,
             chains: Vec::new(),
+            abandoned: Vec::new(),
         }
     }
 
@@ -352,6 +359,11 @@ impl VersionManager {
         if !hold && self.buffer.len() >= self.seal_entries {
             self.seal();
         }
+    }
+
+    /// Whether the epoch is held ([`VersionManager::hold_epoch`]).
+    pub fn epoch_held(&self) -> bool {
+        self.hold
     }
 
     /// The current epoch.
@@ -399,9 +411,24 @@ impl VersionManager {
         std::mem::swap(&mut self.buffer, &mut self.carry);
         self.buffer.clear();
         let mut range = (u64::MAX, 0);
+        let abandoned = std::mem::take(&mut self.abandoned);
+        let epoch = self.epoch;
         let records = self
             .carry
             .iter()
+            // The version of an abandoned refresh never reaches the version log: its
+            // links may be incomplete.
+            .filter(|(&cid, slot)| {
+                !abandoned.iter().any(|a| {
+                    a.cid == cid
+                        && a.version
+                            == Version {
+                                epoch,
+                                version: slot.version(),
+                            }
+                        && !slot.deleted()
+                })
+            })
             .map(|(&cid, &slot)| {
                 range = (range.0.min(cid), range.1.max(cid));
                 VersionRecord {
@@ -577,10 +604,23 @@ impl VersionManager {
     /// chain's version replaced by the state before it.
     fn visible(&self, cid: u64) -> Option<VersionState> {
         let state = self.lookup(cid)?;
-        match self.open_chain(cid, state) {
+        match self
+            .open_chain(cid, state)
+            .or_else(|| self.abandoned_chain(cid, state))
+        {
             Some(c) => c.prior,
             None => Some(state),
         }
+    }
+
+    /// The abandoned refresh whose version `state` is, if any.
+    fn abandoned_chain(&self, cid: u64, state: VersionState) -> Option<&OpenChain> {
+        if state.deleted {
+            return None;
+        }
+        self.abandoned
+            .iter()
+            .find(|c| c.cid == cid && c.version == state.version)
     }
 
     /// The open chain (last link still to come) whose version `state` is, if any.
@@ -649,11 +689,13 @@ impl VersionManager {
                 },
             );
         }
-        for c in &self.chains {
+        for c in self.chains.iter().chain(&self.abandoned) {
             let Some(&state) = table.get(&c.cid) else {
                 continue;
             };
-            if self.open_chain(c.cid, state).is_some_and(|o| o == c) {
+            let hidden = self.open_chain(c.cid, state).is_some_and(|o| o == c)
+                || self.abandoned_chain(c.cid, state).is_some_and(|o| o == c);
+            if hidden {
                 match c.prior {
                     Some(prior) => table.insert(c.cid, prior),
                     None => table.remove(&c.cid),
@@ -712,7 +754,13 @@ impl VersionManager {
     ) -> Option<Version> {
         // A chunk with a chain in progress keeps its versions: a fresh one would hide the
         // chain once its last link is in.
-        if self.epoch != snapshot_epoch || self.chains.iter().any(|c| c.cid == cid) {
+        if self.epoch != snapshot_epoch
+            || self
+                .chains
+                .iter()
+                .chain(&self.abandoned)
+                .any(|c| c.cid == cid)
+        {
             return None;
         }
         match self.buffer.get(&cid) {
@@ -728,6 +776,73 @@ impl VersionManager {
             None => {}
         }
         self.assign(cid, expected.deleted, 0).ok()
+    }
+
+    /// [`VersionManager::restamp`] for a chained chunk (not removed) whose links an eon
+    /// visit is about to write again with the fresh version: the version is registered as
+    /// an open chain with `expected` as its prior state, so snapshots keep showing
+    /// `expected` and the version log does not name the fresh version (`sealed_ready`)
+    /// until the caller either finishes the chain ([`VersionManager::finish_chain`], once
+    /// every fresh link is durable) or abandons it ([`VersionManager::abandon_chain`]).
+    pub fn restamp_chain(
+        &mut self,
+        cid: u64,
+        expected: VersionState,
+        snapshot_epoch: u16,
+    ) -> Option<Version> {
+        if expected.deleted {
+            return None;
+        }
+        let version = self.restamp(cid, expected, snapshot_epoch)?;
+        self.chains.push(OpenChain {
+            cid,
+            version,
+            prior: Some(expected),
+            last_seq: None,
+        });
+        Some(version)
+    }
+
+    /// Every link of the refreshed chain of `cid` with `version` is durable: the version
+    /// counts from now on (unless the chunk was written since, which is newer anyway).
+    pub fn finish_chain(&mut self, cid: u64, version: Version) {
+        self.chains
+            .retain(|c| !(c.cid == cid && c.version == version && c.last_seq.is_none()));
+    }
+
+    /// The refreshed chain of `cid` with `version` will not be completed (the pass could
+    /// not write every fresh link): the chunk keeps its prior state for good. Its version
+    /// stays taken in the buffer (a later write of the chunk in this epoch gets a newer
+    /// one, never the same, so links of the two are never mixed) but is hidden from
+    /// snapshots and left out of the version log; if the epoch was sealed meanwhile its
+    /// record is dropped from the sealed epoch. A newer write or remove of the chunk since
+    /// needs nothing.
+    pub fn abandon_chain(&mut self, cid: u64, version: Version) {
+        let Some(i) = self
+            .chains
+            .iter()
+            .position(|c| c.cid == cid && c.version == version && c.last_seq.is_none())
+        else {
+            return;
+        };
+        let chain = self.chains.remove(i);
+        let state = VersionState {
+            version,
+            deleted: false,
+        };
+        if version.epoch == self.epoch {
+            if self
+                .buffer
+                .get(&cid)
+                .is_some_and(|s| s.version() == version.version && !s.deleted())
+            {
+                self.abandoned.push(chain);
+            }
+        } else if let Some(sealed) = self.sealed.as_mut().filter(|s| s.epoch == version.epoch) {
+            sealed
+                .records
+                .retain(|r| !(r.cid == cid && r.state == state));
+        }
     }
 }
 
@@ -1466,6 +1581,65 @@ mod tests {
         VersionState {
             version,
             deleted: false,
+        }
+    }
+
+    /// An eon visit's fresh version of an old chained chunk counts only once finished;
+    /// abandoned, it never counts, is not handed out again and stays out of the version
+    /// log; a write of the chunk meanwhile is newer either way.
+    #[test]
+    fn a_refreshed_chain_counts_only_once_finished() {
+        let old = put(Version {
+            epoch: 1,
+            version: 0,
+        });
+        for outcome in ["finish", "abandon", "abandon sealed", "write"] {
+            let mut vm = VersionManager::new(9, 6, 8);
+            vm.hold_epoch(true);
+            let fresh = vm.restamp_chain(7, old, 9).unwrap();
+            assert_eq!(fresh.epoch, 9);
+            assert!(
+                vm.restamp_chain(7, old, 9).is_none(),
+                "{outcome}: one at a time"
+            );
+            assert_eq!(snapshot(&vm).get(&7), Some(&old), "{outcome}: open");
+            assert_eq!(vm.chain_links(), vec![(7, fresh)]);
+            match outcome {
+                "finish" => {
+                    vm.finish_chain(7, fresh);
+                    assert_eq!(snapshot(&vm).get(&7), Some(&put(fresh)));
+                    assert!(vm.seal());
+                    assert!(vm.sealed_ready(0).unwrap().records[0].state == put(fresh));
+                }
+                "abandon" => {
+                    vm.abandon_chain(7, fresh);
+                    assert!(vm.open_chains().is_empty());
+                    assert_eq!(snapshot(&vm).get(&7), Some(&old), "{outcome}");
+                    // Not re-stamped again while hidden; a write gets a newer version.
+                    assert!(vm.restamp(7, old, 9).is_none());
+                    vm.assign_put(8, 1).unwrap();
+                    assert!(vm.seal());
+                    let sealed = vm.sealed_ready(1).unwrap();
+                    assert!(sealed.records.iter().all(|r| r.cid != 7), "{outcome}");
+                    vm.sealed_written(9);
+                    assert!(vm.assign_put(7, 2).unwrap().is_newer_than(fresh));
+                }
+                "abandon sealed" => {
+                    assert!(vm.seal());
+                    assert!(vm.sealed_ready(0).is_none(), "waits for the chain");
+                    vm.abandon_chain(7, fresh);
+                    let sealed = vm.sealed_ready(0).unwrap();
+                    assert!(sealed.records.iter().all(|r| r.cid != 7), "{outcome}");
+                    assert_eq!(snapshot(&vm).get(&7), None, "{outcome}: the log's state");
+                }
+                _ => {
+                    let newer = vm.assign_put(7, 1).unwrap();
+                    assert!(newer.is_newer_than(fresh));
+                    assert_eq!(snapshot(&vm).get(&7), Some(&put(newer)));
+                    vm.abandon_chain(7, fresh);
+                    assert_eq!(snapshot(&vm).get(&7), Some(&put(newer)), "{outcome}");
+                }
+            }
         }
     }
 
