@@ -868,30 +868,34 @@ impl NetHandle {
         let deadline = now
             .checked_add(timeout)
             .unwrap_or_else(|| now + DEADLINE_FAR);
-        if let Some(conn) = self.lookup(to) {
+        // The peer's instance as its connection knows it: an idle lane of another one
+        // (the peer restarted) is never reused, even if its socket looks open.
+        let instance = if let Some(conn) = self.lookup(to) {
             // Lane traffic counts as use of the node's connection (least recently used
             // eviction must not pick a connection whose lanes are busy).
             conn.touch(self.shared.now_ms());
+            conn.peer_instance
         } else {
             // The node's connection comes first, as on the connection path: its events
             // report the node, and its errors are the ones a failed request gives.
             let until = Instant::from_std(deadline);
             let connected = self.block_on(async {
                 match tokio::time::timeout_at(until, self.shared.connection(to)).await {
-                    Ok(conn) => conn.map(|_| ()),
+                    Ok(conn) => conn.map(|conn| conn.peer_instance),
                     Err(_) => Err(NetError::Timeout(to)),
                 }
             });
-            if let Err(error) = connected {
-                return Some(Err(error));
+            match connected {
+                Ok(instance) => instance,
+                Err(error) => return Some(Err(error)),
             }
-        }
+        };
         let lanes = &self.shared.lanes;
         // Bounded: each pass takes an idle lane out of the pool for good or ends.
         let mut lane = loop {
             match lanes.take(to, max) {
                 Take::Idle(mut lane) => {
-                    if lane.is_stale(LANE_CHECK_IDLE) {
+                    if lane.peer_instance != instance || lane.is_stale(LANE_CHECK_IDLE) {
                         lanes.discard(to, lane);
                         continue;
                     }

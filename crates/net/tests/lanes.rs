@@ -398,3 +398,43 @@ fn a_lane_reopens_after_the_peer_restarts_on_the_same_address() {
     assert_eq!((lanes.outgoing_open, lanes.outgoing_opened_total), (1, 2));
     assert_eq!(b.lane_stats(NodeId(1)).incoming, 1);
 }
+
+/// An idle lane to an older instance of the peer is never reused, even while that
+/// instance still runs and its lane is open: once the node's connection goes to a new
+/// instance (here on another address), requests reach the new one. (An endpoint being
+/// dropped closes its lanes in the background, so a lane to it can look open for a while
+/// after its node restarted.)
+#[test]
+fn a_lane_to_an_older_instance_is_not_reused_after_the_peer_restarted() {
+    let gate = Gate::default();
+    let (a, old) = pair(config(1), config(2), &gate);
+    assert_eq!(&echo(&a, b"first").expect("first")[..], b"first");
+    assert_eq!(
+        a.lane_stats(NodeId(2)).outgoing_idle,
+        1,
+        "the lane is pooled"
+    );
+    // The new instance answers every ECHO with a tag, so a reply shows who sent it.
+    let mut tagged = Handlers::new();
+    tagged
+        .register_inline(ECHO, |request: Incoming| {
+            let _ = request.respond(Bytes::from_static(b"new"));
+        })
+        .expect("tagged echo");
+    let new = Endpoint::start(config(2), tagged).expect("new instance starts");
+    a.disconnect(NodeId(2));
+    a.set_address(NodeId(2), new.local_addr());
+    new.set_address(NodeId(1), a.local_addr());
+    a.connect_blocking(NodeId(2))
+        .expect("connects to the new instance");
+    assert_eq!(
+        &echo(&a, b"second").expect("after the restart")[..],
+        b"new",
+        "the request reached the new instance"
+    );
+    assert_eq!(a.lane_stats(NodeId(2)).outgoing_opened_total, 2);
+    // The old lane was closed, not left open.
+    wait_until("the old instance's lane is closed", || {
+        old.lane_stats(NodeId(1)).incoming == 0
+    });
+}
