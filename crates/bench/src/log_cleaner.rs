@@ -231,6 +231,10 @@ pub struct Summary {
     pub reorg_urgent_passes: u64,
     /// Segments cleaned during the phase, all backups.
     pub reorg_segments_cleaned: u64,
+    /// What the passes found in the segments they cleaned during the phase, all backups
+    /// (bytes used, estimated live when picked, valid bytes found; prompt and periodic
+    /// passes, then urgent ones).
+    pub reorg_cleaned: myriad_log::CleanedStats,
     /// Bytes this process sent to the block layer during the phase (`/proc/self/io`
     /// `write_bytes`; includes version logs), if the platform reports it.
     pub process_write_bytes: Option<u64>,
@@ -434,6 +438,7 @@ struct Written {
     passes: u64,
     urgent_passes: u64,
     segments: u64,
+    cleaned: myriad_log::CleanedStats,
 }
 
 impl Written {
@@ -447,7 +452,19 @@ fn written_since(now: &[EngineStats], base: &[EngineStats]) -> Written {
     let mut totals = (0, 0, 0, 0, 0);
     let mut version_log = 0;
     let mut urgent_passes = 0;
+    let mut cleaned = myriad_log::CleanedStats::default();
     for (n, b) in now.iter().zip(base) {
+        let (nc, bc) = (&n.reorg_cleaned, &b.reorg_cleaned);
+        cleaned.used_bytes += nc.used_bytes.saturating_sub(bc.used_bytes);
+        cleaned.estimated_live_bytes += nc
+            .estimated_live_bytes
+            .saturating_sub(bc.estimated_live_bytes);
+        cleaned.live_bytes += nc.live_bytes.saturating_sub(bc.live_bytes);
+        cleaned.urgent_used_bytes += nc.urgent_used_bytes.saturating_sub(bc.urgent_used_bytes);
+        cleaned.urgent_estimated_live_bytes += nc
+            .urgent_estimated_live_bytes
+            .saturating_sub(bc.urgent_estimated_live_bytes);
+        cleaned.urgent_live_bytes += nc.urgent_live_bytes.saturating_sub(bc.urgent_live_bytes);
         urgent_passes += n.reorg_urgent_passes.saturating_sub(b.reorg_urgent_passes);
         version_log += n
             .version_log_bytes_written
@@ -472,6 +489,7 @@ fn written_since(now: &[EngineStats], base: &[EngineStats]) -> Written {
         passes: totals.3,
         urgent_passes,
         segments: totals.4,
+        cleaned,
     }
 }
 
@@ -687,6 +705,7 @@ pub fn run(
         reorg_passes: w.passes,
         reorg_urgent_passes: w.urgent_passes,
         reorg_segments_cleaned: w.segments,
+        reorg_cleaned: w.cleaned,
         process_write_bytes: process_bytes,
         utilization: mean,
         utilization_max: max,
@@ -844,6 +863,12 @@ pub fn summary_json(summary: &Summary, options: &LogCleanerOptions) -> serde_jso
         "reorg_passes": summary.reorg_passes,
         "reorg_segments_cleaned": summary.reorg_segments_cleaned,
         "reorg_urgent_passes": summary.reorg_urgent_passes,
+        "reorg_cleaned_used_bytes": summary.reorg_cleaned.used_bytes,
+        "reorg_cleaned_estimated_live_bytes": summary.reorg_cleaned.estimated_live_bytes,
+        "reorg_cleaned_live_bytes": summary.reorg_cleaned.live_bytes,
+        "reorg_urgent_cleaned_used_bytes": summary.reorg_cleaned.urgent_used_bytes,
+        "reorg_urgent_cleaned_estimated_live_bytes": summary.reorg_cleaned.urgent_estimated_live_bytes,
+        "reorg_urgent_cleaned_live_bytes": summary.reorg_cleaned.urgent_live_bytes,
         "process_write_bytes": summary.process_write_bytes,
         "process_write_amplification": summary.process_write_amplification(options.object_bytes),
         "utilization": summary.utilization,
@@ -954,6 +979,18 @@ pub fn run_cli(args: &LogCleanerArgs) -> Result<(), String> {
         summary.reorg_segments_cleaned,
         summary.version_log_bytes_written as f64 / 1e6,
         REPLICATION
+    );
+    let c = &summary.reorg_cleaned;
+    let percent = |part: u64, of: u64| part as f64 * 100.0 / of.max(1) as f64;
+    println!(
+        "cleaned: prompt/periodic {:.1} MB, estimated {:.1} % live, found {:.1} %; urgent \
+         {:.1} MB, estimated {:.1} % live, found {:.1} %",
+        c.used_bytes as f64 / 1e6,
+        percent(c.estimated_live_bytes, c.used_bytes),
+        percent(c.live_bytes, c.used_bytes),
+        c.urgent_used_bytes as f64 / 1e6,
+        percent(c.urgent_estimated_live_bytes, c.urgent_used_bytes),
+        percent(c.urgent_live_bytes, c.urgent_used_bytes),
     );
     println!(
         "write amplification {:.2} = (primary + secondary + version log bytes written by all \

@@ -144,6 +144,16 @@ pub(crate) struct Counters {
     pub reorg_census_segments: AtomicU64,
     pub reorg_bytes_written: AtomicU64,
     pub reorg_entries_restamped: AtomicU64,
+    pub reorg_cleaned: CleanedCounters,
+}
+
+/// What prompt or periodic passes (index 0) and urgent passes (index 1) found in the
+/// segments they cleaned.
+#[derive(Debug, Default)]
+pub(crate) struct CleanedCounters {
+    pub used: [AtomicU64; 2],
+    pub estimated_live: [AtomicU64; 2],
+    pub live: [AtomicU64; 2],
 }
 
 /// The log-side state of one zone.
@@ -725,6 +735,18 @@ impl LogEngine {
             reorg_census_segments: c.reorg_census_segments.load(Ordering::Relaxed),
             reorg_bytes_written: c.reorg_bytes_written.load(Ordering::Relaxed),
             reorg_entries_restamped: c.reorg_entries_restamped.load(Ordering::Relaxed),
+            reorg_cleaned: {
+                let r = &c.reorg_cleaned;
+                let get = |a: &[AtomicU64; 2], i: usize| a[i].load(Ordering::Relaxed);
+                CleanedStats {
+                    used_bytes: get(&r.used, 0),
+                    estimated_live_bytes: get(&r.estimated_live, 0),
+                    live_bytes: get(&r.live, 0),
+                    urgent_used_bytes: get(&r.used, 1),
+                    urgent_estimated_live_bytes: get(&r.estimated_live, 1),
+                    urgent_live_bytes: get(&r.live, 1),
+                }
+            },
             durable_seq: self.durable_seq(),
         }
     }
@@ -793,6 +815,26 @@ pub struct ZoneStats {
     pub memory_bytes: u64,
 }
 
+/// Segments cleaned by reorganization passes (see [`EngineStats::reorg_cleaned`]): bytes
+/// used in them, the live bytes the pass's pick estimated (`SegmentUsage`, an upper
+/// bound) and the valid entry bytes it found and copied. Prompt and periodic passes pick
+/// by these estimates; urgent passes clean best first until enough is free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanedStats {
+    /// Bytes used in the segments prompt and periodic passes cleaned.
+    pub used_bytes: u64,
+    /// Their estimated live bytes when picked.
+    pub estimated_live_bytes: u64,
+    /// The valid entry bytes found in them.
+    pub live_bytes: u64,
+    /// Bytes used in the segments urgent passes cleaned.
+    pub urgent_used_bytes: u64,
+    /// Their estimated live bytes when picked.
+    pub urgent_estimated_live_bytes: u64,
+    /// The valid entry bytes found in them.
+    pub urgent_live_bytes: u64,
+}
+
 /// Figures of [`LogEngine::stats`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineStats {
@@ -834,6 +876,9 @@ pub struct EngineStats {
     pub reorg_bytes_written: u64,
     /// Entries moved into the current eon.
     pub reorg_entries_restamped: u64,
+    /// What cleaning passes found in the segments they cleaned: how good the live-byte
+    /// estimates that pick them are, and what a pass copies.
+    pub reorg_cleaned: CleanedStats,
     /// Everything up to this sequence number is durable.
     pub durable_seq: Seq,
 }

@@ -71,7 +71,7 @@ mod chain_tests;
 pub use config::{
     LogConfig, SEGMENTS_PER_LOG_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, ZONES_MAX,
 };
-pub use engine::{AppendTicket, EngineStats, LogEngine, Seq, ZoneStats};
+pub use engine::{AppendTicket, CleanedStats, EngineStats, LogEngine, Seq, ZoneStats};
 pub use error::{DecodeError, LogError, LogResult};
 pub use recovery::{RecoveredChunk, RecoveryOptions, RecoveryReport};
 pub use storage::{

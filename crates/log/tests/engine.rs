@@ -224,6 +224,13 @@ fn concurrent_writes_and_reorganization(config: &LogConfig, expect_prompt_passes
     // cost-benefit) ran, not only urgent ones (best first until enough is free).
     if expect_prompt_passes {
         assert!(stats.reorg_passes > stats.reorg_urgent_passes, "{stats:?}");
+        // What they cleaned is reported: bytes used, an estimate within them, and the
+        // valid bytes found (some segments held valid entries: the writers kept going).
+        let c = stats.reorg_cleaned;
+        assert!(
+            c.used_bytes > 0 && c.estimated_live_bytes <= c.used_bytes && c.live_bytes > 0,
+            "{c:?}"
+        );
     }
     for (z, model) in zones.iter().zip(&models) {
         assert_same(&read_zone(&engine, *z), model, &format!("zone {z}"));
