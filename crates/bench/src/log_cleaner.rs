@@ -109,6 +109,12 @@ pub struct LogCleanerOptions {
     pub dir: Option<PathBuf>,
     /// Use buffered I/O instead of O_DIRECT.
     pub buffered: bool,
+    /// Log fill (percent) above which periodic passes clean a log
+    /// (`LogConfig::reorg_activation_percent`; default the engine's, 60).
+    pub activation_percent: u32,
+    /// Log fill (percent) at which a write asks for a prompt pass
+    /// (`LogConfig::reorg_prompt_percent`; default the engine's, 75).
+    pub prompt_percent: u32,
 }
 
 impl Default for LogCleanerOptions {
@@ -129,6 +135,8 @@ impl Default for LogCleanerOptions {
             seed: 0x6c6f_6763_6c65_616e,
             dir: None,
             buffered: false,
+            activation_percent: LogConfig::default().reorg_activation_percent,
+            prompt_percent: LogConfig::default().reorg_prompt_percent,
         }
     }
 }
@@ -366,6 +374,8 @@ fn sizing(options: &LogCleanerOptions, master: NodeId) -> Result<Sizing, LogClea
         // be stored as run entries (denser than that), while the zipfian updates that are
         // measured are single objects anyway.
         run_chunk_bytes_max: 0,
+        reorg_activation_percent: options.activation_percent,
+        reorg_prompt_percent: options.prompt_percent,
         ..LogConfig::default()
     };
     // Small segments allow only small chunks (255 links of half a segment); objects here
@@ -770,6 +780,12 @@ pub struct LogCleanerArgs {
     /// Use buffered I/O instead of O_DIRECT.
     #[arg(long)]
     pub buffered: bool,
+    /// Log fill (percent) above which periodic passes clean a log.
+    #[arg(long, default_value_t = 60)]
+    pub activation_percent: u32,
+    /// Log fill (percent) at which a write asks for a prompt pass.
+    #[arg(long, default_value_t = 75)]
+    pub prompt_percent: u32,
     /// Print one JSON object per line (`kind` = load | sample | summary).
     #[arg(long)]
     pub json: bool,
@@ -797,6 +813,8 @@ impl LogCleanerArgs {
             seed: self.seed,
             dir: self.dir.clone(),
             buffered: self.buffered,
+            activation_percent: self.activation_percent,
+            prompt_percent: self.prompt_percent,
         }
     }
 }
