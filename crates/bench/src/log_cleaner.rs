@@ -1147,5 +1147,11 @@ mod tests {
             run(&options, &mut |_| {}),
             Err(LogCleanerError::InvalidOption(_))
         ));
+        let mut options = tiny();
+        options.prompt_percent = 150;
+        assert!(matches!(
+            run(&options, &mut |_| {}),
+            Err(LogCleanerError::InvalidOption(_))
+        ));
     }
 }
