@@ -190,9 +190,7 @@ impl ZoneTree {
     /// Adds payload to a zone's accounting (for chunks registered through
     /// [`add_range`](Self::add_range)).
     pub fn add_usage(&mut self, zone: ZoneId, size: u64) {
-        let usage = self.usage.entry(zone).or_default();
-        usage.payload_bytes += size;
-        usage.chunks += 1;
+        self.add_usage_many(zone, 1, size);
     }
 
     /// Adds `chunks` chunks of `bytes` payload in all to a zone's accounting at once (a

@@ -416,11 +416,10 @@ impl Inner {
                 let (done, failed) =
                     self.refresh_chains(zone, chains, se, &mut out, &mut pending, out_stamp);
                 restamp_failed |= failed;
-                match done {
-                    Ok(Some(refreshed)) => refreshed,
-                    Ok(None) => return Ok(()),
-                    Err(e) => return Err(e),
-                }
+                let Some(refreshed) = done? else {
+                    return Ok(()); // no free segment: the chains were abandoned
+                };
+                refreshed
             }
             _ => Vec::new(),
         };
@@ -438,15 +437,8 @@ impl Inner {
         if !written? {
             return Ok(());
         }
-        for &(cid, version) in &refreshed {
-            table.insert(
-                cid,
-                VersionState {
-                    version,
-                    deleted: false,
-                },
-            );
-        }
+        // (The table is not updated for them: what follows reads only its removes and its
+        // size, and a refreshed chunk is neither a remove nor new.)
         self.counters
             .reorg_entries_restamped
             .fetch_add(refreshed.len() as u64, Ordering::Relaxed);
@@ -654,7 +646,6 @@ impl Inner {
 
 /// An old chained chunk seen by an eon visit: its current state and its links' payloads
 /// by index.
-#[derive(Default)]
 pub(crate) struct StashedChain {
     state: VersionState,
     links: Vec<Option<Vec<u8>>>,

@@ -117,7 +117,7 @@ impl Version {
 }
 
 /// The current version of one chunk and whether that version is a remove.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct VersionState {
     /// The version.
     pub version: Version,

@@ -268,8 +268,9 @@ impl MemoryManager {
     /// has not already: one top-up of a reserve that a keeper thread calls again from time
     /// to time. A top-up starts only once less than half the reserve is left above the
     /// top (so a burst of creates into the reserve is not joined by more zeroing) and
-    /// then goes on, call by call, until the reserve is full. Chunks created in a burst later (a restorer inserting a recovered zone)
-    /// then land in pages the OS zeroed beforehand instead of taking a page fault each,
+    /// then goes on, call by call, until the reserve is full. Chunks created in a burst
+    /// later (a restorer inserting a recovered zone) then land in pages the OS zeroed
+    /// beforehand instead of taking a page fault each,
     /// wherever in the region the peer's own chunks have brought the top by then. When the
     /// top came down since the last call (freed pages at the top go back to the OS), the
     /// reserve is made resident again from the new top. Works in 2 MiB steps with `pause`
@@ -774,8 +775,8 @@ impl MemoryManager {
                     })
                 });
                 // Strictly ascending CIDs cannot repeat; otherwise (runs of CIDs that
-                // interleave, as the creator's threads numbered them) look for a repeat
-                // in a sorted copy.
+                // interleave, as the creator's threads numbered them) compare the runs'
+                // ranges (`no_repeats`).
                 free && (ascending || no_repeats(group.iter().map(|c| item(c).0.raw())))
             };
             if group.len() < 2

@@ -478,7 +478,7 @@ impl NodeConfig {
             None => {
                 let backs_up = self
                     .capability_flags()
-                    .is_ok_and(|flags| flags.0 & Capabilities::BACKUP.0 != 0);
+                    .is_ok_and(|flags| flags.contains(Capabilities::BACKUP));
                 if backs_up {
                     self.backup
                         .zone_mb

@@ -530,30 +530,27 @@ impl ChunkService {
     /// Records that LIDs `first_lid..=last_lid` of `creator` are now owned by `owner`
     /// (called on the superpeers' ownership events). An invalid range is ignored.
     pub fn set_owner(&self, creator: NodeId, first_lid: u64, last_lid: u64, owner: NodeId) {
-        if first_lid > last_lid || last_lid > LOCAL_ID_MAX {
-            tracing::warn!(%creator, first_lid, last_lid, "ignoring invalid ownership range");
-            return;
-        }
-        let mut ownership = self.ownership.write();
-        let tree = ownership.entry(creator).or_default();
-        tree.set_owner(creator, first_lid, last_lid, owner);
-        if tree.is_empty() {
-            ownership.remove(&creator);
-        }
-        self.ownership_changes.fetch_add(1, Ordering::AcqRel);
+        self.set_owners(creator, &[(first_lid, last_lid, owner)]);
     }
 
     /// Sets the owners of several ranges of `creator`'s local IDs, in order (a later range
     /// wins where they overlap), under one hold of the ownership lock: no request sees the
-    /// view between two of them. Invalid ranges are ignored, as by [`Self::set_owner`].
+    /// view between two of them. Invalid ranges are ignored.
     pub fn set_owners(&self, creator: NodeId, ranges: &[(u64, u64, NodeId)]) {
+        let valid = |&&(first_lid, last_lid, _): &&(u64, u64, NodeId)| {
+            let ok = first_lid <= last_lid && last_lid <= LOCAL_ID_MAX;
+            if !ok {
+                tracing::warn!(%creator, first_lid, last_lid, "ignoring invalid ownership range");
+            }
+            ok
+        };
+        let ranges: Vec<&(u64, u64, NodeId)> = ranges.iter().filter(valid).collect();
+        if ranges.is_empty() {
+            return;
+        }
         let mut ownership = self.ownership.write();
         let tree = ownership.entry(creator).or_default();
-        for &(first_lid, last_lid, owner) in ranges {
-            if first_lid > last_lid || last_lid > LOCAL_ID_MAX {
-                tracing::warn!(%creator, first_lid, last_lid, "ignoring invalid ownership range");
-                continue;
-            }
+        for &&(first_lid, last_lid, owner) in &ranges {
             tree.set_owner(creator, first_lid, last_lid, owner);
         }
         if tree.is_empty() {

@@ -505,7 +505,7 @@ impl PeerNode {
             service.set_owner(me, 0, bases.lid_base - 1, NOBODY);
         }
         let mine_as = if restarted { NOBODY } else { me };
-        sync_ownership(&endpoint.runtime(), &membership, &service, mine_as);
+        sync_ownership(&endpoint.runtime(), &membership, &service, mine_as, None);
         let old_zones_watch = if restarted {
             Some(watch_old_zones(
                 Arc::clone(&service),
@@ -547,7 +547,7 @@ impl PeerNode {
                             } else {
                                 me
                             };
-                            sync_ownership(&runtime, &membership, &service, mine_as);
+                            sync_ownership(&runtime, &membership, &service, mine_as, None);
                         });
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
@@ -795,13 +795,7 @@ fn watch_old_zones(
                         // Setting the IDs first and loading the ranges after left a window
                         // in which this peer answered a false `NotFound` for chunks that
                         // live at a restorer.
-                        let asking = Arc::clone(&membership);
-                        let tree = runtime.block_on(async move {
-                            asking
-                                .request(myriad_proto::meta::MetaRequest::LookupTree(me))
-                                .await
-                        });
-                        let Ok(myriad_proto::meta::MetaReply::LookupTree(ranges)) = tree else {
+                        let Ok(ranges) = lookup_tree(&runtime, &membership, me) else {
                             std::thread::sleep(OLD_ZONES_POLL);
                             continue;
                         };
@@ -809,7 +803,8 @@ fn watch_old_zones(
                         view.extend(ranges);
                         service.set_owners(me, &view);
                         pending.store(false, Ordering::Release);
-                        sync_ownership(&runtime, &membership, &service, me);
+                        // The other creators' ranges (this peer's own are set just now).
+                        sync_ownership(&runtime, &membership, &service, me, Some(me));
                         tracing::info!(node = %me, "the earlier incarnation's zones are recovered");
                         return;
                     }
@@ -865,31 +860,46 @@ fn sync_ownership(
     membership: &Arc<Membership>,
     service: &ChunkService,
     mine_as: NodeId,
+    skip: Option<NodeId>,
 ) {
     let me = membership.node_id();
     let creators: Vec<NodeId> = membership
         .nodes()
         .into_iter()
-        .filter(|record| record.role == myriad_meta::Role::Peer)
+        .filter(|record| record.role == myriad_meta::Role::Peer && Some(record.id) != skip)
         .map(|record| record.id)
         .collect();
     for creator in creators {
-        let membership = Arc::clone(membership);
-        let reply = runtime.block_on(async move {
-            membership
-                .request(myriad_proto::meta::MetaRequest::LookupTree(creator))
-                .await
-        });
-        match reply {
-            Ok(myriad_proto::meta::MetaReply::LookupTree(ranges)) => {
+        match lookup_tree(runtime, membership, creator) {
+            Ok(ranges) => {
                 for (first, last, owner) in ranges {
                     let owner = if owner == me { mine_as } else { owner };
                     service.set_owner(creator, first, last, owner);
                 }
             }
-            Ok(other) => tracing::warn!(?other, "unexpected reply to a lookup-tree request"),
             Err(error) => tracing::warn!(%error, %creator, "could not load ownership ranges"),
         }
+    }
+}
+
+/// The ownership ranges of `creator`'s local IDs the superpeers hold: (first, last, owner).
+fn lookup_tree(
+    runtime: &tokio::runtime::Handle,
+    membership: &Arc<Membership>,
+    creator: NodeId,
+) -> Result<Vec<(u64, u64, NodeId)>, String> {
+    let asking = Arc::clone(membership);
+    let reply = runtime.block_on(async move {
+        asking
+            .request(myriad_proto::meta::MetaRequest::LookupTree(creator))
+            .await
+    });
+    match reply {
+        Ok(myriad_proto::meta::MetaReply::LookupTree(ranges)) => Ok(ranges),
+        Ok(other) => Err(format!(
+            "unexpected reply to a lookup-tree request: {other:?}"
+        )),
+        Err(error) => Err(error.to_string()),
     }
 }
 
