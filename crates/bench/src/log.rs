@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use myriad_log::{
+use myriad_backup_log::{
     AlignedBuf, DiskStorage, IoMode, LogConfig, LogEngine, RecoveryOptions, Storage, ZoneId,
 };
 use serde_json::json;

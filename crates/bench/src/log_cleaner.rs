@@ -8,9 +8,9 @@
 //! ~52 M objects of 100 bytes in 512-object messages on Gigabit Ethernet and SATA SSDs; its
 //! logs converged to ~90 % fill at ~70 MB/s net SSD writes (see the seed notes §5.4).
 //!
-//! **Setup, all in this process.** A [`myriad_replica::Replicator`] (the master) and three
-//! [`myriad_replica::BackupService`]s, each over its own [`myriad_log::LogEngine`] with
-//! [`myriad_log::DiskStorage`] in a fresh directory under `--dir` (removed at the end),
+//! **Setup, all in this process.** A [`myriad_replication::Replicator`] (the master) and three
+//! [`myriad_replication::BackupService`]s, each over its own [`myriad_backup_log::LogEngine`] with
+//! [`myriad_backup_log::DiskStorage`] in a fresh directory under `--dir` (removed at the end),
 //! every endpoint on 127.0.0.1 with an OS-chosen port. The master's zone size is chosen
 //! so that a full zone's entries (payload plus entry header) take `utilization` of one
 //! secondary log; `zones` zones are loaded, so every backup holds `zones` logs, each at the
@@ -36,7 +36,7 @@
 //!
 //! **Figures.**
 //! - *Log utilization* of one secondary log = its used bytes (valid and outdated entries)
-//!   / its capacity ([`myriad_log::ZoneStats`]), the fill level DXRAM reports ("~90 %").
+//!   / its capacity ([`myriad_backup_log::ZoneStats`]), the fill level DXRAM reports ("~90 %").
 //!   Per backup the max and mean over its logs; `utilization` is the mean over every log of
 //!   every backup. The *live* utilization (valid entries only) is fixed by the load:
 //!   objects × entry bytes / capacity, reported with the load.
@@ -44,7 +44,7 @@
 //!   phase (primary log, secondary logs with the flusher's and the reorganizer's writes,
 //!   and version logs; whole pages: `primary_bytes_written +
 //!   secondary_device_bytes_written + version_log_bytes_written` of
-//!   [`myriad_log::EngineStats`], summed over backups) / (payload bytes updated × R). It is
+//!   [`myriad_backup_log::EngineStats`], summed over backups) / (payload bytes updated × R). It is
 //!   1.0 if every updated byte reached each backup's disk exactly once with no header, no
 //!   padding and no cleaning; entry headers, page padding, two-level logging (primary log
 //!   then secondary log), version records and the reorganizer's copies of valid entries
@@ -58,11 +58,11 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use myriad_log::header::{encoded_header_bytes, EncodeArgs};
-use myriad_log::{EngineStats, IoMode, LogConfig};
+use myriad_backup_log::header::{encoded_header_bytes, EncodeArgs};
+use myriad_backup_log::{EngineStats, IoMode, LogConfig};
 use myriad_mem::{ChunkId, NodeId};
-use myriad_replica::bench::LocalReplicas;
-use myriad_replica::{Durability, ReplicaError, ReplicatorConfig};
+use myriad_replication::bench::LocalReplicas;
+use myriad_replication::{Durability, ReplicaError, ReplicatorConfig};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -242,7 +242,7 @@ pub struct Summary {
     /// What the passes found in the segments they cleaned during the phase, all backups
     /// (bytes used, estimated live when picked, valid bytes found; prompt and periodic
     /// passes, then urgent ones).
-    pub reorg_cleaned: myriad_log::CleanedStats,
+    pub reorg_cleaned: myriad_backup_log::CleanedStats,
     /// Bytes this process sent to the block layer during the phase (`/proc/self/io`
     /// `write_bytes`; includes version logs), if the platform reports it.
     pub process_write_bytes: Option<u64>,
@@ -288,7 +288,7 @@ pub enum LogCleanerError {
     Replica(#[from] ReplicaError),
     /// A log engine failed.
     #[error(transparent)]
-    Log(#[from] myriad_log::LogError),
+    Log(#[from] myriad_backup_log::LogError),
 }
 
 fn setup<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> LogCleanerError + '_ {
@@ -305,7 +305,7 @@ impl ScratchDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         let path = base.join(format!(
-            "myriad-log-cleaner-{}-{nanos:09}",
+            "myriad-backup-log-cleaner-{}-{nanos:09}",
             std::process::id()
         ));
         std::fs::create_dir_all(&path).map_err(setup("log directory"))?;
@@ -357,7 +357,7 @@ fn sizing(options: &LogCleanerOptions, master: NodeId) -> Result<Sizing, LogClea
         return invalid("the zipf pool must hold 1..=2^26 draws");
     }
     if !options.segment_bytes.is_power_of_two()
-        || !(myriad_log::SEGMENT_BYTES_MIN..=myriad_log::SEGMENT_BYTES_MAX)
+        || !(myriad_backup_log::SEGMENT_BYTES_MIN..=myriad_backup_log::SEGMENT_BYTES_MAX)
             .contains(&options.segment_bytes)
     {
         return invalid("the segment size must be a power of two in 16 KiB..=32 MiB");
@@ -448,7 +448,7 @@ struct Written {
     passes: u64,
     urgent_passes: u64,
     segments: u64,
-    cleaned: myriad_log::CleanedStats,
+    cleaned: myriad_backup_log::CleanedStats,
 }
 
 impl Written {
@@ -462,7 +462,7 @@ fn written_since(now: &[EngineStats], base: &[EngineStats]) -> Written {
     let mut totals = (0, 0, 0, 0, 0);
     let mut version_log = 0;
     let mut urgent_passes = 0;
-    let mut cleaned = myriad_log::CleanedStats::default();
+    let mut cleaned = myriad_backup_log::CleanedStats::default();
     for (n, b) in now.iter().zip(base) {
         let (nc, bc) = (&n.reorg_cleaned, &b.reorg_cleaned);
         cleaned.used_bytes += nc.used_bytes.saturating_sub(bc.used_bytes);

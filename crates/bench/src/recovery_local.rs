@@ -27,11 +27,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use myriad_log::{AlignedBuf, DiskStorage, IoMode, LogConfig, LogEngine, Storage};
+use myriad_backup_log::{AlignedBuf, DiskStorage, IoMode, LogConfig, LogEngine, Storage};
 use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
 use myriad_proto::recovery::RecoverRequest;
-use myriad_replica::backup::log_zone;
-use myriad_replica::{BackupConfig, BackupService};
+use myriad_replication::backup::log_zone;
+use myriad_replication::{BackupConfig, BackupService};
 use serde_json::json;
 
 use crate::report::{emit, mb_per_sec};

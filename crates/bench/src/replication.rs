@@ -1,6 +1,6 @@
 //! `myriad bench replication`: what replication costs a put.
 //!
-//! Runs [`myriad_replica::bench::run`]: one master and R backups in this process over
+//! Runs [`myriad_replication::bench::run`]: one master and R backups in this process over
 //! loopback, each backup with a log engine on disk in a temporary directory under
 //! `--dir`, single-threaded puts of `--payload-bytes` for R in `--replication` and each
 //! durability mode (async, replicated, durable). Prints a table, or one JSON object per
@@ -9,8 +9,8 @@
 
 use std::path::PathBuf;
 
-use myriad_replica::bench::{BenchOptions, BenchRow};
-use myriad_replica::Durability;
+use myriad_replication::bench::{BenchOptions, BenchRow};
+use myriad_replication::Durability;
 use serde_json::json;
 
 /// Command-line arguments of `myriad bench replication`.
@@ -70,7 +70,7 @@ pub fn run(args: &ReplicationArgs) -> Result<(), String> {
         replication: args.replication.clone(),
         dir: args.dir.clone(),
     };
-    let rows = myriad_replica::bench::run(&options).map_err(|e| e.to_string())?;
+    let rows = myriad_replication::bench::run(&options).map_err(|e| e.to_string())?;
     if args.json {
         for row in &rows {
             println!("{}", row_json(row));
@@ -109,7 +109,7 @@ mod tests {
             replication: vec![0, 1],
             dir: None,
         };
-        let rows = myriad_replica::bench::run(&options).unwrap();
+        let rows = myriad_replication::bench::run(&options).unwrap();
         assert_eq!(rows.len(), 6);
         let value = row_json(&rows[5]);
         assert_eq!(value["r"], 1);

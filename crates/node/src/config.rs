@@ -296,7 +296,7 @@ impl BackupSection {
     /// empty: [`crate::replication::BackupOptions::log_dir_in`] puts it in the data
     /// directory). Checks every value, including the log engine's configuration.
     pub fn options(&self) -> Result<crate::replication::BackupOptions, ConfigError> {
-        use myriad_replica::Strategy;
+        use myriad_replication::Strategy;
         let invalid = |text: String| Err(ConfigError::Invalid(text));
         if self.replication > 16 {
             return invalid(format!(
@@ -330,7 +330,7 @@ impl BackupSection {
         };
         let zone_bytes = self.zone_mb << 20;
         let kb = |value: u64| value.saturating_mul(1024);
-        let mut log = myriad_log::LogConfig {
+        let mut log = myriad_backup_log::LogConfig {
             write_buffer_bytes: kb(self.write_buffer_kb),
             segment_bytes: kb(self.segment_kb),
             secondary_log_bytes: if self.secondary_log_kb == 0 {
@@ -339,7 +339,7 @@ impl BackupSection {
                 kb(self.secondary_log_kb)
             },
             primary_log_bytes: kb(self.primary_log_kb),
-            ..myriad_log::LogConfig::default()
+            ..myriad_backup_log::LogConfig::default()
         };
         // Settings derived from the segment size: the secondary-log buffer fits half a
         // segment, the largest chunk at most 255 links of half a segment.
@@ -775,7 +775,7 @@ prefault_mb = 16
         let options = config.backup.options().unwrap();
         assert_eq!(options.replication, 3);
         assert_eq!(options.zone_bytes, 256 << 20);
-        assert_eq!(options.durability, myriad_replica::Durability::Async);
+        assert_eq!(options.durability, myriad_replication::Durability::Async);
         assert_eq!(options.log.secondary_log_bytes, 512 << 20);
         assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/d/log"));
         let text = format!(
@@ -787,8 +787,8 @@ prefault_mb = 16
         config.validate().unwrap();
         let options = config.backup.options().unwrap();
         assert_eq!(options.replication, 2);
-        assert_eq!(options.durability, myriad_replica::Durability::Durable);
-        assert_eq!(options.strategy, myriad_replica::Strategy::copyset(3));
+        assert_eq!(options.durability, myriad_replication::Durability::Durable);
+        assert_eq!(options.strategy, myriad_replication::Strategy::copyset(3));
         assert_eq!(options.log.secondary_log_bytes, 8 << 20);
         assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/l"));
         for bad in [

@@ -6,7 +6,7 @@
 //!   commits failure verdicts and pushes events to every node.
 //! - [`peer`]: stores chunks in a `myriad-mem` memory manager and serves them to remote
 //!   clients (the chunk service of [`myriad_proto::chunk`]).
-//! - [`replication`]: the peer's side of replication (`myriad-replica` wired to the
+//! - [`replication`]: the peer's side of replication (`myriad-replication` wired to the
 //!   cluster: zone registry, backup candidates, chunk source, the backup log engine).
 //! - [`recovery`]: the restorer's side of recovering a failed peer (a backup zone into
 //!   this peer's memory, the CIDs taken over).

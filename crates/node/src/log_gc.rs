@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use myriad_client::membership::Membership;
 use myriad_mem::NodeId;
 use myriad_proto::meta::{MetaReply, MetaRequest};
-use myriad_replica::BackupService;
+use myriad_replication::BackupService;
 
 /// One owner's zones as the zone table lists them: `(zone, backups in order)`.
 pub type OwnerZones = Vec<(u32, Vec<NodeId>)>;

@@ -81,7 +81,7 @@ use myriad_net::{Handlers, Incoming, NetError};
 use myriad_proto::chunk::{
     ChunkReply, ChunkRequest, ChunkStats, DataReplyWriter, ItemError, LIST_RANGES_MAX,
 };
-use myriad_replica::{AsyncChange, Replicator};
+use myriad_replication::{AsyncChange, Replicator};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::replication::durability_of;
@@ -143,7 +143,7 @@ fn stripe_of(cid: ChunkId, stripes: usize) -> usize {
 }
 
 /// The error a caller sees when the replicator failed for a change.
-fn replica_error(error: myriad_replica::ReplicaError) -> ItemError {
+fn replica_error(error: myriad_replication::ReplicaError) -> ItemError {
     ItemError::Internal(format!(
         "stored in memory but not replicated as requested: {error}"
     ))
@@ -367,7 +367,7 @@ impl ChunkService {
     /// thread, when this peer replicates and nothing can make the change wait: no chunk
     /// lock held through this service, no migration, the chunks' order stripes free, and
     /// the replicator ready to queue the change at once
-    /// ([`myriad_replica::Replicator::ready_without_waiting`]): each put's chunk already
+    /// ([`myriad_replication::Replicator::ready_without_waiting`]): each put's chunk already
     /// in a registered zone, room in every backup stream concerned. Returns the encoded
     /// reply, or `None` (nothing done) when the request must take the blocking path
     /// ([`ChunkService::serve_incoming`]). The replication is the same either way: the
@@ -384,7 +384,7 @@ impl ChunkService {
         let replicator = &replication.replicator;
         let is_async = |durability: u8| {
             durability_of(durability).unwrap_or(replicator.config().default_durability)
-                == myriad_replica::Durability::Async
+                == myriad_replication::Durability::Async
         };
         match ChunkRequest::decode(payload.clone()).ok()? {
             ChunkRequest::Put { items, durability } if is_async(durability) => {
@@ -837,7 +837,7 @@ impl ChunkService {
     /// also when it fails.
     pub fn copy_adopted(
         &self,
-        adoption: &myriad_replica::Adoption,
+        adoption: &myriad_replication::Adoption,
         chunks: u64,
     ) -> Result<u64, ItemError> {
         let result = match &self.replication {
@@ -1264,7 +1264,7 @@ mod tests {
         service.rereplication_cancelled(3);
         assert_eq!(pending(&service), 5);
         // Without a replicator nothing is copied, but the chunks leave the count.
-        let adoption = myriad_replica::Adoption {
+        let adoption = myriad_replication::Adoption {
             zone: 0,
             owner: NodeId(2),
             log_zone: 0,

@@ -86,7 +86,7 @@ use myriad_proto::meta::{Event, Heartbeat, HeartbeatReply};
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::recovery::RecoverReply;
 use myriad_proto::types;
-use myriad_replica::{BackupService, ReplicaEvent, Replicator, ReplicatorConfig};
+use myriad_replication::{BackupService, ReplicaEvent, Replicator, ReplicatorConfig};
 use thiserror::Error;
 
 use crate::peer::ChunkService;
@@ -218,10 +218,10 @@ pub enum PeerError {
     Backup(#[from] BackupStartError),
     /// The backup service's handler could not be registered.
     #[error("backups: {0}")]
-    BackupService(#[from] myriad_replica::BackupError),
+    BackupService(#[from] myriad_replication::BackupError),
     /// The replicator could not start.
     #[error("replication: {0}")]
-    Replica(#[from] myriad_replica::ReplicaError),
+    Replica(#[from] myriad_replication::ReplicaError),
     /// The superpeers did not say where this incarnation's zone numbers and local IDs
     /// start, or refused their reservation.
     #[error("incarnation bases: {0}")]

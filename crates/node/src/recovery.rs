@@ -8,7 +8,7 @@
 //! excluded), inserts the chunks into the memory manager in the engine's large batches
 //! keeping their CIDs ([`MemoryManager::create_with_ids`]), turns the recovered CIDs into
 //! sorted, merged ranges per creator, **adopts** the zone
-//! ([`myriad_replica::Replicator::adopt_zone`]: the zone keeps its log identity
+//! ([`myriad_replication::Replicator::adopt_zone`]: the zone keeps its log identity
 //! `(owner, zone)`, its backups become the surviving ones plus new ones, committed as
 //! `Command::ZoneAdopt` before anything else), takes the ranges over in this peer's
 //! ownership view at once and commits `Command::SetOwner { owner: me }` for each range
@@ -57,7 +57,7 @@ use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{
     push_run, ranges_of_runs, CidRange, RecoverReply, RecoverRequest, RecoveryState,
 };
-use myriad_replica::BackupService;
+use myriad_replication::BackupService;
 use parking_lot::Mutex;
 
 use crate::peer::ChunkService;
@@ -111,7 +111,7 @@ pub fn insert_recovered(
 ) -> Result<Restored, String> {
     let restored = Mutex::new(Restored::default());
     let bytes = AtomicU64::new(0);
-    let sink = |batch: &[myriad_log::RecoveredChunk<'_>]| {
+    let sink = |batch: &[myriad_backup_log::RecoveredChunk<'_>]| {
         // Failures come in index order; a chunk already stored under its CID (a retried
         // recovery) is replaced.
         let mut failures: Vec<(usize, String)> = Vec::new();
@@ -499,10 +499,10 @@ pub fn serve_recover(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use myriad_log::{LogConfig, LogEngine, MemStorage};
+    use myriad_backup_log::{LogConfig, LogEngine, MemStorage};
     use myriad_mem::{MemoryConfig, NodeId};
-    use myriad_replica::backup::log_zone;
-    use myriad_replica::BackupConfig;
+    use myriad_replication::backup::log_zone;
+    use myriad_replication::BackupConfig;
 
     #[test]
     fn a_zone_comes_back_with_latest_versions_and_without_removed_chunks() {

@@ -1,4 +1,4 @@
-//! The peer's side of replication: the cluster behind `myriad-replica`'s traits, the
+//! The peer's side of replication: the cluster behind `myriad-replication`'s traits, the
 //! settings of a peer's backups, and the glue that starts both halves.
 //!
 //! # Job
@@ -15,10 +15,10 @@
 //!   [`BackupService`] in front of it.
 //!
 //! # Invariants
-//! - The replication factor is an upper bound: the [`Replicator`](myriad_replica::Replicator)
+//! - The replication factor is an upper bound: the [`Replicator`](myriad_replication::Replicator)
 //!   places a zone on at most R of the candidates available when the zone opens (fewer
 //!   when fewer backup-capable peers are alive) and fills it up later
-//!   ([`myriad_replica::Replicator::fill_zones`], called when a peer joins).
+//!   ([`myriad_replication::Replicator::fill_zones`], called when a peer joins).
 //! - Nothing here calls back into the replicator: `candidates()` runs under the
 //!   replicator's state lock and only reads the membership table.
 //!
@@ -30,10 +30,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_client::membership::Membership;
-use myriad_log::{DiskStorage, IoMode, LogConfig, LogEngine};
+use myriad_backup_log::{DiskStorage, IoMode, LogConfig, LogEngine};
 use myriad_mem::{ChunkId, MemoryManager, NodeId};
 use myriad_meta::{Capabilities, Command, NodeState, Role};
-use myriad_replica::{
+use myriad_replication::{
     BackupCandidates, BackupConfig, BackupService, Candidate, ChunkSource, Durability,
     RegisterFuture, RegistryError, Strategy, ZoneRegistry,
 };
@@ -167,7 +167,7 @@ impl MembershipRegistry {
 }
 
 /// A zone of this peer is registered with `ZoneSet`; a zone of another (failed) peer that
-/// this peer adopted after restoring it ([`myriad_replica::Replicator::adopt_zone`]) with
+/// this peer adopted after restoring it ([`myriad_replication::Replicator::adopt_zone`]) with
 /// `ZoneAdopt`, this peer as its holder.
 impl ZoneRegistry for MembershipRegistry {
     fn register(&self, owner: NodeId, zone: u32, backups: Vec<NodeId>) -> RegisterFuture {
@@ -273,7 +273,7 @@ pub enum BackupStartError {
     },
     /// The log engine refused its configuration or failed to open.
     #[error("log engine: {0}")]
-    Log(#[from] myriad_log::LogError),
+    Log(#[from] myriad_backup_log::LogError),
     /// The backup service's thread could not start.
     #[error("backup service: {0}")]
     Service(std::io::Error),

@@ -18,7 +18,7 @@ use myriad_node::peer_node::{PeerNode, PeerOptions};
 use myriad_node::replication::BackupOptions;
 use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
 use myriad_proto::chunk::{DURABILITY_ASYNC, DURABILITY_DURABLE, DURABILITY_REPLICATED};
-use myriad_replica::Durability;
+use myriad_replication::Durability;
 use parking_lot::Mutex;
 
 const PEERS: usize = 4;

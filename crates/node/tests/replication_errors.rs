@@ -10,7 +10,7 @@ use myriad_net::{Config, Endpoint, Handlers};
 use myriad_node::peer::ChunkService;
 use myriad_node::replication::MemorySource;
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError, DURABILITY_REPLICATED};
-use myriad_replica::{
+use myriad_replication::{
     BackupCandidates, Candidate, RegisterFuture, RegistryError, Replicator, ReplicatorConfig,
     ZoneRegistry,
 };

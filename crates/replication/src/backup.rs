@@ -1,0 +1,501 @@
+//! The backup side: applies masters' replication streams to the log engine.
+//!
+//! # Job
+//! [`BackupService`] handles [`wire::REPLICATE`] messages (an ordered type, so one master's
+//! messages arrive one at a time in send order on a pool thread): it creates the log zone
+//! on first use (the master's zone `(master, zone)`, or for an operation naming a log
+//! owner, the adopted zone `(owner, zone)` the master restored from a failed peer), appends writes and removes in stream order, drops operations it already
+//! applied, stops at a gap, and acknowledges ([`wire::ACK`]) right after appending
+//! (`Replicated`). A durability thread acknowledges again once the appends are on disk
+//! (`Durable`): it calls [`LogEngine::wait_durable`] when a message asked for durability
+//! (the flusher then flushes at once) and otherwise follows [`LogEngine::durable_seq`].
+//! Nothing waits for the disk on a messaging thread.
+//!
+//! # Invariants
+//! - An operation is applied only if its sequence number is the stream's next one: never
+//!   twice, never out of order. A stream ID lower than the current one is stale and ignored;
+//!   a higher one (a restarted master) starts over at 1.
+//! - A `Durable` acknowledgement covers only appends whose log sequence number the engine
+//!   reported durable; a failing disk never produces one.
+//! - Zone numbers must fit the log engine's 16-bit zone field; a larger one is refused
+//!   (and acknowledged as refused, so the master learns why).
+//! - Messages of a fenced node never reach the handler (the messaging layer drops them).
+//! - Per master, pending durability marks are bounded ([`BackupConfig::marks_max`]):
+//!   older marks are merged, which only delays acknowledgements.
+//!
+//! # Who calls it
+//! The peer role of the node crate: builds it over its log engine, registers it on its
+//! endpoint's handlers before start, and attaches the endpoint's handle after start.
+//! Recovery (issue 6) reads zones through [`BackupService::recover_zone`].
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use myriad_backup_log::{LogEngine, LogError, RecoveredChunk, RecoveryOptions, RecoveryReport, ZoneId};
+use myriad_mem::NodeId;
+use myriad_net::{Handlers, Incoming, NetError, NetHandle};
+use parking_lot::{Condvar, Mutex};
+
+use crate::wire::{self, Ack, AckStatus, LogMessage, Op};
+
+/// Settings of a [`BackupService`].
+#[derive(Debug, Clone)]
+pub struct BackupConfig {
+    /// How long the durability thread waits for one flush. Default 2 s.
+    pub durable_wait: Duration,
+    /// How often the durability thread looks at the engine's durable mark when nobody asked
+    /// for durability. Default 20 ms.
+    pub poll_interval: Duration,
+    /// Durability marks kept per master before they are merged. Default 4096.
+    pub marks_max: usize,
+}
+
+impl Default for BackupConfig {
+    fn default() -> Self {
+        BackupConfig {
+            durable_wait: Duration::from_secs(2),
+            poll_interval: Duration::from_millis(20),
+            marks_max: 4096,
+        }
+    }
+}
+
+/// Why a backup-side call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The zone number does not fit the log engine's 16-bit zone field.
+    #[error("zone {0} exceeds the log engine's zone numbers (at most 65535)")]
+    ZoneOutOfRange(u32),
+    /// The log engine failed.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// Registering a handler failed.
+    #[error(transparent)]
+    Net(#[from] NetError),
+}
+
+/// The log engine's zone for `owner`'s zone `zone`.
+pub fn log_zone(owner: NodeId, zone: u32) -> Result<ZoneId, BackupError> {
+    let zone = u16::try_from(zone).map_err(|_| BackupError::ZoneOutOfRange(zone))?;
+    Ok(ZoneId {
+        owner: owner.0,
+        zone,
+    })
+}
+
+#[derive(Debug, Default)]
+struct StreamState {
+    id: u64,
+    applied: u64,
+}
+
+/// Durability bookkeeping of one master's stream.
+#[derive(Debug, Default)]
+struct Marks {
+    stream: u64,
+    /// `(stream seq, log seq, durability requested)`, ascending.
+    marks: VecDeque<(u64, u64, bool)>,
+    applied: u64,
+    durable: u64,
+}
+
+/// Unfreezes a zone frozen by [`Inner::freeze`] when dropped.
+struct Frozen<'a> {
+    inner: &'a Inner,
+    zone: ZoneId,
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        if self.inner.recovering.lock().remove(&self.zone) {
+            self.inner.recovering_count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+struct Inner {
+    engine: Arc<LogEngine>,
+    config: BackupConfig,
+    net: OnceLock<NetHandle>,
+    streams: Mutex<HashMap<NodeId, Arc<Mutex<StreamState>>>>,
+    zones: Mutex<HashSet<ZoneId>>,
+    /// Zones being read by [`BackupService::recover_zone`]: operations for them are
+    /// refused meanwhile (see there).
+    recovering: Mutex<HashSet<ZoneId>>,
+    /// `recovering.len()`, readable without the mutex on every message.
+    recovering_count: AtomicUsize,
+    marks: Mutex<HashMap<NodeId, Marks>>,
+    marks_cv: Condvar,
+    shutdown: AtomicBool,
+}
+
+/// The backup side of replication. See the module documentation.
+pub struct BackupService {
+    inner: Arc<Inner>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for BackupService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackupService").finish_non_exhaustive()
+    }
+}
+
+impl BackupService {
+    /// A service over `engine`; starts its durability thread.
+    pub fn new(engine: Arc<LogEngine>, config: BackupConfig) -> std::io::Result<BackupService> {
+        let inner = Arc::new(Inner {
+            engine,
+            config,
+            net: OnceLock::new(),
+            streams: Mutex::new(HashMap::new()),
+            zones: Mutex::new(HashSet::new()),
+            recovering: Mutex::new(HashSet::new()),
+            recovering_count: AtomicUsize::new(0),
+            marks: Mutex::new(HashMap::new()),
+            marks_cv: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+        });
+        let watcher_inner = inner.clone();
+        let watcher = std::thread::Builder::new()
+            .name("replica-durable".into())
+            .spawn(move || watcher_inner.durability_loop())?;
+        Ok(BackupService {
+            inner,
+            watcher: Some(watcher),
+        })
+    }
+
+    /// The log engine.
+    pub fn engine(&self) -> &Arc<LogEngine> {
+        &self.inner.engine
+    }
+
+    /// Registers the replication handler on `handlers` (before the endpoint starts). Until
+    /// [`BackupService::attach`] gives it a handle to answer with, messages are dropped
+    /// unapplied (masters resend them).
+    pub fn register(&self, handlers: &mut Handlers) -> Result<(), BackupError> {
+        let inner = self.inner.clone();
+        handlers.register(wire::REPLICATE, move |incoming: Incoming| {
+            inner.on_message(incoming)
+        })?;
+        Ok(())
+    }
+
+    /// Registers the handler on a running endpoint and attaches it.
+    pub fn register_on(&self, net: &NetHandle) -> Result<(), BackupError> {
+        self.attach(net.clone());
+        let inner = self.inner.clone();
+        net.register(wire::REPLICATE, move |incoming: Incoming| {
+            inner.on_message(incoming)
+        })?;
+        Ok(())
+    }
+
+    /// Gives the service the endpoint handle it acknowledges through (once; later calls
+    /// are ignored).
+    pub fn attach(&self, net: NetHandle) {
+        let _ = self.inner.net.set(net);
+    }
+
+    /// Every zone held here as `(owner, zone)`, sorted.
+    pub fn zone_ids(&self) -> Vec<(NodeId, u32)> {
+        self.inner
+            .engine
+            .zones()
+            .into_iter()
+            .map(|z| (NodeId(z.owner), u32::from(z.zone)))
+            .collect()
+    }
+
+    /// Reads `owner`'s zone `zone` back (the current version of every chunk; see
+    /// [`LogEngine::recover_zone`]).
+    ///
+    /// The zone is frozen while it is read: replication operations for it are refused
+    /// (acknowledged as refused), and a message being applied when the call starts is
+    /// waited for. Otherwise an append racing the read (a message of the failed owner
+    /// that was already being applied when the owner was fenced) could give a chunk a
+    /// version newer than the entries the read finds, and the chunk would be missing
+    /// from the result altogether instead of having its previous value.
+    pub fn recover_zone(
+        &self,
+        owner: NodeId,
+        zone: u32,
+        sink: &(dyn Fn(&[RecoveredChunk<'_>]) + Sync),
+    ) -> Result<RecoveryReport, BackupError> {
+        let id = log_zone(owner, zone)?;
+        let _frozen = self.inner.freeze(id);
+        let options = RecoveryOptions::from_config(self.inner.engine.config());
+        Ok(self.inner.engine.recover_zone(id, &options, sink)?)
+    }
+
+    /// Deletes `owner`'s zone `zone` and its files (it is no longer backed up here; see
+    /// [`LogEngine::remove_zone`]).
+    pub fn remove_zone(&self, owner: NodeId, zone: u32) -> Result<(), BackupError> {
+        let id = log_zone(owner, zone)?;
+        Ok(self.inner.engine.remove_zone(id)?)
+    }
+
+    /// The last applied and durable sequence numbers of `master`'s current stream.
+    pub fn stream_position(&self, master: NodeId) -> Option<(u64, u64)> {
+        self.inner
+            .marks
+            .lock()
+            .get(&master)
+            .map(|m| (m.applied, m.durable))
+    }
+}
+
+impl Drop for BackupService {
+    fn drop(&mut self) {
+        self.inner.shutdown.store(true, Ordering::Release);
+        {
+            let _marks = self.inner.marks.lock();
+            self.inner.marks_cv.notify_all();
+        }
+        if let Some(watcher) = self.watcher.take() {
+            let _ = watcher.join();
+        }
+    }
+}
+
+impl Inner {
+    fn ensure_zone(&self, zone: ZoneId) -> Result<(), LogError> {
+        let mut zones = self.zones.lock();
+        if zones.contains(&zone) {
+            return Ok(());
+        }
+        match self.engine.create_zone(zone) {
+            Ok(()) | Err(LogError::ZoneExists(_)) => {
+                zones.insert(zone);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn send_ack(&self, to: NodeId, ack: &Ack) {
+        let Some(net) = self.net.get() else {
+            return;
+        };
+        if let Err(e) = net.send_blocking(myriad_net::NodeId(to.0), wire::ACK, ack.encode()) {
+            tracing::debug!(master = %to, error = %e, "replication ack not sent");
+        }
+    }
+
+    /// Freezes `zone` until the guard drops: from now on every message applies nothing to
+    /// it (checked under the master's stream lock), and every message that was being
+    /// applied before has finished when this returns (each stream lock taken once).
+    fn freeze(&self, zone: ZoneId) -> Frozen<'_> {
+        if self.recovering.lock().insert(zone) {
+            self.recovering_count.fetch_add(1, Ordering::AcqRel);
+        }
+        let streams: Vec<Arc<Mutex<StreamState>>> = self.streams.lock().values().cloned().collect();
+        for stream in streams {
+            drop(stream.lock());
+        }
+        Frozen { inner: self, zone }
+    }
+
+    /// Whether `zone` is frozen for a recovery read.
+    fn is_frozen(&self, zone: ZoneId) -> bool {
+        self.recovering_count.load(Ordering::Acquire) > 0 && self.recovering.lock().contains(&zone)
+    }
+
+    /// Applies a run of puts of one zone; returns the last log sequence number.
+    fn apply_puts(&self, zone: ZoneId, run: &[(u64, &[u8])]) -> Result<u64, LogError> {
+        self.ensure_zone(zone)?;
+        self.engine.append_batch(zone, run)
+    }
+
+    fn on_message(&self, incoming: Incoming) {
+        if self.net.get().is_none() {
+            return;
+        }
+        let master = NodeId(incoming.from.0);
+        let message = match LogMessage::decode(incoming.payload) {
+            Ok(message) => message,
+            Err(e) => {
+                tracing::warn!(%master, error = %e, "malformed replication message");
+                return;
+            }
+        };
+        let stream = self.streams.lock().entry(master).or_default().clone();
+        let mut stream = stream.lock();
+        if message.stream < stream.id {
+            return;
+        }
+        if message.stream > stream.id {
+            *stream = StreamState {
+                id: message.stream,
+                applied: 0,
+            };
+            let mut marks = self.marks.lock();
+            marks.insert(
+                master,
+                Marks {
+                    stream: message.stream,
+                    ..Marks::default()
+                },
+            );
+        }
+        let mut status = AckStatus::Ok;
+        let mut last_log: Option<u64> = None;
+        let skip = stream.applied.saturating_sub(message.first_seq - 1);
+        if message.first_seq > stream.applied + 1 {
+            status = AckStatus::Gap;
+        } else {
+            let ops = message.ops.get(skip as usize..).unwrap_or(&[]);
+            let mut seq = message.first_seq + skip;
+            let mut index = 0;
+            while index < ops.len() {
+                let op = &ops[index];
+                let (owner, zone_number) = op.log_zone(master);
+                let frozen = log_zone(owner, zone_number).is_ok_and(|id| self.is_frozen(id));
+                let result: Result<(usize, u64), String> = match op {
+                    _ if frozen => Err(format!(
+                        "zone {zone_number} of {owner} is being recovered here"
+                    )),
+                    Op::Put { .. } => {
+                        let run: Vec<(u64, &[u8])> = ops[index..]
+                            .iter()
+                            .map_while(|op| match op {
+                                Op::Put { cid, data, .. }
+                                    if op.log_zone(master) == (owner, zone_number) =>
+                                {
+                                    Some((*cid, &data[..]))
+                                }
+                                _ => None,
+                            })
+                            .collect();
+                        log_zone(owner, zone_number)
+                            .map_err(|e| e.to_string())
+                            .and_then(|id| self.apply_puts(id, &run).map_err(|e| e.to_string()))
+                            .map(|log_seq| (run.len(), log_seq))
+                    }
+                    Op::Remove { cid, .. } => log_zone(owner, zone_number)
+                        .map_err(|e| e.to_string())
+                        .and_then(|id| {
+                            self.ensure_zone(id)
+                                .and_then(|()| self.engine.remove(id, *cid))
+                                .map_err(|e| e.to_string())
+                        })
+                        .map(|ticket| (1, ticket.seq)),
+                };
+                match result {
+                    Ok((count, log_seq)) => {
+                        index += count;
+                        seq += count as u64;
+                        stream.applied = seq - 1;
+                        last_log = Some(log_seq);
+                    }
+                    Err(reason) => {
+                        tracing::warn!(%master, %reason, "replicated operation refused");
+                        status = AckStatus::Refused(reason);
+                        break;
+                    }
+                }
+            }
+        }
+        let applied = stream.applied;
+        let durable = {
+            let mut marks = self.marks.lock();
+            let entry = marks.entry(master).or_insert_with(|| Marks {
+                stream: message.stream,
+                ..Marks::default()
+            });
+            entry.applied = applied;
+            if let Some(log_seq) = last_log {
+                if entry.marks.len() >= self.config.marks_max {
+                    // Merge into the newest mark: acknowledging later is always safe.
+                    if let Some(newest) = entry.marks.back_mut() {
+                        *newest = (applied, log_seq, newest.2 || message.durable_requested);
+                    }
+                } else {
+                    entry
+                        .marks
+                        .push_back((applied, log_seq, message.durable_requested));
+                }
+                self.marks_cv.notify_all();
+            }
+            entry.durable
+        };
+        drop(stream);
+        self.send_ack(
+            master,
+            &Ack {
+                stream: message.stream,
+                applied_seq: applied,
+                durable_seq: durable.min(applied),
+                status,
+            },
+        );
+    }
+
+    fn durability_loop(&self) {
+        loop {
+            let urgent = {
+                let mut marks = self.marks.lock();
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                let has_urgent = |m: &HashMap<NodeId, Marks>| {
+                    m.values().any(|q| q.marks.iter().any(|&(_, _, u)| u))
+                };
+                if !has_urgent(&marks) {
+                    self.marks_cv
+                        .wait_for(&mut marks, self.config.poll_interval);
+                }
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                marks
+                    .values()
+                    .flat_map(|q| q.marks.iter().filter(|m| m.2).map(|m| m.1))
+                    .max()
+            };
+            if let Some(log_seq) = urgent {
+                if let Err(e) = self.engine.wait_durable(log_seq, self.config.durable_wait) {
+                    tracing::warn!(error = %e, "log engine did not make replicated writes durable");
+                    // Do not spin on a failed engine.
+                    std::thread::sleep(self.config.poll_interval);
+                }
+            }
+            let durable_log = self.engine.durable_seq();
+            let mut acks = Vec::new();
+            {
+                let mut marks = self.marks.lock();
+                for (&master, q) in marks.iter_mut() {
+                    let mut advanced = false;
+                    while let Some(&(stream_seq, log_seq, _)) = q.marks.front() {
+                        if log_seq > durable_log {
+                            break;
+                        }
+                        q.marks.pop_front();
+                        if stream_seq > q.durable {
+                            q.durable = stream_seq;
+                            advanced = true;
+                        }
+                    }
+                    if advanced {
+                        acks.push((
+                            master,
+                            Ack {
+                                stream: q.stream,
+                                applied_seq: q.applied.max(q.durable),
+                                durable_seq: q.durable,
+                                status: AckStatus::Ok,
+                            },
+                        ));
+                    }
+                }
+            }
+            for (master, ack) in acks {
+                self.send_ack(master, &ack);
+            }
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! The backup side alone, driven by hand-made messages from a raw endpoint: duplicates,
+//! gaps, stale and new streams, refused zones.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use crossbeam_channel::{unbounded, Receiver};
+use myriad_backup_log::{LogConfig, LogEngine, MemStorage};
+use myriad_net::{Config, Endpoint, Handlers, Incoming, NodeId};
+use myriad_replication::wire::{self, Ack, AckStatus, LogMessage, Op};
+use myriad_replication::{BackupConfig, BackupService};
+
+const SECRET: &str = "replica-backup-test";
+const MASTER: NodeId = NodeId(1);
+const BACKUP: NodeId = NodeId(2);
+
+struct Rig {
+    service: BackupService,
+    _backup: Endpoint,
+    master: Endpoint,
+    acks: Receiver<Ack>,
+}
+
+fn rig() -> Rig {
+    let engine = Arc::new(
+        LogEngine::open(LogConfig::small_for_tests(), Arc::new(MemStorage::new())).expect("engine"),
+    );
+    let service = BackupService::new(engine, BackupConfig::default()).expect("service");
+    let mut handlers = Handlers::new();
+    service.register(&mut handlers).expect("register");
+    let backup = Endpoint::start(
+        Config::new(BACKUP, "127.0.0.1:0".parse().unwrap(), SECRET),
+        handlers,
+    )
+    .expect("backup endpoint");
+    service.attach(backup.handle());
+    let (tx, acks) = unbounded();
+    let mut master_handlers = Handlers::new();
+    master_handlers
+        .register(wire::ACK, move |incoming: Incoming| {
+            if let Ok(ack) = Ack::decode(incoming.payload) {
+                let _ = tx.send(ack);
+            }
+        })
+        .expect("ack handler");
+    let master = Endpoint::start(
+        Config::new(MASTER, "127.0.0.1:0".parse().unwrap(), SECRET),
+        master_handlers,
+    )
+    .expect("master endpoint");
+    master
+        .handle()
+        .set_address(BACKUP, backup.handle().local_addr());
+    backup
+        .handle()
+        .set_address(MASTER, master.handle().local_addr());
+    Rig {
+        service,
+        _backup: backup,
+        master,
+        acks,
+    }
+}
+
+fn put(zone: u32, cid: u64, byte: u8) -> Op {
+    Op::Put {
+        owner: None,
+        zone,
+        cid,
+        data: Bytes::from(vec![byte; 12]),
+    }
+}
+
+impl Rig {
+    fn send(&self, stream: u64, first_seq: u64, ops: Vec<Op>) {
+        let message = LogMessage {
+            stream,
+            first_seq,
+            durable_requested: false,
+            ops,
+        };
+        self.master
+            .handle()
+            .send_blocking(BACKUP, wire::REPLICATE, message.encode())
+            .expect("send");
+    }
+
+    /// Waits for the ack of `stream` at `applied` with `status`. Durability acks of the
+    /// watcher come in between and are skipped; no ack may go beyond `applied`, and the
+    /// stale stream 4 is never answered.
+    fn expect(&self, stream: u64, applied: u64, status: fn(&AckStatus) -> bool) -> Ack {
+        loop {
+            let ack = self
+                .acks
+                .recv_timeout(Duration::from_secs(5))
+                .expect("an ack");
+            assert_ne!(ack.stream, 4, "a stale stream was answered");
+            if ack.stream != stream {
+                continue;
+            }
+            assert!(
+                ack.applied_seq <= applied,
+                "applied beyond {applied}: {ack:?}"
+            );
+            if ack.applied_seq == applied && status(&ack.status) {
+                return ack;
+            }
+        }
+    }
+}
+
+#[test]
+fn duplicates_are_dropped_gaps_stop_and_streams_restart() {
+    let rig = rig();
+    rig.send(5, 1, vec![put(0, 1, 1), put(0, 2, 1), put(0, 3, 1)]);
+    rig.expect(5, 3, |s| *s == AckStatus::Ok);
+    // 2 and 3 are duplicates; only 4 is new.
+    rig.send(
+        5,
+        2,
+        vec![
+            put(0, 2, 9),
+            put(0, 3, 9),
+            Op::Remove {
+                owner: None,
+                zone: 0,
+                cid: 1,
+            },
+        ],
+    );
+    rig.expect(5, 4, |s| *s == AckStatus::Ok);
+    // 5 and 6 were lost: 7 is a gap and is not applied.
+    rig.send(5, 7, vec![put(0, 7, 1)]);
+    rig.expect(5, 4, |s| *s == AckStatus::Gap);
+    // An older stream is stale: ignored without an answer.
+    rig.send(4, 1, vec![put(0, 50, 1)]);
+    // A newer stream (restarted master) starts over at 1.
+    rig.send(6, 1, vec![put(1, 60, 1)]);
+    rig.expect(6, 1, |s| *s == AckStatus::Ok);
+    // A zone beyond the log engine's 16 bits is refused, and nothing after it applied.
+    rig.send(6, 2, vec![put(70_000, 61, 1), put(1, 62, 1)]);
+    let ack = rig.expect(6, 1, |s| matches!(s, AckStatus::Refused(_)));
+    assert!(matches!(ack.status, AckStatus::Refused(ref r) if r.contains("70000")));
+
+    let stats = rig.service.engine().stats();
+    assert_eq!(stats.appended_entries, 4, "puts applied: 1, 2, 3 and 60");
+    assert_eq!(stats.removes, 1);
+    assert_eq!(
+        rig.service.zone_ids(),
+        vec![
+            (myriad_replication::NodeId(1), 0),
+            (myriad_replication::NodeId(1), 1)
+        ]
+    );
+    // Durability follows: the watcher acknowledges the stream's position on disk.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while rig.service.stream_position(myriad_replication::NodeId(1)) != Some((1, 1)) {
+        assert!(std::time::Instant::now() < deadline, "never durable");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Operations naming a log owner (a zone the master adopted after restoring it) go to the
+/// log zone `(owner, zone)`, next to the master's own zone of the same number, in one stream.
+#[test]
+fn adopted_zone_ops_go_to_the_log_owners_zone() {
+    let rig = rig();
+    let failed = myriad_replication::NodeId(9);
+    let adopted = |cid: u64, byte: u8| Op::Put {
+        owner: Some(failed),
+        zone: 0,
+        cid,
+        data: Bytes::from(vec![byte; 12]),
+    };
+    rig.send(
+        5,
+        1,
+        vec![
+            put(0, 1, 1),
+            adopted(2, 2),
+            adopted(3, 3),
+            Op::Remove {
+                owner: Some(failed),
+                zone: 0,
+                cid: 2,
+            },
+        ],
+    );
+    rig.expect(5, 4, |s| *s == AckStatus::Ok);
+    assert_eq!(
+        rig.service.zone_ids(),
+        vec![(myriad_replication::NodeId(1), 0), (failed, 0)]
+    );
+    let mut got: Vec<(u64, Vec<u8>)> = Vec::new();
+    let collected = parking_lot::Mutex::new(&mut got);
+    rig.service
+        .recover_zone(failed, 0, &|batch| {
+            let mut guard = collected.lock();
+            for chunk in batch {
+                guard.push((chunk.cid, chunk.payload.to_vec()));
+            }
+        })
+        .expect("recover the adopted zone");
+    assert_eq!(got, vec![(3, vec![3; 12])]);
+}
