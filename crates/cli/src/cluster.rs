@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use myriad_node::launch::{LaunchSpec, LocalCluster, NodeStatus};
+use myriad_launcher::{LaunchSpec, LocalCluster, NodeStatus};
 
 /// `myriad cluster` subcommands.
 #[derive(clap::Subcommand, Debug)]

@@ -19,7 +19,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use myriad_client::client::Client;
 use myriad_mem::{ChunkId, NodeId};
-use myriad_node::launch::{LaunchSpec, LocalCluster};
+use myriad_launcher::{LaunchSpec, LocalCluster};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

@@ -15,7 +15,7 @@ impl Drop for Guard {
         if let Some(child) = self.0.as_mut() {
             let _ = child.kill();
             let _ = child.wait();
-            if let Ok(mut cluster) = myriad_node::launch::LocalCluster::open(&self.1) {
+            if let Ok(mut cluster) = myriad_launcher::LocalCluster::open(&self.1) {
                 let ids: Vec<u16> = cluster.nodes().iter().map(|node| node.node_id).collect();
                 for id in ids {
                     let _ = cluster.kill(id);

@@ -33,7 +33,7 @@ use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::ClientError;
 use myriad_mem::{ChunkId, NodeId};
-use myriad_node::launch::{LaunchSpec, LocalCluster, NodeEntry, NodeRole};
+use myriad_launcher::{LaunchSpec, LocalCluster, NodeEntry, NodeRole};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{RecoveryState, RecoveryStatusReply};

@@ -17,7 +17,7 @@ use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::ClientError;
 use myriad_mem::{ChunkId, NodeId};
-use myriad_node::launch::{LaunchSpec, LocalCluster};
+use myriad_launcher::{LaunchSpec, LocalCluster};
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::RecoveryState;
 

@@ -22,7 +22,7 @@ use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::membership::Membership;
 use myriad_mem::{ChunkId, NodeId};
-use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_launcher::{LaunchSpec, LocalCluster, NodeRole};
 use myriad_node::peer_node::LID_RESERVE_STEP;
 
 /// Small zones and logs, replication R = 2; failure detection per test.

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use myriad_node::launch::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_launcher::{LaunchSpec, LocalCluster, NodeRole};
 use serde_json::Value;
 
 /// Longest run of one terminal process.

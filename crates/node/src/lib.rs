@@ -21,7 +21,6 @@
 //! The `myriad` binary (`myriad superpeer`, `myriad peer`, `myriad cluster`) and tests.
 
 pub mod config;
-pub mod launch;
 pub mod log_gc;
 pub mod peer;
 pub mod peer_node;

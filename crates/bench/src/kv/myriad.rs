@@ -20,7 +20,7 @@ use myriad_client::client::Client;
 use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::{NodeState, Role};
 
-use myriad_node::launch::{LaunchSpec, LocalCluster};
+use myriad_launcher::{LaunchSpec, LocalCluster};
 
 use super::driver::WorkerFn;
 

@@ -270,7 +270,7 @@ pub fn parse_superpeers(list: &str) -> Result<Vec<(u16, String)>, String> {
 /// failed.
 pub fn main(args: TermArgs) -> anyhow::Result<()> {
     let superpeers = match (&args.cluster, &args.superpeers) {
-        (Some(dir), _) => myriad_node::launch::LocalCluster::open(dir)?.superpeer_addresses(),
+        (Some(dir), _) => myriad_launcher::LocalCluster::open(dir)?.superpeer_addresses(),
         (None, Some(list)) => parse_superpeers(list).map_err(anyhow::Error::msg)?,
         (None, None) => Vec::new(),
     };

@@ -1,4 +1,6 @@
-//! Local cluster launcher: starts, watches and stops a whole Myriad cluster on this machine.
+//! # myriad-launcher: a local cluster as processes of the `myriad` binary
+//!
+//! Starts, watches and stops a whole Myriad cluster on this machine.
 //!
 //! # Job
 //! [`LocalCluster::start`] picks free 127.0.0.1 ports for the superpeers, spawns every node

@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use myriad_node::launch::{LaunchError, LaunchSpec, LocalCluster, NodeRole};
+use myriad_launcher::{LaunchError, LaunchSpec, LocalCluster, NodeRole};
 
 const FAKE_NODE: &str = r#"#!/bin/sh
 role="$1"; shift
@@ -175,7 +175,7 @@ fn node_that_exits_at_once_fails_start_with_its_log_tail() {
     // The superpeer that had started was killed, and no cluster file was written.
     assert!(LocalCluster::open(root.path().join("cluster")).is_err());
     let run = root.path().join("cluster/run/superpeer-1.ready");
-    let ready = myriad_node::launch::read_ready(&run)
+    let ready = myriad_launcher::read_ready(&run)
         .expect("ready")
         .expect("present");
     assert!(
