@@ -1,6 +1,6 @@
 //! `myriad cluster ...`: start, inspect, stop and drill a local cluster.
 //!
-//! A thin command-line face of [`myriad_node::launch`]: `start` spawns the nodes with this
+//! A thin command-line face of [`myriad_launcher`]: `start` spawns the nodes with this
 //! very binary (`std::env::current_exe()`) and returns once all serve; the other commands
 //! reopen `DIR/cluster.json`. Node arguments are the node command-line contract's
 //! (`myriad superpeer ...`, `myriad peer ...`).
