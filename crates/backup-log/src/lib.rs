@@ -59,11 +59,13 @@ mod error;
 pub mod header;
 mod pipe;
 mod primary;
+mod rebuild;
 mod recovery;
 mod reorg;
 mod seclog;
 mod storage;
 mod version;
+mod zone;
 
 #[cfg(test)]
 mod chain_tests;
@@ -71,7 +73,7 @@ mod chain_tests;
 pub use config::{
     LogConfig, SEGMENTS_PER_LOG_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, ZONES_MAX,
 };
-pub use engine::{AppendTicket, CleanedStats, EngineStats, LogEngine, Seq, ZoneStats};
+pub use engine::{AppendTicket, CleanedStats, EngineStats, LogEngine, ZoneStats};
 pub use error::{DecodeError, LogError, LogResult};
 pub use recovery::{RecoveredChunk, RecoveryOptions, RecoveryReport};
 pub use storage::{
@@ -83,6 +85,9 @@ pub use version::{
 };
 
 use std::fmt;
+
+/// Position of an append in the engine's single order of appends (starts at 1).
+pub type Seq = u64;
 
 /// A backup zone: the owner's node ID and the zone's number among the owner's zones.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

@@ -55,14 +55,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{durable_versions, Inner, Zone};
+use crate::engine::Inner;
 use crate::error::LogResult;
 use crate::header::{self, ChainLink, EncodeArgs};
+use crate::rebuild::durable_versions;
 use crate::seclog::{self, SecondaryLog, SEGMENT_HEADER_BYTES};
 use crate::storage::AlignedBuf;
 use crate::version::{
     is_current, merge, table_from_records, CidMap, Version, VersionRecord, VersionState,
 };
+use crate::zone::Zone;
 use crate::ZoneId;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
