@@ -30,6 +30,9 @@ const ZONES: [ZoneId; 2] = [
     },
 ];
 
+/// Every zone's chunks.
+type Zones = HashMap<ZoneId, HashMap<u64, Vec<u8>>>;
+
 /// One operation: `(zone index, cid, Some(payload) | None for a remove)`.
 type Op = (usize, u64, Option<Vec<u8>>);
 
@@ -145,8 +148,8 @@ fn apply(engine: &LogEngine, ops: &[Op]) {
 }
 
 /// Each zone's chunks after `ops`.
-fn model<'a>(ops: impl IntoIterator<Item = &'a Op>) -> HashMap<ZoneId, HashMap<u64, Vec<u8>>> {
-    let mut m: HashMap<ZoneId, HashMap<u64, Vec<u8>>> = HashMap::new();
+fn model<'a>(ops: impl IntoIterator<Item = &'a Op>) -> Zones {
+    let mut m: Zones = HashMap::new();
     for (zi, c, value) in ops {
         let zone = m.entry(ZONES[*zi]).or_default();
         match value {
@@ -248,7 +251,7 @@ fn generate_fixtures() {
 
 /// Opens a fixture set with this code and reads back every zone (once more after a
 /// restart, which rewrites the files in this code's format).
-fn read_fixture(set: &str) -> (Vec<ZoneId>, [HashMap<ZoneId, HashMap<u64, Vec<u8>>>; 2]) {
+fn read_fixture(set: &str) -> (Vec<ZoneId>, [Zones; 2]) {
     let mem = load(&fixtures_dir(set));
     let storage: Arc<dyn Storage> = Arc::new(mem);
     let config = fixture_config();

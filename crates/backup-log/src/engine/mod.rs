@@ -56,7 +56,7 @@
 //! - [`reopen`]: [`LogEngine::open`], rebuilding every zone from the disk;
 //! - [`reorganizer`]: the reorganizer thread, driving [`crate::reorg`];
 //! - [`check`]: the consistency walker ([`LogEngine::check_consistency`]);
-//! - [`stats`]: [`LogEngine::stats`].
+//! - [`stats`]: the figures of [`LogEngine::stats`].
 //!
 //! This module holds the state the threads share ([`Inner`]: write buffer, handoffs,
 //! durability) and the public API of [`LogEngine`] besides those.
@@ -64,6 +64,7 @@
 mod append;
 mod flush;
 mod reopen;
+mod reorganizer;
 mod stats;
 mod sync;
 mod writer;

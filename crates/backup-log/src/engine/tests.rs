@@ -143,7 +143,10 @@ fn a_census_after_reopen_makes_the_figures_exact() {
     // The partial segment is counted too once it is closed.
     z.log.lock().seclog.close_active();
     let mut passes = 0;
-    while inner.census(&z).unwrap() {
+    while crate::reorg::Reorganizer::new(inner.as_ref())
+        .census(&z)
+        .unwrap()
+    {
         passes += 1;
         assert!(passes < 100);
     }
