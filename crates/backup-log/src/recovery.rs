@@ -763,20 +763,7 @@ impl LogEngine {
             )
         };
         let segment_bytes = inner.config.segment_bytes as usize;
-        let mut version_jobs: Vec<ReadJob> = Vec::new();
-        let mut offset = 0u64;
-        while offset < versions_end {
-            let len =
-                round_up_to_page((versions_end - offset).min(VERSION_WINDOW_BYTES as u64) as usize);
-            version_jobs.push(ReadJob::Versions { offset, len });
-            offset += len as u64;
-        }
-        let segment_jobs: Vec<ReadJob> = segments
-            .into_iter()
-            .enumerate()
-            .filter(|(_, s)| s.used > 0)
-            .map(|(index, info)| ReadJob::Segment { index, info })
-            .collect();
+        let (version_jobs, segment_jobs) = read_jobs(versions_end, segments);
         let threads = options.threads.min(segment_jobs.len().max(1));
         // An extra reader also stops once another zone read starts (`read_all`).
         let readers = if running.others() > 0 {
@@ -784,17 +771,11 @@ impl LogEngine {
         } else {
             READERS
         };
-        let pipe = Pipe::default();
-        {
-            let mut state = pipe.state.lock();
-            state.free = (0..threads + readers + READ_AHEAD_BUFFERS)
-                .map(|_| AlignedBuf::zeroed(segment_bytes))
-                .collect();
-            state.version_free = (0..VERSION_BUFFERS)
-                .map(|_| AlignedBuf::zeroed(VERSION_WINDOW_BYTES))
-                .collect();
-            state.readers_left = readers;
-        }
+        let pipe = Pipe::with_buffers(
+            threads + readers + READ_AHEAD_BUFFERS,
+            segment_bytes,
+            readers,
+        );
         let next_segment = AtomicUsize::new(0);
         let error: Mutex<Option<LogError>> = Mutex::new(None);
         let table: std::sync::OnceLock<RecoveryTable> = std::sync::OnceLock::new();
@@ -862,8 +843,63 @@ impl LogEngine {
         let Some(validation) = results else {
             return Err(LogError::InvalidConfig("recovery ended early".into()));
         };
-        let mut counts = validation.totals.into_inner();
-        let completed = validation.completed.into_inner();
+        Ok(validation.finish(options, versions_time, started))
+    }
+}
+
+/// The reads of a zone: the version log's active file up to `versions_end` in windows,
+/// and every used segment.
+fn read_jobs(
+    versions_end: u64,
+    segments: Vec<seclog::SegmentInfo>,
+) -> (Vec<ReadJob>, Vec<ReadJob>) {
+    let mut version_jobs: Vec<ReadJob> = Vec::new();
+    let mut offset = 0u64;
+    while offset < versions_end {
+        let len =
+            round_up_to_page((versions_end - offset).min(VERSION_WINDOW_BYTES as u64) as usize);
+        version_jobs.push(ReadJob::Versions { offset, len });
+        offset += len as u64;
+    }
+    let segment_jobs: Vec<ReadJob> = segments
+        .into_iter()
+        .enumerate()
+        .filter(|(_, s)| s.used > 0)
+        .map(|(index, info)| ReadJob::Segment { index, info })
+        .collect();
+    (version_jobs, segment_jobs)
+}
+
+impl Pipe {
+    /// A pipeline with `segment_buffers` segment buffers, the version buffers, and
+    /// `readers` reader threads to come.
+    fn with_buffers(segment_buffers: usize, segment_bytes: usize, readers: usize) -> Pipe {
+        let pipe = Pipe::default();
+        {
+            let mut state = pipe.state.lock();
+            state.free = (0..segment_buffers)
+                .map(|_| AlignedBuf::zeroed(segment_bytes))
+                .collect();
+            state.version_free = (0..VERSION_BUFFERS)
+                .map(|_| AlignedBuf::zeroed(VERSION_WINDOW_BYTES))
+                .collect();
+            state.readers_left = readers;
+        }
+        pipe
+    }
+}
+
+impl Validation<'_> {
+    /// Delivers the chained chunks assembled by the validating threads and sums up.
+    fn finish(
+        self,
+        options: &RecoveryOptions,
+        versions_time: Duration,
+        started: Instant,
+    ) -> RecoveryReport {
+        let sink = self.sink;
+        let mut counts = self.totals.into_inner();
+        let completed = self.completed.into_inner();
         let large = completed.len() as u64;
         for group in completed.chunks(options.batch_chunks_max) {
             let batch: Vec<RecoveredChunk<'_>> = group
@@ -872,7 +908,7 @@ impl LogEngine {
                 .collect();
             deliver(&batch, sink, &mut counts);
         }
-        Ok(RecoveryReport {
+        RecoveryReport {
             chunks: counts.chunks,
             payload_bytes: counts.payload_bytes,
             large_chunks: large,
@@ -883,7 +919,7 @@ impl LogEngine {
             corrupt_segments: counts.corrupt,
             versions_time,
             total_time: started.elapsed(),
-        })
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use super::{
 };
 use crate::config::LogConfig;
 use crate::error::{io_context, LogError, LogResult};
-use crate::primary::PrimaryLog;
+use crate::primary::{PrimaryLog, ReplayBlock};
 use crate::rebuild::{merge_removes, ChainTracker};
 use crate::seclog::{self, SecondaryLog, SegmentInfo};
 use crate::storage::{round_up_to_page, AlignedBuf, LogFile, Storage, PAGE_BYTES};
@@ -39,96 +39,159 @@ impl LogEngine {
     /// zone's versions from what is durable, and starts the flusher and reorganizer.
     pub fn open(config: LogConfig, storage: Arc<dyn Storage>) -> LogResult<LogEngine> {
         config.validate()?;
-        let names = storage
-            .list()
-            .map_err(io_context("listing the log directory"))?;
+        let mut rebuilt = scan_zones(&config, &storage)?;
+        let (primary, replay) = open_primary(&config, &storage, &mut rebuilt)?;
         let mut zones = ZoneMap::default();
-        let mut rebuilt: HashMap<ZoneId, (ZoneLog, CidMap<VersionState>, ChainTracker)> =
-            HashMap::new();
-        let found: Vec<ZoneId> = names.iter().filter_map(|n| parse_sec_name(n)).collect();
-        if found.len() > config.zones_max {
-            return Err(LogError::TooManyZones(config.zones_max));
+        for (zone, rebuilt) in rebuilt {
+            zones.insert(zone, Arc::new(finish_zone(&config, zone, rebuilt)?));
         }
-        // Zones are independent: scan them with `recovery_threads` threads.
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let results = Mutex::new(Vec::with_capacity(found.len()));
-        std::thread::scope(|scope| {
-            for _ in 0..config.recovery_threads.min(found.len()) {
-                scope.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&zone) = found.get(i) else { break };
-                    let result = reopen_zone(&config, &storage, zone);
-                    results.lock().push((zone, result));
-                });
-            }
-        });
-        for (zone, result) in results.into_inner() {
-            let (log, table, chains) = result?;
-            rebuilt.insert(zone, (log, table, chains));
-        }
-        // The primary log: what was only in secondary-log buffers goes to the logs now.
-        let primary_file = storage
-            .open(
-                PRIMARY_NAME,
-                round_up_to_page(config.primary_log_bytes as usize) as u64,
-            )
-            .map_err(io_context("opening primary log"))?;
-        let payload_max = config.entry_payload_bytes_max();
-        let (primary, replay) =
-            PrimaryLog::open(primary_file, payload_max, |z| rebuilt.contains_key(&z))?;
-        // Their versions count now; the entries go to the secondary logs once the
-        // reorganizer runs (a full log may need cleaning first). The primary log keeps
-        // them until then.
+        let inner = Arc::new(Inner::new(config, storage, zones, primary)?);
+        let spawn = |name: &str, run: fn(Arc<Inner>)| {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name(format!("log-{name}"))
+                .spawn(move || run(inner))
+                .map_err(io_context(format!("spawning the {name}")))
+        };
+        let threads = vec![
+            spawn("flusher", Inner::flusher_loop)?,
+            spawn("writer", Inner::writer_loop)?,
+            spawn("syncer", Inner::syncer_loop)?,
+            spawn("reorganizer", Inner::reorganizer_loop)?,
+        ];
+        let engine = LogEngine { inner, threads };
+        // Replay, then start the primary log over.
         for (zone, entries) in &replay {
-            let Some((_, table, chains)) = rebuilt.get_mut(zone) else {
-                continue;
-            };
-            for (offset, h) in seclog::walk_batch(entries, zone.owner, payload_max)
-                .map_err(|e| LogError::Failed(format!("internal: {e}")))?
-            {
-                chains.observe(table, h.cid, h.epoch, h.version, h.chain, offset);
-            }
+            let z = engine.inner.zone(*zone)?;
+            engine.inner.write_secondary(&z, entries)?;
         }
-        for (zone, (mut log, mut table, chains)) in rebuilt {
-            let newest_link = chains.finish(&mut table);
-            if log.seclog.free_segments() < 2 {
-                free_redundant_segments(&config, zone, &mut log.seclog, &table)?;
-            }
-            let records: Vec<VersionRecord> = table
-                .iter()
-                .map(|(&cid, &state)| VersionRecord { cid, state })
-                .collect();
-            // The new epoch starts past every version on disk, links of unfinished chains
-            // included: a later chain of the chunk with their version could otherwise be
-            // assembled from links of both.
-            let newest = records
-                .iter()
-                .map(|r| r.state.version)
-                .chain(newest_link)
-                .reduce(|a, b| if b.is_newer_than(a) { b } else { a });
-            log.vlog.compact(&records)?;
-            let epoch = newest.map_or(0, |v| v.epoch.wrapping_add(1));
-            let mut versions = VersionManager::new(
-                epoch,
-                config.version_seal_entries(),
-                config.version_buffer_entries_max,
-            );
-            // The segment appends continue in holds entries no placement will count.
-            if let Some(active) = log.seclog.active() {
-                let generation = log.seclog.segments()[active].generation;
-                versions.usage_mut().mark_partial(active as u32, generation);
-            }
-            zones.insert(
-                zone,
-                Arc::new(Zone {
-                    id: zone,
-                    versions: Mutex::new(versions),
-                    log: Mutex::new(log),
-                    reorg_lock: Mutex::new(()),
-                    used_after_pass: AtomicU64::new(0),
-                }),
-            );
+        for z in engine.inner.zones.read().values() {
+            z.log.lock().seclog.sync()?;
         }
+        if let Some(p) = engine.inner.primary.lock().as_mut() {
+            p.reset()?;
+        }
+        Ok(engine)
+    }
+}
+
+/// One zone as its files were found: its log, the newest durable version of each chunk
+/// (complete entries and removes) and the links of chained chunks seen.
+type Rebuilt = (ZoneLog, CidMap<VersionState>, ChainTracker);
+
+/// Scans every zone found in `storage` ([`reopen_zone`]), with `recovery_threads` threads
+/// (zones are independent).
+fn scan_zones(
+    config: &LogConfig,
+    storage: &Arc<dyn Storage>,
+) -> LogResult<HashMap<ZoneId, Rebuilt>> {
+    let names = storage
+        .list()
+        .map_err(io_context("listing the log directory"))?;
+    let found: Vec<ZoneId> = names.iter().filter_map(|n| parse_sec_name(n)).collect();
+    if found.len() > config.zones_max {
+        return Err(LogError::TooManyZones(config.zones_max));
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = Mutex::new(Vec::with_capacity(found.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..config.recovery_threads.min(found.len()) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&zone) = found.get(i) else { break };
+                let result = reopen_zone(config, storage, zone);
+                results.lock().push((zone, result));
+            });
+        }
+    });
+    let mut rebuilt = HashMap::new();
+    for (zone, result) in results.into_inner() {
+        rebuilt.insert(zone, result?);
+    }
+    Ok(rebuilt)
+}
+
+/// Opens the primary log and reads what was only in secondary-log buffers: those
+/// entries' versions count now (added to `rebuilt`); the entries go to the secondary logs
+/// once the threads run (a full log may need cleaning first), and the primary log keeps
+/// them until then.
+fn open_primary(
+    config: &LogConfig,
+    storage: &Arc<dyn Storage>,
+    rebuilt: &mut HashMap<ZoneId, Rebuilt>,
+) -> LogResult<(PrimaryLog, Vec<ReplayBlock>)> {
+    let primary_file = storage
+        .open(
+            PRIMARY_NAME,
+            round_up_to_page(config.primary_log_bytes as usize) as u64,
+        )
+        .map_err(io_context("opening primary log"))?;
+    let payload_max = config.entry_payload_bytes_max();
+    let (primary, replay) =
+        PrimaryLog::open(primary_file, payload_max, |z| rebuilt.contains_key(&z))?;
+    for (zone, entries) in &replay {
+        let Some((_, table, chains)) = rebuilt.get_mut(zone) else {
+            continue;
+        };
+        for (offset, h) in seclog::walk_batch(entries, zone.owner, payload_max)
+            .map_err(|e| LogError::Failed(format!("internal: {e}")))?
+        {
+            chains.observe(table, h.cid, h.epoch, h.version, h.chain, offset);
+        }
+    }
+    Ok((primary, replay))
+}
+
+/// Makes a [`Zone`] of what was found of it: frees redundant segments if the log is short
+/// of free ones, compacts its version log to the durable versions, and starts its new
+/// epoch past every version on disk.
+fn finish_zone(config: &LogConfig, zone: ZoneId, rebuilt: Rebuilt) -> LogResult<Zone> {
+    let (mut log, mut table, chains) = rebuilt;
+    let newest_link = chains.finish(&mut table);
+    if log.seclog.free_segments() < 2 {
+        free_redundant_segments(config, zone, &mut log.seclog, &table)?;
+    }
+    let records: Vec<VersionRecord> = table
+        .iter()
+        .map(|(&cid, &state)| VersionRecord { cid, state })
+        .collect();
+    // The new epoch starts past every version on disk, links of unfinished chains
+    // included: a later chain of the chunk with their version could otherwise be
+    // assembled from links of both.
+    let newest = records
+        .iter()
+        .map(|r| r.state.version)
+        .chain(newest_link)
+        .reduce(|a, b| if b.is_newer_than(a) { b } else { a });
+    log.vlog.compact(&records)?;
+    let epoch = newest.map_or(0, |v| v.epoch.wrapping_add(1));
+    let mut versions = VersionManager::new(
+        epoch,
+        config.version_seal_entries(),
+        config.version_buffer_entries_max,
+    );
+    // The segment appends continue in holds entries no placement will count.
+    if let Some(active) = log.seclog.active() {
+        let generation = log.seclog.segments()[active].generation;
+        versions.usage_mut().mark_partial(active as u32, generation);
+    }
+    Ok(Zone {
+        id: zone,
+        versions: Mutex::new(versions),
+        log: Mutex::new(log),
+        reorg_lock: Mutex::new(()),
+        used_after_pass: AtomicU64::new(0),
+    })
+}
+
+impl Inner {
+    /// The engine's shared state over `zones`, before its threads start.
+    fn new(
+        config: LogConfig,
+        storage: Arc<dyn Storage>,
+        zones: ZoneMap,
+        primary: PrimaryLog,
+    ) -> LogResult<Inner> {
         let half = (config.write_buffer_bytes / 2) as usize;
         let pipe = match config.write_threads {
             0 => None,
@@ -136,7 +199,7 @@ impl LogEngine {
                 crate::pipe::WritePipe::new(n).map_err(io_context("starting log I/O threads"))?,
             ),
         };
-        let inner = Arc::new(Inner {
+        Ok(Inner {
             storage,
             wb: Mutex::new(WriteBuffer {
                 active: Vec::with_capacity(half),
@@ -172,33 +235,7 @@ impl LogEngine {
             pipe,
             recoveries_running: std::sync::atomic::AtomicUsize::new(0),
             config,
-        });
-        let spawn = |name: &str, run: fn(Arc<Inner>)| {
-            let inner = inner.clone();
-            std::thread::Builder::new()
-                .name(format!("log-{name}"))
-                .spawn(move || run(inner))
-                .map_err(io_context(format!("spawning the {name}")))
-        };
-        let threads = vec![
-            spawn("flusher", Inner::flusher_loop)?,
-            spawn("writer", Inner::writer_loop)?,
-            spawn("syncer", Inner::syncer_loop)?,
-            spawn("reorganizer", Inner::reorganizer_loop)?,
-        ];
-        let engine = LogEngine { inner, threads };
-        // Replay, then start the primary log over.
-        for (zone, entries) in &replay {
-            let z = engine.inner.zone(*zone)?;
-            engine.inner.write_secondary(&z, entries)?;
-        }
-        for z in engine.inner.zones.read().values() {
-            z.log.lock().seclog.sync()?;
-        }
-        if let Some(p) = engine.inner.primary.lock().as_mut() {
-            p.reset()?;
-        }
-        Ok(engine)
+        })
     }
 }
 
