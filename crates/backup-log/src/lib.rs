@@ -56,6 +56,7 @@ mod config;
 mod crc;
 mod engine;
 mod error;
+mod format;
 pub mod header;
 mod pipe;
 mod primary;
@@ -75,6 +76,7 @@ pub use config::{
 };
 pub use engine::{AppendTicket, CleanedStats, EngineStats, LogEngine, ZoneStats};
 pub use error::{DecodeError, LogError, LogResult};
+pub use format::FORMAT_VERSION;
 pub use recovery::{RecoveredChunk, RecoveryOptions, RecoveryReport};
 pub use storage::{
     round_up_to_page, AlignedBuf, DiskStorage, IoMode, LogFile, MemStorage, Storage, PAGE_BYTES,

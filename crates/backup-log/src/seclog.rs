@@ -22,6 +22,7 @@
 //! old ones), recovery and reopen (scan).
 
 use crate::error::{io_context, DecodeError, LogResult};
+use crate::format::FORMAT_VERSION;
 use crate::header::{self, EntryHeader};
 use crate::pipe::{TrackedFile, WritePipe};
 use crate::storage::{round_up_to_page, with_write_scratch, AlignedBuf, LogFile, PAGE_BYTES};
@@ -56,23 +57,37 @@ pub enum PlaceError {
     Io(crate::error::LogError),
 }
 
-/// Encodes a segment header.
+/// A segment header that verified.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SegmentHeader {
+    /// The generation of the segment's use.
+    pub generation: u32,
+    /// The format version it was written in (see [`crate::format`]); 0 for segments
+    /// written before the field existed.
+    pub format: u32,
+}
+
+/// Encodes a segment header (of this code's format version).
 pub fn encode_segment_header(generation: u32, out: &mut [u8]) {
     out[0..4].copy_from_slice(&SEGMENT_MAGIC.to_le_bytes());
     out[4..8].copy_from_slice(&generation.to_le_bytes());
-    out[8..12].copy_from_slice(&[0; 4]);
+    out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     let crc = crc32c::crc32c(&out[0..12]);
     out[12..16].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Decodes a segment header: the generation, or `None` for a free or torn one.
-pub fn decode_segment_header(bytes: &[u8]) -> Option<u32> {
+/// Decodes a segment header, `None` for a free or torn one. The caller checks the format
+/// version ([`crate::format`]).
+pub fn decode_segment_header(bytes: &[u8]) -> Option<SegmentHeader> {
     let h = bytes.get(..SEGMENT_HEADER_BYTES)?;
     let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
     if word(0) != SEGMENT_MAGIC || crc32c::crc32c(&h[0..12]) != word(12) {
         return None;
     }
-    Some(word(4))
+    Some(SegmentHeader {
+        generation: word(4),
+        format: word(8),
+    })
 }
 
 /// Walks the entries of `segment` (the segment's bytes from its start) up to `limit`
@@ -805,7 +820,13 @@ mod tests {
                 continue;
             }
             SecondaryLog::read_segment(log.file().as_ref(), SEGMENT, i, SEGMENT, &mut buf).unwrap();
-            assert_eq!(decode_segment_header(&buf), Some(s.generation));
+            assert_eq!(
+                decode_segment_header(&buf),
+                Some(SegmentHeader {
+                    generation: s.generation,
+                    format: FORMAT_VERSION
+                })
+            );
             let end = scan_segment(&buf, SEGMENT, 1, u32::MAX, s.generation, true, |_, _| {
                 total += 1
             });

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{open, payload, read_zone};
-use myriad_backup_log::{LogConfig, LogEngine, MemStorage, Storage, ZoneId, PAGE_BYTES};
+use myriad_backup_log::{
+    LogConfig, LogEngine, LogError, MemStorage, Storage, ZoneId, FORMAT_VERSION, PAGE_BYTES,
+};
 
 /// The zones of the fixtures.
 const ZONES: [ZoneId; 2] = [
@@ -303,4 +305,96 @@ fn format_0_fixture_after_a_crash_reads_back_every_durable_chunk() {
     }
     // Both reads agree (the second one read the files the first reopen rewrote).
     assert_eq!(reads[0], reads[1]);
+}
+
+/// The first page of file `name` of `storage`.
+fn first_page(storage: &MemStorage, name: &str) -> Vec<u8> {
+    let file = storage.open(name, 0).expect("open");
+    let mut page = vec![0u8; PAGE_BYTES];
+    file.read_at(&mut page, 0).expect("read");
+    page
+}
+
+fn word(page: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(page[at..at + 4].try_into().expect("4 bytes"))
+}
+
+#[test]
+fn files_written_now_carry_the_format_version() {
+    let mem = MemStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(mem.clone());
+    let config = fixture_config();
+    let engine = open(&storage, &config);
+    let z = ZONES[0];
+    engine.create_zone(z).expect("create zone");
+    let c = cid(z, 1);
+    engine.append(z, c, &payload(c, 1, 5000)).expect("append");
+    engine.remove(z, cid(z, 2)).expect("remove");
+    engine.shutdown().expect("shutdown");
+    // Segment header: magic, generation, format version, CRC.
+    let sec = first_page(&mem, "zone-0001-0000.sec");
+    assert_eq!(&sec[0..4], b"MSEG");
+    assert_eq!(word(&sec, 8), FORMAT_VERSION);
+    let primary = first_page(&mem, "primary.log");
+    assert_eq!(&primary[0..4], b"MPRI");
+    assert_eq!(word(&primary, 8), FORMAT_VERSION);
+    // Version-log block: magic, generation, count (24 bits) | format version << 24.
+    let ver = first_page(&mem, "zone-0001-0000.ver.0");
+    assert_eq!(&ver[0..4], b"MVLB");
+    assert_eq!(u32::from(ver[11]), FORMAT_VERSION);
+    // And the format-0 files the fixtures hold have 0 there.
+    let old = load(&fixtures_dir("format-0/clean"));
+    assert_eq!(word(&first_page(&old, "zone-0001-0000.sec"), 8), 0);
+    assert_eq!(word(&first_page(&old, "primary.log"), 8), 0);
+    assert_eq!(first_page(&old, "zone-0001-0000.ver.0")[11], 0);
+}
+
+/// Writes `page` as the first page of file `name` of `storage`.
+fn put_first_page(storage: &MemStorage, name: &str, page: &[u8]) {
+    let file = storage.open(name, 0).expect("open");
+    file.write_at(page, 0).expect("write");
+    file.sync().expect("sync");
+}
+
+#[test]
+fn a_newer_format_version_is_refused_with_a_typed_error() {
+    let newer = FORMAT_VERSION + 1;
+    // (file, patch of its first page: a valid header or block of the newer version).
+    let cases: [(&str, fn(&mut [u8], u32)); 3] = [
+        ("zone-002a-0003.sec", |page, v| {
+            page[8..12].copy_from_slice(&v.to_le_bytes());
+            let crc = crc32c::crc32c(&page[0..12]);
+            page[12..16].copy_from_slice(&crc.to_le_bytes());
+        }),
+        ("primary.log", |page, v| {
+            page[8..12].copy_from_slice(&v.to_le_bytes());
+            let crc = crc32c::crc32c(&page[0..12]);
+            page[12..16].copy_from_slice(&crc.to_le_bytes());
+        }),
+        // The first block of `.ver.0` holds no records: its CRC covers bytes 0..12.
+        ("zone-002a-0003.ver.0", |page, v| {
+            assert_eq!(word(page, 8) & 0xFF_FFFF, 0, "an empty block");
+            page[11] = v as u8;
+            let crc = crc32c::crc32c(&page[0..12]);
+            page[12..16].copy_from_slice(&crc.to_le_bytes());
+        }),
+    ];
+    for (name, patch) in cases {
+        let mem = load(&fixtures_dir("format-0/clean"));
+        let mut page = first_page(&mem, name);
+        patch(&mut page, newer);
+        put_first_page(&mem, name, &page);
+        let storage: Arc<dyn Storage> = Arc::new(mem);
+        match LogEngine::open(fixture_config(), storage) {
+            Err(LogError::UnsupportedFormat {
+                file,
+                version,
+                supported,
+            }) => {
+                assert_eq!(file, name);
+                assert_eq!((version, supported), (newer, FORMAT_VERSION), "{name}");
+            }
+            other => panic!("{name}: opened a newer format: {:?}", other.map(|_| ())),
+        }
+    }
 }

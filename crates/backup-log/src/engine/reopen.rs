@@ -23,6 +23,7 @@ use super::{
 };
 use crate::config::LogConfig;
 use crate::error::{io_context, LogError, LogResult};
+use crate::format;
 use crate::primary::{PrimaryLog, ReplayBlock};
 use crate::rebuild::{merge_removes, ChainTracker};
 use crate::seclog::{self, SecondaryLog, SegmentInfo};
@@ -275,7 +276,9 @@ fn reopen_zone(
             )?;
         }
         let info = match header {
-            Some(generation) => {
+            Some(header) => {
+                format::check(header.format, &sec_name(zone))?;
+                let generation = header.generation;
                 let end = seclog::scan_segment(
                     &buf,
                     segment_bytes,

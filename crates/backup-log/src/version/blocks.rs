@@ -9,6 +9,7 @@
 
 use super::{Version, VersionRecord, VersionState};
 use crate::error::{io_context, LogResult};
+use crate::format::{self, FORMAT_VERSION};
 use crate::header::VERSION_IN_EPOCH_MAX;
 use crate::storage::{round_up_to_page, AlignedBuf, LogFile, PAGE_BYTES};
 
@@ -16,6 +17,9 @@ pub(super) const BLOCK_MAGIC: u32 = 0x424C_564D; // "MVLB" little-endian
 /// A block of runs: consecutive CIDs sharing one version state.
 pub(super) const RUN_BLOCK_MAGIC: u32 = 0x524C_564D; // "MVLR" little-endian
 pub(super) const BLOCK_HEADER_BYTES: usize = 16;
+/// The item count in a block header's count word (its low 24 bits; the top byte is the
+/// format version, see [`crate::format`]).
+pub(super) const COUNT_MASK: u32 = (1 << 24) - 1;
 /// Bytes of one version-log record: CID (8), epoch (2), version | deleted << 31 (4).
 pub const RECORD_BYTES: usize = 14;
 /// Bytes of one run: first CID (8), CIDs in the run (4), epoch (2), version | deleted <<
@@ -256,7 +260,8 @@ pub(super) fn encode_parts<T>(
         let block = &mut buf[at..at + body];
         block[0..4].copy_from_slice(&magic.to_le_bytes());
         block[4..8].copy_from_slice(&generation.to_le_bytes());
-        block[8..12].copy_from_slice(&(part.len() as u32).to_le_bytes());
+        let count_word = part.len() as u32 | FORMAT_VERSION << 24;
+        block[8..12].copy_from_slice(&count_word.to_le_bytes());
         for (i, item) in part.iter().enumerate() {
             let o = BLOCK_HEADER_BYTES + i * item_bytes;
             encode(item, &mut block[o..o + item_bytes]);
@@ -268,9 +273,14 @@ pub(super) fn encode_parts<T>(
     buf
 }
 
-/// Reads the valid blocks of one version-log file: `(generation, end offset, records)`, or
-/// `None` if its first block is not valid.
-pub(super) fn read_file(file: &dyn LogFile) -> LogResult<Option<(u32, u64, Vec<VersionRecord>)>> {
+/// Reads the valid blocks of one version-log file `name`: `(generation, end offset,
+/// records)`, or `None` if its first block is not valid. A valid block of a newer format
+/// version than this code's is an error.
+#[allow(clippy::type_complexity)]
+pub(super) fn read_file(
+    file: &dyn LogFile,
+    name: &str,
+) -> LogResult<Option<(u32, u64, Vec<VersionRecord>)>> {
     let len = file.len();
     let mut records = Vec::new();
     let mut at = 0u64;
@@ -280,7 +290,7 @@ pub(super) fn read_file(file: &dyn LogFile) -> LogResult<Option<(u32, u64, Vec<V
         file.read_at(&mut page, at)
             .map_err(io_context("reading version log"))?;
         let word = |i: usize| u32::from_le_bytes([page[i], page[i + 1], page[i + 2], page[i + 3]]);
-        let count = word(8) as usize;
+        let count = (word(8) & COUNT_MASK) as usize;
         let Some(kind) = BlockKind::of_magic(word(0)) else {
             break;
         };
@@ -299,6 +309,7 @@ pub(super) fn read_file(file: &dyn LogFile) -> LogResult<Option<(u32, u64, Vec<V
         if crc != word(12) {
             break;
         }
+        format::check(word(8) >> 24, name)?;
         let before = records.len();
         if !visit_body(kind, &block[BLOCK_HEADER_BYTES..body], &mut |r| {
             records.push(r)
@@ -333,7 +344,7 @@ pub(super) fn parse_block(
         return (BlockParse::Need(BLOCK_HEADER_BYTES), expected);
     };
     let word = |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-    let count = word(8) as usize;
+    let count = (word(8) & COUNT_MASK) as usize;
     let Some(kind) = BlockKind::of_magic(word(0)) else {
         return (BlockParse::Invalid, expected);
     };
@@ -349,7 +360,11 @@ pub(super) fn parse_block(
     if bytes.len() < padded {
         return (BlockParse::Need(padded), expected);
     }
-    if crc32c::crc32c_append(crc32c::crc32c(first), records) != word(12) {
+    // A block of a newer format ends the file here as a bad one does (the engine refused
+    // to open such a file; see `read_file`).
+    if crc32c::crc32c_append(crc32c::crc32c(first), records) != word(12)
+        || word(8) >> 24 > FORMAT_VERSION
+    {
         return (BlockParse::Invalid, expected);
     }
     if !visit_body(kind, records, visit) {

@@ -375,7 +375,7 @@ proptest::proptest! {
         let storage = MemStorage::new();
         let file = storage.open("v", bytes.len() as u64).unwrap();
         file.write_at(&bytes, 0).unwrap();
-        let expected = read_file(file.as_ref()).unwrap();
+        let expected = read_file(file.as_ref(), "test").unwrap();
 
         let mut decoder = BlockDecoder::new();
         let mut got = Vec::new();
@@ -467,7 +467,7 @@ proptest::proptest! {
         let bytes = encode_blocks(&records, 7);
         let file = storage.open("v", bytes.len() as u64 + PAGE_BYTES as u64).unwrap();
         file.write_at(&bytes, 0).unwrap();
-        let read = read_file(file.as_ref()).unwrap();
+        let read = read_file(file.as_ref(), "test").unwrap();
         let (generation, end, got) = read.expect("a valid file");
         proptest::prop_assert_eq!(generation, 7);
         proptest::prop_assert_eq!(end, bytes.len() as u64);
@@ -495,14 +495,17 @@ fn a_dense_zone_takes_a_page_not_fourteen_bytes_a_chunk() {
     let storage = MemStorage::new();
     let file = storage.open("v", 2 * PAGE_BYTES as u64).unwrap();
     file.write_at(&bytes, 0).unwrap();
-    let (_, _, got) = read_file(file.as_ref()).unwrap().unwrap();
+    let (_, _, got) = read_file(file.as_ref(), "test").unwrap().unwrap();
     assert_eq!(got, records, "sorted input comes back in order");
     // Scattered CIDs stay plain records, in their order.
     let scattered = run_records(&[], &[(9, 1, 1, false), (3, 1, 2, true), (5, 0, 0, false)]);
     let bytes = encode_blocks(&scattered, 1);
     let file = storage.open("w", 2 * PAGE_BYTES as u64).unwrap();
     file.write_at(&bytes, 0).unwrap();
-    assert_eq!(read_file(file.as_ref()).unwrap().unwrap().2, scattered);
+    assert_eq!(
+        read_file(file.as_ref(), "test").unwrap().unwrap().2,
+        scattered
+    );
 }
 
 #[test]
@@ -545,7 +548,7 @@ fn long_runs_are_cut_so_no_block_stands_for_too_many_records() {
     let storage = MemStorage::new();
     let file = storage.open("v", PAGE_BYTES as u64).unwrap();
     file.write_at(&page, 0).unwrap();
-    assert!(read_file(file.as_ref()).unwrap().is_none());
+    assert!(read_file(file.as_ref(), "test").unwrap().is_none());
     let mut decoder = BlockDecoder::new();
     let mut visited = 0;
     decoder.feed(&page, &mut |_| visited += 1);

@@ -44,8 +44,8 @@ impl VersionLog {
             std::sync::Arc::from(open(&names[0])?),
             std::sync::Arc::from(open(&names[1])?),
         ];
-        let a = read_file(files[0].as_ref())?;
-        let b = read_file(files[1].as_ref())?;
+        let a = read_file(files[0].as_ref(), &names[0])?;
+        let b = read_file(files[1].as_ref(), &names[1])?;
         let (active, generation, end, records) = match (a, b) {
             (Some(a), Some(b)) => {
                 if b.0.wrapping_sub(a.0) as i32 > 0 {
@@ -128,7 +128,10 @@ impl VersionLog {
 
     /// Loads every record of the active file.
     pub fn load(&self) -> LogResult<Vec<VersionRecord>> {
-        Ok(read_file(self.files[self.active].as_ref())?.map_or_else(Vec::new, |r| r.2))
+        Ok(
+            read_file(self.files[self.active].as_ref(), &self.names[self.active])?
+                .map_or_else(Vec::new, |r| r.2),
+        )
     }
 
     /// The active file and the end of its blocks, for reading its records outside the
