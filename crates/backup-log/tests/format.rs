@@ -356,11 +356,14 @@ fn put_first_page(storage: &MemStorage, name: &str, page: &[u8]) {
     file.sync().expect("sync");
 }
 
+/// Rewrites a first page with another format version.
+type Patch = fn(&mut [u8], u32);
+
 #[test]
 fn a_newer_format_version_is_refused_with_a_typed_error() {
     let newer = FORMAT_VERSION + 1;
     // (file, patch of its first page: a valid header or block of the newer version).
-    let cases: [(&str, fn(&mut [u8], u32)); 3] = [
+    let cases: [(&str, Patch); 3] = [
         ("zone-002a-0003.sec", |page, v| {
             page[8..12].copy_from_slice(&v.to_le_bytes());
             let crc = crc32c::crc32c(&page[0..12]);
