@@ -74,7 +74,9 @@ mod chain_tests;
 pub use config::{
     LogConfig, SEGMENTS_PER_LOG_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, ZONES_MAX,
 };
-pub use engine::{AppendTicket, CleanedStats, EngineStats, LogEngine, ZoneStats};
+pub use engine::{
+    AppendTicket, CleanedStats, ConsistencyReport, EngineStats, LogEngine, Violation, ZoneStats,
+};
 pub use error::{DecodeError, LogError, LogResult};
 pub use format::FORMAT_VERSION;
 pub use recovery::{RecoveredChunk, RecoveryOptions, RecoveryReport};

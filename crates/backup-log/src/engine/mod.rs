@@ -62,6 +62,7 @@
 //! durability) and the public API of [`LogEngine`] besides those.
 
 mod append;
+mod check;
 mod flush;
 mod reopen;
 mod reorganizer;
@@ -72,6 +73,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use check::{ConsistencyReport, Violation};
 pub use stats::{CleanedStats, EngineStats, ZoneStats};
 
 use std::collections::BTreeMap;

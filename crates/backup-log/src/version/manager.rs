@@ -201,6 +201,23 @@ impl VersionManager {
         true
     }
 
+    /// Checks the manager's own invariants (cheap; for the consistency check): the buffer
+    /// holds at most `entries_max` chunks, and a sealed epoch waiting is the one before the
+    /// current one.
+    pub fn check_invariants(&self) -> Result<(), &'static str> {
+        if self.buffer.len() > self.entries_max {
+            return Err("version buffer above its maximum");
+        }
+        if self
+            .sealed
+            .as_ref()
+            .is_some_and(|s| s.epoch.wrapping_add(1) != self.epoch)
+        {
+            return Err("the sealed epoch is not the one before the current epoch");
+        }
+        Ok(())
+    }
+
     /// The sealed epoch waiting for the disk, if any.
     pub fn sealed(&self) -> Option<&SealedEpoch> {
         self.sealed.as_ref()
