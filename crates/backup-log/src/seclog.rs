@@ -727,6 +727,7 @@ impl SecondaryLog {
     /// Frees segment `index` (its valid entries must be durable elsewhere): writes a zero
     /// page over its header and marks it free.
     pub fn free(&mut self, index: usize) -> LogResult<()> {
+        assert!(self.segments[index].used > 0, "freeing a free segment");
         let zero = AlignedBuf::zeroed(PAGE_BYTES);
         self.file
             .write_at(&zero, (index * self.segment_bytes) as u64)

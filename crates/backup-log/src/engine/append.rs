@@ -136,6 +136,8 @@ impl Inner {
                     Ok(v) => {
                         wb.next_seq += 1;
                         encode_put(&mut wb.active, zone, cid, v, None, payload);
+                        // Hot path: checked in debug builds only.
+                        debug_assert!(wb.active.len() <= half, "write-buffer half overfull");
                         wb.appended_entries += 1;
                         wb.appended_payload_bytes += payload.len() as u64;
                         if wb.active.len() >= flush_threshold(half) {

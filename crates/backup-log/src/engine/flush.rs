@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::append::{
     flush_threshold, RECORD_ENTRY, RECORD_HEADER_BYTES, RECORD_REMOVE, REMOVE_RECORD_BYTES,
 };
-use super::{Inner, SortedFlush};
+use super::{Inner, SortedFlush, WRITE_BUFFER_HALVES};
 use crate::error::{LogError, LogResult};
 use crate::header::{self, EntryHeader};
 use crate::version::{Version, VersionRecord, VersionState};
@@ -95,6 +95,8 @@ impl Inner {
                 wb.wake_now = false;
                 let batch = std::mem::replace(&mut wb.active, spare);
                 let last_seq = wb.next_seq - 1;
+                // Flushes are taken in sequence order (the writer writes them so).
+                assert!(last_seq >= wb.taken_seq, "flushes taken out of order");
                 wb.taken_seq = last_seq;
                 self.wb_cv.notify_all();
                 (batch, last_seq)
@@ -127,6 +129,7 @@ impl Inner {
             } else {
                 self.give_back_half(batch);
                 let mut h = self.handoff.lock();
+                assert!(h.free.len() < 2, "two sets of per-zone lists in all");
                 h.free.push(groups);
                 self.handoff_cv.notify_all();
             }
@@ -143,6 +146,10 @@ impl Inner {
     pub(super) fn give_back_half(&self, mut half: Vec<u8>) {
         half.clear();
         let mut wb = self.wb.lock();
+        assert!(
+            wb.spares.len() + 1 < WRITE_BUFFER_HALVES,
+            "a write-buffer half given back twice"
+        );
         wb.spares.push(half);
         self.wb_cv.notify_all();
     }

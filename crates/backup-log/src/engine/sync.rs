@@ -32,6 +32,21 @@ pub(super) struct SyncJob {
 }
 
 impl Inner {
+    /// Everything up to `last_seq` is durable now. Flushes become durable in the order they
+    /// were taken (the writer waits for the syncer before it moves `durable_seq` itself),
+    /// so `durable_seq` never moves back: asserted, since a reader told "durable" too early
+    /// could lose acknowledged data.
+    pub(super) fn mark_durable(&self, last_seq: Seq) {
+        let mut d = self.durability.lock();
+        assert!(
+            last_seq >= d.durable_seq,
+            "durable_seq would move back from {} to {last_seq}",
+            d.durable_seq
+        );
+        d.durable_seq = last_seq;
+        self.durable_cv.notify_all();
+    }
+
     /// Waits until the syncer has no flush in flight (its flush is durable or the engine
     /// failed).
     pub(super) fn wait_sync_idle(&self) {
@@ -62,6 +77,8 @@ impl Inner {
                 let mut q = self.sync_q.lock();
                 loop {
                     if let Some(job) = q.job.take() {
+                        // At most one flush in flight here: flushes become durable in order.
+                        assert!(!q.busy, "two flushes in the syncer");
                         q.busy = true;
                         break Some(job);
                     }
@@ -76,11 +93,7 @@ impl Inner {
             };
             if !self.failed.load(Ordering::Relaxed) {
                 let synced = sync_all(&files).and_then(|()| {
-                    {
-                        let mut d = self.durability.lock();
-                        d.durable_seq = d.durable_seq.max(last_seq);
-                        self.durable_cv.notify_all();
-                    }
+                    self.mark_durable(last_seq);
                     self.write_sealed(last_seq)
                 });
                 if let Err(e) = synced {

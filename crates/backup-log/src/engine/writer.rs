@@ -29,6 +29,8 @@ impl Inner {
     /// The writer thread: writes the flushes the flusher sorted, one after the other, and
     /// moves `durable_seq` after each.
     pub(super) fn writer_loop(self: Arc<Self>) {
+        // The last sequence number of the flush written before (flushes come in order).
+        let mut written_seq = 0;
         loop {
             let job = {
                 let mut h = self.handoff.lock();
@@ -55,13 +57,11 @@ impl Inner {
                 self.sync_cv.notify_all();
                 return;
             };
+            assert!(last_seq >= written_seq, "flushes written out of order");
+            written_seq = last_seq;
             if !self.failed.load(Ordering::Relaxed) {
                 match self.write_sorted(&groups, &half, last_seq) {
-                    Ok(None) => {
-                        let mut d = self.durability.lock();
-                        d.durable_seq = d.durable_seq.max(last_seq);
-                        self.durable_cv.notify_all();
-                    }
+                    Ok(None) => self.mark_durable(last_seq),
                     // Synced by the syncer while this thread writes the next flush.
                     Ok(Some(files)) => self.submit_sync(SyncJob { files, last_seq }),
                     Err(e) => self.fail(e.to_string()),
@@ -69,6 +69,7 @@ impl Inner {
             }
             {
                 let mut h = self.handoff.lock();
+                assert!(h.free.len() < 2, "two sets of per-zone lists in all");
                 h.free.push(groups);
                 self.handoff_cv.notify_all();
             }

@@ -394,6 +394,12 @@ impl<'a> Reorganizer<'a> {
                 .fetch_add(out.len() as u64, Ordering::Relaxed);
         }
         for &p in pending.iter() {
+            // A source is a closed segment none of this output went to: freeing the
+            // active segment or the output would lose entries.
+            assert!(
+                log.seclog.active() != Some(p),
+                "a pass frees the active segment"
+            );
             log.seclog.free(p)?;
         }
         if !pending.is_empty() {

@@ -287,6 +287,10 @@ impl VersionManager {
             }
         };
         self.epoch_last_seq = self.epoch_last_seq.max(seq);
+        debug_assert!(
+            self.buffer.len() <= self.entries_max,
+            "version buffer overfull"
+        );
         let assigned = Version {
             epoch: self.epoch,
             version,
