@@ -602,7 +602,7 @@ impl SecondaryLog {
         self.append_walked(batch, &headers, use_reserve, placed, None)
     }
 
-    /// [`SecondaryLog::append`] of the entries `headers` of `batch` (offsets into `batch`,
+    /// `SecondaryLog::append` (tests) of the entries `headers` of `batch` (offsets into `batch`,
     /// in order; back to back as [`walk_batch`] gives them, or apart, as the entries of
     /// one zone lie in a write-buffer half; a suffix of them continues a batch after
     /// [`PlaceError::NoSpace`], whose `placed` is then an offset into `batch` too). With a

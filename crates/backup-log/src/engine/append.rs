@@ -112,7 +112,7 @@ impl Inner {
     }
 
     /// Puts a write of a whole (unchained) chunk into the write buffer: the append path of
-    /// [`LogEngine::append`]. One pass under the buffer lock: the zone is found in the
+    /// [`LogEngine::append`](super::LogEngine::append). One pass under the buffer lock: the zone is found in the
     /// buffer's own map, the version manager's lock is held only for the assignment, and
     /// the record is built with its checksum on the stack and copied in once.
     pub(super) fn push_put(

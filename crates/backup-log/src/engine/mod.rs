@@ -17,7 +17,7 @@
 //! filling theirs and then wait (back pressure). A flush without primary-log blocks goes to the **syncer**, which syncs
 //! its files and moves `durable_seq` while the writer writes the next flush; a flush with
 //! primary-log blocks waits for the syncer, syncs and moves `durable_seq` in the writer.
-//! The files of one flush are synced together ([`sync_all`]). One sorted flush may wait
+//! The files of one flush are synced together ([`sync_all`](sync::sync_all)). One sorted flush may wait
 //! while the writer writes the other (double buffering), so sorting the next flush
 //! overlaps the disk writes of the current one. Each entry the writer places is
 //! reported to its zone's version manager, which keeps the per-segment live-byte

@@ -4,7 +4,8 @@
 //!
 //! Invariants: at most one flush is in flight here, so flushes become durable in the
 //! order the writer wrote them and `durable_seq` only grows. [`sync_all`] syncs several
-//! files at once. See the [parent module](super).
+//! files at once; [`Inner::write_sealed`] (here, since the writer's primary-log path
+//! calls it too) writes the sealed epochs that became writable. See the [parent module](super).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use super::{Inner, Seq};
 use crate::error::{io_context, LogError, LogResult};
 use crate::storage::LogFile;
+use crate::zone::Zone;
 
 /// Writer → syncer handoff: the files of one written flush to sync, then its last
 /// sequence number becomes durable (at most one flush in flight, so flushes become durable
@@ -45,6 +47,28 @@ impl Inner {
         );
         d.durable_seq = last_seq;
         self.durable_cv.notify_all();
+    }
+
+    /// Writes the sealed epochs whose appends are all durable (up to `last_seq`) to the
+    /// version logs: not needed for durability (entries carry their versions), needed
+    /// before the manager may seal again. Written to every zone's version log first, then
+    /// synced together.
+    pub(super) fn write_sealed(&self, last_seq: Seq) -> LogResult<()> {
+        let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
+        let mut written: Vec<(Arc<Zone>, u16)> = Vec::new();
+        let mut to_sync: Vec<Arc<dyn LogFile>> = Vec::new();
+        for zone in zones {
+            let sealed = zone.versions.lock().sealed_ready(last_seq).cloned();
+            if let Some(sealed) = sealed {
+                to_sync.push(zone.log.lock().vlog.append_unsynced(&sealed.records)?);
+                written.push((zone, sealed.epoch));
+            }
+        }
+        sync_all(&to_sync)?;
+        for (zone, epoch) in written {
+            zone.versions.lock().sealed_written(epoch);
+        }
+        Ok(())
     }
 
     /// Waits until the syncer has no flush in flight (its flush is durable or the engine

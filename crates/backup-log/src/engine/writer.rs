@@ -209,28 +209,6 @@ impl Inner {
         Ok(None)
     }
 
-    /// Writes the sealed epochs whose appends are all durable (up to `last_seq`) to the
-    /// version logs: not needed for durability (entries carry their versions), needed
-    /// before the manager may seal again. Written to every zone's version log first, then
-    /// synced together.
-    pub(super) fn write_sealed(&self, last_seq: Seq) -> LogResult<()> {
-        let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
-        let mut written: Vec<(Arc<Zone>, u16)> = Vec::new();
-        let mut to_sync: Vec<Arc<dyn LogFile>> = Vec::new();
-        for zone in zones {
-            let sealed = zone.versions.lock().sealed_ready(last_seq).cloned();
-            if let Some(sealed) = sealed {
-                to_sync.push(zone.log.lock().vlog.append_unsynced(&sealed.records)?);
-                written.push((zone, sealed.epoch));
-            }
-        }
-        sync_all(&to_sync)?;
-        for (zone, epoch) in written {
-            zone.versions.lock().sealed_written(epoch);
-        }
-        Ok(())
-    }
-
     /// Writes a batch to the zone's secondary log, waiting for urgent reorganization when
     /// the log has no free segment left. Registers a prompt request above the threshold.
     pub(crate) fn write_secondary(&self, zone: &Zone, batch: &[u8]) -> LogResult<()> {

@@ -97,7 +97,7 @@ impl ChainRefresh {
 
 impl Reorganizer<'_> {
     /// Gives every complete chain of `chains` (old chained chunks an eon visit saw whole)
-    /// a fresh version registered as an open chain ([`VersionManager::restamp_chain`]) and
+    /// a fresh version registered as an open chain ([`VersionManager::restamp_chain`](crate::version::VersionManager::restamp_chain)) and
     /// appends its links with that version to the pass's output, writing out full
     /// segments as the loop over the candidates does. Returns the refreshed chains, or
     /// `None` if a segment could not be written for lack of a free one (the pass stops;

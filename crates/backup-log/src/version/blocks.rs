@@ -374,7 +374,7 @@ pub(super) fn parse_block(
 }
 
 /// Decodes a version-log file handed over in consecutive windows from its start (any
-/// sizes): the same records, in the same order, as [`VersionLog::load`] (blocks are
+/// sizes): the same records, in the same order, as [`VersionLog::load`](super::VersionLog::load) (blocks are
 /// checked the same way and the first invalid one ends the file). A block split between
 /// two windows is completed in a small carry buffer; everything else is decoded in place.
 #[derive(Debug, Default)]

@@ -135,7 +135,7 @@ impl VersionLog {
     }
 
     /// The active file and the end of its blocks, for reading its records outside the
-    /// log's lock with a [`BlockDecoder`] (the records [`VersionLog::load`] returns, read
+    /// log's lock with a [`BlockDecoder`](super::BlockDecoder) (the records [`VersionLog::load`] returns, read
     /// in large windows instead of two reads per block). Appends after the call go past
     /// the end taken here, and compaction writes the other file.
     pub fn active_extent(&self) -> (std::sync::Arc<dyn LogFile>, u64) {
