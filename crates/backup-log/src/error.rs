@@ -86,6 +86,20 @@ pub enum LogError {
     /// The engine was shut down.
     #[error("log engine is shut down")]
     ShutDown,
+    /// A file holds a header or block of a format version newer than this code reads
+    /// (see `FORMAT_VERSION`): the engine does not open it, so nothing in it is taken for
+    /// garbage and overwritten.
+    #[error(
+        "{file}: format version {version} is not supported (this code reads up to {supported})"
+    )]
+    UnsupportedFormat {
+        /// The file.
+        file: String,
+        /// The version found.
+        version: u32,
+        /// The newest version this code reads.
+        supported: u32,
+    },
 }
 
 /// Result of the log engine's calls.

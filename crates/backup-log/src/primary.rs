@@ -17,6 +17,7 @@
 //! Callers: the engine's flusher (append, reset) and reopen (scan).
 
 use crate::error::{io_context, LogResult};
+use crate::format::{self, FORMAT_VERSION};
 use crate::header;
 use crate::seclog::walk_batch;
 use crate::storage::{with_write_scratch, AlignedBuf, LogFile, PAGE_BYTES};
@@ -50,7 +51,7 @@ pub const BLOCK_FLAG_BUFFER_START: u8 = 1;
 fn encode_file_header(generation: u32, out: &mut [u8]) {
     out[0..4].copy_from_slice(&PRIMARY_MAGIC.to_le_bytes());
     out[4..8].copy_from_slice(&generation.to_le_bytes());
-    out[8..12].copy_from_slice(&[0; 4]);
+    out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     let crc = crc32c::crc32c(&out[0..12]);
     out[12..16].copy_from_slice(&crc.to_le_bytes());
 }
@@ -131,6 +132,7 @@ impl PrimaryLog {
                 if word(&h, 0) == Some(PRIMARY_MAGIC)
                     && word(&h, 12) == Some(crc32c::crc32c(&h[0..12])) =>
             {
+                format::check(word(&h, 8).unwrap_or(0), "primary.log")?;
                 word(&h, 4)
             }
             _ => None,

@@ -573,8 +573,10 @@ mod tests {
     }
 
     fn temp_dir(name: &str) -> PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("myriad-backup-log-storage-{name}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!(
+            "myriad-backup-log-storage-{name}-{}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
@@ -608,7 +610,8 @@ mod tests {
     fn direct_mode_fails_where_o_direct_is_unsupported_and_auto_falls_back() {
         // /dev/shm is tmpfs: O_DIRECT is refused there on many kernels. Whatever the kernel
         // does, Auto must open the file and Direct must either be truly direct or fail.
-        let dir = Path::new("/dev/shm").join(format!("myriad-backup-log-shm-{}", std::process::id()));
+        let dir =
+            Path::new("/dev/shm").join(format!("myriad-backup-log-shm-{}", std::process::id()));
         if std::fs::create_dir_all(&dir).is_err() {
             return;
         }

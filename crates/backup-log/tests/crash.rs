@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{decode_payload, open, payload, read_zone, temp_dir};
+use common::{assert_consistent, decode_payload, open, payload, read_zone, temp_dir};
 use myriad_backup_log::{DiskStorage, IoMode, LogConfig, MemStorage, Storage, ZoneId};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -134,6 +134,7 @@ fn writes_cut_at_random_points_reopen_to_an_acknowledged_prefix() {
         eprintln!("seed {seed}: cut after op {cut_after_op}, acked {acked}, issued {issued}");
         check_prefix(&recovered, &zones, acked, issued);
         assert!(acked > 0, "seed {seed}: something was acknowledged");
+        assert_consistent(&engine, &format!("seed {seed}, reopened after the cut"));
     }
 }
 
@@ -247,6 +248,7 @@ fn process_killed_with_sigkill_mid_write_reopens_to_an_acknowledged_prefix() {
         let recovered: HashMap<ZoneId, HashMap<u64, Vec<u8>>> =
             zones.iter().map(|&z| (z, read_zone(&engine, z))).collect();
         check_prefix(&recovered, &zones, acked, issued);
+        assert_consistent(&engine, &format!("round {round}, reopened after SIGKILL"));
         drop(engine);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -298,4 +300,5 @@ fn failed_sync_case(one_level: bool) {
         Some(&b"durable before the fault"[..])
     );
     assert!(!got.contains_key(&((2u64 << 48) | 3)));
+    assert_consistent(&engine, "reopened after a failed sync");
 }

@@ -7,10 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{assert_same, decode_payload, open, payload, read_zone, read_zone_with, temp_dir};
+use common::{
+    assert_consistent, assert_same, decode_payload, open, payload, read_zone, read_zone_with,
+    temp_dir,
+};
 use myriad_backup_log::{
     DiskStorage, IoMode, LogConfig, LogEngine, LogError, MemStorage, RecoveryOptions, Storage,
-    ZoneId,
+    Violation, ZoneId,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -55,6 +58,7 @@ fn model_random_puts_and_removes_match_recovery_before_and_after_restart() {
                 m.insert(c, p);
             }
             if op % 1000 == 999 {
+                assert_consistent(&engine, &format!("seed {seed} op {op}"));
                 for z in zones {
                     assert_same(
                         &read_zone(&engine, z),
@@ -119,6 +123,7 @@ fn large_chunks_are_chained_and_reassembled() {
     engine.shutdown().unwrap();
     let engine = open(&storage, &config);
     assert_eq!(read_zone(&engine, z)[&cid(3, 1)], newer);
+    assert_consistent(&engine, "chained, reopened");
 }
 
 /// Many overwrites of few chunks write several times the log's size: only reorganization
@@ -235,6 +240,7 @@ fn concurrent_writes_and_reorganization(config: &LogConfig, expect_prompt_passes
     for (z, model) in zones.iter().zip(&models) {
         assert_same(&read_zone(&engine, *z), model, &format!("zone {z}"));
     }
+    assert_consistent(&engine, "after cleaning under writes");
     for z in &stats.zones {
         assert!(z.memory_bytes > 0 && z.used_bytes <= z.capacity_bytes);
     }
@@ -247,6 +253,7 @@ fn concurrent_writes_and_reorganization(config: &LogConfig, expect_prompt_passes
             &format!("after restart, zone {z}"),
         );
     }
+    assert_consistent(&engine, "after cleaning under writes, reopened");
 }
 
 /// Cold chunks written once stay recoverable while hot ones advance the epoch past the
@@ -283,9 +290,11 @@ fn eon_visits_restamp_cold_chunks_and_keep_them() {
         engine.flush().unwrap();
     }
     assert_same(&read_zone(&engine, z), &model, "eon");
+    assert_consistent(&engine, "after eon visits");
     drop(engine);
     let engine = open(&storage, &config);
     assert_same(&read_zone(&engine, z), &model, "eon");
+    assert_consistent(&engine, "after eon visits, reopened");
 }
 
 #[test]
@@ -550,7 +559,62 @@ fn a_cold_chained_chunk_outlives_half_the_epoch_space_and_loses_to_a_later_write
     model.insert(small, p);
     engine.flush().unwrap();
     assert_same(&read_zone(&engine, z), &model, "written again");
+    assert_consistent(&engine, "cold chain written again");
     drop(engine);
     let engine = open(&storage, &config);
     assert_same(&read_zone(&engine, z), &model, "written again, reopened");
+    assert_consistent(&engine, "cold chain written again, reopened");
+}
+
+/// The consistency walker finds what it checks: a flipped byte in an entry on disk ends
+/// the segment's verified entries early and loses the chunk's current version.
+#[test]
+fn the_consistency_walker_reports_a_corrupted_entry() {
+    let mem = MemStorage::new();
+    let storage: Arc<dyn Storage> = Arc::new(mem.clone());
+    let config = LogConfig {
+        secondary_buffer_bytes: 0, // straight to the secondary log
+        ..LogConfig::small_for_tests()
+    };
+    let engine = open(&storage, &config);
+    let z = zone(7, 0);
+    engine.create_zone(z).unwrap();
+    for c in 0..4u64 {
+        engine
+            .append(z, cid(7, c), &payload(cid(7, c), c, 100))
+            .unwrap();
+    }
+    let report = engine.check_consistency().unwrap();
+    assert!(report.is_consistent(), "{report}");
+    assert_eq!(
+        (report.zones, report.segments, report.chunks),
+        (1, 1, 4),
+        "{report}"
+    );
+    // Flip a payload byte of the first entry (the segment header is 16 bytes).
+    let file = mem.open("zone-0007-0000.sec", 0).unwrap();
+    let mut page = vec![0u8; myriad_backup_log::PAGE_BYTES];
+    file.read_at(&mut page, 0).unwrap();
+    page[16 + 30] ^= 0x40;
+    file.write_at(&page, 0).unwrap();
+    let report = engine.check_consistency().unwrap();
+    assert!(!report.is_consistent());
+    assert!(
+        report.violations.iter().any(|v| matches!(
+            v,
+            Violation::SegmentEntries {
+                segment: 0,
+                verified: 16,
+                ..
+            }
+        )),
+        "{report}"
+    );
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| matches!(v, Violation::ChunkVersion { on_disk: None, .. })),
+        "{report}"
+    );
 }

@@ -108,3 +108,14 @@ pub fn assert_same(got: &HashMap<u64, Vec<u8>>, want: &HashMap<u64, Vec<u8>>, co
         lines.join("; ")
     );
 }
+
+/// Runs the engine's consistency walker (flushes first; no appends may run) and panics
+/// with its report if an invariant is broken.
+pub fn assert_consistent(engine: &LogEngine, context: &str) {
+    let report = engine.check_consistency().expect("consistency check");
+    assert!(report.is_consistent(), "{context}: {report}");
+    assert!(
+        report.zones > 0 || engine.zones().is_empty(),
+        "{context}: walked nothing"
+    );
+}
