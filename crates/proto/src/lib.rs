@@ -25,6 +25,8 @@
 //! and on nothing above it.
 
 pub mod chunk;
+#[cfg(test)]
+mod digest;
 pub mod limits;
 pub mod meta;
 pub mod migrate;

@@ -548,6 +548,107 @@ mod tests {
         }
     }
 
+    /// Byte identity of the recovery and migration messages across codec changes: a seeded
+    /// sample folded into one digest (see `crate::digest`).
+    #[test]
+    fn encodings_match_the_recorded_digest() {
+        use crate::digest::{sample, Digest};
+        use crate::migrate::{MigrateReply, MigrateRequest};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let mut digest = Digest::new();
+        let request = (
+            any::<u16>(),
+            any::<u32>(),
+            proptest::option::of(any::<u16>()),
+        );
+        let reply = (
+            (any::<u64>(), any::<u64>(), any::<u64>()),
+            proptest::collection::vec(range(), 0..20),
+            ".{0,40}",
+        );
+        let status = (
+            any::<bool>(),
+            proptest::collection::vec(
+                (
+                    any::<u16>(),
+                    any::<u32>(),
+                    state(),
+                    any::<u16>(),
+                    any::<u64>(),
+                    any::<u64>(),
+                    ".{0,20}",
+                ),
+                0..10,
+            ),
+        );
+        let migrate = (
+            any::<u16>(),
+            0..=LOCAL_ID_MAX,
+            0..=LOCAL_ID_MAX,
+            any::<u16>(),
+            any::<u64>(),
+            ".{0,40}",
+        );
+        for _ in 0..300 {
+            let (owner, zone, holder) = sample(&mut runner, &request);
+            let holder = holder.map(NodeId).filter(|holder| holder.0 != owner);
+            digest.add(
+                &RecoverRequest {
+                    owner: NodeId(owner),
+                    zone,
+                    holder,
+                }
+                .encode(),
+            );
+            let ((chunks, bytes, ms), ranges, reason) = sample(&mut runner, &reply);
+            digest.add(
+                &RecoverReply::Recovered {
+                    chunks,
+                    bytes,
+                    ms,
+                    ranges,
+                }
+                .encode(),
+            );
+            digest.add(&RecoverReply::Failed(reason).encode());
+            let (leader, zones) = sample(&mut runner, &status);
+            let zones = zones
+                .into_iter()
+                .map(
+                    |(owner, zone, state, restorer, chunks, ms, detail)| ZoneRecovery {
+                        owner: NodeId(owner),
+                        zone,
+                        state,
+                        restorer: (restorer != 0).then_some(NodeId(restorer)),
+                        chunks,
+                        ms,
+                        detail,
+                    },
+                )
+                .collect();
+            digest.add(&RecoveryStatusReply { leader, zones }.encode());
+            let (creator, a, b, to, moved, failed) = sample(&mut runner, &migrate);
+            let cid =
+                |local| crate::ChunkId::new(NodeId(creator), local).expect("a 48-bit local ID");
+            let request = MigrateRequest {
+                first: cid(a.min(b)),
+                last: cid(a.max(b)),
+                to: NodeId(to),
+            };
+            digest.add(&request.encode());
+            digest.add(&MigrateReply::Moved(moved).encode());
+            digest.add(&MigrateReply::Failed(failed).encode());
+        }
+        assert_eq!(
+            digest,
+            Digest {
+                encodings: 2_100,
+                bytes: 147_860,
+                fnv: 0x3da9b7dae96e8dfe
+            }
+        );
+    }
+
     #[test]
     fn bad_input_is_refused() {
         assert!(RecoverRequest::decode(Bytes::from_static(&[1, 0, 2])).is_err());

@@ -475,6 +475,87 @@ mod tests {
         }
     }
 
+    /// FNV-1a over each encoding's length (8 bytes, little-endian) and bytes.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Digest {
+        encodings: usize,
+        bytes: usize,
+        fnv: u64,
+    }
+
+    impl Digest {
+        fn add(&mut self, encoding: &[u8]) {
+            self.encodings += 1;
+            self.bytes += encoding.len();
+            for &byte in (encoding.len() as u64).to_le_bytes().iter().chain(encoding) {
+                self.fnv = (self.fnv ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+
+    /// Byte identity of the replication wire format across codec changes (issue 16 moved
+    /// the codec to `myriad_types::codec`): a seeded sample of log messages and acks folded
+    /// into one digest recorded with the codec that first wrote this format.
+    #[test]
+    fn encodings_match_the_recorded_digest() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::TestRunner;
+        let mut runner = TestRunner::deterministic();
+        let mut digest = Digest {
+            encodings: 0,
+            bytes: 0,
+            fnv: 0xcbf2_9ce4_8422_2325,
+        };
+        let message = (
+            any::<u64>(),
+            1u64..u64::MAX / 2,
+            any::<bool>(),
+            proptest::collection::vec(op_strategy(), 1..20),
+        );
+        let ack = (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            prop_oneof![
+                Just(AckStatus::Ok),
+                Just(AckStatus::Gap),
+                "[a-z ]{0,40}".prop_map(AckStatus::Refused),
+            ],
+        );
+        for _ in 0..500 {
+            let (stream, first_seq, durable_requested, ops) =
+                message.new_tree(&mut runner).expect("a sample").current();
+            digest.add(
+                &LogMessage {
+                    stream,
+                    first_seq,
+                    durable_requested,
+                    ops,
+                }
+                .encode(),
+            );
+            let (stream, applied_seq, durable_seq, status) =
+                ack.new_tree(&mut runner).expect("a sample").current();
+            digest.add(
+                &Ack {
+                    stream,
+                    applied_seq,
+                    durable_seq,
+                    status,
+                }
+                .encode(),
+            );
+        }
+        assert_eq!(
+            digest,
+            Digest {
+                encodings: 1_000,
+                bytes: 180_415,
+                fnv: 0xec508938d294d672
+            }
+        );
+    }
+
     #[test]
     fn rejects_zero_first_seq_empty_and_huge_counts() {
         let ok = LogMessage {
