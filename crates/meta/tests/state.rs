@@ -1,7 +1,7 @@
 //! The metadata state machine: scenario tests for each service and a model-based property
 //! test over random command sequences (snapshots, encodings, refusals).
 
-use myriad_mem::{ChunkId, NodeId, LOCAL_ID_MAX};
+use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 use myriad_meta::limits::*;
 use myriad_meta::*;
 use proptest::prelude::*;
