@@ -1,7 +1,7 @@
 //! Round trips of every message and robustness of every decoder.
 
 use super::*;
-use myriad_meta::BarrierOutcome;
+use myriad_meta::{BarrierOutcome, NodeState};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
