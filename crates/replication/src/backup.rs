@@ -34,9 +34,11 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use myriad_backup_log::{LogEngine, LogError, RecoveredChunk, RecoveryOptions, RecoveryReport, ZoneId};
-use myriad_mem::NodeId;
+use myriad_backup_log::{
+    LogEngine, LogError, RecoveredChunk, RecoveryOptions, RecoveryReport, ZoneId,
+};
 use myriad_net::{Handlers, Incoming, NetError, NetHandle};
+use myriad_types::NodeId;
 use parking_lot::{Condvar, Mutex};
 
 use crate::wire::{self, Ack, AckStatus, LogMessage, Op};
@@ -281,7 +283,7 @@ impl Inner {
         let Some(net) = self.net.get() else {
             return;
         };
-        if let Err(e) = net.send_blocking(myriad_net::NodeId(to.0), wire::ACK, ack.encode()) {
+        if let Err(e) = net.send_blocking(to, wire::ACK, ack.encode()) {
             tracing::debug!(master = %to, error = %e, "replication ack not sent");
         }
     }

@@ -55,10 +55,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
+use myriad_net::{Incoming, NetHandle};
 use myriad_placement::zones::ZoneUsage;
 use myriad_placement::{Candidate, Placement, PlacementError, Strategy, ZoneId, ZoneTree};
-use myriad_mem::{ChunkId, NodeId};
-use myriad_net::{Incoming, NetHandle};
+use myriad_types::{ChunkId, NodeId};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -375,10 +375,7 @@ impl Stream {
         net.runtime().spawn(async move {
             while let Some(batch) = batches.recv().await {
                 for message in batch {
-                    if let Err(e) = task_net
-                        .send(net_id(backup), wire::REPLICATE, message)
-                        .await
-                    {
+                    if let Err(e) = task_net.send(backup, wire::REPLICATE, message).await {
                         // The window keeps the rest; a resend follows.
                         tracing::debug!(%backup, error = %e, "replication send failed");
                         break;
@@ -513,10 +510,6 @@ impl<'a> AsyncChange<'a> {
             AsyncChange::Remove(cid, size) => Change::Remove(cid, size),
         }
     }
-}
-
-fn net_id(node: NodeId) -> myriad_net::NodeId {
-    myriad_net::NodeId(node.0)
 }
 
 impl Replicator {
