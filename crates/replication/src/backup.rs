@@ -317,7 +317,7 @@ impl Inner {
         if self.net.get().is_none() {
             return;
         }
-        let master = NodeId(incoming.from.0);
+        let master = incoming.from;
         let message = match LogMessage::decode(incoming.payload) {
             Ok(message) => message,
             Err(e) => {

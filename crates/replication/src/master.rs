@@ -1251,7 +1251,7 @@ impl Inner {
     }
 
     fn on_ack(&self, incoming: Incoming) {
-        let backup = NodeId(incoming.from.0);
+        let backup = incoming.from;
         let ack = match Ack::decode(incoming.payload) {
             Ok(ack) => ack,
             Err(e) => {
@@ -1328,7 +1328,7 @@ impl Inner {
                     return;
                 }
                 while let Some(lost) = events.try_recv() {
-                    if let Some(stream) = state.streams.get_mut(&NodeId(lost.node.0)) {
+                    if let Some(stream) = state.streams.get_mut(&lost.node) {
                         if !stream.window.is_empty() {
                             stream.resend_requested = true;
                         }
