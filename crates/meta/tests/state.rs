@@ -1,9 +1,9 @@
 //! The metadata state machine: scenario tests for each service and a model-based property
 //! test over random command sequences (snapshots, encodings, refusals).
 
-use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 use myriad_meta::limits::*;
 use myriad_meta::*;
+use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 use proptest::prelude::*;
 
 fn join(state: &mut MetaState, role: Role, reclaim: Option<NodeId>) -> Response {
