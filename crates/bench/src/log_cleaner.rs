@@ -60,9 +60,9 @@ use std::time::{Duration, Instant};
 
 use myriad_backup_log::header::{encoded_header_bytes, EncodeArgs};
 use myriad_backup_log::{EngineStats, IoMode, LogConfig};
-use myriad_mem::{ChunkId, NodeId};
 use myriad_replication::bench::LocalReplicas;
 use myriad_replication::{Durability, ReplicaError, ReplicatorConfig};
+use myriad_types::{ChunkId, NodeId};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use hdrhistogram::Histogram;
-use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
+use myriad_mem::{MemoryConfig, MemoryManager};
+use myriad_types::{ChunkId, NodeId};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Zipf};

@@ -21,7 +21,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use myriad_net::{Bytes, Config, Endpoint, Handlers, Incoming, MessageType, NetHandle, NodeId};
+use myriad_net::{Bytes, Config, Endpoint, Handlers, Incoming, MessageType, NetHandle};
+use myriad_types::NodeId;
 use serde_json::{json, Value};
 
 use crate::process;

@@ -28,10 +28,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use myriad_backup_log::{AlignedBuf, DiskStorage, IoMode, LogConfig, LogEngine, Storage};
-use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
+use myriad_mem::{MemoryConfig, MemoryManager};
 use myriad_proto::recovery::RecoverRequest;
 use myriad_replication::backup::log_zone;
 use myriad_replication::{BackupConfig, BackupService};
+use myriad_types::{ChunkId, NodeId};
 use serde_json::json;
 
 use crate::report::{emit, mb_per_sec};

@@ -18,8 +18,8 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use myriad_client::client::Client;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_launcher::{LaunchSpec, LocalCluster};
+use myriad_types::{ChunkId, NodeId};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

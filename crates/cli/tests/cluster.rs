@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use myriad_client::client::Client;
 use myriad_client::ClientError;
-use myriad_mem::{ChunkId, NodeId};
-use myriad_meta::{Command, NodeState, Role};
 use myriad_launcher::{LaunchSpec, LocalCluster};
+use myriad_meta::{Command, NodeState, Role};
+use myriad_types::{ChunkId, NodeId};
 
 fn start(dir: &Path, superpeers: usize, peers: usize) -> LocalCluster {
     let mut spec = LaunchSpec::new(dir, env!("CARGO_BIN_EXE_myriad"));

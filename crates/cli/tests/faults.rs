@@ -32,13 +32,13 @@ use bytes::Bytes;
 use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::ClientError;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_launcher::{LaunchSpec, LocalCluster, NodeEntry, NodeRole};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{RecoveryState, RecoveryStatusReply};
-use myriad_proto::{net_id, types};
+use myriad_proto::types;
 use myriad_testing::history::{self, Action, Operation, Outcome};
+use myriad_types::{ChunkId, NodeId};
 use rand::{Rng, SeedableRng};
 
 /// Fast failure detection, small zones and logs, R backups per zone.
@@ -146,7 +146,7 @@ impl Setup {
             .membership()
             .net()
             .request_blocking(
-                net_id(self.superpeers[0].0),
+                self.superpeers[0].0,
                 types::RECOVERY_STATUS,
                 Bytes::new(),
                 Duration::from_secs(5),
@@ -311,8 +311,8 @@ fn a_paused_peer_is_fenced_answers_not_owner_and_exits() {
     // A client that ignores the verdict and writes straight to the old owner is refused
     // with NotOwner (or finds the process gone), never acknowledged.
     let net = stale.membership().net();
-    net.unfence(net_id(victim));
-    net.set_address(net_id(victim), victim_address);
+    net.unfence(victim);
+    net.set_address(victim, victim_address);
     let stale_items: Vec<(ChunkId, Bytes)> = cids[..10]
         .iter()
         .enumerate()
@@ -323,7 +323,7 @@ fn a_paused_peer_is_fenced_answers_not_owner_and_exits() {
         items: stale_items.clone(),
     };
     let reply = net.request_blocking(
-        net_id(victim),
+        victim,
         types::CHUNK,
         request.encode(),
         Duration::from_secs(5),

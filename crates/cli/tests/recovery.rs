@@ -16,10 +16,10 @@ use bytes::Bytes;
 use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::ClientError;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_launcher::{LaunchSpec, LocalCluster};
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::RecoveryState;
+use myriad_types::{ChunkId, NodeId};
 
 const CHUNKS: usize = 20_000;
 const BATCH: usize = 1_000;

@@ -21,9 +21,9 @@ use myriad_client::chunk::BlockingChunks;
 use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::membership::Membership;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_launcher::{LaunchSpec, LocalCluster, NodeRole};
 use myriad_node::peer_node::LID_RESERVE_STEP;
+use myriad_types::{ChunkId, NodeId};
 
 /// Small zones and logs, replication R = 2; failure detection per test.
 fn config(failure_timeout_ms: u64) -> String {

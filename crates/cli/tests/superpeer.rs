@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use myriad_client::membership::{JoinConfig, Membership};
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::Role;
 use myriad_net::{Endpoint, Fault, Handlers};
 use myriad_proto::meta::{Event, MetaReply, MetaRequest, StatusReply};
-use myriad_proto::{net_id, types};
+use myriad_proto::types;
+use myriad_types::{ChunkId, NodeId};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_myriad");
 
@@ -166,7 +166,7 @@ async fn status_of(membership: &Membership, id: NodeId) -> Option<StatusReply> {
     let reply = membership
         .net()
         .request(
-            net_id(id),
+            id,
             types::META_REQUEST,
             MetaRequest::Status.encode(),
             Duration::from_millis(500),
@@ -307,7 +307,7 @@ fn silent_peer_is_declared_failed_and_another_member_hears_it() {
     // The peer stops answering: everything from the superpeers is discarded from now on.
     let silenced = Instant::now();
     for (superpeer, _) in &group.members {
-        peer.net().set_fault(net_id(*superpeer), Fault::Partition);
+        peer.net().set_fault(*superpeer, Fault::Partition);
     }
     let heard = runtime.block_on(async {
         tokio::time::timeout(Duration::from_secs(5), async {

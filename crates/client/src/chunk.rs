@@ -45,10 +45,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::LookupRange;
 use myriad_net::{NetError, NetHandle, PendingResponse};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ChunkStats, ItemError};
+use myriad_types::{ChunkId, NodeId};
 use parking_lot::RwLock;
 use tokio::time::Instant;
 
@@ -341,7 +341,7 @@ impl<D: Directory> Chunks<D> {
         match self
             .net
             .request_later(
-                myriad_proto::net_id(node),
+                node,
                 myriad_proto::types::CHUNK,
                 request.encode(),
                 remaining,
@@ -973,7 +973,7 @@ impl<D: Directory> BlockingChunks<'_, D> {
             return None;
         }
         let reply = chunks.net.request_blocking(
-            myriad_proto::net_id(owner),
+            owner,
             myriad_proto::types::CHUNK,
             request().encode(),
             chunks.options.timeout,

@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::{Command, NodeRecord, Response, Role};
 use myriad_net::{Endpoint, Handlers};
 use myriad_proto::meta::{BarrierStatus, MetaReply, MetaRequest, StatusReply};
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::recovery::RecoveryStatusReply;
+use myriad_types::{ChunkId, NodeId};
 use parking_lot::Mutex;
 use tokio::runtime::Handle;
 
@@ -340,12 +340,7 @@ impl Client {
             .inner
             .membership
             .net()
-            .request(
-                myriad_proto::net_id(owner),
-                myriad_proto::types::MIGRATE,
-                payload,
-                timeout,
-            )
+            .request(owner, myriad_proto::types::MIGRATE, payload, timeout)
             .await
             .map_err(|_| ClientError::NodeUnavailable(owner))?;
         match MigrateReply::decode(reply) {

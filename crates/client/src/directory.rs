@@ -3,8 +3,8 @@
 
 use std::future::Future;
 
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::LookupRange;
+use myriad_types::{ChunkId, NodeId};
 
 use crate::ClientError;
 

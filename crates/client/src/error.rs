@@ -1,7 +1,7 @@
 //! The client's typed errors.
 
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::MetaError;
+use myriad_types::{ChunkId, NodeId};
 use thiserror::Error;
 
 /// Why a client call failed.

@@ -2,7 +2,7 @@
 //!
 //! # Job
 //! [`Membership::join`] gets a node ID from the superpeer group (asking with a provisional
-//! ID in `0xff00..=0xffff`, see `myriad_meta::limits::NODE_ID_MAX`) and starts the node's
+//! ID in `0xff00..=0xffff`, see `myriad_types::limits`) and starts the node's
 //! real messaging endpoint under that ID, with the caller's handlers plus membership's own:
 //! pushed events ([`types::EVENT`]), heartbeats ([`types::HEARTBEAT`]) and barrier releases
 //! ([`types::BARRIER_RELEASED`]). From then on [`Membership`] keeps the node table (and the
@@ -30,7 +30,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::{
     Capabilities, Command, LookupRange, MetaError, NodeRecord, NodeState, Response, Role,
 };
@@ -39,7 +38,9 @@ use myriad_proto::meta::{
     BarrierReleased, Event, EventPush, FailureReport, Heartbeat, HeartbeatReply, JoinReply,
     JoinRequest, MetaReply, MetaRequest,
 };
-use myriad_proto::{net_id, node_id, types};
+use myriad_proto::types;
+use myriad_types::limits::PROVISIONAL_ID_MIN;
+use myriad_types::{ChunkId, NodeId};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{broadcast, Notify};
 
@@ -55,8 +56,6 @@ pub const BARRIER_RELEASES_KEPT_MAX: usize = 256;
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// How often a waiting barrier sign-on polls the barrier's status as a fallback.
 const BARRIER_POLL_INTERVAL: Duration = Duration::from_millis(200);
-/// First provisional node ID (joining nodes pick one at random at or above it).
-pub const PROVISIONAL_ID_MIN: u16 = 0xff00;
 
 /// How a node joins the cluster.
 #[derive(Debug, Clone)]
@@ -149,8 +148,9 @@ fn net_failure(error: &NetError) -> String {
     error.to_string()
 }
 
-fn provisional_id() -> myriad_net::NodeId {
-    myriad_net::NodeId(PROVISIONAL_ID_MIN | (rand::random::<u16>() & 0x00ff))
+/// A provisional ID at or above [`PROVISIONAL_ID_MIN`], picked at random.
+fn provisional_id() -> NodeId {
+    NodeId(PROVISIONAL_ID_MIN | (rand::random::<u16>() & 0x00ff))
 }
 
 /// Outcome of the join exchange.
@@ -206,7 +206,7 @@ async fn join_exchange(
         )
         .map_err(|error| ClientError::Join(format!("provisional endpoint: {error}")))?;
         for (id, address) in &config.superpeers {
-            provisional.set_address(net_id(*id), *address);
+            provisional.set_address(*id, *address);
         }
         let target = match hint.take() {
             Some(leader) if config.superpeers.iter().any(|(id, _)| *id == leader) => leader,
@@ -219,7 +219,7 @@ async fn join_exchange(
         let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
         let sent = std::time::Instant::now();
         let answer = provisional
-            .request(net_id(target), types::JOIN, payload.clone(), remaining)
+            .request(target, types::JOIN, payload.clone(), remaining)
             .await;
         drop(provisional);
         match answer {
@@ -353,7 +353,7 @@ impl Membership {
             lease,
         });
         for (id, address) in &config.superpeers {
-            membership.net.set_address(net_id(*id), *address);
+            membership.net.set_address(*id, *address);
         }
         membership.replace_table(joined.epoch, joined.nodes);
         // The slot is empty only here; `set` fails only if already set, which cannot be.
@@ -424,7 +424,7 @@ impl Membership {
             let reply = self
                 .net
                 .request(
-                    net_id(superpeer),
+                    superpeer,
                     types::RECOVERY_STATUS,
                     bytes::Bytes::new(),
                     timeout,
@@ -466,12 +466,7 @@ impl Membership {
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             let answer = self
                 .net
-                .request(
-                    net_id(target),
-                    types::META_REQUEST,
-                    payload.clone(),
-                    remaining,
-                )
+                .request(target, types::META_REQUEST, payload.clone(), remaining)
                 .await;
             let reply = match answer {
                 Err(error) => {
@@ -647,7 +642,7 @@ impl Membership {
         if record.id == self.node_id {
             return;
         }
-        let id = net_id(record.id);
+        let id = record.id;
         match record.state {
             NodeState::Alive => {
                 if let Ok(address) = record.address.parse::<SocketAddr>() {
@@ -747,7 +742,7 @@ impl Membership {
                 let Some(membership) = weak.upgrade() else {
                     return;
                 };
-                let node = node_id(lost.node);
+                let node = lost.node;
                 let watched = membership.node(node).is_some_and(|record| {
                     record.state == NodeState::Alive && record.role != Role::Superpeer
                 });
@@ -769,7 +764,7 @@ impl Membership {
         for superpeer in order {
             let send = self
                 .net
-                .send(net_id(superpeer), types::FAILURE_REPORT, payload.clone());
+                .send(superpeer, types::FAILURE_REPORT, payload.clone());
             if let Ok(Ok(())) = tokio::time::timeout(self.request_timeout, send).await {
                 return;
             }
@@ -852,7 +847,7 @@ fn join_request(config: &JoinConfig, listener: &TcpListener) -> Result<JoinReque
 }
 
 fn endpoint_config(config: &JoinConfig, id: NodeId) -> myriad_net::Config {
-    let mut net_config = myriad_net::Config::new(net_id(id), config.listen, config.secret.clone());
+    let mut net_config = myriad_net::Config::new(id, config.listen, config.secret.clone());
     net_config.handler_threads = config.handler_threads.max(1);
     net_config.io_threads = config.io_threads.max(1);
     net_config
@@ -932,11 +927,11 @@ fn full_ranges(creator: NodeId, moved: &[(u64, u64, NodeId)]) -> Vec<LookupRange
             None => return ranges,
         }
     }
-    if next <= myriad_mem::LOCAL_ID_MAX {
+    if next <= myriad_types::LOCAL_ID_MAX {
         ranges.push(LookupRange {
             creator,
             first: next,
-            last: myriad_mem::LOCAL_ID_MAX,
+            last: myriad_types::LOCAL_ID_MAX,
             owner: creator,
         });
     }
@@ -1005,14 +1000,14 @@ mod full_range_tests {
                 (10, 19, 2),
                 (20, 29, 6),
                 (30, 30, 5),
-                (31, myriad_mem::LOCAL_ID_MAX, 2)
+                (31, myriad_types::LOCAL_ID_MAX, 2)
             ]
         );
         assert!(ranges.iter().all(|r| r.creator == creator));
         // Nothing moved: one range, the creator's.
         assert_eq!(full_ranges(creator, &[]).len(), 1);
         // A range reaching the last local ID leaves no trailing gap.
-        let last = full_ranges(creator, &[(5, myriad_mem::LOCAL_ID_MAX, NodeId(9))]);
+        let last = full_ranges(creator, &[(5, myriad_types::LOCAL_ID_MAX, NodeId(9))]);
         assert_eq!(last.len(), 2);
         // Overlapping input is skipped rather than producing overlapping ranges.
         let skipped = full_ranges(creator, &[(0, 10, NodeId(5)), (5, 8, NodeId(6))]);

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use myriad_client::chunk::{ChunkOptions, Chunks};
 use myriad_client::directory::Directory;
 use myriad_client::ClientError;
-use myriad_mem::{ChunkId, NodeId, LOCAL_ID_MAX};
 use myriad_meta::LookupRange;
 use myriad_net::{Config, Endpoint, Handlers, Incoming};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
+use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 
 const SECRET: &str = "chunk-protocol-test";
 
@@ -39,11 +39,7 @@ impl Directory for Creators {
 }
 
 fn config(node: u16) -> Config {
-    Config::new(
-        myriad_net::NodeId(node),
-        "127.0.0.1:0".parse().unwrap(),
-        SECRET,
-    )
+    Config::new(NodeId(node), "127.0.0.1:0".parse().unwrap(), SECRET)
 }
 
 /// A peer (node 1) answering every chunk request with `answer(request)`.
@@ -66,7 +62,7 @@ fn scripted_peer(
 
 fn client(peer: &Endpoint, timeout: Duration) -> (Endpoint, Chunks<Creators>) {
     let endpoint = Endpoint::start(config(100), Handlers::new()).unwrap();
-    endpoint.set_address(myriad_net::NodeId(1), peer.local_addr());
+    endpoint.set_address(NodeId(1), peer.local_addr());
     let options = ChunkOptions {
         timeout,
         ..ChunkOptions::default()

@@ -470,20 +470,20 @@ impl LocalCluster {
     /// The superpeers as a client's configuration names them: node ID and socket address
     /// (an entry whose address does not parse is left out; the launcher records only the
     /// addresses its nodes reported).
-    pub fn superpeers(&self) -> Vec<(myriad_mem::NodeId, std::net::SocketAddr)> {
+    pub fn superpeers(&self) -> Vec<(myriad_types::NodeId, std::net::SocketAddr)> {
         self.superpeer_addresses()
             .into_iter()
-            .filter_map(|(id, address)| Some((myriad_mem::NodeId(id), address.parse().ok()?)))
+            .filter_map(|(id, address)| Some((myriad_types::NodeId(id), address.parse().ok()?)))
             .collect()
     }
 
     /// The peers' node IDs, in start order.
-    pub fn peer_ids(&self) -> Vec<myriad_mem::NodeId> {
+    pub fn peer_ids(&self) -> Vec<myriad_types::NodeId> {
         self.file
             .nodes
             .iter()
             .filter(|node| node.role == NodeRole::Peer)
-            .map(|node| myriad_mem::NodeId(node.node_id))
+            .map(|node| myriad_types::NodeId(node.node_id))
             .collect()
     }
 

@@ -1,6 +1,6 @@
 //! The memory manager's typed errors.
 
-use crate::cid::{ChunkId, NodeId};
+use myriad_types::{ChunkId, NodeId};
 
 /// Everything that can go wrong in a memory-manager call. No input makes the memory manager
 /// panic; bad input ends up here.

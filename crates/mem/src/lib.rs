@@ -32,7 +32,6 @@
 //! It is `Sync`: share one manager between threads with an `Arc`.
 
 mod alloc;
-mod cid;
 mod entry;
 mod error;
 mod lock;
@@ -45,8 +44,8 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-pub use cid::{ChunkId, NodeId, ParseChunkIdError, LOCAL_ID_BITS, LOCAL_ID_MAX};
 pub use error::{MemError, MemResult};
+pub use myriad_types::{ChunkId, NodeId, ParseChunkIdError, LOCAL_ID_BITS, LOCAL_ID_MAX};
 pub use typed::ChunkCodec;
 
 use entry::State;

@@ -11,7 +11,7 @@ use std::mem::size_of;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-use crate::cid::{ChunkId, NodeId};
+use myriad_types::{ChunkId, NodeId};
 
 /// Slots per table level.
 pub(crate) const SLOTS_PER_TABLE: usize = 4096;

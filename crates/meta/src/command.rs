@@ -1,10 +1,10 @@
 //! The commands that change the metadata (the Raft log's payload), their responses and
-//! errors, each with an explicit binary encoding (see [`crate::codec`]).
+//! errors, each with an explicit binary encoding (with [`myriad_types::codec`]).
 
-use myriad_mem::{ChunkId, NodeId};
+use myriad_types::codec::{DecodeError, Decoder, Encoder};
+use myriad_types::{ChunkId, NodeId};
 use thiserror::Error;
 
-use crate::codec::{DecodeError, Reader, Writer};
 use crate::limits::*;
 use crate::node::{Capabilities, Role};
 
@@ -358,17 +358,17 @@ impl std::fmt::Display for Command {
     }
 }
 
-fn node(reader: &mut Reader<'_>, what: &'static str) -> Result<NodeId, DecodeError> {
-    Ok(NodeId(reader.u16(what)?))
+fn node(reader: &mut Decoder<'_>, what: &'static str) -> Result<NodeId, DecodeError> {
+    Ok(NodeId(reader.get_varint_u16(what)?))
 }
 
-fn string(reader: &mut Reader<'_>, what: &'static str, max: usize) -> Result<String, DecodeError> {
-    Ok(reader.str(what, max)?.to_owned())
+fn string(reader: &mut Decoder<'_>, what: &'static str, max: usize) -> Result<String, DecodeError> {
+    Ok(reader.get_str(what, max)?.to_owned())
 }
 
 impl Command {
     /// Appends the encoding of this command.
-    pub fn encode(&self, out: &mut Writer) {
+    pub fn encode(&self, out: &mut Encoder) {
         match self {
             Command::Join {
                 role,
@@ -378,40 +378,42 @@ impl Command {
                 switch,
                 reclaim,
             } => {
-                out.u8(1);
-                out.u8(role.code());
-                out.str(address);
-                out.u8(capabilities.0);
-                out.varint(u64::from(*rack));
-                out.varint(u64::from(*switch));
+                out.put_u8(1);
+                out.put_u8(role.code());
+                out.put_str(address);
+                out.put_u8(capabilities.0);
+                out.put_varint(u64::from(*rack));
+                out.put_varint(u64::from(*switch));
                 match reclaim {
                     Some(id) => {
-                        out.u8(1);
-                        out.varint(u64::from(id.0));
+                        out.put_u8(1);
+                        out.put_varint(u64::from(id.0));
                     }
-                    None => out.u8(0),
+                    None => {
+                        out.put_u8(0);
+                    }
                 }
             }
             Command::Leave { node } => {
-                out.u8(2);
-                out.varint(u64::from(node.0));
+                out.put_u8(2);
+                out.put_varint(u64::from(node.0));
             }
             // Tag 3 is the verdict on any incarnation (the older form), 24 names one.
             Command::Fail {
                 node,
                 incarnation: 0,
             } => {
-                out.u8(3);
-                out.varint(u64::from(node.0));
+                out.put_u8(3);
+                out.put_varint(u64::from(node.0));
             }
             Command::Fail { node, incarnation } => {
-                out.u8(24);
-                out.varint(u64::from(node.0));
-                out.varint(u64::from(*incarnation));
+                out.put_u8(24);
+                out.put_varint(u64::from(node.0));
+                out.put_varint(u64::from(*incarnation));
             }
             Command::ReleaseId { node } => {
-                out.u8(4);
-                out.varint(u64::from(node.0));
+                out.put_u8(4);
+                out.put_varint(u64::from(node.0));
             }
             Command::SetOwner {
                 creator,
@@ -419,86 +421,86 @@ impl Command {
                 last,
                 owner,
             } => {
-                out.u8(5);
-                out.varint(u64::from(creator.0));
-                out.varint(*first);
-                out.varint(*last);
-                out.varint(u64::from(owner.0));
+                out.put_u8(5);
+                out.put_varint(u64::from(creator.0));
+                out.put_varint(*first);
+                out.put_varint(*last);
+                out.put_varint(u64::from(owner.0));
             }
             Command::NameRegister { name, cid } => {
-                out.u8(6);
-                out.str(name);
-                out.u64_le(cid.raw());
+                out.put_u8(6);
+                out.put_str(name);
+                out.put_u64_le(cid.raw());
             }
             Command::NameRemove { name } => {
-                out.u8(7);
-                out.str(name);
+                out.put_u8(7);
+                out.put_str(name);
             }
             Command::BarrierAlloc { size } => {
-                out.u8(8);
-                out.varint(u64::from(*size));
+                out.put_u8(8);
+                out.put_varint(u64::from(*size));
             }
             Command::BarrierSignOn { id, node, value } => {
-                out.u8(9);
-                out.varint(u64::from(*id));
-                out.varint(u64::from(node.0));
-                out.u64_le(*value);
+                out.put_u8(9);
+                out.put_varint(u64::from(*id));
+                out.put_varint(u64::from(node.0));
+                out.put_u64_le(*value);
             }
             Command::BarrierResize { id, size } => {
-                out.u8(10);
-                out.varint(u64::from(*id));
-                out.varint(u64::from(*size));
+                out.put_u8(10);
+                out.put_varint(u64::from(*id));
+                out.put_varint(u64::from(*size));
             }
             Command::BarrierFree { id } => {
-                out.u8(11);
-                out.varint(u64::from(*id));
+                out.put_u8(11);
+                out.put_varint(u64::from(*id));
             }
             Command::TmpPut {
                 name,
                 data,
                 create_only,
             } => {
-                out.u8(12);
-                out.str(name);
-                out.bytes(data);
-                out.bool(*create_only);
+                out.put_u8(12);
+                out.put_str(name);
+                out.put_bytes(data);
+                out.put_bool(*create_only);
             }
             Command::TmpRemove { name } => {
-                out.u8(13);
-                out.str(name);
+                out.put_u8(13);
+                out.put_str(name);
             }
             Command::ZoneSet {
                 owner,
                 zone,
                 backups,
             } => {
-                out.u8(14);
-                out.varint(u64::from(owner.0));
-                out.varint(u64::from(*zone));
-                out.varint(backups.len() as u64);
+                out.put_u8(14);
+                out.put_varint(u64::from(owner.0));
+                out.put_varint(u64::from(*zone));
+                out.put_varint(backups.len() as u64);
                 for backup in backups {
-                    out.varint(u64::from(backup.0));
+                    out.put_varint(u64::from(backup.0));
                 }
             }
             Command::ZoneRemove { owner, zone } => {
-                out.u8(15);
-                out.varint(u64::from(owner.0));
-                out.varint(u64::from(*zone));
+                out.put_u8(15);
+                out.put_varint(u64::from(owner.0));
+                out.put_varint(u64::from(*zone));
             }
             Command::ReserveLids { node, up_to } => {
-                out.u8(16);
-                out.varint(u64::from(node.0));
-                out.varint(*up_to);
+                out.put_u8(16);
+                out.put_varint(u64::from(node.0));
+                out.put_varint(*up_to);
             }
             Command::HandOver {
                 failed,
                 incarnation,
                 fallback,
             } => {
-                out.u8(17);
-                out.varint(u64::from(failed.0));
-                out.varint(u64::from(*incarnation));
-                out.varint(u64::from(fallback.0));
+                out.put_u8(17);
+                out.put_varint(u64::from(failed.0));
+                out.put_varint(u64::from(*incarnation));
+                out.put_varint(u64::from(fallback.0));
             }
             Command::ZoneAdopt {
                 owner,
@@ -506,13 +508,13 @@ impl Command {
                 holder,
                 backups,
             } => {
-                out.u8(18);
-                out.varint(u64::from(owner.0));
-                out.varint(u64::from(*zone));
-                out.varint(u64::from(holder.0));
-                out.varint(backups.len() as u64);
+                out.put_u8(18);
+                out.put_varint(u64::from(owner.0));
+                out.put_varint(u64::from(*zone));
+                out.put_varint(u64::from(holder.0));
+                out.put_varint(backups.len() as u64);
                 for backup in backups {
-                    out.varint(u64::from(backup.0));
+                    out.put_varint(u64::from(backup.0));
                 }
             }
             Command::ZoneOwned {
@@ -520,44 +522,44 @@ impl Command {
                 zone,
                 holder,
             } => {
-                out.u8(19);
-                out.varint(u64::from(owner.0));
-                out.varint(u64::from(*zone));
-                out.varint(u64::from(holder.0));
+                out.put_u8(19);
+                out.put_varint(u64::from(owner.0));
+                out.put_varint(u64::from(*zone));
+                out.put_varint(u64::from(holder.0));
             }
         }
     }
 
     /// The encoding as a new byte vector.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut writer = Writer::new();
+        let mut writer = Encoder::new();
         self.encode(&mut writer);
-        writer.into_bytes()
+        writer.into_vec()
     }
 
     /// Decodes a command that fills all of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Result<Command, DecodeError> {
-        let mut reader = Reader::new(bytes);
+        let mut reader = Decoder::from_slice(bytes);
         let command = Command::decode(&mut reader)?;
         reader.finish()?;
         Ok(command)
     }
 
     /// Decodes one command.
-    pub fn decode(reader: &mut Reader<'_>) -> Result<Command, DecodeError> {
-        let tag = reader.u8("command tag")?;
+    pub fn decode(reader: &mut Decoder<'_>) -> Result<Command, DecodeError> {
+        let tag = reader.get_u8("command tag")?;
         Ok(match tag {
             1 => {
-                let code = reader.u8("role")?;
+                let code = reader.get_u8("role")?;
                 let role = Role::from_code(code).ok_or(DecodeError::UnknownTag {
                     what: "role",
                     tag: u64::from(code),
                 })?;
                 let address = string(reader, "address", ADDRESS_BYTES_MAX)?;
-                let capabilities = Capabilities(reader.u8("capabilities")?);
-                let rack = reader.u16("rack")?;
-                let switch = reader.u16("switch")?;
-                let reclaim = if reader.bool("reclaim flag")? {
+                let capabilities = Capabilities(reader.get_u8("capabilities")?);
+                let rack = reader.get_varint_u16("rack")?;
+                let switch = reader.get_varint_u16("switch")?;
+                let reclaim = if reader.get_bool("reclaim flag")? {
                     Some(node(reader, "reclaim")?)
                 } else {
                     None
@@ -582,7 +584,7 @@ impl Command {
                 let node = node(reader, "node")?;
                 // Incarnation 0 is written with tag 3; accepting it here would give one
                 // command two encodings.
-                let incarnation = reader.u32("incarnation")?;
+                let incarnation = reader.get_varint_u32("incarnation")?;
                 if incarnation == 0 {
                     return Err(DecodeError::Invalid("fail verdict naming incarnation 0"));
                 }
@@ -593,44 +595,44 @@ impl Command {
             },
             5 => Command::SetOwner {
                 creator: node(reader, "creator")?,
-                first: reader.varint("first")?,
-                last: reader.varint("last")?,
+                first: reader.get_varint("first")?,
+                last: reader.get_varint("last")?,
                 owner: node(reader, "owner")?,
             },
             6 => Command::NameRegister {
                 name: string(reader, "name", NAME_BYTES_MAX)?,
-                cid: ChunkId::from_raw(reader.u64_le("cid")?),
+                cid: ChunkId::from_raw(reader.get_u64_le("cid")?),
             },
             7 => Command::NameRemove {
                 name: string(reader, "name", NAME_BYTES_MAX)?,
             },
             8 => Command::BarrierAlloc {
-                size: reader.u32("size")?,
+                size: reader.get_varint_u32("size")?,
             },
             9 => Command::BarrierSignOn {
-                id: reader.u32("barrier")?,
+                id: reader.get_varint_u32("barrier")?,
                 node: node(reader, "node")?,
-                value: reader.u64_le("value")?,
+                value: reader.get_u64_le("value")?,
             },
             10 => Command::BarrierResize {
-                id: reader.u32("barrier")?,
-                size: reader.u32("size")?,
+                id: reader.get_varint_u32("barrier")?,
+                size: reader.get_varint_u32("size")?,
             },
             11 => Command::BarrierFree {
-                id: reader.u32("barrier")?,
+                id: reader.get_varint_u32("barrier")?,
             },
             12 => Command::TmpPut {
                 name: string(reader, "tmp name", NAME_BYTES_MAX)?,
-                data: reader.bytes("tmp data", TMP_BLOB_BYTES_MAX)?.to_vec(),
-                create_only: reader.bool("create only")?,
+                data: reader.get_slice("tmp data", TMP_BLOB_BYTES_MAX)?.to_vec(),
+                create_only: reader.get_bool("create only")?,
             },
             13 => Command::TmpRemove {
                 name: string(reader, "tmp name", NAME_BYTES_MAX)?,
             },
             14 => {
                 let owner = node(reader, "owner")?;
-                let zone = reader.u32("zone")?;
-                let count = reader.count("backups", 1, BACKUPS_PER_ZONE_MAX)?;
+                let zone = reader.get_varint_u32("zone")?;
+                let count = reader.get_count("backups", 1, BACKUPS_PER_ZONE_MAX)?;
                 let mut backups = Vec::with_capacity(count);
                 for _ in 0..count {
                     backups.push(node(reader, "backup")?);
@@ -643,27 +645,27 @@ impl Command {
             }
             15 => Command::ZoneRemove {
                 owner: node(reader, "owner")?,
-                zone: reader.u32("zone")?,
+                zone: reader.get_varint_u32("zone")?,
             },
             16 => Command::ReserveLids {
                 node: node(reader, "node")?,
-                up_to: reader.varint("up to")?,
+                up_to: reader.get_varint("up to")?,
             },
             17 => Command::HandOver {
                 failed: node(reader, "failed")?,
-                incarnation: reader.u32("incarnation")?,
+                incarnation: reader.get_varint_u32("incarnation")?,
                 fallback: node(reader, "fallback")?,
             },
             19 => Command::ZoneOwned {
                 owner: node(reader, "owner")?,
-                zone: reader.u32("zone")?,
+                zone: reader.get_varint_u32("zone")?,
                 holder: node(reader, "holder")?,
             },
             18 => {
                 let owner = node(reader, "owner")?;
-                let zone = reader.u32("zone")?;
+                let zone = reader.get_varint_u32("zone")?;
                 let holder = node(reader, "holder")?;
-                let count = reader.count("backups", 1, BACKUPS_PER_ZONE_MAX)?;
+                let count = reader.get_count("backups", 1, BACKUPS_PER_ZONE_MAX)?;
                 let mut backups = Vec::with_capacity(count);
                 for _ in 0..count {
                     backups.push(node(reader, "backup")?);
@@ -686,63 +688,71 @@ impl Command {
 }
 
 impl MetaError {
-    fn encode(&self, out: &mut Writer) {
+    fn encode(&self, out: &mut Encoder) {
         match self {
-            MetaError::NodeIdsExhausted => out.u8(1),
+            MetaError::NodeIdsExhausted => {
+                out.put_u8(1);
+            }
             MetaError::UnknownNode(id) => {
-                out.u8(2);
-                out.varint(u64::from(id.0));
+                out.put_u8(2);
+                out.put_varint(u64::from(id.0));
             }
             MetaError::NodeNotAlive(id) => {
-                out.u8(3);
-                out.varint(u64::from(id.0));
+                out.put_u8(3);
+                out.put_varint(u64::from(id.0));
             }
             MetaError::NodeAlive(id) => {
-                out.u8(4);
-                out.varint(u64::from(id.0));
+                out.put_u8(4);
+                out.put_varint(u64::from(id.0));
             }
             MetaError::ReclaimRefused(id) => {
-                out.u8(5);
-                out.varint(u64::from(id.0));
+                out.put_u8(5);
+                out.put_varint(u64::from(id.0));
             }
             MetaError::InvalidArgument(text) => {
-                out.u8(6);
-                out.str(text);
+                out.put_u8(6);
+                out.put_str(text);
             }
             MetaError::NameNotFound(name) => {
-                out.u8(7);
-                out.str(name);
+                out.put_u8(7);
+                out.put_str(name);
             }
-            MetaError::NamesFull => out.u8(8),
+            MetaError::NamesFull => {
+                out.put_u8(8);
+            }
             MetaError::BarrierNotFound(id) => {
-                out.u8(9);
-                out.varint(u64::from(*id));
+                out.put_u8(9);
+                out.put_varint(u64::from(*id));
             }
-            MetaError::BarriersFull => out.u8(10),
+            MetaError::BarriersFull => {
+                out.put_u8(10);
+            }
             MetaError::AlreadySignedOn(id) => {
-                out.u8(11);
-                out.varint(u64::from(id.0));
+                out.put_u8(11);
+                out.put_varint(u64::from(id.0));
             }
             MetaError::TmpNotFound(name) => {
-                out.u8(12);
-                out.str(name);
+                out.put_u8(12);
+                out.put_str(name);
             }
             MetaError::TmpExists(name) => {
-                out.u8(13);
-                out.str(name);
+                out.put_u8(13);
+                out.put_str(name);
             }
-            MetaError::TmpFull => out.u8(14),
+            MetaError::TmpFull => {
+                out.put_u8(14);
+            }
             MetaError::ZoneNotFound { owner, zone } => {
-                out.u8(15);
-                out.varint(u64::from(owner.0));
-                out.varint(u64::from(*zone));
+                out.put_u8(15);
+                out.put_varint(u64::from(owner.0));
+                out.put_varint(u64::from(*zone));
             }
         }
     }
 
-    fn decode(reader: &mut Reader<'_>) -> Result<MetaError, DecodeError> {
+    fn decode(reader: &mut Decoder<'_>) -> Result<MetaError, DecodeError> {
         const TEXT_MAX: usize = 4096;
-        Ok(match reader.u8("error tag")? {
+        Ok(match reader.get_u8("error tag")? {
             1 => MetaError::NodeIdsExhausted,
             2 => MetaError::UnknownNode(node(reader, "node")?),
             3 => MetaError::NodeNotAlive(node(reader, "node")?),
@@ -751,7 +761,7 @@ impl MetaError {
             6 => MetaError::InvalidArgument(string(reader, "text", TEXT_MAX)?),
             7 => MetaError::NameNotFound(string(reader, "name", TEXT_MAX)?),
             8 => MetaError::NamesFull,
-            9 => MetaError::BarrierNotFound(reader.u32("barrier")?),
+            9 => MetaError::BarrierNotFound(reader.get_varint_u32("barrier")?),
             10 => MetaError::BarriersFull,
             11 => MetaError::AlreadySignedOn(node(reader, "node")?),
             12 => MetaError::TmpNotFound(string(reader, "name", TEXT_MAX)?),
@@ -759,7 +769,7 @@ impl MetaError {
             14 => MetaError::TmpFull,
             15 => MetaError::ZoneNotFound {
                 owner: node(reader, "owner")?,
-                zone: reader.u32("zone")?,
+                zone: reader.get_varint_u32("zone")?,
             },
             tag => {
                 return Err(DecodeError::UnknownTag {
@@ -773,46 +783,50 @@ impl MetaError {
 
 impl Response {
     /// Appends the encoding of this response.
-    pub fn encode(&self, out: &mut Writer) {
+    pub fn encode(&self, out: &mut Encoder) {
         match self {
-            Response::Done => out.u8(1),
+            Response::Done => {
+                out.put_u8(1);
+            }
             Response::Joined {
                 id,
                 incarnation,
                 epoch,
             } => {
-                out.u8(2);
-                out.varint(u64::from(id.0));
-                out.varint(u64::from(*incarnation));
-                out.varint(*epoch);
+                out.put_u8(2);
+                out.put_varint(u64::from(id.0));
+                out.put_varint(u64::from(*incarnation));
+                out.put_varint(*epoch);
             }
             Response::Epoch(epoch) => {
-                out.u8(3);
-                out.varint(*epoch);
+                out.put_u8(3);
+                out.put_varint(*epoch);
             }
             Response::BarrierAllocated(id) => {
-                out.u8(4);
-                out.varint(u64::from(*id));
+                out.put_u8(4);
+                out.put_varint(u64::from(*id));
             }
             Response::Barrier(outcome) => {
-                out.u8(5);
-                out.varint(outcome.round);
-                out.varint(u64::from(outcome.signed));
-                out.varint(u64::from(outcome.size));
+                out.put_u8(5);
+                out.put_varint(outcome.round);
+                out.put_varint(u64::from(outcome.signed));
+                out.put_varint(u64::from(outcome.size));
                 match &outcome.released {
                     Some(values) => {
-                        out.u8(1);
-                        out.varint(values.len() as u64);
+                        out.put_u8(1);
+                        out.put_varint(values.len() as u64);
                         for (node, value) in values {
-                            out.varint(u64::from(node.0));
-                            out.u64_le(*value);
+                            out.put_varint(u64::from(node.0));
+                            out.put_u64_le(*value);
                         }
                     }
-                    None => out.u8(0),
+                    None => {
+                        out.put_u8(0);
+                    }
                 }
             }
             Response::Error(error) => {
-                out.u8(6);
+                out.put_u8(6);
                 error.encode(out);
             }
         }
@@ -820,39 +834,39 @@ impl Response {
 
     /// The encoding as a new byte vector.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut writer = Writer::new();
+        let mut writer = Encoder::new();
         self.encode(&mut writer);
-        writer.into_bytes()
+        writer.into_vec()
     }
 
     /// Decodes a response that fills all of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Result<Response, DecodeError> {
-        let mut reader = Reader::new(bytes);
+        let mut reader = Decoder::from_slice(bytes);
         let response = Response::decode(&mut reader)?;
         reader.finish()?;
         Ok(response)
     }
 
     /// Decodes one response.
-    pub fn decode(reader: &mut Reader<'_>) -> Result<Response, DecodeError> {
-        Ok(match reader.u8("response tag")? {
+    pub fn decode(reader: &mut Decoder<'_>) -> Result<Response, DecodeError> {
+        Ok(match reader.get_u8("response tag")? {
             1 => Response::Done,
             2 => Response::Joined {
                 id: node(reader, "node")?,
-                incarnation: reader.u32("incarnation")?,
-                epoch: reader.varint("epoch")?,
+                incarnation: reader.get_varint_u32("incarnation")?,
+                epoch: reader.get_varint("epoch")?,
             },
-            3 => Response::Epoch(reader.varint("epoch")?),
-            4 => Response::BarrierAllocated(reader.u32("barrier")?),
+            3 => Response::Epoch(reader.get_varint("epoch")?),
+            4 => Response::BarrierAllocated(reader.get_varint_u32("barrier")?),
             5 => {
-                let round = reader.varint("round")?;
-                let signed = reader.u32("signed")?;
-                let size = reader.u32("size")?;
-                let released = if reader.bool("released flag")? {
-                    let count = reader.count("values", 9, BARRIER_SIZE_MAX as usize)?;
+                let round = reader.get_varint("round")?;
+                let signed = reader.get_varint_u32("signed")?;
+                let size = reader.get_varint_u32("size")?;
+                let released = if reader.get_bool("released flag")? {
+                    let count = reader.get_count("values", 9, BARRIER_SIZE_MAX as usize)?;
                     let mut values = Vec::with_capacity(count);
                     for _ in 0..count {
-                        values.push((node(reader, "node")?, reader.u64_le("value")?));
+                        values.push((node(reader, "node")?, reader.get_u64_le("value")?));
                     }
                     Some(values)
                 } else {

@@ -19,15 +19,13 @@
 //! **Callers.** The superpeer role of the node crate (applies committed commands, answers
 //! reads) and clients/peers that build [`Command`]s and decode [`Response`]s.
 
-pub mod codec;
 pub mod command;
 pub mod limits;
 pub mod lookup;
 pub mod node;
 pub mod state;
 
-pub use codec::DecodeError;
 pub use command::{BarrierOutcome, Command, MetaError, Response};
 pub use lookup::{LookupRange, LookupTree};
-pub use node::{Capabilities, NodeRecord, NodeState, PeerBases, Role};
+pub use node::{Capabilities, NodeRecord, NodeState, PeerBases, RecordLayout, Role};
 pub use state::{Barrier, MetaState};

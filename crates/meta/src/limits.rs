@@ -1,12 +1,13 @@
 //! Every limit of the metadata, in one place. Commands beyond a limit are refused with a
 //! typed error; decoders refuse encodings beyond them before allocating.
 
+// Limits shared with other layers, defined once in `myriad_types::limits`.
+pub use myriad_types::limits::{ADDRESS_BYTES_MAX, NODE_ID_MAX};
+
 /// Longest name in the nameservice or temporary storage, in bytes of UTF-8.
 pub const NAME_BYTES_MAX: usize = 256;
 /// Most names the nameservice holds.
 pub const NAMES_MAX: usize = 1 << 20;
-/// Longest node address (`host:port`).
-pub const ADDRESS_BYTES_MAX: usize = 256;
 /// Most barriers allocated at once.
 pub const BARRIERS_MAX: usize = 4096;
 /// Most participants of one barrier.
@@ -19,6 +20,3 @@ pub const TMP_TOTAL_BYTES_MAX: usize = 64 << 20;
 pub const BACKUPS_PER_ZONE_MAX: usize = 16;
 /// Most zones one peer may register.
 pub const ZONES_PER_NODE_MAX: usize = 1 << 20;
-/// The highest node ID the group assigns. IDs above it (`0xff00..=0xffff`) are provisional
-/// identities that joining nodes use for the join request itself, before they have an ID.
-pub const NODE_ID_MAX: u16 = 0xfeff;

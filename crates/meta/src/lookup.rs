@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use myriad_mem::{NodeId, LOCAL_ID_MAX};
+use myriad_types::{NodeId, LOCAL_ID_MAX};
 
 /// A maximal LID range of one creator with one owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,13 +6,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use myriad_mem::{ChunkId, NodeId, LOCAL_ID_MAX};
+use myriad_types::codec::{DecodeError, Decoder, Encoder};
+use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 
-use crate::codec::{DecodeError, Reader, Writer};
 use crate::command::{BarrierOutcome, Command, MetaError, Response};
 use crate::limits::*;
 use crate::lookup::{LookupRange, LookupTree};
-use crate::node::{Capabilities, NodeRecord, NodeState, PeerBases, Role};
+use crate::node::{Capabilities, NodeRecord, NodeState, PeerBases, RecordLayout, Role};
 
 /// Version byte at the start of a snapshot (version 1, without peer bases, and version 2,
 /// without zone holders, still decode).
@@ -826,50 +826,34 @@ impl MetaState {
 
     /// The whole state as bytes (deterministic: equal states encode equally).
     pub fn snapshot(&self) -> Vec<u8> {
-        let mut out = Writer::new();
-        out.u8(SNAPSHOT_VERSION);
-        out.varint(self.epoch);
-        out.varint(self.nodes.len() as u64);
+        let mut out = Encoder::new();
+        out.put_u8(SNAPSHOT_VERSION);
+        out.put_varint(self.epoch);
+        out.put_varint(self.nodes.len() as u64);
         for record in self.nodes.values() {
-            out.varint(u64::from(record.id.0));
-            out.u8(record.role.code());
-            out.str(&record.address);
-            out.u8(record.capabilities.0);
-            out.varint(u64::from(record.rack));
-            out.varint(u64::from(record.switch));
-            match record.state {
-                NodeState::Alive => out.u8(0),
-                NodeState::Failed { epoch } => {
-                    out.u8(1);
-                    out.varint(epoch);
-                }
-                NodeState::Left => out.u8(2),
-            }
-            out.varint(u64::from(record.incarnation));
-            out.varint(record.joined_epoch);
-            out.bool(record.released);
+            record.encode(&mut out, RecordLayout::Snapshot);
         }
-        out.varint(self.lookup.len() as u64);
+        out.put_varint(self.lookup.len() as u64);
         for (creator, tree) in &self.lookup {
-            out.varint(u64::from(creator.0));
-            out.varint(tree.len() as u64);
+            out.put_varint(u64::from(creator.0));
+            out.put_varint(tree.len() as u64);
             for (first, last, owner) in tree.exceptions() {
-                out.varint(first);
-                out.varint(last);
-                out.varint(u64::from(owner.0));
+                out.put_varint(first);
+                out.put_varint(last);
+                out.put_varint(u64::from(owner.0));
             }
         }
-        out.varint(self.names.len() as u64);
+        out.put_varint(self.names.len() as u64);
         for (name, cid) in &self.names {
-            out.str(name);
-            out.u64_le(cid.raw());
+            out.put_str(name);
+            out.put_u64_le(cid.raw());
         }
-        out.varint(u64::from(self.next_barrier));
-        out.varint(self.barriers.len() as u64);
+        out.put_varint(u64::from(self.next_barrier));
+        out.put_varint(self.barriers.len() as u64);
         for (id, barrier) in &self.barriers {
-            out.varint(u64::from(*id));
-            out.varint(u64::from(barrier.size));
-            out.varint(barrier.round);
+            out.put_varint(u64::from(*id));
+            out.put_varint(u64::from(barrier.size));
+            out.put_varint(barrier.round);
             for list in [
                 &barrier
                     .signed
@@ -878,50 +862,52 @@ impl MetaState {
                     .collect::<Vec<_>>(),
                 &barrier.last_released,
             ] {
-                out.varint(list.len() as u64);
+                out.put_varint(list.len() as u64);
                 for (node, value) in list {
-                    out.varint(u64::from(node.0));
-                    out.u64_le(*value);
+                    out.put_varint(u64::from(node.0));
+                    out.put_u64_le(*value);
                 }
             }
         }
-        out.varint(self.tmp.len() as u64);
+        out.put_varint(self.tmp.len() as u64);
         for (name, data) in &self.tmp {
-            out.str(name);
-            out.bytes(data);
+            out.put_str(name);
+            out.put_bytes(data);
         }
-        out.varint(self.zones.len() as u64);
+        out.put_varint(self.zones.len() as u64);
         for ((owner, zone), entry) in &self.zones {
-            out.varint(u64::from(owner.0));
-            out.varint(u64::from(*zone));
-            out.varint(entry.backups.len() as u64);
+            out.put_varint(u64::from(owner.0));
+            out.put_varint(u64::from(*zone));
+            out.put_varint(entry.backups.len() as u64);
             for backup in &entry.backups {
-                out.varint(u64::from(backup.0));
+                out.put_varint(u64::from(backup.0));
             }
             match entry.holder {
                 Some((holder, incarnation)) => {
-                    out.u8(if entry.owned { 2 } else { 1 });
-                    out.varint(u64::from(holder.0));
-                    out.varint(u64::from(incarnation));
+                    out.put_u8(if entry.owned { 2 } else { 1 });
+                    out.put_varint(u64::from(holder.0));
+                    out.put_varint(u64::from(incarnation));
                 }
-                None => out.u8(0),
+                None => {
+                    out.put_u8(0);
+                }
             }
         }
-        out.varint(self.bases.len() as u64);
+        out.put_varint(self.bases.len() as u64);
         for (node, bases) in &self.bases {
-            out.varint(u64::from(node.0));
-            out.varint(u64::from(bases.zone_base));
-            out.varint(u64::from(bases.zones_end));
-            out.varint(bases.lid_base);
-            out.varint(bases.lids_reserved);
+            out.put_varint(u64::from(node.0));
+            out.put_varint(u64::from(bases.zone_base));
+            out.put_varint(u64::from(bases.zones_end));
+            out.put_varint(bases.lid_base);
+            out.put_varint(bases.lids_reserved);
         }
-        out.into_bytes()
+        out.into_vec()
     }
 
     /// Rebuilds a state from [`snapshot`](Self::snapshot) bytes, checking every invariant.
     pub fn from_snapshot(bytes: &[u8]) -> Result<MetaState, DecodeError> {
-        let mut input = Reader::new(bytes);
-        let version = input.u8("snapshot version")?;
+        let mut input = Decoder::from_slice(bytes);
+        let version = input.get_u8("snapshot version")?;
         if !(1..=SNAPSHOT_VERSION).contains(&version) {
             return Err(DecodeError::UnknownTag {
                 what: "snapshot version",
@@ -929,60 +915,26 @@ impl MetaState {
             });
         }
         let mut state = MetaState {
-            epoch: input.varint("epoch")?,
+            epoch: input.get_varint("epoch")?,
             ..MetaState::default()
         };
-        let count = input.count("nodes", 8, usize::from(u16::MAX))?;
+        let count = input.get_count("nodes", 8, usize::from(u16::MAX))?;
         for _ in 0..count {
-            let id = NodeId(input.u16("node")?);
-            let code = input.u8("role")?;
-            let role = Role::from_code(code).ok_or(DecodeError::UnknownTag {
-                what: "role",
-                tag: u64::from(code),
-            })?;
-            let address = input.str("address", ADDRESS_BYTES_MAX)?.to_owned();
-            let capabilities = Capabilities(input.u8("capabilities")?);
-            let rack = input.u16("rack")?;
-            let switch = input.u16("switch")?;
-            let state_tag = input.u8("node state")?;
-            let node_state = match state_tag {
-                0 => NodeState::Alive,
-                1 => NodeState::Failed {
-                    epoch: input.varint("failed epoch")?,
-                },
-                2 => NodeState::Left,
-                tag => {
-                    return Err(DecodeError::UnknownTag {
-                        what: "node state",
-                        tag: u64::from(tag),
-                    })
-                }
-            };
-            let record = NodeRecord {
-                id,
-                role,
-                address,
-                capabilities,
-                rack,
-                switch,
-                state: node_state,
-                incarnation: input.u32("incarnation")?,
-                joined_epoch: input.varint("joined epoch")?,
-                released: input.bool("released")?,
-            };
+            let record = NodeRecord::decode(&mut input, RecordLayout::Snapshot)?;
+            let id = record.id;
             if state.nodes.insert(id, record).is_some() {
                 return Err(DecodeError::Invalid("duplicate node"));
             }
         }
-        let count = input.count("lookup trees", 2, usize::from(u16::MAX) + 1)?;
+        let count = input.get_count("lookup trees", 2, usize::from(u16::MAX) + 1)?;
         for _ in 0..count {
-            let creator = NodeId(input.u16("creator")?);
-            let ranges = input.count("lookup ranges", 3, usize::MAX)?;
+            let creator = NodeId(input.get_varint_u16("creator")?);
+            let ranges = input.get_count("lookup ranges", 3, usize::MAX)?;
             let mut tree = LookupTree::default();
             for _ in 0..ranges {
-                let first = input.varint("first")?;
-                let last = input.varint("last")?;
-                let owner = NodeId(input.u16("owner")?);
+                let first = input.get_varint("first")?;
+                let last = input.get_varint("last")?;
+                let owner = NodeId(input.get_varint_u16("owner")?);
                 tree.insert_raw(first, last, owner);
             }
             if tree.len() != ranges || tree.is_empty() {
@@ -993,28 +945,31 @@ impl MetaState {
                 return Err(DecodeError::Invalid("duplicate lookup tree"));
             }
         }
-        let count = input.count("names", 9, NAMES_MAX)?;
+        let count = input.get_count("names", 9, NAMES_MAX)?;
         for _ in 0..count {
-            let name = input.str("name", NAME_BYTES_MAX)?.to_owned();
-            let cid = ChunkId::from_raw(input.u64_le("cid")?);
+            let name = input.get_str("name", NAME_BYTES_MAX)?.to_owned();
+            let cid = ChunkId::from_raw(input.get_u64_le("cid")?);
             if name.is_empty() || state.names.insert(name, cid).is_some() {
                 return Err(DecodeError::Invalid("empty or duplicate name"));
             }
         }
-        state.next_barrier = input.u32("next barrier")?;
-        let count = input.count("barriers", 5, BARRIERS_MAX)?;
+        state.next_barrier = input.get_varint_u32("next barrier")?;
+        let count = input.get_count("barriers", 5, BARRIERS_MAX)?;
         for _ in 0..count {
-            let id = input.u32("barrier")?;
-            let size = input.u32("barrier size")?;
+            let id = input.get_varint_u32("barrier")?;
+            let size = input.get_varint_u32("barrier size")?;
             if size == 0 || size > BARRIER_SIZE_MAX {
                 return Err(DecodeError::Invalid("barrier size"));
             }
-            let round = input.varint("round")?;
+            let round = input.get_varint("round")?;
             let mut lists: [Vec<(NodeId, u64)>; 2] = [Vec::new(), Vec::new()];
             for list in &mut lists {
-                let entries = input.count("barrier values", 9, BARRIER_SIZE_MAX as usize)?;
+                let entries = input.get_count("barrier values", 9, BARRIER_SIZE_MAX as usize)?;
                 for _ in 0..entries {
-                    list.push((NodeId(input.u16("node")?), input.u64_le("value")?));
+                    list.push((
+                        NodeId(input.get_varint_u16("node")?),
+                        input.get_u64_le("value")?,
+                    ));
                 }
             }
             let [signed_list, last_released] = lists;
@@ -1032,10 +987,10 @@ impl MetaState {
                 return Err(DecodeError::Invalid("duplicate barrier"));
             }
         }
-        let count = input.count("tmp blobs", 2, TMP_TOTAL_BYTES_MAX)?;
+        let count = input.get_count("tmp blobs", 2, TMP_TOTAL_BYTES_MAX)?;
         for _ in 0..count {
-            let name = input.str("tmp name", NAME_BYTES_MAX)?.to_owned();
-            let data = input.bytes("tmp data", TMP_BLOB_BYTES_MAX)?.to_vec();
+            let name = input.get_str("tmp name", NAME_BYTES_MAX)?.to_owned();
+            let data = input.get_slice("tmp data", TMP_BLOB_BYTES_MAX)?.to_vec();
             state.tmp_bytes += data.len();
             if name.is_empty()
                 || state.tmp_bytes > TMP_TOTAL_BYTES_MAX
@@ -1044,25 +999,25 @@ impl MetaState {
                 return Err(DecodeError::Invalid("tmp storage"));
             }
         }
-        let count = input.count("zones", 3, usize::MAX)?;
+        let count = input.get_count("zones", 3, usize::MAX)?;
         for _ in 0..count {
-            let owner = NodeId(input.u16("owner")?);
-            let zone = input.u32("zone")?;
-            let backups_count = input.count("backups", 1, BACKUPS_PER_ZONE_MAX)?;
+            let owner = NodeId(input.get_varint_u16("owner")?);
+            let zone = input.get_varint_u32("zone")?;
+            let backups_count = input.get_count("backups", 1, BACKUPS_PER_ZONE_MAX)?;
             let mut backups = Vec::with_capacity(backups_count);
             for _ in 0..backups_count {
-                backups.push(NodeId(input.u16("backup")?));
+                backups.push(NodeId(input.get_varint_u16("backup")?));
             }
             let flag = if version >= 3 {
-                input.u8("zone holder flag")?
+                input.get_u8("zone holder flag")?
             } else {
                 0
             };
             let holder = match flag {
                 0 => None,
                 1 | 2 => Some((
-                    NodeId(input.u16("holder")?),
-                    input.u32("holder incarnation")?,
+                    NodeId(input.get_varint_u16("holder")?),
+                    input.get_varint_u32("holder incarnation")?,
                 )),
                 tag => {
                     return Err(DecodeError::UnknownTag {
@@ -1081,14 +1036,14 @@ impl MetaState {
             }
         }
         if version >= 2 {
-            let count = input.count("peer bases", 5, usize::from(u16::MAX) + 1)?;
+            let count = input.get_count("peer bases", 5, usize::from(u16::MAX) + 1)?;
             for _ in 0..count {
-                let node = NodeId(input.u16("node")?);
+                let node = NodeId(input.get_varint_u16("node")?);
                 let bases = PeerBases {
-                    zone_base: input.u32("zone base")?,
-                    zones_end: input.u32("zones end")?,
-                    lid_base: input.varint("lid base")?,
-                    lids_reserved: input.varint("lids reserved")?,
+                    zone_base: input.get_varint_u32("zone base")?,
+                    zones_end: input.get_varint_u32("zones end")?,
+                    lid_base: input.get_varint("lid base")?,
+                    lids_reserved: input.get_varint("lids reserved")?,
                 };
                 if bases.zone_base > bases.zones_end
                     || bases.lid_base > bases.lids_reserved

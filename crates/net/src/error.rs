@@ -3,8 +3,8 @@
 //! [`NetError`] is what the sending API returns; it is `Clone` so that one failed
 //! connection attempt can be reported to every caller waiting on it. [`FrameError`] and
 //! [`HandshakeError`] describe bad input from a peer: the connection that produced them is
-//! closed and the reason logged, they never reach a sender. [`DecodeError`] is returned by
-//! payload decoders ([`crate::codec::Decoder`]).
+//! closed and the reason logged, they never reach a sender. Payload decoding errors are
+//! `myriad_types::DecodeError`.
 
 use std::sync::Arc;
 
@@ -171,27 +171,4 @@ pub enum HandshakeError {
     /// The verdict byte is not one of the defined values.
     #[error("bad verdict byte {0}")]
     BadVerdict(u8),
-}
-
-/// A payload field could not be decoded.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DecodeError {
-    /// The payload ended before the field did.
-    #[error("payload truncated")]
-    Truncated,
-    /// A varint is longer than 10 bytes or overflows 64 bits.
-    #[error("varint overflows 64 bits")]
-    VarintOverflow,
-    /// A varint has a trailing zero group (not the minimal encoding).
-    #[error("varint is not minimally encoded")]
-    VarintNotMinimal,
-    /// A string is not valid UTF-8.
-    #[error("string is not valid UTF-8")]
-    InvalidUtf8,
-    /// Bytes are left over after the last field.
-    #[error("{extra_bytes} trailing bytes after the payload")]
-    TrailingBytes {
-        /// How many.
-        extra_bytes: usize,
-    },
 }

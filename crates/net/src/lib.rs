@@ -31,7 +31,8 @@
 //! # Structure
 //! - [`wire`]: frame header, frame decoder, reassembly, handshake (the byte format,
 //!   documented in `docs/wire-format.md`).
-//! - [`codec`]: explicit payload encoders (varints, little-endian integers, slices).
+//! - Payloads are encoded field by field with `myriad_types::codec` (varints,
+//!   little-endian integers, length-prefixed slices shared with the received buffer).
 //! - `endpoint`: listener, connection table, handshake driver, the public [`NetHandle`].
 //! - `conn`: one connection's send queue, writer and reader tasks, flow control.
 //! - `pool`: handler threads; `handler`: message types and what handlers receive.
@@ -52,13 +53,12 @@
 //! reach their handler one at a time in send order per connection. Memory per connection
 //! is bounded by the limits in [`Config`] (see `docs/wire-format.md`, "Limits").
 //!
-//! Architecture invariant: this crate depends on no other Myriad crate; it never panics or
-//! allocates on the say-so of a peer's bytes (every length is checked first); bad input
-//! closes only the connection that sent it.
+//! Architecture invariant: this crate depends on no other Myriad crate but the ground
+//! floor, `myriad-types` (node IDs); it never panics or allocates on the say-so of a peer's
+//! bytes (every length is checked first); bad input closes only the connection that sent it.
 
 #![forbid(unsafe_code)]
 
-pub mod codec;
 mod config;
 mod conn;
 mod endpoint;
@@ -76,16 +76,10 @@ pub use config::{
 };
 pub use conn::{CloseReason, ConnectionStats};
 pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, Fault, NetHandle, PendingResponse};
-pub use error::{DecodeError, FrameError, HandshakeError, NetError};
+pub use error::{FrameError, HandshakeError, NetError};
 pub use handler::{Handler, Handlers, Incoming, MessageType, Responder};
 pub use lane::LaneStats;
 
-/// A node's 16-bit ID (the same numbering as chunk IDs' creator field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct NodeId(pub u16);
-
-impl std::fmt::Display for NodeId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#06x}", self.0)
-    }
-}
+/// A node's 16-bit ID: the one [`myriad_types::NodeId`] of every layer, re-exported for
+/// users of this crate's API.
+pub use myriad_types::NodeId;

@@ -51,8 +51,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use myriad_mem::NodeId;
 use myriad_meta::Capabilities;
+use myriad_types::NodeId;
 use serde::Deserialize;
 use thiserror::Error;
 
@@ -528,11 +528,11 @@ impl NodeConfig {
         }
         let mut seen = std::collections::BTreeSet::new();
         for superpeer in &self.superpeers {
-            if superpeer.id.0 == 0 || superpeer.id.0 > myriad_meta::limits::NODE_ID_MAX {
+            if superpeer.id.0 == 0 || superpeer.id.0 > myriad_types::limits::NODE_ID_MAX {
                 return invalid(format!(
                     "superpeer ID {} is not in 1..={}",
                     superpeer.id.0,
-                    myriad_meta::limits::NODE_ID_MAX
+                    myriad_types::limits::NODE_ID_MAX
                 ));
             }
             if !seen.insert(superpeer.id) {

@@ -30,9 +30,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use myriad_client::membership::Membership;
-use myriad_mem::NodeId;
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_replication::BackupService;
+use myriad_types::NodeId;
 
 /// One owner's zones as the zone table lists them: `(zone, backups in order)`.
 pub type OwnerZones = Vec<(u32, Vec<NodeId>)>;

@@ -75,13 +75,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use myriad_client::chunk::LocalChunks;
 use myriad_client::lease::Lease;
-use myriad_mem::{ChunkId, MemError, MemoryManager, NodeId, LOCAL_ID_MAX};
+use myriad_mem::{MemError, MemoryManager};
 use myriad_meta::LookupTree;
 use myriad_net::{Handlers, Incoming, NetError};
 use myriad_proto::chunk::{
     ChunkReply, ChunkRequest, ChunkStats, DataReplyWriter, ItemError, LIST_RANGES_MAX,
 };
 use myriad_replication::{AsyncChange, Replicator};
+use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
 use crate::replication::durability_of;
@@ -460,7 +461,7 @@ impl ChunkService {
         if !incoming.is_request() {
             return;
         }
-        let from = myriad_proto::node_id(incoming.from);
+        let from = incoming.from;
         let Some(replication) = &self.replication else {
             let reply = self.serve(from, incoming.payload.clone());
             // A lost connection leaves the requester to its own timeout; nothing to do.

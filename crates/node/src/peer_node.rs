@@ -78,7 +78,7 @@ use bytes::Bytes;
 use myriad_client::directory::Directory;
 use myriad_client::membership::{JoinConfig, Membership};
 use myriad_client::ClientError;
-use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
+use myriad_mem::{MemoryConfig, MemoryManager};
 use myriad_meta::{Capabilities, Command, NodeState};
 use myriad_net::{Endpoint, Handlers, Incoming, NetError, Responder};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
@@ -87,6 +87,7 @@ use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::recovery::RecoverReply;
 use myriad_proto::types;
 use myriad_replication::{BackupService, ReplicaEvent, Replicator, ReplicatorConfig};
+use myriad_types::{ChunkId, NodeId};
 use thiserror::Error;
 
 use crate::peer::ChunkService;
@@ -307,7 +308,7 @@ impl PeerNode {
             if !incoming.is_request() {
                 return;
             }
-            let from = myriad_proto::node_id(incoming.from);
+            let from = incoming.from;
             let Some(service) = chunk_cell.get() else {
                 let reply =
                     ChunkReply::Failed(ItemError::Internal("peer is still starting".to_owned()));
@@ -836,7 +837,7 @@ fn fetch_bases(membership: &Arc<Membership>) -> Result<myriad_meta::PeerBases, P
 fn reserve_lids(membership: &Arc<Membership>, from: u64) -> Result<u64, PeerError> {
     let up_to = from
         .saturating_add(LID_RESERVE_STEP)
-        .min(myriad_mem::LOCAL_ID_MAX + 1);
+        .min(myriad_types::LOCAL_ID_MAX + 1);
     let command = Command::ReserveLids {
         node: membership.node_id(),
         up_to,
@@ -965,7 +966,7 @@ async fn self_verdict(membership: &Membership, all: bool, turn: &mut usize) -> O
     if superpeers.is_empty() {
         return None;
     }
-    let chosen: Vec<myriad_mem::NodeId> = if all {
+    let chosen: Vec<NodeId> = if all {
         superpeers.iter().map(|(id, _)| *id).collect()
     } else {
         *turn = turn.wrapping_add(1);
@@ -975,7 +976,7 @@ async fn self_verdict(membership: &Membership, all: bool, turn: &mut usize) -> O
     let probes = chosen.into_iter().map(|superpeer| {
         let net = membership.net().clone();
         async move {
-            let target = myriad_proto::net_id(superpeer);
+            let target = superpeer;
             let reply = net
                 .request(
                     target,
@@ -1183,7 +1184,7 @@ fn migrate(
         items,
     };
     let reply = membership.net().request_blocking(
-        myriad_proto::net_id(request.to),
+        request.to,
         types::CHUNK,
         insert.encode(),
         MIGRATE_INSERT_TIMEOUT,

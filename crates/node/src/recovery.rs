@@ -51,13 +51,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use myriad_client::membership::Membership;
-use myriad_mem::{ChunkId, MemError, MemoryManager, NodeId};
+use myriad_mem::{MemError, MemoryManager};
 use myriad_meta::Command;
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{
     push_run, ranges_of_runs, CidRange, RecoverReply, RecoverRequest, RecoveryState,
 };
 use myriad_replication::BackupService;
+use myriad_types::{ChunkId, NodeId};
 use parking_lot::Mutex;
 
 use crate::peer::ChunkService;
@@ -476,11 +477,11 @@ pub fn serve_recover(
                     // only paused or cut off) lands in the zone after it was read.
                     membership
                         .net()
-                        .fence(myriad_proto::net_id(request.owner));
+                        .fence(request.owner);
                     // A chained recovery: the failed holder of the adopted zone writes to
                     // the same log (under the owner's name); fence it as well.
                     if let Some(holder) = request.holder {
-                        membership.net().fence(myriad_proto::net_id(holder));
+                        membership.net().fence(holder);
                     }
                     tracing::info!(owner = %request.owner, zone = request.zone, holder = ?request.holder, "recovering a zone");
                     restore_zone(&backup, &service, &membership, request)
@@ -500,9 +501,10 @@ pub fn serve_recover(
 mod tests {
     use super::*;
     use myriad_backup_log::{LogConfig, LogEngine, MemStorage};
-    use myriad_mem::{MemoryConfig, NodeId};
+    use myriad_mem::MemoryConfig;
     use myriad_replication::backup::log_zone;
     use myriad_replication::BackupConfig;
+    use myriad_types::NodeId;
 
     #[test]
     fn a_zone_comes_back_with_latest_versions_and_without_removed_chunks() {

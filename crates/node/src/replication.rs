@@ -29,14 +29,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use myriad_client::membership::Membership;
 use myriad_backup_log::{DiskStorage, IoMode, LogConfig, LogEngine};
-use myriad_mem::{ChunkId, MemoryManager, NodeId};
+use myriad_client::membership::Membership;
+use myriad_mem::MemoryManager;
 use myriad_meta::{Capabilities, Command, NodeState, Role};
 use myriad_replication::{
     BackupCandidates, BackupConfig, BackupService, Candidate, ChunkSource, Durability,
     RegisterFuture, RegistryError, Strategy, ZoneRegistry,
 };
+use myriad_types::{ChunkId, NodeId};
 
 /// How a peer replicates its chunks and keeps other peers' backups.
 #[derive(Debug, Clone)]

@@ -40,17 +40,17 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use myriad_mem::NodeId;
 use myriad_meta::{Command, MetaError, MetaState, NodeState, Response, Role};
 use myriad_net::{Endpoint, Handlers, Incoming, NetError, NetHandle, Responder};
 use myriad_proto::meta::{
     BarrierReleased, BarrierStatus, Event, EventPush, FailureReport, Heartbeat, HeartbeatReply,
     JoinReply, JoinRequest, MetaReply, MetaRequest, StatusReply,
 };
-use myriad_proto::{net_id, types};
+use myriad_proto::types;
 use myriad_raft::{
     MetaRaft, RaftConfig, RaftReadError, RaftSummary, RaftTransport, RaftWriteError, TransportError,
 };
+use myriad_types::NodeId;
 use tokio::sync::mpsc;
 
 use crate::config::{ConfigError, NodeConfig, NodeError};
@@ -208,12 +208,7 @@ impl RaftTransport for NetTransport {
         };
         match self
             .net
-            .request(
-                myriad_net::NodeId(node),
-                types::RAFT_RPC,
-                Bytes::from(request),
-                timeout,
-            )
+            .request(NodeId(node), types::RAFT_RPC, Bytes::from(request), timeout)
             .await
         {
             Ok(reply) => Ok(reply.to_vec()),
@@ -291,7 +286,7 @@ impl Superpeer {
                 source,
             })?;
         let mut net_config =
-            myriad_net::Config::new(net_id(config.id), config.listen, config.secret.clone());
+            myriad_net::Config::new(config.id, config.listen, config.secret.clone());
         net_config.handler_threads = config.handler_threads.max(1);
         let slot: Arc<OnceLock<Arc<Core>>> = Arc::new(OnceLock::new());
         let handlers = handlers(&slot)?;
@@ -299,7 +294,7 @@ impl Superpeer {
         let net = endpoint.handle();
         for (id, address) in &config.members {
             if *id != config.id {
-                net.set_address(net_id(*id), *address);
+                net.set_address(*id, *address);
             }
         }
         let (events, pending) = mpsc::channel(EVENTS_PENDING_MAX);
@@ -742,9 +737,9 @@ impl Core {
         // slow or partitioned cannot change metadata through any of them; a new
         // incarnation (a join) lifts the fence.
         match (command, response) {
-            (Some(Command::Fail { node, .. }), Response::Epoch(_)) => self.net.fence(net_id(*node)),
+            (Some(Command::Fail { node, .. }), Response::Epoch(_)) => self.net.fence(*node),
             (Some(Command::Join { .. }), Response::Joined { id, .. }) => {
-                self.net.unfence(net_id(*id));
+                self.net.unfence(*id);
             }
             _ => {}
         }
@@ -777,9 +772,7 @@ impl Core {
             let payload = payload.clone();
             self.net.runtime().spawn(async move {
                 core.sync_address(node);
-                let send = core
-                    .net
-                    .send(net_id(node), types::BARRIER_RELEASED, payload);
+                let send = core.net.send(node, types::BARRIER_RELEASED, payload);
                 if let Ok(Err(error)) = tokio::time::timeout(EVENT_SEND_TIMEOUT, send).await {
                     tracing::debug!(%node, %error, "barrier release not sent");
                 }
@@ -798,8 +791,8 @@ impl Core {
         let address =
             raft.read_local(|state| state.node(node).map(|record| record.address.clone()));
         if let Some(address) = address.and_then(|address| address.parse::<SocketAddr>().ok()) {
-            if self.net.address(net_id(node)) != Some(address) {
-                self.net.set_address(net_id(node), address);
+            if self.net.address(node) != Some(address) {
+                self.net.set_address(node, address);
             }
         }
     }
@@ -1023,7 +1016,7 @@ impl Core {
         };
         let reply = self
             .net
-            .request(net_id(node), types::HEARTBEAT, heartbeat.encode(), timeout)
+            .request(node, types::HEARTBEAT, heartbeat.encode(), timeout)
             .await
             .map_err(|error| match error {
                 NetError::ConnectRefused(_) => PingFailure::Refused,
@@ -1050,12 +1043,7 @@ impl Core {
                     let request = MetaRequest::Write(command.clone()).encode();
                     match self
                         .net
-                        .request(
-                            net_id(leader),
-                            types::META_REQUEST,
-                            request,
-                            FORWARD_TIMEOUT,
-                        )
+                        .request(leader, types::META_REQUEST, request, FORWARD_TIMEOUT)
                         .await
                     {
                         Ok(bytes) => MetaReply::decode(bytes).unwrap_or_else(|error| {
@@ -1133,8 +1121,8 @@ fn event_of(command: &Command, response: &Response, state: &MetaState) -> Vec<Ev
                 epoch: *epoch,
                 event: Event::OwnerChanged {
                     creator: *id,
-                    first: bases.lid_base.min(myriad_mem::LOCAL_ID_MAX),
-                    last: myriad_mem::LOCAL_ID_MAX,
+                    first: bases.lid_base.min(myriad_types::LOCAL_ID_MAX),
+                    last: myriad_types::LOCAL_ID_MAX,
                     owner: *id,
                 },
             };
@@ -1195,7 +1183,7 @@ async fn event_pump(core: Arc<Core>, mut pending: mpsc::Receiver<EventPush>) {
         let payload = push.encode();
         let sends = targets.into_iter().map(|node| {
             core.sync_address(node);
-            let send = core.net.send(net_id(node), types::EVENT, payload.clone());
+            let send = core.net.send(node, types::EVENT, payload.clone());
             async move {
                 if let Ok(Err(error)) = tokio::time::timeout(EVENT_SEND_TIMEOUT, send).await {
                     tracing::debug!(%node, %error, "event not pushed");

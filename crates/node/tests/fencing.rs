@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::membership::JoinConfig;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::{NodeState, Role};
 use myriad_net::Fault;
 use myriad_node::peer_node::{PeerNode, PeerOptions};
 use myriad_node::replication::BackupOptions;
 use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError, DURABILITY_REPLICATED};
-use myriad_proto::net_id;
+use myriad_types::{ChunkId, NodeId};
 
 fn free_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -146,7 +145,7 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
         .unwrap();
 
     // Cut the victim off from the superpeer (both directions) until the verdict.
-    let superpeer = net_id(NodeId(1));
+    let superpeer = NodeId(1);
     victim
         .membership()
         .net()
@@ -251,7 +250,7 @@ fn a_restorer_fences_the_failed_holder_named_in_the_request() {
         .membership()
         .net()
         .request_blocking(
-            net_id(restorer.node_id()),
+            restorer.node_id(),
             myriad_proto::types::RECOVER,
             request.encode(),
             Duration::from_secs(10),
@@ -262,10 +261,10 @@ fn a_restorer_fences_the_failed_holder_named_in_the_request() {
         Ok(myriad_proto::recovery::RecoverReply::Failed(_))
     ));
     let net = restorer.membership().net();
-    assert!(net.is_fenced(net_id(owner)), "the log owner is fenced");
-    assert!(net.is_fenced(net_id(holder)), "the failed holder is fenced");
+    assert!(net.is_fenced(owner), "the log owner is fenced");
+    assert!(net.is_fenced(holder), "the failed holder is fenced");
     assert!(
-        !net.is_fenced(net_id(cluster.peers[2].as_ref().unwrap().node_id())),
+        !net.is_fenced(cluster.peers[2].as_ref().unwrap().node_id()),
         "nobody else is"
     );
 }

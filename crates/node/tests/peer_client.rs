@@ -10,10 +10,11 @@ use bytes::Bytes;
 use myriad_client::chunk::{ChunkOptions, Chunks};
 use myriad_client::directory::Directory;
 use myriad_client::ClientError;
-use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
+use myriad_mem::{MemoryConfig, MemoryManager};
 use myriad_meta::{LookupRange, LookupTree};
 use myriad_net::{Config, Endpoint, Handlers};
 use myriad_node::peer::ChunkService;
+use myriad_types::{ChunkId, NodeId};
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
@@ -90,11 +91,7 @@ fn memory(node: NodeId) -> Arc<MemoryManager> {
 }
 
 fn config(node: NodeId) -> Config {
-    let mut config = Config::new(
-        myriad_net::NodeId(node.0),
-        "127.0.0.1:0".parse().unwrap(),
-        SECRET,
-    );
+    let mut config = Config::new(node, "127.0.0.1:0".parse().unwrap(), SECRET);
     config.connect_timeout = Duration::from_millis(500);
     config
 }
@@ -119,10 +116,7 @@ fn cluster(peer_count: u16, options: ChunkOptions) -> Cluster {
     let peers: Vec<Peer> = (1..=peer_count).map(|id| start_peer(NodeId(id))).collect();
     let endpoint = Endpoint::start(config(CLIENT), Handlers::new()).expect("client endpoint");
     for peer in &peers {
-        endpoint.set_address(
-            myriad_net::NodeId(peer.service.node().0),
-            peer.endpoint.local_addr(),
-        );
+        endpoint.set_address(peer.service.node(), peer.endpoint.local_addr());
     }
     let directory = TestDirectory::new(CLIENT);
     let client = Chunks::new(endpoint.handle(), directory.clone(), options);
@@ -296,7 +290,7 @@ fn local_owner_is_served_in_process_without_network() {
     let peer = start_peer(NodeId(1));
     let other = start_peer(NodeId(2));
     peer.endpoint
-        .set_address(myriad_net::NodeId(2), other.endpoint.local_addr());
+        .set_address(NodeId(2), other.endpoint.local_addr());
     let directory = TestDirectory::new(NodeId(1));
     let chunks = Chunks::new(peer.endpoint.handle(), directory, ChunkOptions::default())
         .with_local(peer.service.clone());
@@ -321,16 +315,16 @@ fn local_owner_is_served_in_process_without_network() {
         .create_with_data(NodeId(2), vec![bytes("there")])
         .unwrap()[0];
     assert_eq!(api.get(remote).unwrap(), bytes("there"));
-    assert_eq!(peer.endpoint.connected_nodes(), vec![myriad_net::NodeId(2)]);
+    assert_eq!(peer.endpoint.connected_nodes(), vec![NodeId(2)]);
     let frames = peer
         .endpoint
-        .connection_stats(myriad_net::NodeId(2))
+        .connection_stats(NodeId(2))
         .unwrap()
         .frames_sent;
     assert_eq!(api.get(local).unwrap(), bytes("HERE"));
     let after = peer
         .endpoint
-        .connection_stats(myriad_net::NodeId(2))
+        .connection_stats(NodeId(2))
         .unwrap()
         .frames_sent;
     assert_eq!(frames, after, "a local get sends nothing");
@@ -531,7 +525,7 @@ fn single_get_round_trips_per_second() {
     let raw = measure(&|| {
         let reply = handle
             .request_blocking(
-                myriad_net::NodeId(1),
+                NodeId(1),
                 myriad_proto::types::CHUNK,
                 request.clone(),
                 Duration::from_secs(2),

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
+use myriad_mem::{MemoryConfig, MemoryManager};
 use myriad_node::peer::ChunkService;
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
+use myriad_types::{ChunkId, NodeId};
 
 const ME: NodeId = NodeId(1);
 const OTHER: NodeId = NodeId(2);

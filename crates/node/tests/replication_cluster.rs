@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::membership::JoinConfig;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::{NodeState, Role};
 use myriad_node::peer_node::{PeerNode, PeerOptions};
 use myriad_node::replication::BackupOptions;
 use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
 use myriad_proto::chunk::{DURABILITY_ASYNC, DURABILITY_DURABLE, DURABILITY_REPLICATED};
 use myriad_replication::Durability;
+use myriad_types::{ChunkId, NodeId};
 use parking_lot::Mutex;
 
 const PEERS: usize = 4;

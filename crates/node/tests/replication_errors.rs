@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use myriad_mem::{ChunkId, MemoryConfig, MemoryManager, NodeId};
+use myriad_mem::{MemoryConfig, MemoryManager};
 use myriad_net::{Config, Endpoint, Handlers};
 use myriad_node::peer::ChunkService;
 use myriad_node::replication::MemorySource;
@@ -14,6 +14,7 @@ use myriad_replication::{
     BackupCandidates, Candidate, RegisterFuture, RegistryError, Replicator, ReplicatorConfig,
     ZoneRegistry,
 };
+use myriad_types::{ChunkId, NodeId};
 
 struct Refusing;
 
@@ -39,11 +40,7 @@ impl BackupCandidates for OneCandidate {
 fn replication_failure_is_an_item_error_and_memory_keeps_the_change() {
     let me = NodeId(3);
     let endpoint = Endpoint::start(
-        Config::new(
-            myriad_net::NodeId(me.0),
-            "127.0.0.1:0".parse().unwrap(),
-            "s",
-        ),
+        Config::new(me, "127.0.0.1:0".parse().unwrap(), "s"),
         Handlers::new(),
     )
     .unwrap();

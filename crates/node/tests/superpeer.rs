@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use myriad_client::membership::{JoinConfig, Membership};
 use myriad_client::ClientError;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::{Command, MetaError, NodeState, Response, Role};
 use myriad_net::{Endpoint, Handlers};
 use myriad_node::config::NodeError;
 use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
 use myriad_proto::meta::{Event, MetaReply, MetaRequest};
+use myriad_types::{ChunkId, NodeId};
 
 fn free_port() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -133,10 +133,7 @@ fn events_reach_members_and_update_their_tables() {
         .node(id)
         .is_some_and(|record| record.state == NodeState::Alive));
     assert_eq!(a.epoch(), b.epoch());
-    assert_eq!(
-        a.net().address(myriad_proto::net_id(id)),
-        Some(b_net.local_addr())
-    );
+    assert_eq!(a.net().address(id), Some(b_net.local_addr()));
     cluster.runtime.block_on(b.leave()).unwrap();
     let left = cluster.runtime.block_on(async {
         tokio::time::timeout(Duration::from_secs(5), async {
@@ -312,7 +309,7 @@ fn silent_peer_is_declared_failed_and_members_hear_of_it() {
         a.node(id).unwrap().state,
         NodeState::Failed { .. }
     ));
-    assert!(a.net().is_fenced(myriad_proto::net_id(id)));
+    assert!(a.net().is_fenced(id));
 }
 
 #[test]
@@ -333,10 +330,7 @@ fn join_blocking_works_from_a_plain_thread() {
     let config = JoinConfig::new(vec![(NodeId(1), cluster.address)], Role::Client);
     let (endpoint, membership) = Membership::join_blocking(config, Handlers::new()).unwrap();
     assert_ne!(membership.node_id(), NodeId(1));
-    assert_eq!(
-        endpoint.node_id(),
-        myriad_proto::net_id(membership.node_id())
-    );
+    assert_eq!(endpoint.node_id(), membership.node_id());
     assert!(membership.nodes().len() >= 2);
 }
 
@@ -403,7 +397,7 @@ fn followers_answer_not_leader_and_clients_follow_to_the_leader() {
     let reply = loop {
         let reply = runtime
             .block_on(peer.net().request(
-                myriad_proto::net_id(follower),
+                follower,
                 myriad_proto::types::META_REQUEST,
                 MetaRequest::Nodes.encode(),
                 Duration::from_secs(2),

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeSet;
 
-use myriad_mem::NodeId;
+use myriad_types::NodeId;
 use rand::Rng;
 
 /// A peer that may hold backups.

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use myriad_mem::{ChunkId, NodeId, LOCAL_ID_MAX};
+use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 
 /// A zone number, unique together with its master's node ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use myriad_placement::placement::copysets;
 use myriad_placement::{Candidate, Placement, PlacementError, Strategy};
-use myriad_mem::NodeId;
+use myriad_types::NodeId;
 use proptest::prelude::*;
 use proptest::strategy::Strategy as _;
 use rand::{rngs::SmallRng, SeedableRng};

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use myriad_placement::{ZoneId, ZoneTree};
-use myriad_mem::{ChunkId, NodeId};
+use myriad_types::{ChunkId, NodeId};
 use proptest::prelude::*;
 
 const MASTER: NodeId = NodeId(7);

@@ -46,7 +46,7 @@
 //! [`DataReplyWriter`]).
 
 use bytes::Bytes;
-use myriad_net::codec::{Decoder, Encoder};
+use myriad_types::codec::{Decoder, Encoder};
 
 use crate::limits::{BATCH_ITEMS_MAX, CHUNK_BYTES_MAX};
 use crate::{get_count, ChunkId, NodeId, ProtoError};
@@ -343,25 +343,25 @@ fn put_status(encoder: &mut Encoder, status: &ItemStatus) {
 fn put_items(encoder: &mut Encoder, items: &[(ChunkId, Bytes)]) {
     put_count(encoder, items.len());
     for (cid, data) in items {
-        encoder.put_u64(cid.raw()).put_bytes(data);
+        encoder.put_u64_le(cid.raw()).put_bytes(data);
     }
 }
 
 fn put_cids(encoder: &mut Encoder, cids: &[ChunkId]) {
     put_count(encoder, cids.len());
     for cid in cids {
-        encoder.put_u64(cid.raw());
+        encoder.put_u64_le(cid.raw());
     }
 }
 
 // ----- decoding helpers ------------------------------------------------------------------
 
 fn get_cid(decoder: &mut Decoder) -> Result<ChunkId, ProtoError> {
-    Ok(ChunkId::from_raw(decoder.get_u64()?))
+    Ok(ChunkId::from_raw(decoder.get_u64_le("CID")?))
 }
 
 fn get_bool(decoder: &mut Decoder, what: &'static str) -> Result<bool, ProtoError> {
-    match decoder.get_u8()? {
+    match decoder.get_u8(what)? {
         0 => Ok(false),
         1 => Ok(true),
         other => Err(ProtoError::Invalid {
@@ -372,7 +372,7 @@ fn get_bool(decoder: &mut Decoder, what: &'static str) -> Result<bool, ProtoErro
 }
 
 fn get_durability(decoder: &mut Decoder) -> Result<u8, ProtoError> {
-    let durability = decoder.get_u8()?;
+    let durability = decoder.get_u8("durability")?;
     if durability > DURABILITY_MAX {
         return Err(ProtoError::Invalid {
             what: "durability",
@@ -383,7 +383,7 @@ fn get_durability(decoder: &mut Decoder) -> Result<u8, ProtoError> {
 }
 
 fn get_payload(decoder: &mut Decoder) -> Result<Bytes, ProtoError> {
-    let data = decoder.get_bytes()?;
+    let data = decoder.get_bytes("chunk payload")?;
     if data.len() > CHUNK_BYTES_MAX {
         return Err(ProtoError::TooLarge {
             what: "chunk payload",
@@ -395,7 +395,7 @@ fn get_payload(decoder: &mut Decoder) -> Result<Bytes, ProtoError> {
 }
 
 fn get_text(decoder: &mut Decoder) -> Result<String, ProtoError> {
-    let text = decoder.get_str()?;
+    let text = decoder.get_str("status text", usize::MAX)?;
     if text.len() > STATUS_TEXT_BYTES_MAX {
         return Err(ProtoError::TooLarge {
             what: "status text",
@@ -403,7 +403,7 @@ fn get_text(decoder: &mut Decoder) -> Result<String, ProtoError> {
             max: STATUS_TEXT_BYTES_MAX as u64,
         });
     }
-    Ok(text)
+    Ok(text.to_owned())
 }
 
 fn get_cids(decoder: &mut Decoder) -> Result<Vec<ChunkId>, ProtoError> {
@@ -445,7 +445,7 @@ fn get_error_after_tag(decoder: &mut Decoder, status_tag: u8) -> Result<ItemErro
 }
 
 fn get_status(decoder: &mut Decoder) -> Result<ItemStatus, ProtoError> {
-    match decoder.get_u8()? {
+    match decoder.get_u8("item status")? {
         tag::OK => Ok(Ok(())),
         other => Ok(Err(get_error_after_tag(decoder, other)?)),
     }
@@ -540,7 +540,7 @@ impl ChunkRequest {
             ChunkRequest::ReadAt { cid, offset, len } => {
                 encoder
                     .put_u8(tag::READ_AT)
-                    .put_u64(cid.raw())
+                    .put_u64_le(cid.raw())
                     .put_varint(*offset)
                     .put_varint(*len);
             }
@@ -553,7 +553,7 @@ impl ChunkRequest {
                 encoder
                     .put_u8(tag::WRITE_AT)
                     .put_u8(*durability)
-                    .put_u64(cid.raw())
+                    .put_u64_le(cid.raw())
                     .put_varint(*offset)
                     .put_bytes(data);
             }
@@ -565,7 +565,7 @@ impl ChunkRequest {
                 encoder
                     .put_u8(tag::RESIZE)
                     .put_u8(*durability)
-                    .put_u64(cid.raw())
+                    .put_u64_le(cid.raw())
                     .put_varint(*size);
             }
             ChunkRequest::Lock {
@@ -575,14 +575,14 @@ impl ChunkRequest {
             } => {
                 encoder
                     .put_u8(tag::LOCK)
-                    .put_u64(cid.raw())
+                    .put_u64_le(cid.raw())
                     .put_u8(u8::from(*write))
                     .put_varint(*timeout_ms);
             }
             ChunkRequest::Unlock { cid, write } => {
                 encoder
                     .put_u8(tag::UNLOCK)
-                    .put_u64(cid.raw())
+                    .put_u64_le(cid.raw())
                     .put_u8(u8::from(*write));
             }
             ChunkRequest::Status { cids } => {
@@ -592,7 +592,7 @@ impl ChunkRequest {
             ChunkRequest::List { creator, max } => {
                 encoder.put_u8(tag::LIST);
                 match creator {
-                    Some(node) => encoder.put_u8(1).put_u16(node.0),
+                    Some(node) => encoder.put_u8(1).put_u16_le(node.0),
                     None => encoder.put_u8(0),
                 };
                 encoder.put_varint(*max);
@@ -630,13 +630,13 @@ impl ChunkRequest {
     /// Decodes a request; the payloads it holds share `payload`'s buffer.
     pub fn decode(payload: Bytes) -> Result<ChunkRequest, ProtoError> {
         let mut decoder = Decoder::new(payload);
-        let request = match decoder.get_u8()? {
+        let request = match decoder.get_u8("chunk request tag")? {
             tag::CREATE => {
                 let durability = get_durability(&mut decoder)?;
                 let count = get_count(&mut decoder, "size count", BATCH_ITEMS_MAX, 1)?;
                 let mut sizes = Vec::with_capacity(count);
                 for _ in 0..count {
-                    sizes.push(decoder.get_varint()?);
+                    sizes.push(decoder.get_varint("size")?);
                 }
                 ChunkRequest::Create { durability, sizes }
             }
@@ -678,14 +678,18 @@ impl ChunkRequest {
             }
             tag::READ_AT => {
                 let cid = get_cid(&mut decoder)?;
-                let offset = decoder.get_varint()?;
-                let len = to_usize_bounded(decoder.get_varint()?, "read length", CHUNK_BYTES_MAX)?;
+                let offset = decoder.get_varint("offset")?;
+                let len = to_usize_bounded(
+                    decoder.get_varint("read length")?,
+                    "read length",
+                    CHUNK_BYTES_MAX,
+                )?;
                 ChunkRequest::ReadAt { cid, offset, len }
             }
             tag::WRITE_AT => {
                 let durability = get_durability(&mut decoder)?;
                 let cid = get_cid(&mut decoder)?;
-                let offset = decoder.get_varint()?;
+                let offset = decoder.get_varint("offset")?;
                 ChunkRequest::WriteAt {
                     durability,
                     cid,
@@ -699,7 +703,7 @@ impl ChunkRequest {
                 ChunkRequest::Resize {
                     durability,
                     cid,
-                    size: decoder.get_varint()?,
+                    size: decoder.get_varint("size")?,
                 }
             }
             tag::LOCK => {
@@ -708,7 +712,7 @@ impl ChunkRequest {
                 ChunkRequest::Lock {
                     cid,
                     write,
-                    timeout_ms: decoder.get_varint()?,
+                    timeout_ms: decoder.get_varint("lock timeout")?,
                 }
             }
             tag::UNLOCK => {
@@ -723,12 +727,12 @@ impl ChunkRequest {
             },
             tag::LIST => {
                 let creator = match get_bool(&mut decoder, "creator flag")? {
-                    true => Some(NodeId(decoder.get_u16()?)),
+                    true => Some(NodeId(decoder.get_u16_le("creator")?)),
                     false => None,
                 };
                 ChunkRequest::List {
                     creator,
-                    max: decoder.get_varint()?,
+                    max: decoder.get_varint("list max")?,
                 }
             }
             tag::STATS => ChunkRequest::Stats,
@@ -833,7 +837,7 @@ impl ChunkReply {
                     .put_u8(u8::from(*truncated));
                 put_count(&mut encoder, ranges.len());
                 for (first, last) in ranges {
-                    encoder.put_u64(first.raw()).put_u64(last.raw());
+                    encoder.put_u64_le(first.raw()).put_u64_le(last.raw());
                 }
                 encoder.finish()
             }
@@ -867,13 +871,13 @@ impl ChunkReply {
     /// Decodes a reply; data items share `payload`'s buffer.
     pub fn decode(payload: Bytes) -> Result<ChunkReply, ProtoError> {
         let mut decoder = Decoder::new(payload);
-        let reply = match decoder.get_u8()? {
+        let reply = match decoder.get_u8("chunk reply tag")? {
             tag::REPLY_CREATED => ChunkReply::Created(get_cids(&mut decoder)?),
             tag::REPLY_DATA => {
                 let count = get_count(&mut decoder, "item count", BATCH_ITEMS_MAX, 1)?;
                 let mut items = Vec::with_capacity(count);
                 for _ in 0..count {
-                    match decoder.get_u8()? {
+                    match decoder.get_u8("item status")? {
                         tag::OK => items.push(Ok(get_payload(&mut decoder)?)),
                         other => items.push(Err(get_error_after_tag(&mut decoder, other)?)),
                     }
@@ -892,8 +896,8 @@ impl ChunkReply {
                 let count = get_count(&mut decoder, "size count", BATCH_ITEMS_MAX, 1)?;
                 let mut sizes = Vec::with_capacity(count);
                 for _ in 0..count {
-                    match decoder.get_u8()? {
-                        tag::OK => sizes.push(Ok(decoder.get_varint()?)),
+                    match decoder.get_u8("item status")? {
+                        tag::OK => sizes.push(Ok(decoder.get_varint("size")?)),
                         other => sizes.push(Err(get_error_after_tag(&mut decoder, other)?)),
                     }
                 }
@@ -910,12 +914,12 @@ impl ChunkReply {
                 ChunkReply::Ranges { ranges, truncated }
             }
             tag::REPLY_STATS => ChunkReply::Stats(ChunkStats {
-                chunks: decoder.get_varint()?,
-                payload_bytes: decoder.get_varint()?,
-                used_bytes: decoder.get_varint()?,
-                free_bytes: decoder.get_varint()?,
-                region_bytes: decoder.get_varint()?,
-                rereplication_pending: decoder.get_varint()?,
+                chunks: decoder.get_varint("chunks")?,
+                payload_bytes: decoder.get_varint("payload bytes")?,
+                used_bytes: decoder.get_varint("used bytes")?,
+                free_bytes: decoder.get_varint("free bytes")?,
+                region_bytes: decoder.get_varint("region bytes")?,
+                rereplication_pending: decoder.get_varint("rereplication pending")?,
             }),
             tag::REPLY_FAILED => ChunkReply::Failed(get_error(&mut decoder)?),
             tag::REPLY_MALFORMED => ChunkReply::Malformed(get_text(&mut decoder)?),
@@ -1142,6 +1146,27 @@ mod tests {
         }
     }
 
+    /// Byte identity of every chunk-family message across codec changes: a seeded sample
+    /// folded into one digest (see `crate::digest`).
+    #[test]
+    fn encodings_match_the_recorded_digest() {
+        use crate::digest::{sample, Digest};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let mut digest = Digest::new();
+        for _ in 0..1000 {
+            digest.add(&sample(&mut runner, &request()).encode());
+            digest.add(&sample(&mut runner, &reply()).encode());
+        }
+        assert_eq!(
+            digest,
+            Digest {
+                encodings: 2_000,
+                bytes: 58_521,
+                fnv: 0x7f49d16360aef468
+            }
+        );
+    }
+
     #[test]
     fn single_get_is_ten_bytes() {
         let cid = ChunkId::from_raw(0x0001_0000_0000_0005);
@@ -1168,7 +1193,9 @@ mod tests {
         encoder.put_u8(tag::GET).put_varint(BATCH_ITEMS_MAX as u64);
         assert!(matches!(
             ChunkRequest::decode(encoder.finish()),
-            Err(ProtoError::Codec(myriad_net::DecodeError::Truncated))
+            Err(ProtoError::Codec(myriad_types::DecodeError::Truncated(
+                "CID count"
+            )))
         ));
         let mut encoder = Encoder::new();
         encoder.put_u8(tag::GET).put_varint(u64::MAX);

@@ -21,10 +21,12 @@
 //!
 //! # Who calls it
 //! `myriad-client` (the requesting side) and `myriad-node` (superpeers and peers, the
-//! serving side). It depends on the messaging layer only for its byte codec and node IDs,
-//! and on nothing above it.
+//! serving side). It takes node and chunk IDs and its byte codec from `myriad-types`, the
+//! message types from the messaging layer, and depends on nothing above it.
 
 pub mod chunk;
+#[cfg(test)]
+mod digest;
 pub mod limits;
 pub mod meta;
 pub mod migrate;
@@ -33,17 +35,19 @@ pub mod types;
 
 use thiserror::Error;
 
-pub use myriad_mem::{ChunkId, NodeId};
+use myriad_types::codec::{DecodeError, Decoder};
+
+pub use myriad_types::{ChunkId, NodeId};
 
 /// Why bytes could not be decoded into a message.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ProtoError {
     /// The byte codec refused the input (truncated, bad varint, bad UTF-8, trailing bytes).
     #[error("malformed message: {0}")]
-    Codec(#[from] myriad_net::DecodeError),
+    Codec(#[from] DecodeError),
     /// A metadata command or response embedded in the message did not decode.
     #[error("malformed metadata payload: {0}")]
-    Meta(String),
+    Meta(DecodeError),
     /// A tag byte names no variant.
     #[error("unknown {what} tag {tag}")]
     UnknownTag {
@@ -74,38 +78,18 @@ pub enum ProtoError {
 
 /// Reads a count (varint) and checks it against `max` and against the bytes left, given
 /// that each element takes at least `element_bytes_min` bytes, so the caller may allocate
-/// `count` slots without trusting the sender.
+/// `count` slots without trusting the sender ([`Decoder::get_count`], with a count above
+/// `max` reported as [`ProtoError::TooLarge`]).
 pub(crate) fn get_count(
-    input: &mut myriad_net::codec::Decoder,
+    input: &mut Decoder,
     what: &'static str,
     max: usize,
     element_bytes_min: usize,
 ) -> Result<usize, ProtoError> {
-    let value = input.get_varint()?;
-    if value > max as u64 {
-        return Err(ProtoError::TooLarge {
-            what,
-            value,
-            max: max as u64,
-        });
-    }
-    let count = usize::try_from(value).map_err(|_| ProtoError::TooLarge {
-        what,
-        value,
-        max: max as u64,
-    })?;
-    if count.saturating_mul(element_bytes_min.max(1)) > input.remaining() {
-        return Err(myriad_net::DecodeError::Truncated.into());
-    }
-    Ok(count)
-}
-
-/// The messaging layer's ID for a node.
-pub fn net_id(node: NodeId) -> myriad_net::NodeId {
-    myriad_net::NodeId(node.0)
-}
-
-/// The cluster's ID for a node the messaging layer names.
-pub fn node_id(node: myriad_net::NodeId) -> NodeId {
-    NodeId(node.0)
+    input
+        .get_count(what, element_bytes_min, max)
+        .map_err(|error| match error {
+            DecodeError::TooLarge { what, value, max } => ProtoError::TooLarge { what, value, max },
+            other => ProtoError::Codec(other),
+        })
 }

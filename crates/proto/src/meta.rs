@@ -24,9 +24,10 @@
 
 use bytes::Bytes;
 use myriad_meta::{
-    Capabilities, Command, LookupRange, MetaError, NodeRecord, NodeState, PeerBases, Response, Role,
+    Capabilities, Command, LookupRange, MetaError, NodeRecord, PeerBases, RecordLayout, Response,
+    Role,
 };
-use myriad_net::codec::{Decoder, Encoder};
+use myriad_types::codec::{DecodeError, Decoder, Encoder};
 
 use crate::limits::{ADDRESS_BYTES_MAX, NODES_MAX};
 use crate::{get_count, ChunkId, NodeId, ProtoError};
@@ -277,11 +278,11 @@ pub struct BarrierReleased {
 // ----- field helpers -----------------------------------------------------------------------
 
 fn put_node(out: &mut Encoder, node: NodeId) {
-    out.put_u16(node.0);
+    out.put_u16_le(node.0);
 }
 
 fn get_node(input: &mut Decoder) -> Result<NodeId, ProtoError> {
-    Ok(NodeId(input.get_u16()?))
+    Ok(NodeId(input.get_u16_le("node")?))
 }
 
 fn put_option_node(out: &mut Encoder, node: Option<NodeId>) {
@@ -297,7 +298,7 @@ fn put_option_node(out: &mut Encoder, node: Option<NodeId>) {
 }
 
 fn get_bool(input: &mut Decoder, what: &'static str) -> Result<bool, ProtoError> {
-    match input.get_u8()? {
+    match input.get_u8(what)? {
         0 => Ok(false),
         1 => Ok(true),
         tag => Err(ProtoError::UnknownTag { what, tag }),
@@ -326,26 +327,26 @@ fn put_option_u64(out: &mut Encoder, value: Option<u64>) {
 
 fn get_option_u64(input: &mut Decoder) -> Result<Option<u64>, ProtoError> {
     Ok(if get_bool(input, "option")? {
-        Some(input.get_varint()?)
+        Some(input.get_varint("optional value")?)
     } else {
         None
     })
 }
 
 fn get_string(input: &mut Decoder, what: &'static str, max: usize) -> Result<String, ProtoError> {
-    let bytes = input.get_bytes()?;
-    if bytes.len() > max {
+    let text = input.get_str(what, usize::MAX)?;
+    if text.len() > max {
         return Err(ProtoError::TooLarge {
             what,
-            value: bytes.len() as u64,
+            value: text.len() as u64,
             max: max as u64,
         });
     }
-    String::from_utf8(bytes.to_vec()).map_err(|_| myriad_net::DecodeError::InvalidUtf8.into())
+    Ok(text.to_owned())
 }
 
 fn get_u32(input: &mut Decoder, what: &'static str) -> Result<u32, ProtoError> {
-    let value = input.get_varint()?;
+    let value = input.get_varint(what)?;
     u32::try_from(value).map_err(|_| ProtoError::TooLarge {
         what,
         value,
@@ -353,12 +354,12 @@ fn get_u32(input: &mut Decoder, what: &'static str) -> Result<u32, ProtoError> {
     })
 }
 
-fn meta_error(error: myriad_meta::DecodeError) -> ProtoError {
-    ProtoError::Meta(error.to_string())
+fn meta_error(error: DecodeError) -> ProtoError {
+    ProtoError::Meta(error)
 }
 
 fn get_embedded(input: &mut Decoder, what: &'static str) -> Result<Bytes, ProtoError> {
-    let bytes = input.get_bytes()?;
+    let bytes = input.get_bytes(what)?;
     if bytes.len() > EMBEDDED_BYTES_MAX {
         return Err(ProtoError::TooLarge {
             what,
@@ -384,82 +385,20 @@ fn get_meta_error(input: &mut Decoder) -> Result<MetaError, ProtoError> {
     }
 }
 
-fn role_code(role: Role) -> u8 {
-    match role {
-        Role::Superpeer => 1,
-        Role::Peer => 2,
-        Role::Client => 3,
-    }
-}
-
 fn get_role(input: &mut Decoder) -> Result<Role, ProtoError> {
-    match input.get_u8()? {
-        1 => Ok(Role::Superpeer),
-        2 => Ok(Role::Peer),
-        3 => Ok(Role::Client),
-        tag => Err(ProtoError::UnknownTag { what: "role", tag }),
-    }
+    let tag = input.get_u8("role")?;
+    Role::from_code(tag).ok_or(ProtoError::UnknownTag { what: "role", tag })
 }
 
 fn put_record(out: &mut Encoder, record: &NodeRecord) {
-    put_node(out, record.id);
-    out.put_u8(role_code(record.role));
-    out.put_str(&record.address);
-    out.put_u8(record.capabilities.0);
-    out.put_u16(record.rack);
-    out.put_u16(record.switch);
-    match record.state {
-        NodeState::Alive => {
-            out.put_u8(1);
-        }
-        NodeState::Failed { epoch } => {
-            out.put_u8(2);
-            out.put_varint(epoch);
-        }
-        NodeState::Left => {
-            out.put_u8(3);
-        }
-    }
-    out.put_varint(u64::from(record.incarnation));
-    out.put_varint(record.joined_epoch);
-    out.put_u8(u8::from(record.released));
+    record.encode(out, RecordLayout::Wire);
 }
 
 /// The fewest bytes one encoded node record takes.
 const RECORD_BYTES_MIN: usize = 2 + 1 + 1 + 1 + 2 + 2 + 1 + 1 + 1 + 1;
 
 fn get_record(input: &mut Decoder) -> Result<NodeRecord, ProtoError> {
-    let id = get_node(input)?;
-    let role = get_role(input)?;
-    let address = get_string(input, "address", ADDRESS_BYTES_MAX)?;
-    let capabilities = Capabilities(input.get_u8()?);
-    let rack = input.get_u16()?;
-    let switch = input.get_u16()?;
-    let state = match input.get_u8()? {
-        1 => NodeState::Alive,
-        2 => NodeState::Failed {
-            epoch: input.get_varint()?,
-        },
-        3 => NodeState::Left,
-        tag => {
-            return Err(ProtoError::UnknownTag {
-                what: "node state",
-                tag,
-            })
-        }
-    };
-    Ok(NodeRecord {
-        id,
-        role,
-        address,
-        capabilities,
-        rack,
-        switch,
-        state,
-        incarnation: get_u32(input, "incarnation")?,
-        joined_epoch: input.get_varint()?,
-        released: get_bool(input, "released")?,
-    })
+    Ok(NodeRecord::decode(input, RecordLayout::Wire)?)
 }
 
 fn put_records(out: &mut Encoder, records: &[NodeRecord]) {
@@ -482,7 +421,7 @@ fn put_values(out: &mut Encoder, values: &[(NodeId, u64)]) {
     out.put_varint(values.len() as u64);
     for (node, value) in values {
         put_node(out, *node);
-        out.put_u64(*value);
+        out.put_u64_le(*value);
     }
 }
 
@@ -491,7 +430,7 @@ fn get_values(input: &mut Decoder) -> Result<Vec<(NodeId, u64)>, ProtoError> {
     let count = get_count(input, "barrier values", max, 10)?;
     let mut values = Vec::with_capacity(count);
     for _ in 0..count {
-        values.push((get_node(input)?, input.get_u64()?));
+        values.push((get_node(input)?, input.get_u64_le("barrier value")?));
     }
     Ok(values)
 }
@@ -512,7 +451,7 @@ impl MetaRequest {
                 out.put_u8(1).put_bytes(&command.to_bytes());
             }
             MetaRequest::Lookup(cid) => {
-                out.put_u8(2).put_u64(cid.raw());
+                out.put_u8(2).put_u64_le(cid.raw());
             }
             MetaRequest::LookupTree(creator) => {
                 out.put_u8(3);
@@ -559,12 +498,12 @@ impl MetaRequest {
     pub fn decode(payload: Bytes) -> Result<MetaRequest, ProtoError> {
         let name_max = myriad_meta::limits::NAME_BYTES_MAX;
         let mut input = Decoder::new(payload);
-        let request = match input.get_u8()? {
+        let request = match input.get_u8("metadata request tag")? {
             1 => {
                 let bytes = get_embedded(&mut input, "command")?;
                 MetaRequest::Write(Command::from_bytes(&bytes).map_err(meta_error)?)
             }
-            2 => MetaRequest::Lookup(ChunkId::from_raw(input.get_u64()?)),
+            2 => MetaRequest::Lookup(ChunkId::from_raw(input.get_u64_le("CID")?)),
             3 => MetaRequest::LookupTree(get_node(&mut input)?),
             4 => MetaRequest::NameGet(get_string(&mut input, "name", name_max)?),
             5 => MetaRequest::NameList,
@@ -613,14 +552,14 @@ impl MetaReply {
             MetaReply::Name(cid) => {
                 out.put_u8(4);
                 match cid {
-                    Some(cid) => out.put_u8(1).put_u64(cid.raw()),
+                    Some(cid) => out.put_u8(1).put_u64_le(cid.raw()),
                     None => out.put_u8(0),
                 };
             }
             MetaReply::Names(names) => {
                 out.put_u8(5).put_varint(names.len() as u64);
                 for (name, cid) in names {
-                    out.put_str(name).put_u64(cid.raw());
+                    out.put_str(name).put_u64_le(cid.raw());
                 }
             }
             MetaReply::Tmp(blob) => {
@@ -703,15 +642,15 @@ impl MetaReply {
             BACKUPS_PER_ZONE_MAX, NAMES_MAX, NAME_BYTES_MAX, TMP_BLOB_BYTES_MAX, ZONES_PER_NODE_MAX,
         };
         let mut input = Decoder::new(payload);
-        let reply = match input.get_u8()? {
+        let reply = match input.get_u8("metadata reply tag")? {
             1 => {
                 let bytes = get_embedded(&mut input, "response")?;
                 MetaReply::Response(Response::from_bytes(&bytes).map_err(meta_error)?)
             }
             2 => MetaReply::Lookup(LookupRange {
                 creator: get_node(&mut input)?,
-                first: input.get_varint()?,
-                last: input.get_varint()?,
+                first: input.get_varint("first")?,
+                last: input.get_varint("last")?,
                 owner: get_node(&mut input)?,
             }),
             3 => {
@@ -719,15 +658,15 @@ impl MetaReply {
                 let mut ranges = Vec::with_capacity(count);
                 for _ in 0..count {
                     ranges.push((
-                        input.get_varint()?,
-                        input.get_varint()?,
+                        input.get_varint("first")?,
+                        input.get_varint("last")?,
                         get_node(&mut input)?,
                     ));
                 }
                 MetaReply::LookupTree(ranges)
             }
             4 => MetaReply::Name(if get_bool(&mut input, "option")? {
-                Some(ChunkId::from_raw(input.get_u64()?))
+                Some(ChunkId::from_raw(input.get_u64_le("CID")?))
             } else {
                 None
             }),
@@ -736,12 +675,12 @@ impl MetaReply {
                 let mut names = Vec::with_capacity(count);
                 for _ in 0..count {
                     let name = get_string(&mut input, "name", NAME_BYTES_MAX)?;
-                    names.push((name, ChunkId::from_raw(input.get_u64()?)));
+                    names.push((name, ChunkId::from_raw(input.get_u64_le("CID")?)));
                 }
                 MetaReply::Names(names)
             }
             6 => MetaReply::Tmp(if get_bool(&mut input, "option")? {
-                let blob = input.get_bytes()?;
+                let blob = input.get_bytes("tmp blob")?;
                 if blob.len() > TMP_BLOB_BYTES_MAX {
                     return Err(ProtoError::TooLarge {
                         what: "tmp blob",
@@ -758,14 +697,14 @@ impl MetaReply {
                 let mut blobs = Vec::with_capacity(count);
                 for _ in 0..count {
                     let name = get_string(&mut input, "tmp name", NAME_BYTES_MAX)?;
-                    blobs.push((name, input.get_varint()?));
+                    blobs.push((name, input.get_varint("tmp blob size")?));
                 }
                 MetaReply::TmpList(blobs)
             }
             8 => MetaReply::Barrier(if get_bool(&mut input, "option")? {
                 Some(BarrierStatus {
                     size: get_u32(&mut input, "barrier size")?,
-                    round: input.get_varint()?,
+                    round: input.get_varint("round")?,
                     signed: get_u32(&mut input, "signed")?,
                     last_released: get_values(&mut input)?,
                 })
@@ -789,9 +728,9 @@ impl MetaReply {
             }
             11 => {
                 let node = get_node(&mut input)?;
-                let epoch = input.get_varint()?;
+                let epoch = input.get_varint("epoch")?;
                 let leader = get_option_node(&mut input)?;
-                let term = input.get_varint()?;
+                let term = input.get_varint("term")?;
                 let last_log_index = get_option_u64(&mut input)?;
                 let last_applied_index = get_option_u64(&mut input)?;
                 let count = get_count(&mut input, "superpeers", SUPERPEERS_MAX, 3)?;
@@ -817,8 +756,8 @@ impl MetaReply {
             14 => MetaReply::Bases(PeerBases {
                 zone_base: get_u32(&mut input, "zone base")?,
                 zones_end: get_u32(&mut input, "zones end")?,
-                lid_base: input.get_varint()?,
-                lids_reserved: input.get_varint()?,
+                lid_base: input.get_varint("lid base")?,
+                lids_reserved: input.get_varint("lids reserved")?,
             }),
             tag => {
                 return Err(ProtoError::UnknownTag {
@@ -837,11 +776,11 @@ impl JoinRequest {
     /// The encoding.
     pub fn encode(&self) -> Bytes {
         let mut out = Encoder::new();
-        out.put_u8(role_code(self.role))
+        out.put_u8(self.role.code())
             .put_str(&self.address)
             .put_u8(self.capabilities.0)
-            .put_u16(self.rack)
-            .put_u16(self.switch);
+            .put_u16_le(self.rack)
+            .put_u16_le(self.switch);
         put_option_node(&mut out, self.reclaim);
         out.finish()
     }
@@ -852,9 +791,9 @@ impl JoinRequest {
         let request = JoinRequest {
             role: get_role(&mut input)?,
             address: get_string(&mut input, "address", ADDRESS_BYTES_MAX)?,
-            capabilities: Capabilities(input.get_u8()?),
-            rack: input.get_u16()?,
-            switch: input.get_u16()?,
+            capabilities: Capabilities(input.get_u8("capabilities")?),
+            rack: input.get_u16_le("rack")?,
+            switch: input.get_u16_le("switch")?,
             reclaim: get_option_node(&mut input)?,
         };
         finish(input, request)
@@ -909,11 +848,11 @@ impl JoinReply {
     /// Decodes a whole payload.
     pub fn decode(payload: Bytes) -> Result<JoinReply, ProtoError> {
         let mut input = Decoder::new(payload);
-        let reply = match input.get_u8()? {
+        let reply = match input.get_u8("join reply tag")? {
             1 => JoinReply::Ok {
                 id: get_node(&mut input)?,
                 incarnation: get_u32(&mut input, "incarnation")?,
-                epoch: input.get_varint()?,
+                epoch: input.get_varint("epoch")?,
                 nodes: get_records(&mut input)?,
                 lease_ms: get_u32(&mut input, "lease")?,
             },
@@ -948,8 +887,8 @@ impl Heartbeat {
     /// Decodes a whole payload.
     pub fn decode(payload: Bytes) -> Result<Heartbeat, ProtoError> {
         let mut input = Decoder::new(payload);
-        let epoch = input.get_varint()?;
-        let acked = input.get_varint()?;
+        let epoch = input.get_varint("epoch")?;
+        let acked = input.get_varint("acked")?;
         let lease_ms = get_u32(&mut input, "lease")?;
         finish(
             input,
@@ -973,8 +912,8 @@ impl HeartbeatReply {
     /// Decodes a whole payload.
     pub fn decode(payload: Bytes) -> Result<HeartbeatReply, ProtoError> {
         let mut input = Decoder::new(payload);
-        let epoch = input.get_varint()?;
-        let nonce = input.get_varint()?;
+        let epoch = input.get_varint("epoch")?;
+        let nonce = input.get_varint("nonce")?;
         finish(input, HeartbeatReply { epoch, nonce })
     }
 }
@@ -1031,15 +970,15 @@ impl EventPush {
     /// Decodes a whole payload.
     pub fn decode(payload: Bytes) -> Result<EventPush, ProtoError> {
         let mut input = Decoder::new(payload);
-        let epoch = input.get_varint()?;
-        let event = match input.get_u8()? {
+        let epoch = input.get_varint("epoch")?;
+        let event = match input.get_u8("event tag")? {
             1 => Event::NodeJoined(get_record(&mut input)?),
             2 => Event::NodeFailed(get_node(&mut input)?),
             3 => Event::NodeLeft(get_node(&mut input)?),
             4 => Event::OwnerChanged {
                 creator: get_node(&mut input)?,
-                first: input.get_varint()?,
-                last: input.get_varint()?,
+                first: input.get_varint("first")?,
+                last: input.get_varint("last")?,
                 owner: get_node(&mut input)?,
             },
             tag => return Err(ProtoError::UnknownTag { what: "event", tag }),
@@ -1062,7 +1001,7 @@ impl BarrierReleased {
         let mut input = Decoder::new(payload);
         let message = BarrierReleased {
             id: get_u32(&mut input, "barrier")?,
-            round: input.get_varint()?,
+            round: input.get_varint("round")?,
             values: get_values(&mut input)?,
         };
         finish(input, message)

@@ -4,8 +4,8 @@
 //! with an insert, commits the new owner through the superpeer group and drops its copies.
 
 use bytes::Bytes;
-use myriad_mem::{ChunkId, NodeId};
-use myriad_net::codec::{Decoder, Encoder};
+use myriad_types::codec::{Decoder, Encoder};
+use myriad_types::{ChunkId, NodeId};
 
 use crate::ProtoError;
 
@@ -34,18 +34,18 @@ impl MigrateRequest {
     pub fn encode(&self) -> Bytes {
         let mut encoder = Encoder::with_capacity(18);
         encoder
-            .put_u64(self.first.raw())
-            .put_u64(self.last.raw())
-            .put_u16(self.to.0);
+            .put_u64_le(self.first.raw())
+            .put_u64_le(self.last.raw())
+            .put_u16_le(self.to.0);
         encoder.finish()
     }
 
     /// Decodes a request; fails on short or trailing bytes and on an invalid range.
     pub fn decode(payload: Bytes) -> Result<MigrateRequest, ProtoError> {
         let mut decoder = Decoder::new(payload);
-        let first = ChunkId::from_raw(decoder.get_u64()?);
-        let last = ChunkId::from_raw(decoder.get_u64()?);
-        let to = NodeId(decoder.get_u16()?);
+        let first = ChunkId::from_raw(decoder.get_u64_le("first CID")?);
+        let last = ChunkId::from_raw(decoder.get_u64_le("last CID")?);
+        let to = NodeId(decoder.get_u16_le("new owner")?);
         decoder.finish()?;
         if first.creator() != last.creator() || first > last {
             return Err(ProtoError::Invalid {
@@ -71,9 +71,9 @@ impl MigrateReply {
     /// Decodes a reply.
     pub fn decode(payload: Bytes) -> Result<MigrateReply, ProtoError> {
         let mut decoder = Decoder::new(payload);
-        let reply = match decoder.get_u8()? {
-            0 => MigrateReply::Moved(decoder.get_varint()?),
-            1 => MigrateReply::Failed(decoder.get_str()?),
+        let reply = match decoder.get_u8("migrate reply tag")? {
+            0 => MigrateReply::Moved(decoder.get_varint("moved chunks")?),
+            1 => MigrateReply::Failed(decoder.get_str("failure reason", usize::MAX)?.to_owned()),
             tag => {
                 return Err(ProtoError::UnknownTag {
                     what: "migrate reply",

@@ -18,8 +18,8 @@
 //! that show recovery progress.
 
 use bytes::Bytes;
-use myriad_mem::NodeId;
-use myriad_net::codec::{Decoder, Encoder};
+use myriad_types::codec::{Decoder, Encoder};
+use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 
 use crate::ProtoError;
 
@@ -27,8 +27,6 @@ use crate::ProtoError;
 pub const RANGES_MAX: usize = 1 << 20;
 /// Most zones in one [`RecoveryStatusReply`].
 pub const ZONES_MAX: usize = 1 << 20;
-/// Largest local ID (48 bits).
-const LOCAL_ID_MAX: u64 = (1 << 48) - 1;
 
 /// Restore `owner`'s backup zone `zone` on the receiving backup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +122,7 @@ fn count(
     max: usize,
     min_bytes: usize,
 ) -> Result<usize, ProtoError> {
-    let value = decoder.get_varint()?;
+    let value = decoder.get_varint(what)?;
     let limit = max.min(decoder.remaining() / min_bytes.max(1)) as u64;
     if value > limit {
         return Err(ProtoError::TooLarge {
@@ -150,9 +148,9 @@ impl RecoverRequest {
     /// when there is one other than the owner.
     pub fn encode(&self) -> Bytes {
         let mut encoder = Encoder::with_capacity(8);
-        encoder.put_u16(self.owner.0).put_u32(self.zone);
+        encoder.put_u16_le(self.owner.0).put_u32_le(self.zone);
         if let Some(holder) = self.holder.filter(|holder| *holder != self.owner) {
-            encoder.put_u16(holder.0);
+            encoder.put_u16_le(holder.0);
         }
         encoder.finish()
     }
@@ -161,10 +159,10 @@ impl RecoverRequest {
     /// owner (written as no holder: one encoding per request).
     pub fn decode(payload: Bytes) -> Result<RecoverRequest, ProtoError> {
         let mut decoder = Decoder::new(payload);
-        let owner = NodeId(decoder.get_u16()?);
-        let zone = decoder.get_u32()?;
+        let owner = NodeId(decoder.get_u16_le("owner")?);
+        let zone = decoder.get_u32_le("zone")?;
         let holder = if decoder.remaining() > 0 {
-            let holder = NodeId(decoder.get_u16()?);
+            let holder = NodeId(decoder.get_u16_le("holder")?);
             if holder == owner {
                 return Err(ProtoError::Invalid {
                     what: "recover request",
@@ -187,15 +185,15 @@ impl RecoverRequest {
 impl CidRange {
     fn encode_into(&self, encoder: &mut Encoder) {
         encoder
-            .put_u16(self.creator.0)
+            .put_u16_le(self.creator.0)
             .put_varint(self.first)
             .put_varint(self.last.saturating_sub(self.first));
     }
 
     fn decode_from(decoder: &mut Decoder) -> Result<CidRange, ProtoError> {
-        let creator = NodeId(decoder.get_u16()?);
-        let first = decoder.get_varint()?;
-        let span = decoder.get_varint()?;
+        let creator = NodeId(decoder.get_u16_le("creator")?);
+        let first = decoder.get_varint("first")?;
+        let span = decoder.get_varint("span")?;
         let last = first.checked_add(span).filter(|last| *last <= LOCAL_ID_MAX);
         match last {
             Some(last) if first <= LOCAL_ID_MAX => Ok(CidRange {
@@ -243,11 +241,11 @@ impl RecoverReply {
     /// Decodes a reply.
     pub fn decode(payload: Bytes) -> Result<RecoverReply, ProtoError> {
         let mut decoder = Decoder::new(payload);
-        let reply = match decoder.get_u8()? {
+        let reply = match decoder.get_u8("recover reply tag")? {
             0 => {
-                let chunks = decoder.get_varint()?;
-                let bytes = decoder.get_varint()?;
-                let ms = decoder.get_varint()?;
+                let chunks = decoder.get_varint("chunks")?;
+                let bytes = decoder.get_varint("bytes")?;
+                let ms = decoder.get_varint("ms")?;
                 let n = count(&mut decoder, "recovered ranges", RANGES_MAX, 4)?;
                 let mut ranges = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -260,7 +258,7 @@ impl RecoverReply {
                     ranges,
                 }
             }
-            1 => RecoverReply::Failed(decoder.get_str()?),
+            1 => RecoverReply::Failed(decoder.get_str("failure reason", usize::MAX)?.to_owned()),
             tag => {
                 return Err(ProtoError::UnknownTag {
                     what: "recover reply",
@@ -314,10 +312,10 @@ impl RecoveryStatusReply {
             .put_varint(self.zones.len() as u64);
         for zone in &self.zones {
             encoder
-                .put_u16(zone.owner.0)
-                .put_u32(zone.zone)
+                .put_u16_le(zone.owner.0)
+                .put_u32_le(zone.zone)
                 .put_u8(zone.state.tag())
-                .put_u16(zone.restorer.map_or(0, |node| node.0))
+                .put_u16_le(zone.restorer.map_or(0, |node| node.0))
                 .put_varint(zone.chunks)
                 .put_varint(zone.ms)
                 .put_str(&zone.detail);
@@ -328,7 +326,7 @@ impl RecoveryStatusReply {
     /// Decodes a reply.
     pub fn decode(payload: Bytes) -> Result<RecoveryStatusReply, ProtoError> {
         let mut decoder = Decoder::new(payload);
-        let leader = match decoder.get_u8()? {
+        let leader = match decoder.get_u8("leader flag")? {
             0 => false,
             1 => true,
             tag => {
@@ -341,16 +339,16 @@ impl RecoveryStatusReply {
         let n = count(&mut decoder, "recovery zones", ZONES_MAX, 12)?;
         let mut zones = Vec::with_capacity(n);
         for _ in 0..n {
-            let owner = NodeId(decoder.get_u16()?);
-            let zone = decoder.get_u32()?;
-            let state = RecoveryState::from_tag(decoder.get_u8()?)?;
-            let restorer = match decoder.get_u16()? {
+            let owner = NodeId(decoder.get_u16_le("owner")?);
+            let zone = decoder.get_u32_le("zone")?;
+            let state = RecoveryState::from_tag(decoder.get_u8("recovery state")?)?;
+            let restorer = match decoder.get_u16_le("restorer")? {
                 0 => None,
                 id => Some(NodeId(id)),
             };
-            let chunks = decoder.get_varint()?;
-            let ms = decoder.get_varint()?;
-            let detail = decoder.get_str()?;
+            let chunks = decoder.get_varint("chunks")?;
+            let ms = decoder.get_varint("ms")?;
+            let detail = decoder.get_str("detail", usize::MAX)?.to_owned();
             zones.push(ZoneRecovery {
                 owner,
                 zone,
@@ -371,7 +369,7 @@ pub fn ranges_of(cids: &mut [u64]) -> Vec<CidRange> {
     cids.sort_unstable();
     let mut ranges: Vec<CidRange> = Vec::new();
     for &raw in cids.iter() {
-        let cid = myriad_mem::ChunkId::from_raw(raw);
+        let cid = ChunkId::from_raw(raw);
         let (creator, lid) = (cid.creator(), cid.local_id());
         match ranges.last_mut() {
             Some(last) if last.creator == creator && last.last.checked_add(1) == Some(lid) => {
@@ -422,7 +420,7 @@ pub fn ranges_of_runs(runs: &mut [(u64, u64)]) -> Vec<CidRange> {
     for (first, last) in merged {
         let mut start = first;
         loop {
-            let cid = myriad_mem::ChunkId::from_raw(start);
+            let cid = ChunkId::from_raw(start);
             let creator = cid.creator();
             let creator_end = (u64::from(creator.0) << 48) | LOCAL_ID_MAX;
             let end = last.min(creator_end);
@@ -548,6 +546,106 @@ mod tests {
         }
     }
 
+    /// Byte identity of the recovery and migration messages across codec changes: a seeded
+    /// sample folded into one digest (see `crate::digest`).
+    #[test]
+    fn encodings_match_the_recorded_digest() {
+        use crate::digest::{sample, Digest};
+        use crate::migrate::{MigrateReply, MigrateRequest};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let mut digest = Digest::new();
+        let request = (
+            any::<u16>(),
+            any::<u32>(),
+            proptest::option::of(any::<u16>()),
+        );
+        let reply = (
+            (any::<u64>(), any::<u64>(), any::<u64>()),
+            proptest::collection::vec(range(), 0..20),
+            ".{0,40}",
+        );
+        let status = (
+            any::<bool>(),
+            proptest::collection::vec(
+                (
+                    any::<u16>(),
+                    any::<u32>(),
+                    state(),
+                    any::<u16>(),
+                    any::<u64>(),
+                    any::<u64>(),
+                    ".{0,20}",
+                ),
+                0..10,
+            ),
+        );
+        let migrate = (
+            any::<u16>(),
+            0..=LOCAL_ID_MAX,
+            0..=LOCAL_ID_MAX,
+            any::<u16>(),
+            any::<u64>(),
+            ".{0,40}",
+        );
+        for _ in 0..300 {
+            let (owner, zone, holder) = sample(&mut runner, &request);
+            let holder = holder.map(NodeId).filter(|holder| holder.0 != owner);
+            digest.add(
+                &RecoverRequest {
+                    owner: NodeId(owner),
+                    zone,
+                    holder,
+                }
+                .encode(),
+            );
+            let ((chunks, bytes, ms), ranges, reason) = sample(&mut runner, &reply);
+            digest.add(
+                &RecoverReply::Recovered {
+                    chunks,
+                    bytes,
+                    ms,
+                    ranges,
+                }
+                .encode(),
+            );
+            digest.add(&RecoverReply::Failed(reason).encode());
+            let (leader, zones) = sample(&mut runner, &status);
+            let zones = zones
+                .into_iter()
+                .map(
+                    |(owner, zone, state, restorer, chunks, ms, detail)| ZoneRecovery {
+                        owner: NodeId(owner),
+                        zone,
+                        state,
+                        restorer: (restorer != 0).then_some(NodeId(restorer)),
+                        chunks,
+                        ms,
+                        detail,
+                    },
+                )
+                .collect();
+            digest.add(&RecoveryStatusReply { leader, zones }.encode());
+            let (creator, a, b, to, moved, failed) = sample(&mut runner, &migrate);
+            let cid = |local| ChunkId::new(NodeId(creator), local).expect("a 48-bit local ID");
+            let request = MigrateRequest {
+                first: cid(a.min(b)),
+                last: cid(a.max(b)),
+                to: NodeId(to),
+            };
+            digest.add(&request.encode());
+            digest.add(&MigrateReply::Moved(moved).encode());
+            digest.add(&MigrateReply::Failed(failed).encode());
+        }
+        assert_eq!(
+            digest,
+            Digest {
+                encodings: 2_100,
+                bytes: 147_860,
+                fnv: 0x3da9b7dae96e8dfe
+            }
+        );
+    }
+
     #[test]
     fn bad_input_is_refused() {
         assert!(RecoverRequest::decode(Bytes::from_static(&[1, 0, 2])).is_err());
@@ -573,7 +671,7 @@ mod tests {
             .put_varint(1)
             .put_varint(1)
             .put_varint(1)
-            .put_u16(3)
+            .put_u16_le(3)
             .put_varint(LOCAL_ID_MAX)
             .put_varint(1);
         assert!(RecoverReply::decode(encoder.finish()).is_err());

@@ -1,7 +1,7 @@
 //! Explicit binary encoding of every openraft type that crosses the wire or hits disk, and
 //! of the RPC envelope exchanged through [`crate::RaftTransport`].
 //!
-//! Built on [`myriad_meta::codec`]: unsigned integers are LEB128 varints, strings and byte
+//! Built on [`myriad_types::codec`]: unsigned integers are LEB128 varints, strings and byte
 //! strings are a varint length and the bytes, booleans one byte 0 or 1, optional values a
 //! presence byte (0 or 1) and the value. `docs/raft-format.md` shows every layout byte by
 //! byte. Encodings are canonical: sets and maps are written in ascending order, so equal
@@ -13,9 +13,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use myriad_meta::codec::{DecodeError, Reader, Writer};
-use myriad_meta::limits::ADDRESS_BYTES_MAX;
 use myriad_meta::Command;
+use myriad_types::codec::{DecodeError, Decoder, Encoder};
+use myriad_types::limits::ADDRESS_BYTES_MAX;
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
@@ -32,33 +32,33 @@ pub const RPC_VERSION: u8 = 1;
 // ----- scalar building blocks ---------------------------------------------------------------
 
 /// Reads a node ID (a varint of at most [`NODE_ID_MAX`]).
-fn node_id(reader: &mut Reader<'_>, what: &'static str) -> Result<u64, DecodeError> {
-    reader.varint_max(what, NODE_ID_MAX)
+fn node_id(reader: &mut Decoder<'_>, what: &'static str) -> Result<u64, DecodeError> {
+    reader.get_varint_max(what, NODE_ID_MAX)
 }
 
 /// Appends a leader ID: term, node ID.
-pub fn encode_leader_id(out: &mut Writer, leader_id: &LeaderId) {
-    out.varint(leader_id.term);
-    out.varint(leader_id.node_id);
+pub fn encode_leader_id(out: &mut Encoder, leader_id: &LeaderId) {
+    out.put_varint(leader_id.term);
+    out.put_varint(leader_id.node_id);
 }
 
 /// Reads a leader ID.
-pub fn decode_leader_id(reader: &mut Reader<'_>) -> Result<LeaderId, DecodeError> {
-    let term = reader.varint_max("term", TERM_MAX)?;
+pub fn decode_leader_id(reader: &mut Decoder<'_>) -> Result<LeaderId, DecodeError> {
+    let term = reader.get_varint_max("term", TERM_MAX)?;
     let node_id = node_id(reader, "leader node")?;
     Ok(LeaderId { term, node_id })
 }
 
 /// Appends a vote: leader ID, committed flag.
-pub fn encode_vote(out: &mut Writer, vote: &Vote) {
+pub fn encode_vote(out: &mut Encoder, vote: &Vote) {
     encode_leader_id(out, &vote.leader_id);
-    out.bool(vote.committed);
+    out.put_bool(vote.committed);
 }
 
 /// Reads a vote.
-pub fn decode_vote(reader: &mut Reader<'_>) -> Result<Vote, DecodeError> {
+pub fn decode_vote(reader: &mut Decoder<'_>) -> Result<Vote, DecodeError> {
     let leader_id = decode_leader_id(reader)?;
-    let committed = reader.bool("vote committed")?;
+    let committed = reader.get_bool("vote committed")?;
     Ok(Vote {
         leader_id,
         committed,
@@ -66,32 +66,34 @@ pub fn decode_vote(reader: &mut Reader<'_>) -> Result<Vote, DecodeError> {
 }
 
 /// Appends a log ID: leader ID, index.
-pub fn encode_log_id(out: &mut Writer, log_id: &LogId) {
+pub fn encode_log_id(out: &mut Encoder, log_id: &LogId) {
     encode_leader_id(out, &log_id.leader_id);
-    out.varint(log_id.index);
+    out.put_varint(log_id.index);
 }
 
 /// Reads a log ID.
-pub fn decode_log_id(reader: &mut Reader<'_>) -> Result<LogId, DecodeError> {
+pub fn decode_log_id(reader: &mut Decoder<'_>) -> Result<LogId, DecodeError> {
     let leader_id = decode_leader_id(reader)?;
-    let index = reader.varint_max("log index", LOG_INDEX_MAX)?;
+    let index = reader.get_varint_max("log index", LOG_INDEX_MAX)?;
     Ok(LogId { leader_id, index })
 }
 
 /// Appends an optional log ID: presence byte, then the log ID.
-pub fn encode_option_log_id(out: &mut Writer, log_id: Option<&LogId>) {
+pub fn encode_option_log_id(out: &mut Encoder, log_id: Option<&LogId>) {
     match log_id {
         Some(log_id) => {
-            out.u8(1);
+            out.put_u8(1);
             encode_log_id(out, log_id);
         }
-        None => out.u8(0),
+        None => {
+            out.put_u8(0);
+        }
     }
 }
 
 /// Reads an optional log ID.
-pub fn decode_option_log_id(reader: &mut Reader<'_>) -> Result<Option<LogId>, DecodeError> {
-    if reader.bool("log id present")? {
+pub fn decode_option_log_id(reader: &mut Decoder<'_>) -> Result<Option<LogId>, DecodeError> {
+    if reader.get_bool("log id present")? {
         Ok(Some(decode_log_id(reader)?))
     } else {
         Ok(None)
@@ -102,29 +104,29 @@ pub fn decode_option_log_id(reader: &mut Reader<'_>) -> Result<Option<LogId>, De
 
 /// Appends a membership: the voter sets (each a count and ascending IDs), then every node
 /// (a count, then ID and address in ascending ID order).
-pub fn encode_membership(out: &mut Writer, membership: &Membership) {
+pub fn encode_membership(out: &mut Encoder, membership: &Membership) {
     let configs = membership.get_joint_config();
-    out.varint(configs.len() as u64);
+    out.put_varint(configs.len() as u64);
     for voters in configs {
-        out.varint(voters.len() as u64);
+        out.put_varint(voters.len() as u64);
         for id in voters {
-            out.varint(*id);
+            out.put_varint(*id);
         }
     }
     let nodes: Vec<(&u64, &SuperpeerNode)> = membership.nodes().collect();
-    out.varint(nodes.len() as u64);
+    out.put_varint(nodes.len() as u64);
     for (id, node) in nodes {
-        out.varint(*id);
-        out.str(&node.address);
+        out.put_varint(*id);
+        out.put_str(&node.address);
     }
 }
 
 /// Reads a membership and checks it with openraft's validation.
-pub fn decode_membership(reader: &mut Reader<'_>) -> Result<Membership, DecodeError> {
-    let config_count = reader.count("voter sets", 1, MEMBERSHIP_CONFIGS_MAX)?;
+pub fn decode_membership(reader: &mut Decoder<'_>) -> Result<Membership, DecodeError> {
+    let config_count = reader.get_count("voter sets", 1, MEMBERSHIP_CONFIGS_MAX)?;
     let mut configs = Vec::with_capacity(config_count);
     for _ in 0..config_count {
-        let voter_count = reader.count("voters", 1, MEMBERS_MAX)?;
+        let voter_count = reader.get_count("voters", 1, MEMBERS_MAX)?;
         let mut voters = BTreeSet::new();
         for _ in 0..voter_count {
             if !voters.insert(node_id(reader, "voter")?) {
@@ -133,11 +135,13 @@ pub fn decode_membership(reader: &mut Reader<'_>) -> Result<Membership, DecodeEr
         }
         configs.push(voters);
     }
-    let node_count = reader.count("members", 2, MEMBERS_MAX)?;
+    let node_count = reader.get_count("members", 2, MEMBERS_MAX)?;
     let mut nodes = BTreeMap::new();
     for _ in 0..node_count {
         let id = node_id(reader, "member")?;
-        let address = reader.str("member address", ADDRESS_BYTES_MAX)?.to_owned();
+        let address = reader
+            .get_str("member address", ADDRESS_BYTES_MAX)?
+            .to_owned();
         if nodes.insert(id, SuperpeerNode { address }).is_some() {
             return Err(DecodeError::Invalid("duplicate member"));
         }
@@ -146,13 +150,13 @@ pub fn decode_membership(reader: &mut Reader<'_>) -> Result<Membership, DecodeEr
 }
 
 /// Appends a stored membership: the optional log ID that introduced it, the membership.
-pub fn encode_stored_membership(out: &mut Writer, stored: &StoredMembership) {
+pub fn encode_stored_membership(out: &mut Encoder, stored: &StoredMembership) {
     encode_option_log_id(out, stored.log_id().as_ref());
     encode_membership(out, stored.membership());
 }
 
 /// Reads a stored membership.
-pub fn decode_stored_membership(reader: &mut Reader<'_>) -> Result<StoredMembership, DecodeError> {
+pub fn decode_stored_membership(reader: &mut Decoder<'_>) -> Result<StoredMembership, DecodeError> {
     let log_id = decode_option_log_id(reader)?;
     let membership = decode_membership(reader)?;
     Ok(StoredMembership::new(log_id, membership))
@@ -165,25 +169,27 @@ const PAYLOAD_NORMAL: u8 = 1;
 const PAYLOAD_MEMBERSHIP: u8 = 2;
 
 /// Appends a log entry: log ID, payload tag (0 blank, 1 command, 2 membership), payload.
-pub fn encode_entry(out: &mut Writer, entry: &Entry) {
+pub fn encode_entry(out: &mut Encoder, entry: &Entry) {
     encode_log_id(out, &entry.log_id);
     match &entry.payload {
-        EntryPayload::Blank => out.u8(PAYLOAD_BLANK),
+        EntryPayload::Blank => {
+            out.put_u8(PAYLOAD_BLANK);
+        }
         EntryPayload::Normal(command) => {
-            out.u8(PAYLOAD_NORMAL);
+            out.put_u8(PAYLOAD_NORMAL);
             command.encode(out);
         }
         EntryPayload::Membership(membership) => {
-            out.u8(PAYLOAD_MEMBERSHIP);
+            out.put_u8(PAYLOAD_MEMBERSHIP);
             encode_membership(out, membership);
         }
     }
 }
 
 /// Reads a log entry.
-pub fn decode_entry(reader: &mut Reader<'_>) -> Result<Entry, DecodeError> {
+pub fn decode_entry(reader: &mut Decoder<'_>) -> Result<Entry, DecodeError> {
     let log_id = decode_log_id(reader)?;
-    let payload = match reader.u8("payload tag")? {
+    let payload = match reader.get_u8("payload tag")? {
         PAYLOAD_BLANK => EntryPayload::Blank,
         PAYLOAD_NORMAL => EntryPayload::Normal(Command::decode(reader)?),
         PAYLOAD_MEMBERSHIP => EntryPayload::Membership(decode_membership(reader)?),
@@ -198,13 +204,13 @@ pub fn decode_entry(reader: &mut Reader<'_>) -> Result<Entry, DecodeError> {
 }
 
 /// Appends snapshot meta: the optional last included log ID, the stored membership.
-pub fn encode_snapshot_meta(out: &mut Writer, meta: &SnapshotMeta) {
+pub fn encode_snapshot_meta(out: &mut Encoder, meta: &SnapshotMeta) {
     encode_option_log_id(out, meta.last_log_id.as_ref());
     encode_stored_membership(out, &meta.last_membership);
 }
 
 /// Reads snapshot meta.
-pub fn decode_snapshot_meta(reader: &mut Reader<'_>) -> Result<SnapshotMeta, DecodeError> {
+pub fn decode_snapshot_meta(reader: &mut Decoder<'_>) -> Result<SnapshotMeta, DecodeError> {
     let last_log_id = decode_option_log_id(reader)?;
     let last_membership = decode_stored_membership(reader)?;
     Ok(SnapshotMeta {
@@ -267,24 +273,24 @@ pub enum RpcReply {
     Refused(String),
 }
 
-fn encode_append_request(out: &mut Writer, request: &AppendEntriesRequest<TypeConfig>) {
+fn encode_append_request(out: &mut Encoder, request: &AppendEntriesRequest<TypeConfig>) {
     encode_vote(out, &request.vote);
     encode_option_log_id(out, request.prev_log_id.as_ref());
     encode_option_log_id(out, request.leader_commit.as_ref());
-    out.varint(request.entries.len() as u64);
+    out.put_varint(request.entries.len() as u64);
     for entry in &request.entries {
         encode_entry(out, entry);
     }
 }
 
 fn decode_append_request(
-    reader: &mut Reader<'_>,
+    reader: &mut Decoder<'_>,
 ) -> Result<AppendEntriesRequest<TypeConfig>, DecodeError> {
     let vote = decode_vote(reader)?;
     let prev_log_id = decode_option_log_id(reader)?;
     let leader_commit = decode_option_log_id(reader)?;
     // An entry takes at least 4 bytes: term, node, index, payload tag.
-    let count = reader.count("entries", 4, APPEND_ENTRIES_MAX)?;
+    let count = reader.get_count("entries", 4, APPEND_ENTRIES_MAX)?;
     let mut entries = Vec::with_capacity(count);
     for _ in 0..count {
         entries.push(decode_entry(reader)?);
@@ -297,16 +303,16 @@ fn decode_append_request(
     })
 }
 
-fn encode_vote_request(out: &mut Writer, request: &VoteRequest<TypeConfig>) {
+fn encode_vote_request(out: &mut Encoder, request: &VoteRequest<TypeConfig>) {
     encode_vote(out, &request.vote);
     encode_option_log_id(out, request.last_log_id.as_ref());
-    out.bool(request.leadership_transfer);
+    out.put_bool(request.leadership_transfer);
 }
 
-fn decode_vote_request(reader: &mut Reader<'_>) -> Result<VoteRequest<TypeConfig>, DecodeError> {
+fn decode_vote_request(reader: &mut Decoder<'_>) -> Result<VoteRequest<TypeConfig>, DecodeError> {
     let vote = decode_vote(reader)?;
     let last_log_id = decode_option_log_id(reader)?;
-    let leadership_transfer = reader.bool("leadership transfer")?;
+    let leadership_transfer = reader.get_bool("leadership transfer")?;
     let mut request = VoteRequest::new(vote, last_log_id);
     request.leadership_transfer = leadership_transfer;
     Ok(request)
@@ -315,36 +321,36 @@ fn decode_vote_request(reader: &mut Reader<'_>) -> Result<VoteRequest<TypeConfig
 impl RpcRequest {
     /// The encoding: version, kind, body.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Writer::new();
-        out.u8(RPC_VERSION);
+        let mut out = Encoder::new();
+        out.put_u8(RPC_VERSION);
         match self {
             RpcRequest::AppendEntries(request) => {
-                out.u8(REQUEST_APPEND_ENTRIES);
+                out.put_u8(REQUEST_APPEND_ENTRIES);
                 encode_append_request(&mut out, request);
             }
             RpcRequest::Vote(request) => {
-                out.u8(REQUEST_VOTE);
+                out.put_u8(REQUEST_VOTE);
                 encode_vote_request(&mut out, request);
             }
             RpcRequest::PreVote(request) => {
-                out.u8(REQUEST_PRE_VOTE);
+                out.put_u8(REQUEST_PRE_VOTE);
                 encode_vote_request(&mut out, request);
             }
             RpcRequest::InstallSnapshot(request) => {
-                out.u8(REQUEST_INSTALL_SNAPSHOT);
+                out.put_u8(REQUEST_INSTALL_SNAPSHOT);
                 encode_vote(&mut out, &request.vote);
                 encode_snapshot_meta(&mut out, &request.meta);
-                out.bytes(&request.data);
+                out.put_bytes(&request.data);
             }
         }
-        out.into_bytes()
+        out.into_vec()
     }
 
     /// Decodes a request that fills all of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Result<RpcRequest, DecodeError> {
-        let mut reader = Reader::new(bytes);
+        let mut reader = Decoder::from_slice(bytes);
         check_version(&mut reader)?;
-        let request = match reader.u8("request kind")? {
+        let request = match reader.get_u8("request kind")? {
             REQUEST_APPEND_ENTRIES => {
                 RpcRequest::AppendEntries(decode_append_request(&mut reader)?)
             }
@@ -353,7 +359,7 @@ impl RpcRequest {
             REQUEST_INSTALL_SNAPSHOT => {
                 let vote = decode_vote(&mut reader)?;
                 let meta = decode_snapshot_meta(&mut reader)?;
-                let data = reader.bytes("snapshot", SNAPSHOT_BYTES_MAX)?.to_vec();
+                let data = reader.get_slice("snapshot", SNAPSHOT_BYTES_MAX)?.to_vec();
                 RpcRequest::InstallSnapshot(SnapshotRequest { vote, meta, data })
             }
             tag => {
@@ -371,49 +377,53 @@ impl RpcRequest {
 impl RpcReply {
     /// The encoding: version, kind, body.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Writer::new();
-        out.u8(RPC_VERSION);
+        let mut out = Encoder::new();
+        out.put_u8(RPC_VERSION);
         match self {
             RpcReply::AppendEntries(response) => {
-                out.u8(REPLY_APPEND_ENTRIES);
+                out.put_u8(REPLY_APPEND_ENTRIES);
                 match response {
-                    AppendEntriesResponse::Success => out.u8(APPEND_SUCCESS),
+                    AppendEntriesResponse::Success => {
+                        out.put_u8(APPEND_SUCCESS);
+                    }
                     AppendEntriesResponse::PartialSuccess(log_id) => {
-                        out.u8(APPEND_PARTIAL_SUCCESS);
+                        out.put_u8(APPEND_PARTIAL_SUCCESS);
                         encode_option_log_id(&mut out, log_id.as_ref());
                     }
-                    AppendEntriesResponse::Conflict => out.u8(APPEND_CONFLICT),
+                    AppendEntriesResponse::Conflict => {
+                        out.put_u8(APPEND_CONFLICT);
+                    }
                     AppendEntriesResponse::HigherVote(vote) => {
-                        out.u8(APPEND_HIGHER_VOTE);
+                        out.put_u8(APPEND_HIGHER_VOTE);
                         encode_vote(&mut out, vote);
                     }
                 }
             }
             RpcReply::Vote(response) => {
-                out.u8(REPLY_VOTE);
+                out.put_u8(REPLY_VOTE);
                 encode_vote(&mut out, &response.vote);
-                out.bool(response.vote_granted);
+                out.put_bool(response.vote_granted);
                 encode_option_log_id(&mut out, response.last_log_id.as_ref());
             }
             RpcReply::Snapshot(response) => {
-                out.u8(REPLY_SNAPSHOT);
+                out.put_u8(REPLY_SNAPSHOT);
                 encode_vote(&mut out, &response.vote);
             }
             RpcReply::Refused(reason) => {
-                out.u8(REPLY_REFUSED);
-                out.str(truncate_text(reason, REFUSAL_TEXT_BYTES_MAX));
+                out.put_u8(REPLY_REFUSED);
+                out.put_str(truncate_text(reason, REFUSAL_TEXT_BYTES_MAX));
             }
         }
-        out.into_bytes()
+        out.into_vec()
     }
 
     /// Decodes a reply that fills all of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Result<RpcReply, DecodeError> {
-        let mut reader = Reader::new(bytes);
+        let mut reader = Decoder::from_slice(bytes);
         check_version(&mut reader)?;
-        let reply = match reader.u8("reply kind")? {
+        let reply = match reader.get_u8("reply kind")? {
             REPLY_APPEND_ENTRIES => {
-                let response = match reader.u8("append outcome")? {
+                let response = match reader.get_u8("append outcome")? {
                     APPEND_SUCCESS => AppendEntriesResponse::Success,
                     APPEND_PARTIAL_SUCCESS => {
                         AppendEntriesResponse::PartialSuccess(decode_option_log_id(&mut reader)?)
@@ -433,14 +443,16 @@ impl RpcReply {
             }
             REPLY_VOTE => {
                 let vote = decode_vote(&mut reader)?;
-                let granted = reader.bool("vote granted")?;
+                let granted = reader.get_bool("vote granted")?;
                 let last_log_id = decode_option_log_id(&mut reader)?;
                 RpcReply::Vote(VoteResponse::new(vote, last_log_id, granted))
             }
             REPLY_SNAPSHOT => RpcReply::Snapshot(SnapshotResponse::new(decode_vote(&mut reader)?)),
-            REPLY_REFUSED => {
-                RpcReply::Refused(reader.str("refusal", REFUSAL_TEXT_BYTES_MAX)?.to_owned())
-            }
+            REPLY_REFUSED => RpcReply::Refused(
+                reader
+                    .get_str("refusal", REFUSAL_TEXT_BYTES_MAX)?
+                    .to_owned(),
+            ),
             tag => {
                 return Err(DecodeError::UnknownTag {
                     what: "reply kind",
@@ -453,8 +465,8 @@ impl RpcReply {
     }
 }
 
-fn check_version(reader: &mut Reader<'_>) -> Result<(), DecodeError> {
-    let version = reader.u8("rpc version")?;
+fn check_version(reader: &mut Decoder<'_>) -> Result<(), DecodeError> {
+    let version = reader.get_u8("rpc version")?;
     if version != RPC_VERSION {
         return Err(DecodeError::UnknownTag {
             what: "rpc version",

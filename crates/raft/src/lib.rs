@@ -48,7 +48,6 @@ pub use log_store::{LogOpenError, LogStore};
 pub use meta_raft::{
     MetaRaft, RaftConfig, RaftReadError, RaftRole, RaftSummary, RaftWriteError, StartError,
 };
-pub use myriad_meta::DecodeError;
 pub use network::{RaftTransport, TransportError};
 pub use state_machine::{ApplyObserver, MetaStateReader, SnapshotOpenError, StateMachineStore};
 pub use types::{SuperpeerNode, TypeConfig};

@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 
-use myriad_meta::codec::{DecodeError, Reader, Writer};
+use myriad_types::codec::{DecodeError, Decoder, Encoder};
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::OptionalSend;
 use parking_lot::Mutex;
@@ -97,36 +97,36 @@ pub enum LogRecord {
 impl LogRecord {
     /// The record's encoding: a tag byte and its body.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Writer::new();
+        let mut out = Encoder::new();
         match self {
             LogRecord::Append(entry) => {
-                out.u8(RECORD_APPEND);
+                out.put_u8(RECORD_APPEND);
                 encode_entry(&mut out, entry);
             }
             LogRecord::TruncateAfter(log_id) => {
-                out.u8(RECORD_TRUNCATE_AFTER);
+                out.put_u8(RECORD_TRUNCATE_AFTER);
                 encode_option_log_id(&mut out, log_id.as_ref());
             }
             LogRecord::Purge(log_id) => {
-                out.u8(RECORD_PURGE);
+                out.put_u8(RECORD_PURGE);
                 encode_log_id(&mut out, log_id);
             }
             LogRecord::Committed(log_id) => {
-                out.u8(RECORD_COMMITTED);
+                out.put_u8(RECORD_COMMITTED);
                 encode_option_log_id(&mut out, log_id.as_ref());
             }
             LogRecord::Vote(vote) => {
-                out.u8(RECORD_VOTE);
+                out.put_u8(RECORD_VOTE);
                 encode_vote(&mut out, vote);
             }
         }
-        out.into_bytes()
+        out.into_vec()
     }
 
     /// Decodes a record that fills all of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Result<LogRecord, DecodeError> {
-        let mut reader = Reader::new(bytes);
-        let record = match reader.u8("record tag")? {
+        let mut reader = Decoder::from_slice(bytes);
+        let record = match reader.get_u8("record tag")? {
             RECORD_APPEND => LogRecord::Append(decode_entry(&mut reader)?),
             RECORD_TRUNCATE_AFTER => LogRecord::TruncateAfter(decode_option_log_id(&mut reader)?),
             RECORD_PURGE => LogRecord::Purge(decode_log_id(&mut reader)?),

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use myriad_meta::limits::ADDRESS_BYTES_MAX;
 use myriad_meta::{Command, MetaState, Response};
+use myriad_types::limits::ADDRESS_BYTES_MAX;
 use openraft::async_runtime::WatchReceiver;
 use openraft::errors::{
     ClientWriteError, ForwardReason, InitializeError, LinearizableReadError, RaftError,

@@ -36,8 +36,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use futures_util::{Stream, TryStreamExt};
-use myriad_meta::codec::{DecodeError, Reader, Writer};
 use myriad_meta::{Command, MetaState, Response};
+use myriad_types::codec::{DecodeError, Decoder, Encoder};
 use openraft::storage::{EntryResponder, RaftSnapshotBuilder, RaftStateMachine};
 use openraft::OptionalSend;
 use parking_lot::{Mutex, RwLock};
@@ -135,10 +135,10 @@ pub fn encode_snapshot_file(meta: &SnapshotMeta, data: &[u8]) -> io::Result<Vec<
             ),
         ));
     }
-    let mut body = Writer::new();
+    let mut body = Encoder::new();
     encode_snapshot_meta(&mut body, meta);
-    body.bytes(data);
-    let body = body.into_bytes();
+    body.put_bytes(data);
+    let body = body.into_vec();
     let mut file = Vec::with_capacity(SNAPSHOT_HEADER_BYTES + body.len());
     file.extend_from_slice(&SNAPSHOT_MAGIC);
     file.extend_from_slice(&SNAPSHOT_FORMAT_VERSION.to_le_bytes());
@@ -176,9 +176,11 @@ pub fn decode_snapshot_file(
     if crc32c::crc32c(body) != crc {
         return Err(DecodeError::Invalid("snapshot checksum"));
     }
-    let mut reader = Reader::new(body);
+    let mut reader = Decoder::from_slice(body);
     let meta = decode_snapshot_meta(&mut reader)?;
-    let data = reader.bytes("snapshot data", SNAPSHOT_BYTES_MAX)?.to_vec();
+    let data = reader
+        .get_slice("snapshot data", SNAPSHOT_BYTES_MAX)?
+        .to_vec();
     reader.finish()?;
     let state = MetaState::from_snapshot(&data)?;
     Ok((meta, data, state))

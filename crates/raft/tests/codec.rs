@@ -3,14 +3,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use myriad_mem::{ChunkId, NodeId};
-use myriad_meta::codec::{Reader, Writer};
 use myriad_meta::{Capabilities, Command, MetaState, Role};
 use myriad_raft::codec::*;
 use myriad_raft::limits::{APPEND_ENTRIES_MAX, LOG_INDEX_MAX, NODE_ID_MAX, TERM_MAX};
 use myriad_raft::log_store::{read_frame, Frame, LogRecord};
 use myriad_raft::state_machine::{decode_snapshot_file, encode_snapshot_file};
 use myriad_raft::types::*;
+use myriad_types::codec::{Decoder, Encoder};
+use myriad_types::{ChunkId, NodeId};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
 };
@@ -206,9 +206,9 @@ fn decode_everything(bytes: &[u8]) {
     let _ = LogRecord::from_bytes(bytes);
     let _ = read_frame(bytes);
     let _ = decode_snapshot_file(bytes);
-    let _ = decode_entry(&mut Reader::new(bytes));
-    let _ = decode_membership(&mut Reader::new(bytes));
-    let _ = decode_snapshot_meta(&mut Reader::new(bytes));
+    let _ = decode_entry(&mut Decoder::from_slice(bytes));
+    let _ = decode_membership(&mut Decoder::from_slice(bytes));
+    let _ = decode_snapshot_meta(&mut Decoder::from_slice(bytes));
 }
 
 proptest! {
@@ -216,12 +216,12 @@ proptest! {
 
     #[test]
     fn scalars_round_trip(vote in vote(), log_id in log_id(), optional in proptest::option::of(log_id())) {
-        let mut out = Writer::new();
+        let mut out = Encoder::new();
         encode_vote(&mut out, &vote);
         encode_log_id(&mut out, &log_id);
         encode_option_log_id(&mut out, optional.as_ref());
-        let bytes = out.into_bytes();
-        let mut reader = Reader::new(&bytes);
+        let bytes = out.into_vec();
+        let mut reader = Decoder::from_slice(&bytes);
         prop_assert_eq!(decode_vote(&mut reader).unwrap(), vote);
         prop_assert_eq!(decode_log_id(&mut reader).unwrap(), log_id);
         prop_assert_eq!(decode_option_log_id(&mut reader).unwrap(), optional);
@@ -230,12 +230,12 @@ proptest! {
 
     #[test]
     fn entries_and_memberships_round_trip(entry in entry(), stored in stored_membership(), meta in snapshot_meta()) {
-        let mut out = Writer::new();
+        let mut out = Encoder::new();
         encode_entry(&mut out, &entry);
         encode_stored_membership(&mut out, &stored);
         encode_snapshot_meta(&mut out, &meta);
-        let bytes = out.into_bytes();
-        let mut reader = Reader::new(&bytes);
+        let bytes = out.into_vec();
+        let mut reader = Decoder::from_slice(&bytes);
         prop_assert_eq!(decode_entry(&mut reader).unwrap(), entry);
         prop_assert_eq!(decode_stored_membership(&mut reader).unwrap(), stored);
         prop_assert_eq!(decode_snapshot_meta(&mut reader).unwrap(), meta);
@@ -313,18 +313,18 @@ proptest! {
 #[test]
 fn hostile_counts_are_refused_before_allocation() {
     // An AppendEntries claiming more entries than allowed.
-    let mut out = Writer::new();
-    out.u8(RPC_VERSION);
-    out.u8(1);
+    let mut out = Encoder::new();
+    out.put_u8(RPC_VERSION);
+    out.put_u8(1);
     encode_vote(&mut out, &Vote::new(1, 1));
-    out.u8(0);
-    out.u8(0);
-    out.varint(APPEND_ENTRIES_MAX as u64 + 1);
-    assert!(RpcRequest::from_bytes(&out.into_bytes()).is_err());
+    out.put_u8(0);
+    out.put_u8(0);
+    out.put_varint(APPEND_ENTRIES_MAX as u64 + 1);
+    assert!(RpcRequest::from_bytes(&out.into_vec()).is_err());
     // A snapshot claiming a huge length with nothing behind it.
-    let mut out = Writer::new();
-    out.u8(RPC_VERSION);
-    out.u8(4);
+    let mut out = Encoder::new();
+    out.put_u8(RPC_VERSION);
+    out.put_u8(4);
     encode_vote(&mut out, &Vote::new(1, 1));
     encode_snapshot_meta(
         &mut out,
@@ -333,46 +333,116 @@ fn hostile_counts_are_refused_before_allocation() {
             last_membership: StoredMembership::default(),
         },
     );
-    out.varint(u64::from(u32::MAX));
-    assert!(RpcRequest::from_bytes(&out.into_bytes()).is_err());
+    out.put_varint(u64::from(u32::MAX));
+    assert!(RpcRequest::from_bytes(&out.into_vec()).is_err());
     // A node ID beyond 16 bits.
-    let mut out = Writer::new();
-    out.varint(7);
-    out.varint(NODE_ID_MAX + 1);
-    assert!(decode_leader_id(&mut Reader::new(&out.into_bytes())).is_err());
+    let mut out = Encoder::new();
+    out.put_varint(7);
+    out.put_varint(NODE_ID_MAX + 1);
+    assert!(decode_leader_id(&mut Decoder::from_slice(&out.into_vec())).is_err());
     // Terms and indexes so large that openraft's arithmetic could overflow.
-    let mut out = Writer::new();
-    out.varint(TERM_MAX + 1);
-    out.varint(1);
-    assert!(decode_leader_id(&mut Reader::new(&out.into_bytes())).is_err());
-    let mut out = Writer::new();
-    out.varint(1);
-    out.varint(1);
-    out.varint(LOG_INDEX_MAX + 1);
-    assert!(decode_log_id(&mut Reader::new(&out.into_bytes())).is_err());
+    let mut out = Encoder::new();
+    out.put_varint(TERM_MAX + 1);
+    out.put_varint(1);
+    assert!(decode_leader_id(&mut Decoder::from_slice(&out.into_vec())).is_err());
+    let mut out = Encoder::new();
+    out.put_varint(1);
+    out.put_varint(1);
+    out.put_varint(LOG_INDEX_MAX + 1);
+    assert!(decode_log_id(&mut Decoder::from_slice(&out.into_vec())).is_err());
 }
 
 #[test]
 fn membership_without_a_voter_address_is_refused() {
-    let mut out = Writer::new();
-    out.varint(1); // one voter set
-    out.varint(2); // two voters
-    out.varint(1);
-    out.varint(2);
-    out.varint(1); // one node with an address
-    out.varint(1);
-    out.str("a:1");
-    assert!(decode_membership(&mut Reader::new(&out.into_bytes())).is_err());
+    let mut out = Encoder::new();
+    out.put_varint(1); // one voter set
+    out.put_varint(2); // two voters
+    out.put_varint(1);
+    out.put_varint(2);
+    out.put_varint(1); // one node with an address
+    out.put_varint(1);
+    out.put_str("a:1");
+    assert!(decode_membership(&mut Decoder::from_slice(&out.into_vec())).is_err());
     let voters: BTreeSet<u64> = [1].into();
     let ok = Membership::new(
         vec![voters],
         BTreeMap::from([(1, SuperpeerNode::new("a:1"))]),
     )
     .unwrap();
-    let mut out = Writer::new();
+    let mut out = Encoder::new();
     encode_membership(&mut out, &ok);
     assert_eq!(
-        decode_membership(&mut Reader::new(&out.into_bytes())).unwrap(),
+        decode_membership(&mut Decoder::from_slice(&out.into_vec())).unwrap(),
         ok
+    );
+}
+
+/// FNV-1a over each encoding's length (8 bytes, little-endian) and bytes: one number that
+/// changes when any byte of any encoding does.
+#[derive(Debug, PartialEq, Eq)]
+struct Digest {
+    encodings: usize,
+    bytes: usize,
+    fnv: u64,
+}
+
+impl Digest {
+    fn new() -> Digest {
+        Digest {
+            encodings: 0,
+            bytes: 0,
+            fnv: 0xcbf2_9ce4_8422_2325,
+        }
+    }
+
+    fn add(&mut self, encoding: &[u8]) {
+        self.encodings += 1;
+        self.bytes += encoding.len();
+        for &byte in (encoding.len() as u64).to_le_bytes().iter().chain(encoding) {
+            self.fnv = (self.fnv ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// Byte identity of the Raft RPC, log-file and snapshot-file formats across codec changes
+/// (issue 16 moved them to `myriad_types::codec`): a fixed, seeded sample of requests,
+/// replies, log records (and their frames) and snapshot files, folded into one digest
+/// recorded with the codec that first wrote these formats.
+#[test]
+fn encodings_match_the_recorded_digest() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::deterministic();
+    let mut digest = Digest::new();
+    let names = proptest::collection::vec("[a-z]{1,12}", 0..10);
+    for _ in 0..300 {
+        let request = request().new_tree(&mut runner).expect("a sample").current();
+        digest.add(&request.to_bytes());
+        let reply = reply().new_tree(&mut runner).expect("a sample").current();
+        digest.add(&reply.to_bytes());
+        let record = record().new_tree(&mut runner).expect("a sample").current();
+        digest.add(&record.to_bytes());
+        digest.add(&record.to_frame().expect("a frame"));
+        let meta = snapshot_meta()
+            .new_tree(&mut runner)
+            .expect("a sample")
+            .current();
+        let mut state = MetaState::new();
+        let sample = names.new_tree(&mut runner).expect("a sample").current();
+        for (index, name) in sample.iter().enumerate() {
+            state.apply(&Command::NameRegister {
+                name: name.clone(),
+                cid: ChunkId::from_raw(index as u64),
+            });
+        }
+        digest.add(&encode_snapshot_file(&meta, &state.snapshot()).expect("a file"));
+    }
+    assert_eq!(
+        digest,
+        Digest {
+            encodings: 1_500,
+            bytes: 133_316,
+            fnv: 0xb7c3a195f6521f20
+        }
     );
 }

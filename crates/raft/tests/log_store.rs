@@ -4,11 +4,11 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
-use myriad_mem::ChunkId;
 use myriad_meta::Command;
 use myriad_raft::log_store::{LogRecord, LOG_FILE_NAME};
 use myriad_raft::types::*;
 use myriad_raft::{LogOpenError, LogStore};
+use myriad_types::ChunkId;
 use openraft::storage::{IOFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::type_config::TypeConfigExt;
 

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::fs;
 
-use myriad_mem::ChunkId;
 use myriad_meta::{Command, MetaState};
 use myriad_raft::state_machine::SNAPSHOT_FILE_NAME;
 use myriad_raft::types::*;
 use myriad_raft::{SnapshotOpenError, StateMachineStore};
+use myriad_types::ChunkId;
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
 
 fn log_id(index: u64) -> LogId {

@@ -34,9 +34,11 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use myriad_backup_log::{LogEngine, LogError, RecoveredChunk, RecoveryOptions, RecoveryReport, ZoneId};
-use myriad_mem::NodeId;
+use myriad_backup_log::{
+    LogEngine, LogError, RecoveredChunk, RecoveryOptions, RecoveryReport, ZoneId,
+};
 use myriad_net::{Handlers, Incoming, NetError, NetHandle};
+use myriad_types::NodeId;
 use parking_lot::{Condvar, Mutex};
 
 use crate::wire::{self, Ack, AckStatus, LogMessage, Op};
@@ -281,7 +283,7 @@ impl Inner {
         let Some(net) = self.net.get() else {
             return;
         };
-        if let Err(e) = net.send_blocking(myriad_net::NodeId(to.0), wire::ACK, ack.encode()) {
+        if let Err(e) = net.send_blocking(to, wire::ACK, ack.encode()) {
             tracing::debug!(master = %to, error = %e, "replication ack not sent");
         }
     }
@@ -315,7 +317,7 @@ impl Inner {
         if self.net.get().is_none() {
             return;
         }
-        let master = NodeId(incoming.from.0);
+        let master = incoming.from;
         let message = match LogMessage::decode(incoming.payload) {
             Ok(message) => message,
             Err(e) => {

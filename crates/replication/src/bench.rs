@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use myriad_backup_log::{DiskStorage, IoMode, LogConfig, LogEngine};
-use myriad_mem::{ChunkId, NodeId};
 use myriad_net::{Config, Endpoint, Handlers};
+use myriad_types::{ChunkId, NodeId};
 
 use crate::master::{
     BackupCandidates, ChunkSource, RegisterFuture, Replicator, ReplicatorConfig, ZoneRegistry,
@@ -157,25 +157,17 @@ impl LocalReplicas {
                 .map_err(setup("backup service"))?;
             let mut handlers = Handlers::new();
             service.register(&mut handlers).map_err(setup("handlers"))?;
-            let endpoint = Endpoint::start(
-                Config::new(myriad_net::NodeId(node.0), localhost, SECRET),
-                handlers,
-            )
-            .map_err(setup("backup endpoint"))?;
+            let endpoint = Endpoint::start(Config::new(node, localhost, SECRET), handlers)
+                .map_err(setup("backup endpoint"))?;
             service.attach(endpoint.handle());
             backups.push((node, endpoint, service));
         }
-        let master = Endpoint::start(
-            Config::new(myriad_net::NodeId(master_id.0), localhost, SECRET),
-            Handlers::new(),
-        )
-        .map_err(setup("master endpoint"))?;
+        let master = Endpoint::start(Config::new(master_id, localhost, SECRET), Handlers::new())
+            .map_err(setup("master endpoint"))?;
         let net = master.handle();
         for (node, endpoint, _) in &backups {
-            net.set_address(myriad_net::NodeId(node.0), endpoint.handle().local_addr());
-            endpoint
-                .handle()
-                .set_address(myriad_net::NodeId(master_id.0), net.local_addr());
+            net.set_address(*node, endpoint.handle().local_addr());
+            endpoint.handle().set_address(master_id, net.local_addr());
         }
         Ok(LocalReplicas {
             master_id,

@@ -53,7 +53,7 @@ pub use master::{
     ZoneReplacement, ZoneStats,
 };
 pub use myriad_placement::{Candidate, Strategy};
-pub use myriad_mem::{ChunkId, NodeId};
+pub use myriad_types::{ChunkId, NodeId};
 
 use std::time::Duration;
 

@@ -55,10 +55,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
+use myriad_net::{Incoming, NetHandle};
 use myriad_placement::zones::ZoneUsage;
 use myriad_placement::{Candidate, Placement, PlacementError, Strategy, ZoneId, ZoneTree};
-use myriad_mem::{ChunkId, NodeId};
-use myriad_net::{Incoming, NetHandle};
+use myriad_types::{ChunkId, NodeId};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -375,10 +375,7 @@ impl Stream {
         net.runtime().spawn(async move {
             while let Some(batch) = batches.recv().await {
                 for message in batch {
-                    if let Err(e) = task_net
-                        .send(net_id(backup), wire::REPLICATE, message)
-                        .await
-                    {
+                    if let Err(e) = task_net.send(backup, wire::REPLICATE, message).await {
                         // The window keeps the rest; a resend follows.
                         tracing::debug!(%backup, error = %e, "replication send failed");
                         break;
@@ -513,10 +510,6 @@ impl<'a> AsyncChange<'a> {
             AsyncChange::Remove(cid, size) => Change::Remove(cid, size),
         }
     }
-}
-
-fn net_id(node: NodeId) -> myriad_net::NodeId {
-    myriad_net::NodeId(node.0)
 }
 
 impl Replicator {
@@ -1258,7 +1251,7 @@ impl Inner {
     }
 
     fn on_ack(&self, incoming: Incoming) {
-        let backup = NodeId(incoming.from.0);
+        let backup = incoming.from;
         let ack = match Ack::decode(incoming.payload) {
             Ok(ack) => ack,
             Err(e) => {
@@ -1335,7 +1328,7 @@ impl Inner {
                     return;
                 }
                 while let Some(lost) = events.try_recv() {
-                    if let Some(stream) = state.streams.get_mut(&NodeId(lost.node.0)) {
+                    if let Some(stream) = state.streams.get_mut(&lost.node) {
                         if !stream.window.is_empty() {
                             stream.resend_requested = true;
                         }

@@ -16,7 +16,7 @@
 //! (duplicates) and stops at a gap (acknowledging with [`AckStatus::Gap`] so the master
 //! resends at once).
 //!
-//! # Byte layout (integers little-endian, `varint` = LEB128 of [`myriad_net::codec`])
+//! # Byte layout (integers little-endian, `varint` = LEB128 of [`myriad_types::codec`])
 //! ```text
 //! LogMessage := stream u64 | first_seq varint (>= 1) | flags u8 | count varint (>= 1) | op*count
 //!   flags     := bit 0: the master waits for durability of these operations (flush now)
@@ -32,9 +32,9 @@
 //! allocated; decoding never panics ([`fuzz_decode`]).
 
 use bytes::Bytes;
-use myriad_mem::NodeId;
-use myriad_net::codec::{Decoder, Encoder};
-use myriad_net::{DecodeError, MessageType};
+use myriad_net::MessageType;
+use myriad_types::codec::{DecodeError, Decoder, Encoder};
+use myriad_types::NodeId;
 
 /// Master → backup: a [`LogMessage`] (ordered, one-way).
 pub const REPLICATE: MessageType = MessageType::ordered(30, 0);
@@ -126,37 +126,37 @@ impl Op {
             Op::Remove { .. } => (TAG_REMOVE, TAG_REMOVE_FOR),
         };
         match self.owner() {
-            Some(owner) => encoder.put_u8(adopted).put_u16(owner.0),
+            Some(owner) => encoder.put_u8(adopted).put_u16_le(owner.0),
             None => encoder.put_u8(plain),
         };
         encoder
             .put_varint(u64::from(self.zone()))
-            .put_u64(self.cid());
+            .put_u64_le(self.cid());
         if let Op::Put { data, .. } = self {
             encoder.put_bytes(data);
         }
     }
 
     fn decode(decoder: &mut Decoder) -> Result<Op, WireError> {
-        let tag = decoder.get_u8()?;
+        let tag = decoder.get_u8("op tag")?;
         let owner = match tag {
             TAG_PUT | TAG_REMOVE => None,
-            TAG_PUT_FOR | TAG_REMOVE_FOR => Some(NodeId(decoder.get_u16()?)),
+            TAG_PUT_FOR | TAG_REMOVE_FOR => Some(NodeId(decoder.get_u16_le("owner")?)),
             tag => return Err(WireError::UnknownTag { what: "op", tag }),
         };
-        let zone_raw = decoder.get_varint()?;
+        let zone_raw = decoder.get_varint("zone")?;
         let zone = u32::try_from(zone_raw).map_err(|_| WireError::TooLarge {
             what: "zone",
             value: zone_raw,
             max: u64::from(u32::MAX),
         })?;
-        let cid = decoder.get_u64()?;
+        let cid = decoder.get_u64_le("cid")?;
         match tag {
             TAG_PUT | TAG_PUT_FOR => Ok(Op::Put {
                 owner,
                 zone,
                 cid,
-                data: decoder.get_bytes()?,
+                data: decoder.get_bytes("data")?,
             }),
             _ => Ok(Op::Remove { owner, zone, cid }),
         }
@@ -186,7 +186,7 @@ pub fn encode_log_message(
     let capacity: usize = 8 + 10 + 1 + 10 + ops.iter().map(Op::encoded_bytes).sum::<usize>();
     let mut encoder = Encoder::with_capacity(capacity);
     encoder
-        .put_u64(stream)
+        .put_u64_le(stream)
         .put_varint(first_seq)
         .put_u8(if durable_requested { FLAG_DURABLE } else { 0 })
         .put_varint(ops.len() as u64);
@@ -216,16 +216,16 @@ impl LogMessage {
     /// fields.
     pub fn decode(payload: Bytes) -> Result<LogMessage, WireError> {
         let mut decoder = Decoder::new(payload);
-        let stream = decoder.get_u64()?;
-        let first_seq = decoder.get_varint()?;
+        let stream = decoder.get_u64_le("stream")?;
+        let first_seq = decoder.get_varint("first seq")?;
         if first_seq == 0 {
             return Err(WireError::Invalid("first sequence number 0"));
         }
-        let flags = decoder.get_u8()?;
+        let flags = decoder.get_u8("flags")?;
         if flags & !FLAG_DURABLE != 0 {
             return Err(WireError::Invalid("unknown flag bits"));
         }
-        let count_raw = decoder.get_varint()?;
+        let count_raw = decoder.get_varint("operation count")?;
         let count = usize::try_from(count_raw).unwrap_or(usize::MAX);
         if count == 0 {
             return Err(WireError::Invalid("empty log message"));
@@ -238,7 +238,7 @@ impl LogMessage {
             });
         }
         if count > decoder.remaining() / OP_BYTES_MIN {
-            return Err(WireError::Codec(DecodeError::Truncated));
+            return Err(WireError::Codec(DecodeError::Truncated("operation count")));
         }
         if first_seq.checked_add(count as u64).is_none() {
             return Err(WireError::Invalid("sequence numbers overflow"));
@@ -287,7 +287,7 @@ impl Ack {
     pub fn encode(&self) -> Bytes {
         let mut encoder = Encoder::with_capacity(32);
         encoder
-            .put_u64(self.stream)
+            .put_u64_le(self.stream)
             .put_varint(self.applied_seq)
             .put_varint(self.durable_seq);
         match &self.status {
@@ -311,17 +311,17 @@ impl Ack {
     /// Decodes an acknowledgement.
     pub fn decode(payload: Bytes) -> Result<Ack, WireError> {
         let mut decoder = Decoder::new(payload);
-        let stream = decoder.get_u64()?;
-        let applied_seq = decoder.get_varint()?;
-        let durable_seq = decoder.get_varint()?;
+        let stream = decoder.get_u64_le("stream")?;
+        let applied_seq = decoder.get_varint("applied seq")?;
+        let durable_seq = decoder.get_varint("durable seq")?;
         if durable_seq > applied_seq {
             return Err(WireError::Invalid("durable beyond applied"));
         }
-        let status = match decoder.get_u8()? {
+        let status = match decoder.get_u8("ack status")? {
             0 => AckStatus::Ok,
             1 => AckStatus::Gap,
             2 => {
-                let reason = decoder.get_str()?;
+                let reason = decoder.get_str("refusal reason", usize::MAX)?;
                 if reason.len() > REASON_BYTES_MAX {
                     return Err(WireError::TooLarge {
                         what: "refusal reason",
@@ -329,7 +329,7 @@ impl Ack {
                         max: REASON_BYTES_MAX as u64,
                     });
                 }
-                AckStatus::Refused(reason)
+                AckStatus::Refused(reason.to_owned())
             }
             tag => {
                 return Err(WireError::UnknownTag {
@@ -475,6 +475,87 @@ mod tests {
         }
     }
 
+    /// FNV-1a over each encoding's length (8 bytes, little-endian) and bytes.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Digest {
+        encodings: usize,
+        bytes: usize,
+        fnv: u64,
+    }
+
+    impl Digest {
+        fn add(&mut self, encoding: &[u8]) {
+            self.encodings += 1;
+            self.bytes += encoding.len();
+            for &byte in (encoding.len() as u64).to_le_bytes().iter().chain(encoding) {
+                self.fnv = (self.fnv ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+
+    /// Byte identity of the replication wire format across codec changes (issue 16 moved
+    /// the codec to `myriad_types::codec`): a seeded sample of log messages and acks folded
+    /// into one digest recorded with the codec that first wrote this format.
+    #[test]
+    fn encodings_match_the_recorded_digest() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::TestRunner;
+        let mut runner = TestRunner::deterministic();
+        let mut digest = Digest {
+            encodings: 0,
+            bytes: 0,
+            fnv: 0xcbf2_9ce4_8422_2325,
+        };
+        let message = (
+            any::<u64>(),
+            1u64..u64::MAX / 2,
+            any::<bool>(),
+            proptest::collection::vec(op_strategy(), 1..20),
+        );
+        let ack = (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            prop_oneof![
+                Just(AckStatus::Ok),
+                Just(AckStatus::Gap),
+                "[a-z ]{0,40}".prop_map(AckStatus::Refused),
+            ],
+        );
+        for _ in 0..500 {
+            let (stream, first_seq, durable_requested, ops) =
+                message.new_tree(&mut runner).expect("a sample").current();
+            digest.add(
+                &LogMessage {
+                    stream,
+                    first_seq,
+                    durable_requested,
+                    ops,
+                }
+                .encode(),
+            );
+            let (stream, applied_seq, durable_seq, status) =
+                ack.new_tree(&mut runner).expect("a sample").current();
+            digest.add(
+                &Ack {
+                    stream,
+                    applied_seq,
+                    durable_seq,
+                    status,
+                }
+                .encode(),
+            );
+        }
+        assert_eq!(
+            digest,
+            Digest {
+                encodings: 1_000,
+                bytes: 180_415,
+                fnv: 0xec508938d294d672
+            }
+        );
+    }
+
     #[test]
     fn rejects_zero_first_seq_empty_and_huge_counts() {
         let ok = LogMessage {
@@ -505,20 +586,23 @@ mod tests {
         let empty = encode_log_message(1, 1, false, &[]);
         assert!(LogMessage::decode(empty).is_err());
         let mut huge = Encoder::new();
-        huge.put_u64(1).put_varint(1).put_u8(0).put_varint(1 << 40);
+        huge.put_u64_le(1)
+            .put_varint(1)
+            .put_u8(0)
+            .put_varint(1 << 40);
         assert!(matches!(
             LogMessage::decode(huge.finish()),
             Err(WireError::TooLarge { .. })
         ));
         let mut bad_zone = Encoder::new();
         bad_zone
-            .put_u64(1)
+            .put_u64_le(1)
             .put_varint(1)
             .put_u8(0)
             .put_varint(1)
             .put_u8(TAG_REMOVE)
             .put_varint(1 << 33)
-            .put_u64(5);
+            .put_u64_le(5);
         assert!(matches!(
             LogMessage::decode(bad_zone.finish()),
             Err(WireError::TooLarge { what: "zone", .. })

@@ -7,9 +7,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use crossbeam_channel::{unbounded, Receiver};
 use myriad_backup_log::{LogConfig, LogEngine, MemStorage};
-use myriad_net::{Config, Endpoint, Handlers, Incoming, NodeId};
+use myriad_net::{Config, Endpoint, Handlers, Incoming};
 use myriad_replication::wire::{self, Ack, AckStatus, LogMessage, Op};
 use myriad_replication::{BackupConfig, BackupService};
+use myriad_types::NodeId;
 
 const SECRET: &str = "replica-backup-test";
 const MASTER: NodeId = NodeId(1);
@@ -146,16 +147,10 @@ fn duplicates_are_dropped_gaps_stop_and_streams_restart() {
     let stats = rig.service.engine().stats();
     assert_eq!(stats.appended_entries, 4, "puts applied: 1, 2, 3 and 60");
     assert_eq!(stats.removes, 1);
-    assert_eq!(
-        rig.service.zone_ids(),
-        vec![
-            (myriad_replication::NodeId(1), 0),
-            (myriad_replication::NodeId(1), 1)
-        ]
-    );
+    assert_eq!(rig.service.zone_ids(), vec![(NodeId(1), 0), (NodeId(1), 1)]);
     // Durability follows: the watcher acknowledges the stream's position on disk.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while rig.service.stream_position(myriad_replication::NodeId(1)) != Some((1, 1)) {
+    while rig.service.stream_position(NodeId(1)) != Some((1, 1)) {
         assert!(std::time::Instant::now() < deadline, "never durable");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -166,7 +161,7 @@ fn duplicates_are_dropped_gaps_stop_and_streams_restart() {
 #[test]
 fn adopted_zone_ops_go_to_the_log_owners_zone() {
     let rig = rig();
-    let failed = myriad_replication::NodeId(9);
+    let failed = NodeId(9);
     let adopted = |cid: u64, byte: u8| Op::Put {
         owner: Some(failed),
         zone: 0,
@@ -188,10 +183,7 @@ fn adopted_zone_ops_go_to_the_log_owners_zone() {
         ],
     );
     rig.expect(5, 4, |s| *s == AckStatus::Ok);
-    assert_eq!(
-        rig.service.zone_ids(),
-        vec![(myriad_replication::NodeId(1), 0), (failed, 0)]
-    );
+    assert_eq!(rig.service.zone_ids(), vec![(NodeId(1), 0), (failed, 0)]);
     let mut got: Vec<(u64, Vec<u8>)> = Vec::new();
     let collected = parking_lot::Mutex::new(&mut got);
     rig.service

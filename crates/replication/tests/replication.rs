@@ -23,10 +23,6 @@ use parking_lot::Mutex;
 const SECRET: &str = "replica-test";
 const MASTER: NodeId = NodeId(1);
 
-fn net(node: NodeId) -> myriad_net::NodeId {
-    myriad_net::NodeId(node.0)
-}
-
 /// The master's memory: CID → payload. Also the re-replication source; a read can be
 /// made slow (the copy is taken first, then handed out after the delay), so changes land
 /// between a read and its delivery.
@@ -152,7 +148,7 @@ fn start_backup(node: NodeId) -> Backup {
     let mut handlers = Handlers::new();
     service.register(&mut handlers).expect("register");
     let endpoint = Endpoint::start(
-        Config::new(net(node), "127.0.0.1:0".parse().unwrap(), SECRET),
+        Config::new(node, "127.0.0.1:0".parse().unwrap(), SECRET),
         handlers,
     )
     .expect("backup endpoint");
@@ -177,18 +173,18 @@ impl Cluster {
             .map(|i| start_backup(NodeId(10 + i as u16)))
             .collect();
         let master = Endpoint::start(
-            Config::new(net(MASTER), "127.0.0.1:0".parse().unwrap(), SECRET),
+            Config::new(MASTER, "127.0.0.1:0".parse().unwrap(), SECRET),
             Handlers::new(),
         )
         .expect("master endpoint");
         for backup in &backups {
             master
                 .handle()
-                .set_address(net(backup.node), backup.endpoint.handle().local_addr());
+                .set_address(backup.node, backup.endpoint.handle().local_addr());
             backup
                 .endpoint
                 .handle()
-                .set_address(net(MASTER), master.handle().local_addr());
+                .set_address(MASTER, master.handle().local_addr());
         }
         let peers = Arc::new(Peers::default());
         *peers.0.lock() = backups
@@ -441,13 +437,13 @@ fn dropped_connection_mid_stream_loses_and_duplicates_nothing() {
     let mut removes = 0u64;
     for local in 0..300u64 {
         if local == 100 {
-            handle.set_fault(net(b0), Fault::DropOutgoing);
+            handle.set_fault(b0, Fault::DropOutgoing);
         }
         if local == 150 {
-            handle.disconnect(net(b1));
+            handle.disconnect(b1);
         }
         if local == 200 {
-            handle.clear_fault(net(b0));
+            handle.clear_fault(b0);
         }
         cluster
             .create(local, payload(local, 0, 30), Durability::Async)
@@ -502,7 +498,7 @@ fn backup_unreachable_past_timeout_is_reported() {
     cluster
         .master
         .handle()
-        .set_fault(net(backup), Fault::DropOutgoing);
+        .set_fault(backup, Fault::DropOutgoing);
     cluster
         .create(1, payload(1, 0, 8), Durability::Async)
         .unwrap();
@@ -615,7 +611,7 @@ fn messages_from_a_fenced_master_are_never_applied() {
         config.wait_timeout = Duration::from_millis(800);
     });
     let backup = &cluster.backups[0];
-    backup.endpoint.handle().fence(net(MASTER));
+    backup.endpoint.handle().fence(MASTER);
     cluster
         .create(0, payload(0, 0, 16), Durability::Async)
         .unwrap();
@@ -626,7 +622,7 @@ fn messages_from_a_fenced_master_are_never_applied() {
     assert!(backup.service.zone_ids().is_empty());
     assert_eq!(backup.service.engine().stats().appended_entries, 0);
     // Lifting the fence lets the resends through: the writes were held back, not lost.
-    backup.endpoint.handle().unfence(net(MASTER));
+    backup.endpoint.handle().unfence(MASTER);
     cluster.replicator.wait_all(Durability::Replicated).unwrap();
     assert_eq!(backup.service.zone_ids(), vec![(MASTER, 0)]);
     cluster.check_backups_match_memory();
@@ -920,7 +916,7 @@ fn no_wait_reports_reach_every_backup_and_never_block() {
     cluster
         .master
         .handle()
-        .set_fault(net(backup), Fault::DropOutgoing);
+        .set_fault(backup, Fault::DropOutgoing);
     let cid = ChunkId::new(MASTER, 1).unwrap();
     let big = vec![7u8; 4096];
     let mut refused = false;
@@ -939,7 +935,7 @@ fn no_wait_reports_reach_every_backup_and_never_block() {
     }
     assert!(refused, "a full stream was reported ready");
     cluster.memory.0.lock().insert(cid.raw(), big.clone());
-    cluster.master.handle().clear_fault(net(backup));
+    cluster.master.handle().clear_fault(backup);
     cluster.replicator.wait_all(Durability::Durable).unwrap();
     cluster.check_backups_match_memory();
 }

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use myriad_client::client::Client;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::{NodeState, Role};
+use myriad_types::{ChunkId, NodeId};
 
 use myriad_launcher::{LaunchSpec, LocalCluster};
 

@@ -36,10 +36,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::ClientError;
-use myriad_mem::{ChunkId, NodeId};
 use myriad_meta::{Capabilities, NodeRecord, NodeState, Role};
 use myriad_proto::chunk::ChunkStats;
 use myriad_proto::types;
+use myriad_types::{ChunkId, NodeId};
 use serde_json::{json, Value};
 
 use super::{RoleFilter, TermBackend, TermCommand};
@@ -577,7 +577,7 @@ impl ClientBackend {
             .membership()
             .net()
             .request_blocking(
-                myriad_proto::net_id(node),
+                node,
                 types::NODE_SHUTDOWN,
                 Bytes::new(),
                 SHUTDOWN_REQUEST_TIMEOUT,

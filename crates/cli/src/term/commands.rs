@@ -24,7 +24,7 @@
 
 use std::fmt;
 
-use myriad_mem::{ChunkId, NodeId};
+use myriad_types::{ChunkId, NodeId};
 use serde_json::{json, Value};
 
 /// Longest input line accepted.
@@ -34,7 +34,8 @@ pub const COMMANDS_PER_LINE_MAX: usize = 1024;
 /// Most chunks one `chunkcreate` may create.
 pub const CREATE_COUNT_MAX: u32 = 1_000_000;
 /// Largest chunk size `chunkcreate` / `tmpcreate` accept (the protocol's limit).
-pub const CHUNK_BYTES_MAX: u32 = 64 << 20;
+pub const CHUNK_BYTES_MAX: u32 = myriad_proto::limits::CHUNK_BYTES_MAX as u32;
+const _: () = assert!(myriad_proto::limits::CHUNK_BYTES_MAX <= u32::MAX as usize);
 /// Longest nameservice name accepted.
 pub const NAME_BYTES_MAX: usize = 255;
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use myriad_mem::{ChunkId, NodeId};
+use myriad_types::{ChunkId, NodeId};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use myriad_client::chunk::BlockingChunks;
 use myriad_client::membership::Membership;
 use myriad_client::ClientError;
-use myriad_mem::ChunkId;
+use myriad_types::ChunkId;
 
 /// Reads every expected chunk until all are right or `bound` passed since `since`; the
 /// time it took and how many were wrong in the first pass.

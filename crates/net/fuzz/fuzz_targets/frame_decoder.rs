@@ -6,8 +6,8 @@
 
 use bytes::BytesMut;
 use libfuzzer_sys::fuzz_target;
-use myriad_net::codec::Decoder;
 use myriad_net::wire::{FrameDecoder, Reassembler};
+use myriad_types::codec::Decoder;
 
 /// Small limits so that the fuzzer reaches the "too large" paths quickly.
 const FRAME_PAYLOAD_BYTES_MAX: usize = 4096;
@@ -33,7 +33,9 @@ fuzz_target!(|input: &[u8]| {
                             assert!(message.payload.len() <= MESSAGE_BYTES_MAX);
                             let mut payload = Decoder::new(message.payload);
                             while payload.remaining() > 0 {
-                                if payload.get_bytes().is_err() && payload.get_varint().is_err() {
+                                if payload.get_bytes("bytes").is_err()
+                                    && payload.get_varint("varint").is_err()
+                                {
                                     break;
                                 }
                             }

@@ -68,13 +68,13 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use myriad_mem::NodeId;
 use myriad_meta::{Command, MetaError, NodeState, Response, Role};
 use myriad_proto::meta::{Event, EventPush, MetaReply};
 use myriad_proto::recovery::{
     RecoverReply, RecoverRequest, RecoveryState, RecoveryStatusReply, ZoneRecovery,
 };
-use myriad_proto::{net_id, types};
+use myriad_proto::types;
+use myriad_types::NodeId;
 use parking_lot::Mutex;
 
 use super::Core;
@@ -434,7 +434,7 @@ async fn recover_zone(
         };
         let reply = tokio::select! {
             reply = core.net.request(
-                net_id(backup),
+                backup,
                 types::RECOVER,
                 request.clone(),
                 RECOVER_TIMEOUT,

@@ -23,9 +23,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use myriad_mem::NodeId;
 use myriad_meta::{NodeState, Role};
 use myriad_net::CloseReason;
+use myriad_types::NodeId;
 use parking_lot::Mutex;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -114,7 +114,7 @@ pub(crate) async fn run(core: Arc<Core>) {
                 if !matches!(event.reason, CloseReason::PeerClosed | CloseReason::Io(_)) {
                     continue;
                 }
-                let node = myriad_proto::node_id(event.node);
+                let node = event.node;
                 if state.lock().nodes.contains_key(&node) {
                     let core = core.clone();
                     tokio::spawn(async move {

@@ -1,7 +1,7 @@
 //! Round trips of every message and robustness of every decoder.
 
 use super::*;
-use myriad_meta::BarrierOutcome;
+use myriad_meta::{BarrierOutcome, NodeState};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -371,4 +371,71 @@ fn join_reply_refused_must_carry_an_error() {
         JoinReply::decode(out.finish()),
         Err(ProtoError::Invalid { .. })
     ));
+}
+
+/// Byte identity of every metadata-family message across codec changes: a seeded sample
+/// folded into one digest (see `crate::digest`).
+#[test]
+fn encodings_match_the_recorded_digest() {
+    use crate::digest::{sample, Digest};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let mut digest = Digest::new();
+    let join_request = (
+        role(),
+        "[0-9.:]{1,30}",
+        any::<u8>(),
+        any::<u16>(),
+        any::<u16>(),
+        proptest::option::of(node()),
+    );
+    let small = (any::<u64>(), any::<u64>(), any::<u32>(), node());
+    let released = (
+        any::<u32>(),
+        any::<u64>(),
+        vec((node(), any::<u64>()), 0..10),
+    );
+    for _ in 0..300 {
+        digest.add(&sample(&mut runner, &request()).encode());
+        digest.add(&sample(&mut runner, &reply()).encode());
+        digest.add(&sample(&mut runner, &join_reply()).encode());
+        let (role, address, caps, rack, switch, reclaim) = sample(&mut runner, &join_request);
+        let request = JoinRequest {
+            role,
+            address,
+            capabilities: Capabilities(caps),
+            rack,
+            switch,
+            reclaim,
+        };
+        digest.add(&request.encode());
+        let (epoch, acked, lease_ms, node) = sample(&mut runner, &small);
+        digest.add(
+            &Heartbeat {
+                epoch,
+                acked,
+                lease_ms,
+            }
+            .encode(),
+        );
+        digest.add(
+            &HeartbeatReply {
+                epoch,
+                nonce: acked,
+            }
+            .encode(),
+        );
+        digest.add(&FailureReport { node }.encode());
+        let event = sample(&mut runner, &event());
+        digest.add(&EventPush { epoch, event }.encode());
+        let (id, round, values) = sample(&mut runner, &released);
+        digest.add(&BarrierReleased { id, round, values }.encode());
+    }
+    assert_eq!(
+        digest,
+        Digest {
+            encodings: 2_700,
+            bytes: 72_423,
+            fnv: 0x72fb51adfa5241c1
+        }
+    );
 }

@@ -8,9 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use myriad_mem::ChunkId;
 use myriad_meta::{Command, MetaState, Response};
 use myriad_raft::{MetaRaft, RaftConfig, RaftRole, RaftTransport, RaftWriteError, TransportError};
+use myriad_types::ChunkId;
 
 /// How long any single wait of a test may take before it fails.
 pub const WAIT_MAX: Duration = Duration::from_secs(10);

@@ -1,9 +1,13 @@
-//! Chunk identifiers: a 64-bit CID is the creator's 16-bit node ID above a 48-bit local ID.
+//! Node and chunk identifiers: a 64-bit CID is the creator's 16-bit node ID above a 48-bit
+//! local ID. One definition for every layer (the memory manager, the messaging layer and
+//! everything above name nodes and chunks with these types; no conversions between layers).
 
 use std::fmt;
 use std::str::FromStr;
 
-/// A node's 16-bit identifier, assigned by the superpeer group when the node joins.
+/// A node's 16-bit identifier, assigned by the superpeer group when the node joins (the
+/// same numbering as the creator field of a [`ChunkId`]; see [`crate::limits`] for the
+/// assigned and provisional ranges). Displays as `0x` and four hex digits, e.g. `0x0001`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct NodeId(pub u16);
 
@@ -109,6 +113,19 @@ mod tests {
         assert_eq!(cid.local_id(), 0x1234_5678_9ABC);
         assert_eq!(cid.raw(), 0xBEEF_1234_5678_9ABC);
         assert_eq!(ChunkId::new(NodeId(1), LOCAL_ID_MAX + 1), None);
+    }
+
+    /// One text form for every node ID: the memory manager wrote `0x{:04x}`, the messaging
+    /// layer `{:#06x}`; both give the same text for every `u16`, and so does the one type.
+    #[test]
+    fn node_ids_display_as_both_former_types_did() {
+        for raw in 0..=u16::MAX {
+            let text = NodeId(raw).to_string();
+            assert_eq!(text, format!("0x{raw:04x}"));
+            assert_eq!(text, format!("{raw:#06x}"));
+        }
+        assert_eq!(format!("{:?}", NodeId(7)), "NodeId(7)");
+        assert_eq!(NodeId::default(), NodeId(0));
     }
 
     #[test]
