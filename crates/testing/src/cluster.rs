@@ -163,7 +163,10 @@ impl TestClusterBuilder {
             dir,
         };
         for superpeer in cluster.superpeers.iter().flatten() {
-            cluster.env.transport.attach(superpeer.node_id(), superpeer.net());
+            cluster
+                .env
+                .transport
+                .attach(superpeer.node_id(), superpeer.net());
         }
         cluster.leader();
         for index in 0..self.peers {
@@ -183,7 +186,9 @@ impl TestClusterBuilder {
 /// Picks a free port on 127.0.0.1 (another socket may take it before it is bound).
 fn free_address() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a port on 127.0.0.1");
-    listener.local_addr().expect("a bound listener has an address")
+    listener
+        .local_addr()
+        .expect("a bound listener has an address")
 }
 
 /// Starts the group on fresh ports, retrying when a port was taken meanwhile.
