@@ -5,7 +5,7 @@
 //! - [`cluster`]: [`cluster::TestCluster`], an in-process cluster of real superpeers, peers
 //!   and clients on 127.0.0.1 (the production start paths), with crashes, restarts,
 //!   per-link network filters ([`cluster::Link`]) and bounded waits;
-//! - [`env`]: the environment seam of that harness, a [`env::Clock`] and a
+//! - [`env`](mod@env): the environment seam of that harness, a [`env::Clock`] and a
 //!   [`env::Transport`], real today ([`env::SystemClock`], [`env::NetFaults`]) and the
 //!   point where a seeded simulator will plug in;
 //! - [`history`]: a checker that verifies that a recorded history of client operations on
