@@ -386,6 +386,23 @@ impl TestCluster {
         id
     }
 
+    /// Starts superpeer `index` again on its address and directory (its Raft log and
+    /// snapshot). Panics if it runs or does not start.
+    pub fn restart_superpeer(&mut self, index: usize) -> &Superpeer {
+        assert!(
+            self.superpeers[index].is_none(),
+            "test cluster: superpeer {index} is running"
+        );
+        let superpeer =
+            Superpeer::start(self.superpeer_configs[index].clone()).unwrap_or_else(|error| {
+                panic!("test cluster: superpeer {index} did not restart: {error}")
+            });
+        self.env
+            .transport
+            .attach(superpeer.node_id(), superpeer.net());
+        self.superpeers[index].insert(superpeer)
+    }
+
     // ----- peers ------------------------------------------------------------------------
 
     /// Peer `index` (in start order). Panics if it is down (killed or stopped).

@@ -1,6 +1,6 @@
 //! The cluster harness itself: link filters (both ways, one way, heal, delay refused),
-//! a crashed peer restarted with its data directory, bounded waits that name what they
-//! waited for.
+//! a crashed peer restarted with its data directory, a stopped leader replaced and
+//! restarted from its Raft directory, bounded waits that name what they waited for.
 
 use std::time::Duration;
 
@@ -10,6 +10,14 @@ use myriad_meta::NodeState;
 use myriad_testing::cluster::TestCluster;
 use myriad_testing::env::{Env, LinkError};
 use myriad_types::ChunkId;
+
+/// The last log index superpeer `index` applied.
+fn applied(cluster: &TestCluster, index: usize) -> Option<u64> {
+    cluster
+        .superpeer(index)
+        .raft_metrics()
+        .and_then(|metrics| metrics.last_applied_index)
+}
 
 fn reads(client: &Client, cid: ChunkId) -> bool {
     client.blocking().chunks().get(cid).is_ok()
@@ -123,4 +131,26 @@ fn a_killed_peer_is_recovered_and_restarts_under_its_node_id() {
 #[should_panic(expected = "waiting until pigs fly")]
 fn a_wait_that_runs_out_names_what_it_waited_for() {
     Env::real().wait_until(Duration::from_millis(60), "pigs fly", || false);
+}
+
+#[test]
+fn a_stopped_leader_is_replaced_and_rejoins_after_a_restart() {
+    let mut cluster = TestCluster::builder().superpeers(3).start();
+    let client = cluster.client();
+    let old = cluster.leader().node_id();
+    let index = usize::from(old.0) - 1;
+    assert_eq!(cluster.stop_superpeer(index), old);
+    let new = cluster.leader().node_id();
+    assert_ne!(new, old);
+    // The group still commits: a name registered through the new leader.
+    let cid = ChunkId::new(client.node_id(), 1).unwrap();
+    client.blocking().name_register("after", cid).unwrap();
+    let committed = applied(&cluster, usize::from(new.0) - 1);
+    cluster.restart_superpeer(index);
+    cluster.wait_until(
+        Duration::from_secs(10),
+        "the restarted superpeer knows a leader and applied the name",
+        || cluster.superpeer(index).leader().is_some() && applied(&cluster, index) >= committed,
+    );
+    assert_eq!(client.blocking().name_get("after").unwrap(), Some(cid));
 }
