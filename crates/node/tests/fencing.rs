@@ -1,126 +1,27 @@
-//! Fencing of a partitioned peer, in one process, with the messaging layer's fault switch:
-//! a superpeer (fast failure detection) and three peers (R = 2). The victim is cut off
-//! from the superpeer until it is declared failed and its zone recovered; when the
-//! partition heals it must learn that it was declared failed (the superpeer refuses it),
-//! stop serving (`NotOwner` to every request, also in-process ones) and never overwrite
-//! the recovered data; clients' writes end at the restorer.
+//! Fencing of a partitioned peer, in one process (the test cluster harness, whose link
+//! filter is the messaging layer's fault switch): a superpeer (fast failure detection) and
+//! three peers (R = 2). The victim is cut off from the superpeer until it is declared
+//! failed and its zone recovered; when the partition heals it must learn that it was
+//! declared failed (the superpeer refuses it), stop serving (`NotOwner` to every request,
+//! also in-process ones) and never overwrite the recovered data; clients' writes end at
+//! the restorer.
 
-use std::net::{SocketAddr, TcpListener};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use myriad_client::client::{Client, ClientConfig};
-use myriad_client::membership::JoinConfig;
-use myriad_meta::{NodeState, Role};
-use myriad_net::Fault;
-use myriad_node::peer_node::{PeerNode, PeerOptions};
-use myriad_node::replication::BackupOptions;
-use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
+use myriad_meta::NodeState;
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError, DURABILITY_REPLICATED};
+use myriad_testing::cluster::TestCluster;
 use myriad_types::{ChunkId, NodeId};
 
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
-
-/// Stops every node on drop (also when an assertion fails).
-struct Cluster {
-    superpeer: Option<Superpeer>,
-    address: SocketAddr,
-    peers: Vec<Option<PeerNode>>,
-    clients: Vec<Client>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for client in &self.clients {
-            client.shutdown();
-        }
-        for peer in self.peers.iter_mut() {
-            if let Some(peer) = peer.take() {
-                peer.shutdown();
-            }
-        }
-        if let Some(superpeer) = self.superpeer.take() {
-            superpeer.shutdown();
-        }
-    }
-}
-
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn start() -> Cluster {
-    let dir = tempfile::tempdir().unwrap();
-    // The superpeer's address must be known before it starts (peers ask it for their own
-    // verdict by the member address); another test may take a port picked in advance
-    // before the superpeer binds it: then pick another (a few attempts).
-    let mut attempt = 0;
-    let (superpeer, address) = loop {
-        attempt += 1;
-        let address = free_port();
-        let mut config = SuperpeerConfig::new(
-            NodeId(1),
-            address,
-            vec![(NodeId(1), address)],
-            dir.path().join(format!("sp1-{attempt}")),
-        );
-        config.election_timeout_ms = 150..300;
-        config.raft_heartbeat_ms = 50;
-        config.heartbeat_interval_ms = 100;
-        config.failure_timeout_ms = 600;
-        match Superpeer::start(config) {
-            Ok(superpeer) => break (superpeer, address),
-            Err(error) if attempt < 5 => eprintln!("attempt {attempt}: {error}; another port"),
-            Err(error) => panic!("the superpeer did not start: {error}"),
-        }
-    };
-    let mut cluster = Cluster {
-        superpeer: Some(superpeer),
-        address,
-        peers: Vec::new(),
-        clients: Vec::new(),
-        _dir: dir,
-    };
-    for index in 0..3 {
-        let mut join = JoinConfig::new(vec![(NodeId(1), address)], Role::Peer);
-        join.handler_threads = 2;
-        let mut backup = BackupOptions::small_for_tests(64 << 10);
-        backup.replication = 2;
-        let peer = PeerNode::start(PeerOptions {
-            join,
-            memory_bytes: 16 << 20,
-            data_dir: cluster._dir.path().join(format!("peer-{index}")),
-            handler_threads: 2,
-            prefault_bytes: 0,
-            backup,
-        })
-        .unwrap();
-        cluster.peers.push(Some(peer));
-    }
-    let ids: Vec<NodeId> = cluster
-        .peers
-        .iter()
-        .flatten()
-        .map(PeerNode::node_id)
-        .collect();
-    wait_until(Duration::from_secs(10), "peers see each other", || {
-        cluster.peers.iter().flatten().all(|peer| {
-            ids.iter().all(|id| {
-                peer.membership()
-                    .node(*id)
-                    .is_some_and(|record| record.state == NodeState::Alive)
-            })
-        })
-    });
-    cluster
+/// The superpeer (node 1) with fast failure detection and three peers, R = 2.
+fn start() -> TestCluster {
+    TestCluster::builder()
+        .superpeers(1)
+        .peers(3)
+        .replication(2)
+        .failure_detection(Duration::from_millis(100), Duration::from_millis(600))
+        .start()
 }
 
 fn payload(index: usize, version: u32) -> Bytes {
@@ -130,13 +31,12 @@ fn payload(index: usize, version: u32) -> Bytes {
 #[test]
 fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
     let mut cluster = start();
-    let mut config = ClientConfig::new(vec![(NodeId(1), cluster.address)]);
-    config.chunks.timeout = Duration::from_secs(10);
-    config.chunks.durability = DURABILITY_REPLICATED;
-    let client = Client::connect_with(config).unwrap();
-    cluster.clients.push(client.clone());
+    let client = cluster.new_client(|config| {
+        config.chunks.timeout = Duration::from_secs(10);
+        config.chunks.durability = DURABILITY_REPLICATED;
+    });
     let chunks = client.blocking();
-    let victim = cluster.peers[0].as_ref().unwrap();
+    let victim = cluster.peer(0);
     let victim_id = victim.node_id();
     let payloads = (0..500).map(|i| payload(i, 0)).collect();
     let cids: Vec<ChunkId> = chunks
@@ -146,11 +46,8 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
 
     // Cut the victim off from the superpeer (both directions) until the verdict.
     let superpeer = NodeId(1);
-    victim
-        .membership()
-        .net()
-        .set_fault(superpeer, Fault::Partition);
-    wait_until(
+    cluster.link(victim_id, superpeer).partition();
+    cluster.wait_until(
         Duration::from_secs(10),
         "the victim is declared failed",
         || {
@@ -174,8 +71,8 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
     }
 
     // Heal the partition: the victim must find out and stop serving.
-    victim.membership().net().clear_fault(superpeer);
-    wait_until(
+    cluster.link(victim_id, superpeer).heal();
+    cluster.wait_until(
         Duration::from_secs(10),
         "the victim learns its verdict",
         || victim.declared_failed().is_some(),
@@ -223,9 +120,7 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
         assert_eq!(result.expect("chunk"), payload(index, 1), "chunk {index}");
     }
     drop(local);
-    if let Some(victim) = cluster.peers[0].take() {
-        victim.shutdown();
-    }
+    cluster.stop_peer(0);
 }
 
 /// A restorer asked to recover a zone that had been adopted (a chained recovery) fences
@@ -234,11 +129,9 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
 /// so the request fails, but only after the fencing.
 #[test]
 fn a_restorer_fences_the_failed_holder_named_in_the_request() {
-    let mut cluster = start();
-    let client =
-        Client::connect_with(ClientConfig::new(vec![(NodeId(1), cluster.address)])).unwrap();
-    cluster.clients.push(client.clone());
-    let restorer = cluster.peers[1].as_ref().unwrap();
+    let cluster = start();
+    let client = cluster.client();
+    let restorer = cluster.peer(1);
     // Node IDs no member has: fencing them disturbs nothing else in this cluster.
     let (owner, holder) = (NodeId(0x0f00), NodeId(0x0f01));
     let request = myriad_proto::recovery::RecoverRequest {
@@ -263,8 +156,5 @@ fn a_restorer_fences_the_failed_holder_named_in_the_request() {
     let net = restorer.membership().net();
     assert!(net.is_fenced(owner), "the log owner is fenced");
     assert!(net.is_fenced(holder), "the failed holder is fenced");
-    assert!(
-        !net.is_fenced(cluster.peers[2].as_ref().unwrap().node_id()),
-        "nobody else is"
-    );
+    assert!(!net.is_fenced(cluster.peer(2).node_id()), "nobody else is");
 }

@@ -1,5 +1,6 @@
-//! The client's chunk API against real peers: endpoints on 127.0.0.1 with fixed node IDs,
-//! each serving a `ChunkService`, and a client routing with a test directory.
+//! The client's chunk API against real peers: a test cluster (a superpeer and peers
+//! started as in production, on 127.0.0.1) and a client routing with a test directory
+//! (a fixed ownership table, dead nodes, a lookup counter) over a joined client's endpoint.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,17 +11,13 @@ use bytes::Bytes;
 use myriad_client::chunk::{ChunkOptions, Chunks};
 use myriad_client::directory::Directory;
 use myriad_client::ClientError;
-use myriad_mem::{MemoryConfig, MemoryManager};
 use myriad_meta::{LookupRange, LookupTree};
-use myriad_net::{Config, Endpoint, Handlers};
-use myriad_node::peer::ChunkService;
+use myriad_net::NetHandle;
+use myriad_testing::cluster::TestCluster;
 use myriad_types::{ChunkId, NodeId};
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
-
-const SECRET: &str = "chunk-test-secret";
-const CLIENT: NodeId = NodeId(100);
 
 /// A fixed table: ownership exceptions per creator, dead nodes, a lookup counter.
 #[derive(Default)]
@@ -70,61 +67,37 @@ impl Directory for TestDirectory {
     }
 }
 
-struct Peer {
-    service: Arc<ChunkService>,
-    endpoint: Endpoint,
-}
-
-fn memory(node: NodeId) -> Arc<MemoryManager> {
-    Arc::new(
-        MemoryManager::new(MemoryConfig {
-            node_id: node,
-            region_bytes: 32 << 20,
-            chunk_bytes_max: 1 << 20,
-            lock_timeout: Duration::from_millis(200),
-            shards: 2,
-            huge_pages: false,
-            ..MemoryConfig::default()
-        })
-        .expect("memory manager"),
-    )
-}
-
-fn config(node: NodeId) -> Config {
-    let mut config = Config::new(node, "127.0.0.1:0".parse().unwrap(), SECRET);
-    config.connect_timeout = Duration::from_millis(500);
-    config
-}
-
-fn start_peer(node: NodeId) -> Peer {
-    let service = Arc::new(ChunkService::new(memory(node), node));
-    let mut handlers = Handlers::new();
-    service.register(&mut handlers).expect("register");
-    let endpoint = Endpoint::start(config(node), handlers).expect("peer endpoint");
-    Peer { service, endpoint }
-}
-
 struct Cluster {
-    peers: Vec<Peer>,
-    directory: Arc<TestDirectory>,
     client: Chunks<TestDirectory>,
+    directory: Arc<TestDirectory>,
+    /// The client's node ID and messaging handle.
+    client_id: NodeId,
+    net: NetHandle,
+    /// The peers' node IDs, in start order.
+    ids: Vec<NodeId>,
     // Dropped last: the client's handle needs its endpoint.
-    _client_endpoint: Endpoint,
+    inner: TestCluster,
 }
 
-fn cluster(peer_count: u16, options: ChunkOptions) -> Cluster {
-    let peers: Vec<Peer> = (1..=peer_count).map(|id| start_peer(NodeId(id))).collect();
-    let endpoint = Endpoint::start(config(CLIENT), Handlers::new()).expect("client endpoint");
-    for peer in &peers {
-        endpoint.set_address(peer.service.node(), peer.endpoint.local_addr());
-    }
-    let directory = TestDirectory::new(CLIENT);
-    let client = Chunks::new(endpoint.handle(), directory.clone(), options);
+/// A superpeer, `peer_count` peers (32 MiB each) and a client endpoint joined through the
+/// superpeer, routing with a [`TestDirectory`] of its own.
+fn cluster(peer_count: usize, options: ChunkOptions) -> Cluster {
+    let inner = TestCluster::builder()
+        .peers(peer_count)
+        .memory_bytes(32 << 20)
+        .start();
+    let joined = inner.client();
+    let net = joined.membership().net().clone();
+    let client_id = joined.node_id();
+    let directory = TestDirectory::new(client_id);
+    let client = Chunks::new(net.clone(), directory.clone(), options);
     Cluster {
-        peers,
-        directory,
         client,
-        _client_endpoint: endpoint,
+        directory,
+        client_id,
+        net,
+        ids: inner.peer_ids(),
+        inner,
     }
 }
 
@@ -137,10 +110,10 @@ fn batches_across_three_peers_come_back_in_caller_order() {
     let cluster = cluster(3, ChunkOptions::default());
     let api = cluster.client.blocking();
     let mut cids = Vec::new();
-    for peer in 1..=3u16 {
-        let payloads = (0..4).map(|i| bytes(&format!("p{peer}-{i}"))).collect();
-        let created = api.create_with_data(NodeId(peer), payloads).unwrap();
-        assert!(created.iter().all(|cid| cid.creator() == NodeId(peer)));
+    for &peer in &cluster.ids {
+        let payloads = (0..4).map(|i| bytes(&format!("p{}-{i}", peer.0))).collect();
+        let created = api.create_with_data(peer, payloads).unwrap();
+        assert!(created.iter().all(|cid| cid.creator() == peer));
         cids.extend(created);
     }
     // Interleave owners: 1, 2, 3, 1, 2, 3, ...
@@ -174,13 +147,14 @@ fn batches_across_three_peers_come_back_in_caller_order() {
         api.read_at(cid, 9, 5),
         Err(ClientError::InvalidArgument(_))
     ));
-    let zeroed = api.create_batch(NodeId(2), &[5, 6]).unwrap();
+    let two = cluster.ids[1];
+    let zeroed = api.create_batch(two, &[5, 6]).unwrap();
     assert_eq!(api.get(zeroed[1]).unwrap(), Bytes::from_static(&[0; 6]));
-    let (ranges, truncated) = api.list(NodeId(2), Some(NodeId(2)), 100).unwrap();
+    let (ranges, truncated) = api.list(two, Some(two), 100).unwrap();
     assert!(!truncated);
     let listed: u64 = ranges.iter().map(|(a, b)| b.raw() - a.raw() + 1).sum();
     assert_eq!(listed, 6);
-    assert_eq!(api.stats(NodeId(2)).unwrap().chunks, 6);
+    assert_eq!(api.stats(two).unwrap().chunks, 6);
     // Remove a batch across owners; a second remove and gets say NotFound, in order.
     let removed = api.remove_batch(&order[..6]);
     assert!(removed.iter().all(Result::is_ok), "{removed:?}");
@@ -206,7 +180,8 @@ fn moved_chunks_are_found_after_not_owner_and_one_lookup() {
     let cluster = cluster(2, ChunkOptions::default());
     let api = cluster.client.blocking();
     let payloads: Vec<Bytes> = (0..8).map(|i| bytes(&format!("chunk {i}"))).collect();
-    let cids = api.create_with_data(NodeId(1), payloads.clone()).unwrap();
+    let (one, two) = (cluster.ids[0], cluster.ids[1]);
+    let cids = api.create_with_data(one, payloads.clone()).unwrap();
     assert_eq!(api.get_batch(&cids).len(), 8);
     // Migrate the first five to peer 2: copy with Insert, then switch ownership everywhere.
     let moved: Vec<(ChunkId, Bytes)> = cids[..5]
@@ -214,18 +189,18 @@ fn moved_chunks_are_found_after_not_owner_and_one_lookup() {
         .copied()
         .zip(payloads.iter().cloned())
         .collect();
-    assert!(api.insert(NodeId(2), moved).iter().all(Result::is_ok));
+    assert!(api.insert(two, moved).iter().all(Result::is_ok));
     let (first, last) = (cids[0].local_id(), cids[4].local_id());
     assert_eq!(last - first, 4, "created IDs are dense");
-    for peer in &cluster.peers {
-        peer.service.set_owner(NodeId(1), first, last, NodeId(2));
+    for peer in cluster.inner.live_peers() {
+        peer.service().set_owner(one, first, last, two);
     }
-    cluster
-        .directory
-        .set_owner(NodeId(1), first, last, NodeId(2));
+    cluster.directory.set_owner(one, first, last, two);
     // Peer 1 still has the bytes but must refuse them; peer 2 serves them.
-    cluster.peers[0]
-        .service
+    cluster
+        .inner
+        .peer(0)
+        .service()
         .memory()
         .remove_range(cids[0], cids[4])
         .unwrap();
@@ -238,7 +213,7 @@ fn moved_chunks_are_found_after_not_owner_and_one_lookup() {
         1,
         "one lookup answers the whole moved range"
     );
-    assert_eq!(cluster.client.owner_of(cids[2]), NodeId(2));
+    assert_eq!(cluster.client.owner_of(cids[2]), two);
     // The cache routes later calls straight to the new owner.
     api.put(cids[2], bytes("CHUNK 2")).unwrap();
     assert_eq!(api.get(cids[2]).unwrap(), bytes("CHUNK 2"));
@@ -253,14 +228,11 @@ fn dead_owner_fails_with_node_unavailable_within_the_timeout() {
     };
     let mut cluster = cluster(2, options);
     let api = cluster.client.blocking();
-    let on_two = api
-        .create_with_data(NodeId(2), vec![bytes("gone soon")])
-        .unwrap()[0];
-    let on_one = api
-        .create_with_data(NodeId(1), vec![bytes("stays")])
-        .unwrap()[0];
-    let peer_two = cluster.peers.remove(1);
-    drop(peer_two.endpoint);
+    let (one, two) = (cluster.ids[0], cluster.ids[1]);
+    let on_two = api.create_with_data(two, vec![bytes("gone soon")]).unwrap()[0];
+    let on_one = api.create_with_data(one, vec![bytes("stays")]).unwrap()[0];
+    // Peer two crashes: its endpoint closes and answers nothing more.
+    cluster.inner.kill_peer(1);
     let started = Instant::now();
     let results = api.get_batch(&[on_one, on_two]);
     let elapsed = started.elapsed();
@@ -268,36 +240,37 @@ fn dead_owner_fails_with_node_unavailable_within_the_timeout() {
     assert!(
         matches!(
             results[1],
-            Err(ClientError::NodeUnavailable(NodeId(2)) | ClientError::Timeout { .. })
-        ),
+            Err(ClientError::NodeUnavailable(node)) if node == two
+        ) || matches!(results[1], Err(ClientError::Timeout { .. })),
         "{:?}",
         results[1]
     );
     assert!(elapsed < Duration::from_millis(1500 + 500), "{elapsed:?}");
     // A node the directory knows dead fails fast, without waiting for a connection.
-    cluster.directory.dead.lock().insert(NodeId(2));
+    cluster.directory.dead.lock().insert(two);
     let started = Instant::now();
     assert!(matches!(
         api.get(on_two),
-        Err(ClientError::NodeUnavailable(NodeId(2)))
+        Err(ClientError::NodeUnavailable(node)) if node == two
     ));
     assert!(started.elapsed() < Duration::from_millis(500));
 }
 
 #[test]
 fn local_owner_is_served_in_process_without_network() {
-    // The application runs inside peer 1: its endpoint is the peer's own.
-    let peer = start_peer(NodeId(1));
-    let other = start_peer(NodeId(2));
-    peer.endpoint
-        .set_address(NodeId(2), other.endpoint.local_addr());
-    let directory = TestDirectory::new(NodeId(1));
-    let chunks = Chunks::new(peer.endpoint.handle(), directory, ChunkOptions::default())
-        .with_local(peer.service.clone());
+    // The application runs inside peer one: its endpoint is the peer's own.
+    let cluster = cluster(2, ChunkOptions::default());
+    let peer = cluster.inner.peer(0);
+    let (one, two) = (cluster.ids[0], cluster.ids[1]);
+    let net = peer.membership().net();
+    let directory = TestDirectory::new(one);
+    let chunks = Chunks::new(net.clone(), directory, ChunkOptions::default())
+        .with_local(peer.service().clone());
     let api = chunks.blocking();
-    let local = api
-        .create_with_data(NodeId(1), vec![bytes("here")])
-        .unwrap()[0];
+    // A real peer is connected to its superpeer (heartbeats); local chunks add nothing.
+    let connected_before: HashSet<NodeId> = net.connected_nodes().into_iter().collect();
+    assert!(!connected_before.contains(&two));
+    let local = api.create_with_data(one, vec![bytes("here")]).unwrap()[0];
     api.put(local, bytes("HERE")).unwrap();
     assert_eq!(api.get(local).unwrap(), bytes("HERE"));
     api.lock(local, true, Duration::ZERO).unwrap();
@@ -307,26 +280,18 @@ fn local_owner_is_served_in_process_without_network() {
         "the holder reads under its lock"
     );
     api.unlock(local, true).unwrap();
+    let connected: HashSet<NodeId> = net.connected_nodes().into_iter().collect();
     assert!(
-        peer.endpoint.connected_nodes().is_empty(),
-        "no connection was opened for local chunks"
+        connected.is_subset(&connected_before),
+        "no connection was opened for local chunks: {connected:?}"
     );
-    let remote = api
-        .create_with_data(NodeId(2), vec![bytes("there")])
-        .unwrap()[0];
+    let remote = api.create_with_data(two, vec![bytes("there")]).unwrap()[0];
     assert_eq!(api.get(remote).unwrap(), bytes("there"));
-    assert_eq!(peer.endpoint.connected_nodes(), vec![NodeId(2)]);
-    let frames = peer
-        .endpoint
-        .connection_stats(NodeId(2))
-        .unwrap()
-        .frames_sent;
+    let connected: HashSet<NodeId> = net.connected_nodes().into_iter().collect();
+    assert!(connected.contains(&two), "{connected:?}");
+    let frames = net.connection_stats(two).unwrap().frames_sent;
     assert_eq!(api.get(local).unwrap(), bytes("HERE"));
-    let after = peer
-        .endpoint
-        .connection_stats(NodeId(2))
-        .unwrap()
-        .frames_sent;
+    let after = net.connection_stats(two).unwrap().frames_sent;
     assert_eq!(frames, after, "a local get sends nothing");
 }
 
@@ -335,13 +300,16 @@ fn remote_lock_blocks_other_nodes_until_unlocked() {
     let cluster = cluster(1, ChunkOptions::default());
     let api = cluster.client.blocking();
     let cid = api
-        .create_with_data(NodeId(1), vec![bytes("guarded")])
+        .create_with_data(cluster.ids[0], vec![bytes("guarded")])
         .unwrap()[0];
     api.lock(cid, true, Duration::from_millis(100)).unwrap();
     api.put(cid, bytes("GUARDED")).unwrap();
     // Another node (the peer itself, in process) cannot read while it is locked.
-    let peer = &cluster.peers[0].service;
-    let blocked = peer.execute(NodeId(1), myriad_proto::chunk::ChunkRequest::get_one(cid));
+    let peer = cluster.inner.peer(0).service();
+    let blocked = peer.execute(
+        cluster.ids[0],
+        myriad_proto::chunk::ChunkRequest::get_one(cid),
+    );
     assert!(matches!(
         blocked,
         myriad_proto::chunk::ChunkReply::Data(ref items)
@@ -355,22 +323,36 @@ fn remote_lock_blocks_other_nodes_until_unlocked() {
     assert_eq!(api.get(cid).unwrap(), bytes("GUARDED"));
     // A lock not granted in time is a typed error.
     api.lock(cid, true, Duration::ZERO).unwrap();
-    peer.release_locks_of(CLIENT);
+    peer.release_locks_of(cluster.client_id);
     assert_eq!(api.get(cid).unwrap(), bytes("GUARDED"));
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Create { peer: u16, len: usize },
-    Put { index: usize, len: usize, fill: u8 },
-    Get { index: usize },
-    Remove { index: usize },
-    GetBatch { indices: Vec<usize> },
+    /// `peer` counts from 1, in start order.
+    Create {
+        peer: usize,
+        len: usize,
+    },
+    Put {
+        index: usize,
+        len: usize,
+        fill: u8,
+    },
+    Get {
+        index: usize,
+    },
+    Remove {
+        index: usize,
+    },
+    GetBatch {
+        indices: Vec<usize>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (1u16..=2, 1usize..40).prop_map(|(peer, len)| Op::Create { peer, len }),
+        (1usize..=2, 1usize..40).prop_map(|(peer, len)| Op::Create { peer, len }),
         (any::<usize>(), 1usize..40, any::<u8>()).prop_map(|(index, len, fill)| Op::Put {
             index,
             len,
@@ -387,6 +369,7 @@ fn op() -> impl Strategy<Value = Op> {
 fn random_operations_match_a_hash_map_model() {
     let cluster = cluster(2, ChunkOptions::default());
     let api = cluster.client.blocking();
+    let ids = cluster.ids.clone();
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 24,
         ..ProptestConfig::default()
@@ -404,9 +387,9 @@ fn random_operations_match_a_hash_map_model() {
                     Op::Create { peer, len } => {
                         let data = Bytes::from(vec![len as u8; len]);
                         let cid = api
-                            .create_with_data(NodeId(peer), vec![data.clone()])
+                            .create_with_data(ids[peer - 1], vec![data.clone()])
                             .map_err(|e| TestCaseError::fail(e.to_string()))?[0];
-                        prop_assert_eq!(cid.creator(), NodeId(peer));
+                        prop_assert_eq!(cid.creator(), ids[peer - 1]);
                         let previous = model.insert(cid, Some(data));
                         // A removed ID may be reused; a live one never.
                         prop_assert!(
@@ -500,7 +483,7 @@ fn single_get_round_trips_per_second() {
     let cluster = cluster(1, ChunkOptions::default());
     let api = cluster.client.blocking();
     let cid = api
-        .create_with_data(NodeId(1), vec![Bytes::from(vec![7u8; 64])])
+        .create_with_data(cluster.ids[0], vec![Bytes::from(vec![7u8; 64])])
         .unwrap()[0];
     let window = Duration::from_millis(700);
     let measure = |get: &dyn Fn()| {
@@ -520,12 +503,12 @@ fn single_get_round_trips_per_second() {
     let via_api = measure(&|| {
         assert_eq!(api.get(cid).unwrap().len(), 64);
     });
-    let handle = cluster._client_endpoint.handle();
+    let handle = cluster.net.clone();
     let request = myriad_proto::chunk::ChunkRequest::get_one(cid).encode();
     let raw = measure(&|| {
         let reply = handle
             .request_blocking(
-                NodeId(1),
+                cluster.ids[0],
                 myriad_proto::types::CHUNK,
                 request.clone(),
                 Duration::from_secs(2),

@@ -6,18 +6,13 @@
 //! zones are recovered and re-replicated, the zones it backed up get replacements.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use myriad_client::client::{Client, ClientConfig};
-use myriad_client::membership::JoinConfig;
-use myriad_meta::{NodeState, Role};
-use myriad_node::peer_node::{PeerNode, PeerOptions};
-use myriad_node::replication::BackupOptions;
-use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
+use myriad_client::client::Client;
 use myriad_proto::chunk::{DURABILITY_ASYNC, DURABILITY_DURABLE, DURABILITY_REPLICATED};
 use myriad_replication::Durability;
+use myriad_testing::cluster::TestCluster;
 use myriad_types::{ChunkId, NodeId};
 use parking_lot::Mutex;
 
@@ -25,113 +20,27 @@ const PEERS: usize = 4;
 const ZONE_BYTES: u64 = 8 << 10;
 const R: usize = 2;
 
-/// Stops every node on drop (also when an assertion fails).
-struct Cluster {
-    superpeer: Option<Superpeer>,
-    address: SocketAddr,
-    peers: Vec<Option<PeerNode>>,
-    clients: Vec<Client>,
-    _dir: tempfile::TempDir,
+/// One superpeer and four peers (R = 2, 8 KiB zones); one peer makes its memory resident
+/// at start, while zones are written.
+fn start() -> TestCluster {
+    TestCluster::builder()
+        .superpeers(1)
+        .peers(PEERS)
+        .zone_bytes(ZONE_BYTES)
+        .replication(R)
+        .configure_peers(|index, options| {
+            options.backup.unreachable_timeout = Duration::from_secs(2);
+            options.prefault_bytes = if index == 0 { 8 << 20 } else { 0 };
+        })
+        .start()
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for client in &self.clients {
-            client.shutdown();
-        }
-        for peer in self.peers.iter_mut() {
-            if let Some(peer) = peer.take() {
-                peer.shutdown();
-            }
-        }
-        if let Some(superpeer) = self.superpeer.take() {
-            superpeer.shutdown();
-        }
-    }
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        // Port 0: see `superpeer.rs`'s test cluster.
-        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-        let mut config = SuperpeerConfig::new(
-            NodeId(1),
-            any_port,
-            vec![(NodeId(1), any_port)],
-            dir.path().join("sp1"),
-        );
-        config.election_timeout_ms = 150..300;
-        config.raft_heartbeat_ms = 50;
-        let superpeer = Superpeer::start(config).unwrap();
-        let address = superpeer.local_addr();
-        let mut cluster = Cluster {
-            superpeer: Some(superpeer),
-            address,
-            peers: Vec::new(),
-            clients: Vec::new(),
-            _dir: dir,
-        };
-        for index in 0..PEERS {
-            let mut join = JoinConfig::new(vec![(NodeId(1), address)], Role::Peer);
-            join.handler_threads = 2;
-            let mut backup = BackupOptions::small_for_tests(ZONE_BYTES);
-            backup.replication = R;
-            backup.unreachable_timeout = Duration::from_secs(2);
-            let peer = PeerNode::start(PeerOptions {
-                join,
-                memory_bytes: 16 << 20,
-                data_dir: cluster._dir.path().join(format!("peer-{index}")),
-                handler_threads: 2,
-                // One peer makes its memory resident at start, while zones are written.
-                prefault_bytes: if index == 0 { 8 << 20 } else { 0 },
-                backup,
-            })
-            .unwrap();
-            cluster.peers.push(Some(peer));
-        }
-        // Every peer must see every other one alive before zones are placed.
-        let ids = cluster.peer_ids();
-        wait_until(Duration::from_secs(10), "peers see each other", || {
-            cluster.live().all(|peer| {
-                ids.iter().all(|id| {
-                    peer.membership()
-                        .node(*id)
-                        .is_some_and(|r| r.state == NodeState::Alive)
-                })
-            })
-        });
-        cluster
-    }
-
-    fn client(&mut self, durability: u8) -> Client {
-        let mut config = ClientConfig::new(vec![(NodeId(1), self.address)]);
+/// A client whose chunk calls ask for `durability`.
+fn client_asking(cluster: &TestCluster, durability: u8) -> Client {
+    cluster.new_client(|config| {
         config.chunks.timeout = Duration::from_secs(20);
         config.chunks.durability = durability;
-        let client = Client::connect_with(config).unwrap();
-        self.clients.push(client.clone());
-        client
-    }
-
-    fn peer_ids(&self) -> Vec<NodeId> {
-        self.live().map(PeerNode::node_id).collect()
-    }
-
-    fn live(&self) -> impl Iterator<Item = &PeerNode> {
-        self.peers.iter().flatten()
-    }
-
-    fn peer(&self, id: NodeId) -> Option<&PeerNode> {
-        self.live().find(|peer| peer.node_id() == id)
-    }
-}
-
-fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 fn payload(seed: u64, len: usize) -> Bytes {
@@ -209,13 +118,13 @@ fn write_workload(
 /// read back and compared with the master's memory (and the model). Returns the number of
 /// zones checked.
 fn check_zones(
-    cluster: &Cluster,
+    cluster: &TestCluster,
     client: &Client,
     model: &BTreeMap<ChunkId, Option<Bytes>>,
     creators: &[NodeId],
 ) -> usize {
     let mut zones_checked = 0;
-    for master in cluster.live() {
+    for master in cluster.live_peers() {
         let owner = master.node_id();
         let replicator = master.replicator().expect("replicator");
         replicator.wait_all(Durability::Durable).unwrap();
@@ -269,11 +178,11 @@ fn check_zones(
                 "registry and replicator agree on {log_owner}/{log_zone}"
             );
             assert!(!backups.contains(&owner), "{owner} backs its own zone");
-            assert_eq!(backups.len(), R.min(cluster.live().count() - 1));
+            assert_eq!(backups.len(), R.min(cluster.live_peers().count() - 1));
             let want = expected.get(zone).cloned().unwrap_or_default();
             for backup in backups {
                 let peer = cluster
-                    .peer(*backup)
+                    .peer_by_id(*backup)
                     .unwrap_or_else(|| panic!("{owner}/{zone} lists dead backup {backup}"));
                 let service = peer.backup_service().expect("backup capability");
                 let got: Mutex<BTreeMap<u64, Vec<u8>>> = Mutex::new(BTreeMap::new());
@@ -307,7 +216,7 @@ fn check_zones(
 
 #[test]
 fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
-    let mut cluster = Cluster::start();
+    let mut cluster = start();
     let masters = cluster.peer_ids();
     let mut model = BTreeMap::new();
     for (seed, level) in [
@@ -319,25 +228,25 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
     .into_iter()
     .enumerate()
     {
-        let client = cluster.client(level);
+        let client = client_asking(&cluster, level);
         write_workload(&client, &masters, seed as u64 + 1, &mut model);
     }
-    let client = cluster.clients[0].clone();
+    let client = cluster.client();
     let zones = check_zones(&cluster, &client, &model, &masters);
     assert!(zones >= 2 * PEERS, "only {zones} zones checked");
     // The `async` puts and removes of chunks in registered zones were served on the
     // peers' I/O threads, and their copies matched above like every other change.
     let inline: u64 = cluster
-        .live()
+        .live_peers()
         .map(|peer| peer.service().changes_served_inline())
         .sum();
     assert!(inline > 0, "no async change was served inline");
 
     // A backup leaves: every zone it backed gets a replacement, registered and filled.
     let gone_index = PEERS - 1;
-    let gone = cluster.peers[gone_index].as_ref().unwrap().node_id();
+    let gone = cluster.peer(gone_index).node_id();
     let affected: usize = cluster
-        .live()
+        .live_peers()
         .filter(|peer| peer.node_id() != gone)
         .map(|peer| {
             client
@@ -350,11 +259,11 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
         })
         .sum();
     assert!(affected > 0, "the leaving peer backs no zone");
-    cluster.peers[gone_index].take().unwrap().shutdown();
+    cluster.stop_peer(gone_index);
     // The gone peer's own chunks are not checked any more (recovery is another issue).
     model.retain(|cid, _| cid.creator() != gone);
-    wait_until(Duration::from_secs(20), "zones are re-replicated", || {
-        cluster.live().all(|peer| {
+    cluster.wait_until(Duration::from_secs(20), "zones are re-replicated", || {
+        cluster.live_peers().all(|peer| {
             let stats = peer.replicator().unwrap().stats();
             let registered = client.blocking().zones(peer.node_id()).unwrap_or_default();
             stats
@@ -367,7 +276,7 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
         })
     });
     // Writes keep working in the strictest mode, and every copy matches again.
-    let client = cluster.client(DURABILITY_DURABLE);
+    let client = client_asking(&cluster, DURABILITY_DURABLE);
     let masters = cluster.peer_ids();
     write_workload(&client, &masters, 99, &mut model);
     let zones = check_zones(&cluster, &client, &model, &masters);
@@ -382,30 +291,30 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
 /// own copies of the adopted zones' logs are deleted.
 #[test]
 fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
-    let mut cluster = Cluster::start();
+    let mut cluster = start();
     let creators = cluster.peer_ids();
     let mut model = BTreeMap::new();
     for (seed, level) in [DURABILITY_DURABLE, DURABILITY_REPLICATED]
         .into_iter()
         .enumerate()
     {
-        let client = cluster.client(level);
+        let client = client_asking(&cluster, level);
         write_workload(&client, &creators, seed as u64 + 11, &mut model);
     }
-    for peer in cluster.live() {
+    for peer in cluster.live_peers() {
         peer.replicator()
             .unwrap()
             .wait_all(Durability::Durable)
             .unwrap();
     }
-    let client = cluster.clients[0].clone();
+    let client = cluster.client();
     let crashed_index = 1;
-    let crashed = cluster.peers[crashed_index].as_ref().unwrap().node_id();
+    let crashed = cluster.peer(crashed_index).node_id();
     let crashed_zones = client.blocking().zones(crashed).unwrap();
     assert!(crashed_zones.len() >= 2, "{crashed_zones:?}");
-    cluster.peers[crashed_index].take().unwrap().crash();
+    cluster.kill_peer(crashed_index);
 
-    wait_until(
+    cluster.wait_until(
         Duration::from_secs(30),
         "the crashed peer's zones are recovered",
         || {
@@ -418,11 +327,11 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
             })
         },
     );
-    wait_until(
+    cluster.wait_until(
         Duration::from_secs(30),
         "zones are replicated again",
         || {
-            cluster.live().all(|peer| {
+            cluster.live_peers().all(|peer| {
                 let stats = peer.replicator().unwrap().stats();
                 let pending = client
                     .blocking()
@@ -456,7 +365,7 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
     let zones = check_zones(&cluster, &client, &model, &creators);
     assert!(zones >= 2 * (PEERS - 1), "only {zones} zones checked");
     let restored_on: usize = cluster
-        .live()
+        .live_peers()
         .map(|peer| peer.service().memory().chunk_ranges(crashed).len())
         .sum();
     assert!(restored_on > 0, "no peer holds the crashed peer's chunks");
@@ -470,7 +379,7 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
         "the crashed peer's zones stay in the table, adopted"
     );
     let holders: usize = cluster
-        .live()
+        .live_peers()
         .map(|peer| {
             let stats = peer.replicator().unwrap().stats();
             stats
@@ -481,11 +390,11 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
         })
         .sum();
     assert_eq!(holders, adopted.len(), "each adopted zone has one holder");
-    wait_until(
+    cluster.wait_until(
         Duration::from_secs(15),
         "unlisted copies of the crashed peer's zone logs are deleted",
         || {
-            cluster.live().all(|peer| {
+            cluster.live_peers().all(|peer| {
                 let me = peer.node_id();
                 peer.backup_service()
                     .unwrap()

@@ -1,62 +1,35 @@
 //! In-process superpeer scenarios: joining, ID reuse, events, barriers, metadata services,
 //! failure detection, the data directory lock.
 
-use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::Duration;
 
-use myriad_client::membership::{JoinConfig, Membership};
+use myriad_client::membership::Membership;
 use myriad_client::ClientError;
 use myriad_meta::{Command, MetaError, NodeState, Response, Role};
 use myriad_net::{Endpoint, Handlers};
 use myriad_node::config::NodeError;
-use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
+use myriad_node::superpeer::Superpeer;
 use myriad_proto::meta::{Event, MetaReply, MetaRequest};
+use myriad_testing::cluster::TestCluster;
 use myriad_types::{ChunkId, NodeId};
 
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
-}
-
+/// A one-superpeer test cluster and a runtime for the raw memberships the tests join.
 struct Cluster {
-    superpeer: Option<Superpeer>,
-    address: SocketAddr,
-    _dir: tempfile::TempDir,
+    inner: TestCluster,
     runtime: tokio::runtime::Runtime,
 }
 
 impl Cluster {
     fn start() -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        // Port 0: a single-member group needs no address known in advance, and a port
-        // picked beforehand could be taken by another test before the superpeer binds it.
-        let any_port = SocketAddr::from(([127, 0, 0, 1], 0));
-        let mut config = SuperpeerConfig::new(
-            NodeId(1),
-            any_port,
-            vec![(NodeId(1), any_port)],
-            dir.path().join("sp1"),
-        );
-        config.election_timeout_ms = 150..300;
-        config.raft_heartbeat_ms = 50;
-        let superpeer = Superpeer::start(config).unwrap();
-        let address = superpeer.local_addr();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
         Cluster {
-            superpeer: Some(superpeer),
-            address,
-            _dir: dir,
-            runtime,
+            inner: TestCluster::builder().superpeers(1).start(),
+            runtime: runtime(),
         }
     }
 
     fn join(&self, role: Role) -> (Endpoint, Arc<Membership>) {
-        let mut config = JoinConfig::new(vec![(NodeId(1), self.address)], role);
+        let mut config = self.inner.join_config(role);
         config.request_timeout = Duration::from_secs(10);
         self.runtime
             .block_on(Membership::join(config, Handlers::new()))
@@ -64,12 +37,12 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Some(superpeer) = self.superpeer.take() {
-            superpeer.shutdown();
-        }
-    }
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -315,9 +288,8 @@ fn silent_peer_is_declared_failed_and_members_hear_of_it() {
 #[test]
 fn second_superpeer_on_the_same_directory_is_refused() {
     let cluster = Cluster::start();
-    let dir = cluster._dir.path().join("sp1");
-    let address = SocketAddr::from(([127, 0, 0, 1], 0));
-    let config = SuperpeerConfig::new(NodeId(1), address, vec![(NodeId(1), address)], dir);
+    // The running superpeer's own configuration: same node, same directory.
+    let config = cluster.inner.superpeer_config(0);
     match Superpeer::start(config) {
         Err(NodeError::DataDirLocked(_)) => {}
         other => panic!("expected DataDirLocked, got {other:?}"),
@@ -327,7 +299,7 @@ fn second_superpeer_on_the_same_directory_is_refused() {
 #[test]
 fn join_blocking_works_from_a_plain_thread() {
     let cluster = Cluster::start();
-    let config = JoinConfig::new(vec![(NodeId(1), cluster.address)], Role::Client);
+    let config = cluster.inner.join_config(Role::Client);
     let (endpoint, membership) = Membership::join_blocking(config, Handlers::new()).unwrap();
     assert_ne!(membership.node_id(), NodeId(1));
     assert_eq!(endpoint.node_id(), membership.node_id());
@@ -336,40 +308,10 @@ fn join_blocking_works_from_a_plain_thread() {
 
 #[test]
 fn followers_answer_not_leader_and_clients_follow_to_the_leader() {
-    let dir = tempfile::tempdir().unwrap();
-    // The ports are picked before the superpeers bind them; another socket of a test running
-    // alongside may take one in between: then pick new ones (a few attempts).
-    let mut attempt = 0;
-    let (members, superpeers) = loop {
-        attempt += 1;
-        let members: Vec<(NodeId, SocketAddr)> =
-            (1..=3).map(|id| (NodeId(id), free_port())).collect();
-        let started: Result<Vec<Superpeer>, _> = members
-            .iter()
-            .map(|(id, address)| {
-                let mut config = SuperpeerConfig::new(
-                    *id,
-                    *address,
-                    members.clone(),
-                    dir.path().join(format!("try{attempt}-sp{}", id.0)),
-                );
-                config.election_timeout_ms = 150..300;
-                config.raft_heartbeat_ms = 50;
-                Superpeer::start(config)
-            })
-            .collect();
-        match started {
-            Ok(superpeers) => break (members, superpeers),
-            Err(error) if attempt < 5 => eprintln!("attempt {attempt}: {error}; new ports"),
-            Err(error) => panic!("superpeers did not start: {error}"),
-        }
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let config = JoinConfig::new(members.clone(), Role::Peer);
+    let cluster = TestCluster::builder().superpeers(3).start();
+    let members = cluster.seeds();
+    let runtime = runtime();
+    let config = cluster.join_config(Role::Peer);
     let (_endpoint, peer) = runtime
         .block_on(Membership::join(config, Handlers::new()))
         .unwrap();
@@ -382,11 +324,7 @@ fn followers_answer_not_leader_and_clients_follow_to_the_leader() {
     for (id, _) in &members {
         assert_eq!(peer.node(*id).unwrap().role, Role::Superpeer);
     }
-    let leader = superpeers
-        .iter()
-        .find(|superpeer| superpeer.is_leader())
-        .map(Superpeer::node_id)
-        .unwrap();
+    let leader = cluster.leader().node_id();
     let follower = members
         .iter()
         .map(|(id, _)| *id)
@@ -420,8 +358,5 @@ fn followers_answer_not_leader_and_clients_follow_to_the_leader() {
     match runtime.block_on(peer.request(MetaRequest::Nodes)).unwrap() {
         MetaReply::Nodes(nodes) => assert_eq!(nodes.len(), 4),
         other => panic!("unexpected {other:?}"),
-    }
-    for superpeer in superpeers {
-        superpeer.shutdown();
     }
 }

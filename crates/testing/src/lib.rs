@@ -1,14 +1,27 @@
 //! # myriad-testing: test support
 //!
-//! **Job.** Tools that tests of the whole system use to decide whether the system behaved:
-//! today the [`history`] checker, which verifies that a recorded history of client
-//! operations on chunks is linearizable per chunk (each chunk is a read/write register).
-//! The cluster harness (real processes, SIGKILL, fault switches) joins it with the cluster.
+//! **Job.** Tools that tests of the whole system use to run a cluster and to decide whether
+//! it behaved:
+//! - [`cluster`]: [`cluster::TestCluster`], an in-process cluster of real superpeers, peers
+//!   and clients on 127.0.0.1 (the production start paths), with crashes, restarts,
+//!   per-link network filters ([`cluster::Link`]) and bounded waits;
+//! - [`env`](mod@env): the environment seam of that harness, a [`env::Clock`] and a
+//!   [`env::Transport`], real today ([`env::SystemClock`], [`env::NetFaults`]) and the
+//!   point where a seeded simulator will plug in;
+//! - [`history`]: a checker that verifies that a recorded history of client operations on
+//!   chunks is linearizable per chunk (each chunk is a read/write register).
 //!
-//! **Invariants.** The checker is exact (it accepts a history if and only if some
-//! linearization exists, within a stated search bound) and bounded: it reports
-//! [`history::CheckError::TooComplex`] instead of running without limit.
+//! **Invariants.**
+//! - Every process part (superpeer, peer, client) and thread the harness starts is stopped
+//!   when the [`cluster::TestCluster`] is dropped, also when a test panics.
+//! - Every wait is bounded and ends in a panic naming what it waited for.
+//! - The checker is exact (it accepts a history if and only if some linearization exists,
+//!   within a stated search bound) and bounded: it reports
+//!   [`history::CheckError::TooComplex`] instead of running without limit.
 //!
-//! **Callers.** Integration tests only; no production crate depends on this one.
+//! **Callers.** Integration tests only (as a dev-dependency); no production crate depends
+//! on this one.
 
+pub mod cluster;
+pub mod env;
 pub mod history;
