@@ -54,6 +54,7 @@ use crate::codec::{
     decode_entry, decode_log_id, decode_option_log_id, decode_vote, encode_entry, encode_log_id,
     encode_option_log_id, encode_vote,
 };
+use crate::files::{sync_dir, write_file_durably};
 use crate::limits::{FLUSH_QUEUE_MAX, RECORD_BYTES_MAX};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 
@@ -430,22 +431,6 @@ fn log_header() -> Vec<u8> {
     header.extend_from_slice(&LOG_MAGIC);
     header.extend_from_slice(&LOG_FORMAT_VERSION.to_le_bytes());
     header
-}
-
-/// Creates (or replaces) `path` with `bytes` and fsyncs it.
-pub(crate) fn write_file_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// Fsyncs a directory so that a rename or file creation in it is durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// Clips a range of log indexes to `[start, end)`; `None` when it is empty.

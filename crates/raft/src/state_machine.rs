@@ -44,8 +44,8 @@ use parking_lot::{Mutex, RwLock};
 use thiserror::Error;
 
 use crate::codec::{decode_snapshot_meta, encode_snapshot_meta};
+use crate::files::{sync_dir, write_file_durably};
 use crate::limits::SNAPSHOT_BYTES_MAX;
-use crate::log_store::{sync_dir, write_file_durably};
 use crate::types::{EntryPayload, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
 /// Name of the snapshot file in the superpeer's directory.
