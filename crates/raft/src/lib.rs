@@ -60,5 +60,7 @@ pub use meta_raft::{
     MetaRaft, RaftConfig, RaftReadError, RaftRole, RaftSummary, RaftWriteError, StartError,
 };
 pub use network::{RaftTransport, TransportError};
-pub use state_machine::{ApplyObserver, MetaStateReader, SnapshotOpenError, StateMachineStore};
+pub use state_machine::{
+    ApplyObserver, MetaStateReader, SnapshotFileError, SnapshotOpenError, StateMachineStore,
+};
 pub use types::{SuperpeerNode, TypeConfig};

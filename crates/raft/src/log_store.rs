@@ -6,7 +6,9 @@
 //! the vote and the committed position.
 //!
 //! **Format.** `raft-log` in the superpeer's directory holds a 12-byte header (magic
-//! `MYRDRLOG`, u32 LE format version) and then frames `[u32 LE length][u32 LE
+//! `MYRDRLOG`, u32 LE format version [`LOG_FORMAT_VERSION`]; versions from
+//! [`LOG_FORMAT_VERSION_MIN`] are read, others refused with
+//! [`LogOpenError::UnsupportedVersion`]) and then frames `[u32 LE length][u32 LE
 //! crc32c(record)][record]`. A record is one tag byte and a body encoded by
 //! [`crate::codec`]: `Append(entry)`, `TruncateAfter(option log id)`, `Purge(log id)`,
 //! `Committed(option log id)`, `Vote(vote)`. Byte-level layout: `docs/raft-format.md`.
@@ -64,8 +66,13 @@ pub const LOG_FILE_NAME: &str = "raft-log";
 const LOG_TEMP_FILE_NAME: &str = "raft-log.tmp";
 /// First bytes of the record file.
 const LOG_MAGIC: [u8; 8] = *b"MYRDRLOG";
-/// Format version after the magic.
-const LOG_FORMAT_VERSION: u32 = 1;
+/// Format version after the magic: what this build writes. `docs/raft-format.md`,
+/// "Version history", lists every version.
+pub const LOG_FORMAT_VERSION: u32 = 1;
+/// Oldest format version this build still reads. A build that raises
+/// [`LOG_FORMAT_VERSION`] keeps reading the versions from here on and rewrites an older
+/// file in the new version (as a compaction does) before it appends to it.
+pub const LOG_FORMAT_VERSION_MIN: u32 = 1;
 /// Bytes of the file header: magic and version.
 const LOG_HEADER_BYTES: usize = 12;
 /// Bytes of a frame header: length and CRC.
@@ -209,9 +216,21 @@ pub enum LogOpenError {
         /// The error.
         source: io::Error,
     },
-    /// The file does not start with the log's magic and version.
-    #[error("{0} is not a Myriad Raft log of format version {LOG_FORMAT_VERSION}")]
+    /// The file is shorter than its header or does not start with the log's magic.
+    #[error("{0} is not a Myriad Raft log")]
     BadHeader(PathBuf),
+    /// The file is a Raft log of a format version this build does not read (written by a
+    /// newer build, or damaged): refused, never cut or rewritten.
+    #[error(
+        "{path} is a Raft log of format version {version}; this build reads versions \
+         {LOG_FORMAT_VERSION_MIN} to {LOG_FORMAT_VERSION}"
+    )]
+    UnsupportedVersion {
+        /// The log file.
+        path: PathBuf,
+        /// The version in its header.
+        version: u32,
+    },
     /// A record passed its CRC but is invalid: not a torn write, so nothing is cut.
     #[error("record at byte {offset} of {path} is corrupt: {reason}")]
     Corrupt {
@@ -433,6 +452,25 @@ fn log_header() -> Vec<u8> {
     header
 }
 
+/// Checks the file header: the magic, and a format version this build reads. Every version
+/// so far (only 1) has the same frames and records, so replay does not depend on it.
+fn check_log_header(path: &Path, bytes: &[u8]) -> Result<(), LogOpenError> {
+    let Some(header) = bytes.get(..LOG_HEADER_BYTES) else {
+        return Err(LogOpenError::BadHeader(path.to_owned()));
+    };
+    if header[..LOG_MAGIC.len()] != LOG_MAGIC {
+        return Err(LogOpenError::BadHeader(path.to_owned()));
+    }
+    let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+    if !(LOG_FORMAT_VERSION_MIN..=LOG_FORMAT_VERSION).contains(&version) {
+        return Err(LogOpenError::UnsupportedVersion {
+            path: path.to_owned(),
+            version,
+        });
+    }
+    Ok(())
+}
+
 /// Clips a range of log indexes to `[start, end)`; `None` when it is empty.
 fn index_range(range: &impl RangeBounds<u64>) -> Option<(u64, u64)> {
     let start = match range.start_bound() {
@@ -489,9 +527,7 @@ impl LogStore {
             sync_dir(dir).map_err(io_error(dir))?;
         }
         let bytes = fs::read(&log_path).map_err(io_error(&log_path))?;
-        if bytes.len() < LOG_HEADER_BYTES || bytes[..LOG_HEADER_BYTES] != log_header()[..] {
-            return Err(LogOpenError::BadHeader(log_path));
-        }
+        check_log_header(&log_path, &bytes)?;
         let mut index = LogIndex::default();
         let mut offset = LOG_HEADER_BYTES;
         loop {

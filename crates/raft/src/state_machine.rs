@@ -6,7 +6,8 @@
 //! serves snapshots; hands the node a read handle ([`MetaStateReader`]).
 //!
 //! **Format.** `snapshot` in the superpeer's directory: magic `MYRDRSNP`, u32 LE format
-//! version, u64 LE body length, u32 LE crc32c of the body, then the body: the snapshot
+//! version ([`SNAPSHOT_FORMAT_VERSION`]; versions from [`SNAPSHOT_FORMAT_VERSION_MIN`] are
+//! read, others refused with [`SnapshotOpenError::UnsupportedVersion`]), u64 LE body length, u32 LE crc32c of the body, then the body: the snapshot
 //! meta ([`crate::codec::encode_snapshot_meta`]) and the length-prefixed
 //! [`MetaState::snapshot`] bytes. Byte-level layout: `docs/raft-format.md`.
 //!
@@ -52,7 +53,12 @@ use crate::types::{EntryPayload, LogId, Snapshot, SnapshotMeta, StoredMembership
 pub const SNAPSHOT_FILE_NAME: &str = "snapshot";
 const SNAPSHOT_TEMP_FILE_NAME: &str = "snapshot.tmp";
 const SNAPSHOT_MAGIC: [u8; 8] = *b"MYRDRSNP";
-const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// Format version after the magic: what this build writes. `docs/raft-format.md`,
+/// "Version history", lists every version.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// Oldest format version this build still reads. A snapshot file is only ever replaced
+/// whole, so one of an older version is read as it is until the next snapshot replaces it.
+pub const SNAPSHOT_FORMAT_VERSION_MIN: u32 = 1;
 /// Bytes before the body: magic, version, body length, CRC.
 const SNAPSHOT_HEADER_BYTES: usize = 24;
 
@@ -67,7 +73,7 @@ pub enum SnapshotOpenError {
         /// The error.
         source: io::Error,
     },
-    /// The file is damaged or not a snapshot of this format.
+    /// The file is damaged or not a snapshot file.
     #[error("snapshot file {path} is invalid: {reason}")]
     Corrupt {
         /// The file.
@@ -75,6 +81,32 @@ pub enum SnapshotOpenError {
         /// What is wrong.
         reason: String,
     },
+    /// The file is a snapshot of a format version this build does not read (written by a
+    /// newer build, or damaged).
+    #[error(
+        "snapshot file {path} has format version {version}; this build reads versions \
+         {SNAPSHOT_FORMAT_VERSION_MIN} to {SNAPSHOT_FORMAT_VERSION}"
+    )]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version in its header.
+        version: u32,
+    },
+}
+
+/// Why the bytes of a snapshot file do not decode.
+#[derive(Debug, Error)]
+pub enum SnapshotFileError {
+    /// The header names a format version this build does not read.
+    #[error(
+        "snapshot format version {0} is not one this build reads \
+         ({SNAPSHOT_FORMAT_VERSION_MIN} to {SNAPSHOT_FORMAT_VERSION})"
+    )]
+    UnsupportedVersion(u32),
+    /// The file is damaged or not a snapshot file.
+    #[error(transparent)]
+    Invalid(#[from] DecodeError),
 }
 
 /// The applied state and what openraft needs to know about it.
@@ -148,33 +180,31 @@ pub fn encode_snapshot_file(meta: &SnapshotMeta, data: &[u8]) -> io::Result<Vec<
     Ok(file)
 }
 
-/// Decodes and checks a snapshot file: header, CRC, meta, and that the data is a valid
-/// [`MetaState`] snapshot.
+/// Decodes and checks a snapshot file: header (magic, a version this build reads), CRC,
+/// meta, and that the data is a valid [`MetaState`] snapshot. Every version so far (only 1)
+/// has the same layout after the version.
 pub fn decode_snapshot_file(
     bytes: &[u8],
-) -> Result<(SnapshotMeta, Vec<u8>, MetaState), DecodeError> {
+) -> Result<(SnapshotMeta, Vec<u8>, MetaState), SnapshotFileError> {
     let (header, body) = bytes
         .split_at_checked(SNAPSHOT_HEADER_BYTES)
         .ok_or(DecodeError::Truncated("snapshot header"))?;
     if header[..8] != SNAPSHOT_MAGIC {
-        return Err(DecodeError::Invalid("not a snapshot file"));
+        return Err(DecodeError::Invalid("not a snapshot file").into());
     }
     let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
-    if version != SNAPSHOT_FORMAT_VERSION {
-        return Err(DecodeError::UnknownTag {
-            what: "snapshot format version",
-            tag: u64::from(version),
-        });
+    if !(SNAPSHOT_FORMAT_VERSION_MIN..=SNAPSHOT_FORMAT_VERSION).contains(&version) {
+        return Err(SnapshotFileError::UnsupportedVersion(version));
     }
     let mut length = [0u8; 8];
     length.copy_from_slice(&header[12..20]);
     let length = u64::from_le_bytes(length);
     if length != body.len() as u64 {
-        return Err(DecodeError::Invalid("snapshot body length"));
+        return Err(DecodeError::Invalid("snapshot body length").into());
     }
     let crc = u32::from_le_bytes([header[20], header[21], header[22], header[23]]);
     if crc32c::crc32c(body) != crc {
-        return Err(DecodeError::Invalid("snapshot checksum"));
+        return Err(DecodeError::Invalid("snapshot checksum").into());
     }
     let mut reader = Decoder::from_slice(body);
     let meta = decode_snapshot_meta(&mut reader)?;
@@ -226,9 +256,17 @@ impl StateMachineStore {
         if path.exists() {
             let bytes = fs::read(&path).map_err(io_error(&path))?;
             let (meta, data, state) =
-                decode_snapshot_file(&bytes).map_err(|error| SnapshotOpenError::Corrupt {
-                    path: path.clone(),
-                    reason: error.to_string(),
+                decode_snapshot_file(&bytes).map_err(|error| match error {
+                    SnapshotFileError::UnsupportedVersion(version) => {
+                        SnapshotOpenError::UnsupportedVersion {
+                            path: path.clone(),
+                            version,
+                        }
+                    }
+                    SnapshotFileError::Invalid(error) => SnapshotOpenError::Corrupt {
+                        path: path.clone(),
+                        reason: error.to_string(),
+                    },
                 })?;
             applied = Applied {
                 state,

@@ -14,10 +14,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use myriad_meta::{Command, MetaState};
-use myriad_raft::log_store::LOG_FILE_NAME;
-use myriad_raft::state_machine::SNAPSHOT_FILE_NAME;
+use myriad_raft::log_store::{LOG_FILE_NAME, LOG_FORMAT_VERSION};
+use myriad_raft::state_machine::{
+    decode_snapshot_file, SNAPSHOT_FILE_NAME, SNAPSHOT_FORMAT_VERSION,
+};
 use myriad_raft::types::*;
-use myriad_raft::{LogStore, StateMachineStore};
+use myriad_raft::{
+    LogOpenError, LogStore, SnapshotFileError, SnapshotOpenError, StateMachineStore,
+};
 use myriad_types::ChunkId;
 use openraft::storage::{
     IOFlushed, LogState, RaftLogReader, RaftLogStorage, RaftSnapshotBuilder, RaftStateMachine,
@@ -209,4 +213,57 @@ async fn check_fixtures_open_with_their_contents(version: u32) {
 #[tokio::test]
 async fn format_1_fixtures_open_with_their_contents() {
     check_fixtures_open_with_their_contents(1).await;
+}
+
+#[test]
+fn the_format_1_fixtures_carry_version_1_and_this_build_writes_the_current_version() {
+    let dir = fixture_dir(1);
+    let log = fs::read(dir.join(LOG_FILE_NAME)).unwrap();
+    assert_eq!(&log[..12], b"MYRDRLOG\x01\0\0\0");
+    let snapshot = fs::read(dir.join(SNAPSHOT_FILE_NAME)).unwrap();
+    assert_eq!(&snapshot[..12], b"MYRDRSNP\x01\0\0\0");
+    // Format 1 is also the current version: when it changes, add format-N fixtures and a
+    // `format_N_fixtures_open_with_their_contents` test, and keep this one.
+    assert_eq!((LOG_FORMAT_VERSION, SNAPSHOT_FORMAT_VERSION), (1, 1));
+}
+
+/// Overwrites the u32 LE version after the 8-byte magic of `file`.
+fn set_version(file: &Path, version: u32) {
+    let mut bytes = fs::read(file).unwrap();
+    bytes[8..12].copy_from_slice(&version.to_le_bytes());
+    fs::write(file, &bytes).unwrap();
+}
+
+#[tokio::test]
+async fn files_of_an_unknown_format_version_are_refused_with_a_typed_error_and_left_alone() {
+    for version in [0, LOG_FORMAT_VERSION + 1, u32::MAX] {
+        let dir = copy_fixture(1);
+        let path = dir.path().join(LOG_FILE_NAME);
+        set_version(&path, version);
+        let before = fs::read(&path).unwrap();
+        match LogStore::open(dir.path(), NO_COMPACTION_BYTES) {
+            Err(LogOpenError::UnsupportedVersion {
+                path: refused,
+                version: found,
+            }) => assert_eq!((refused, found), (path.clone(), version)),
+            other => panic!("log of version {version} opened as {other:?}"),
+        }
+        assert_eq!(fs::read(&path).unwrap(), before, "a refused log is not cut");
+    }
+    for version in [0, SNAPSHOT_FORMAT_VERSION + 1, u32::MAX] {
+        let dir = copy_fixture(1);
+        let path = dir.path().join(SNAPSHOT_FILE_NAME);
+        set_version(&path, version);
+        assert!(matches!(
+            decode_snapshot_file(&fs::read(&path).unwrap()),
+            Err(SnapshotFileError::UnsupportedVersion(found)) if found == version
+        ));
+        match StateMachineStore::open(dir.path()) {
+            Err(SnapshotOpenError::UnsupportedVersion {
+                path: refused,
+                version: found,
+            }) => assert_eq!((refused, found), (path.clone(), version)),
+            other => panic!("snapshot of version {version} opened as {other:?}"),
+        }
+    }
 }
