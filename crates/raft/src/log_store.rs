@@ -23,7 +23,9 @@
 //!   [`RECORD_BYTES_MAX`], or fails its CRC: that is a torn tail; the file is cut there.
 //!   A frame with a valid CRC that does not decode, or that would leave a hole in the log,
 //!   is corruption and refuses the open ([`LogOpenError::Corrupt`]).
-//! - The index never holds a hole: entries are consecutive from the purge point.
+//! - The index never holds a hole: entries are consecutive from the purge point, and log
+//!   IDs grow along the log (both asserted once per write and after replay: a violation is
+//!   a bug, and stopping beats writing a corrupt log).
 //! - After any write or fsync error the store refuses every later write (openraft then
 //!   stops the node): an fsync error leaves the page cache in an unknown state.
 //! - When the file outgrows its compaction threshold after purges it is rewritten from the
@@ -280,6 +282,27 @@ impl LogIndex {
         self.entry_bytes -= removed.values().map(|(_, bytes)| bytes).sum::<u64>();
     }
 
+    /// Panics unless the entries run without a hole from just after the purge point (from 0
+    /// without one): the check of the "no hole" invariant that [`LogIndex::apply`] keeps.
+    /// Two map lookups; run once per write or replay, not per entry.
+    fn assert_contiguous(&self) {
+        let (Some((&first, _)), Some((&last, _))) = (
+            self.entries.first_key_value(),
+            self.entries.last_key_value(),
+        ) else {
+            return;
+        };
+        let start = self
+            .last_purged
+            .map_or(0, |log_id| log_id.index.saturating_add(1));
+        assert!(
+            first == start && last - first + 1 == self.entries.len() as u64,
+            "Raft log index has a hole: entries {first}..={last} ({} of them), purged up to {:?}",
+            self.entries.len(),
+            self.last_purged,
+        );
+    }
+
     /// Applies one record; the same rules hold at run time and on replay.
     fn apply(&mut self, record: LogRecord, frame_bytes: u64) -> Result<(), String> {
         match record {
@@ -379,7 +402,9 @@ impl Inner {
         debug_assert!(!matches!(record, LogRecord::Append(_)));
         let frame = record.to_frame()?;
         self.write_bytes(&frame)?;
-        self.apply_written(record, frame.len() as u64)
+        self.apply_written(record, frame.len() as u64)?;
+        self.index.assert_contiguous();
+        Ok(())
     }
 
     /// Checks that `entries` continue the log without a hole, then writes and applies them;
@@ -397,6 +422,25 @@ impl Inner {
             }
             next = index.saturating_add(1);
         }
+        // Log IDs grow along the log (Raft's log matching): an entry never follows one of a
+        // later leader, in the batch or at the entry it is appended behind.
+        if let Some(first) = entries.first() {
+            let previous = self
+                .index
+                .entries
+                .range(..first.log_id.index)
+                .next_back()
+                .map(|(_, (entry, _))| entry.log_id);
+            let mut previous = previous.or(self.index.last_purged);
+            for entry in &entries {
+                assert!(
+                    previous < Some(entry.log_id),
+                    "append of {} behind {previous:?}: log IDs must grow along the log",
+                    entry.log_id
+                );
+                previous = Some(entry.log_id);
+            }
+        }
         let mut buffer = Vec::new();
         let mut records = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -409,6 +453,7 @@ impl Inner {
         for (record, frame_bytes) in records {
             self.apply_written(record, frame_bytes)?;
         }
+        self.index.assert_contiguous();
         Ok(())
     }
 
@@ -555,6 +600,7 @@ impl LogStore {
                 }
             }
         }
+        index.assert_contiguous();
         let file = OpenOptions::new()
             .append(true)
             .open(&log_path)

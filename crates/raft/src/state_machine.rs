@@ -19,7 +19,9 @@
 //!   directory fsynced: a crash leaves the old or the new snapshot, never a torn one.
 //!   A snapshot file that fails its checks refuses the open: the log may be purged up to it.
 //! - The persisted snapshot never moves backwards: a built snapshot older than the one on
-//!   disk (an install overtook it) is not written.
+//!   disk (an install overtook it) is not written (and writing one is asserted against).
+//! - Entries apply in log order, each once: after the first, each entry's index is one past
+//!   the last applied (asserted).
 //! - Applying is deterministic ([`MetaState::apply`]), so every superpeer that applied the
 //!   same entries holds byte-equal [`MetaState::snapshot`]s.
 //!
@@ -146,6 +148,16 @@ struct SnapshotSlot {
 impl SnapshotSlot {
     /// Writes `snapshot` durably and makes it current.
     fn persist(&mut self, snapshot: Snapshot) -> io::Result<()> {
+        // The log may already be purged up to the current snapshot: replacing it with an
+        // older one would lose committed entries on the next start.
+        if let Some(current) = &self.current {
+            assert!(
+                current.meta.last_log_id <= snapshot.meta.last_log_id,
+                "snapshot at {:?} would replace the newer one at {:?}",
+                snapshot.meta.last_log_id,
+                current.meta.last_log_id
+            );
+        }
         let bytes = encode_snapshot_file(&snapshot.meta, &snapshot.snapshot)?;
         let temp_path = self.dir.join(SNAPSHOT_TEMP_FILE_NAME);
         write_file_durably(&temp_path, &bytes)?;
@@ -358,6 +370,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         while let Some((entry, responder)) = entries.try_next().await? {
             let response = {
                 let mut applied = self.applied.write();
+                // Entries apply in log order, each once: a skipped or repeated entry would
+                // make this member's state differ from the others'.
+                if let Some(last) = applied.last_applied {
+                    assert!(
+                        entry.log_id.index == last.index.saturating_add(1),
+                        "applying {} after {last}: entries must apply in log order",
+                        entry.log_id
+                    );
+                }
                 applied.last_applied = Some(entry.log_id);
                 let (command, response) = match entry.payload {
                     EntryPayload::Blank => (None, Response::Done),
