@@ -34,8 +34,19 @@
 //! protobuf 2.x, which carries a security advisory. The version is pinned exactly because
 //! alpha releases change APIs; it is used without its `serde` feature since every type is
 //! encoded here ([`codec`]).
+//!
+//! ## Module order
+//!
+//! The modules form layers; each uses only modules of lower layers (no cycles), which the
+//! test `tests/module_order.rs` checks over every `crate::` path in `src/`:
+//!
+//! 1. [`limits`], [`types`] and `files` (durable file writes): nothing of this crate;
+//! 2. [`codec`]: limits, types;
+//! 3. [`log_store`], [`state_machine`], [`network`]: codec and the first layer;
+//! 4. [`meta_raft`]: everything below.
 
 pub mod codec;
+mod files;
 pub mod limits;
 pub mod log_store;
 pub mod meta_raft;
@@ -49,5 +60,7 @@ pub use meta_raft::{
     MetaRaft, RaftConfig, RaftReadError, RaftRole, RaftSummary, RaftWriteError, StartError,
 };
 pub use network::{RaftTransport, TransportError};
-pub use state_machine::{ApplyObserver, MetaStateReader, SnapshotOpenError, StateMachineStore};
+pub use state_machine::{
+    ApplyObserver, MetaStateReader, SnapshotFileError, SnapshotOpenError, StateMachineStore,
+};
 pub use types::{SuperpeerNode, TypeConfig};

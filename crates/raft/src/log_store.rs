@@ -6,7 +6,9 @@
 //! the vote and the committed position.
 //!
 //! **Format.** `raft-log` in the superpeer's directory holds a 12-byte header (magic
-//! `MYRDRLOG`, u32 LE format version) and then frames `[u32 LE length][u32 LE
+//! `MYRDRLOG`, u32 LE format version [`LOG_FORMAT_VERSION`]; versions from
+//! [`LOG_FORMAT_VERSION_MIN`] are read, others refused with
+//! [`LogOpenError::UnsupportedVersion`]) and then frames `[u32 LE length][u32 LE
 //! crc32c(record)][record]`. A record is one tag byte and a body encoded by
 //! [`crate::codec`]: `Append(entry)`, `TruncateAfter(option log id)`, `Purge(log id)`,
 //! `Committed(option log id)`, `Vote(vote)`. Byte-level layout: `docs/raft-format.md`.
@@ -21,7 +23,9 @@
 //!   [`RECORD_BYTES_MAX`], or fails its CRC: that is a torn tail; the file is cut there.
 //!   A frame with a valid CRC that does not decode, or that would leave a hole in the log,
 //!   is corruption and refuses the open ([`LogOpenError::Corrupt`]).
-//! - The index never holds a hole: entries are consecutive from the purge point.
+//! - The index never holds a hole: entries are consecutive from the purge point, and log
+//!   IDs grow along the log (both asserted once per write and after replay: a violation is
+//!   a bug, and stopping beats writing a corrupt log).
 //! - After any write or fsync error the store refuses every later write (openraft then
 //!   stops the node): an fsync error leaves the page cache in an unknown state.
 //! - When the file outgrows its compaction threshold after purges it is rewritten from the
@@ -54,6 +58,7 @@ use crate::codec::{
     decode_entry, decode_log_id, decode_option_log_id, decode_vote, encode_entry, encode_log_id,
     encode_option_log_id, encode_vote,
 };
+use crate::files::{sync_dir, write_file_durably};
 use crate::limits::{FLUSH_QUEUE_MAX, RECORD_BYTES_MAX};
 use crate::types::{Entry, LogId, TypeConfig, Vote};
 
@@ -63,8 +68,13 @@ pub const LOG_FILE_NAME: &str = "raft-log";
 const LOG_TEMP_FILE_NAME: &str = "raft-log.tmp";
 /// First bytes of the record file.
 const LOG_MAGIC: [u8; 8] = *b"MYRDRLOG";
-/// Format version after the magic.
-const LOG_FORMAT_VERSION: u32 = 1;
+/// Format version after the magic: what this build writes. `docs/raft-format.md`,
+/// "Version history", lists every version.
+pub const LOG_FORMAT_VERSION: u32 = 1;
+/// Oldest format version this build still reads. A build that raises
+/// [`LOG_FORMAT_VERSION`] keeps reading the versions from here on and rewrites an older
+/// file in the new version (as a compaction does) before it appends to it.
+pub const LOG_FORMAT_VERSION_MIN: u32 = 1;
 /// Bytes of the file header: magic and version.
 const LOG_HEADER_BYTES: usize = 12;
 /// Bytes of a frame header: length and CRC.
@@ -208,9 +218,21 @@ pub enum LogOpenError {
         /// The error.
         source: io::Error,
     },
-    /// The file does not start with the log's magic and version.
-    #[error("{0} is not a Myriad Raft log of format version {LOG_FORMAT_VERSION}")]
+    /// The file is shorter than its header or does not start with the log's magic.
+    #[error("{0} is not a Myriad Raft log")]
     BadHeader(PathBuf),
+    /// The file is a Raft log of a format version this build does not read (written by a
+    /// newer build, or damaged): refused, never cut or rewritten.
+    #[error(
+        "{path} is a Raft log of format version {version}; this build reads versions \
+         {LOG_FORMAT_VERSION_MIN} to {LOG_FORMAT_VERSION}"
+    )]
+    UnsupportedVersion {
+        /// The log file.
+        path: PathBuf,
+        /// The version in its header.
+        version: u32,
+    },
     /// A record passed its CRC but is invalid: not a torn write, so nothing is cut.
     #[error("record at byte {offset} of {path} is corrupt: {reason}")]
     Corrupt {
@@ -258,6 +280,27 @@ impl LogIndex {
     fn drop_from(&mut self, first: u64) {
         let removed = self.entries.split_off(&first);
         self.entry_bytes -= removed.values().map(|(_, bytes)| bytes).sum::<u64>();
+    }
+
+    /// Panics unless the entries run without a hole from just after the purge point (from 0
+    /// without one): the check of the "no hole" invariant that [`LogIndex::apply`] keeps.
+    /// Two map lookups; run once per write or replay, not per entry.
+    fn assert_contiguous(&self) {
+        let (Some((&first, _)), Some((&last, _))) = (
+            self.entries.first_key_value(),
+            self.entries.last_key_value(),
+        ) else {
+            return;
+        };
+        let start = self
+            .last_purged
+            .map_or(0, |log_id| log_id.index.saturating_add(1));
+        assert!(
+            first == start && last - first + 1 == self.entries.len() as u64,
+            "Raft log index has a hole: entries {first}..={last} ({} of them), purged up to {:?}",
+            self.entries.len(),
+            self.last_purged,
+        );
     }
 
     /// Applies one record; the same rules hold at run time and on replay.
@@ -359,7 +402,9 @@ impl Inner {
         debug_assert!(!matches!(record, LogRecord::Append(_)));
         let frame = record.to_frame()?;
         self.write_bytes(&frame)?;
-        self.apply_written(record, frame.len() as u64)
+        self.apply_written(record, frame.len() as u64)?;
+        self.index.assert_contiguous();
+        Ok(())
     }
 
     /// Checks that `entries` continue the log without a hole, then writes and applies them;
@@ -377,6 +422,25 @@ impl Inner {
             }
             next = index.saturating_add(1);
         }
+        // Log IDs grow along the log (Raft's log matching): an entry never follows one of a
+        // later leader, in the batch or at the entry it is appended behind.
+        if let Some(first) = entries.first() {
+            let previous = self
+                .index
+                .entries
+                .range(..first.log_id.index)
+                .next_back()
+                .map(|(_, (entry, _))| entry.log_id);
+            let mut previous = previous.or(self.index.last_purged);
+            for entry in &entries {
+                assert!(
+                    previous < Some(entry.log_id),
+                    "append of {} behind {previous:?}: log IDs must grow along the log",
+                    entry.log_id
+                );
+                previous = Some(entry.log_id);
+            }
+        }
         let mut buffer = Vec::new();
         let mut records = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -389,6 +453,7 @@ impl Inner {
         for (record, frame_bytes) in records {
             self.apply_written(record, frame_bytes)?;
         }
+        self.index.assert_contiguous();
         Ok(())
     }
 
@@ -432,20 +497,23 @@ fn log_header() -> Vec<u8> {
     header
 }
 
-/// Creates (or replaces) `path` with `bytes` and fsyncs it.
-pub(crate) fn write_file_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
-/// Fsyncs a directory so that a rename or file creation in it is durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+/// Checks the file header: the magic, and a format version this build reads. Every version
+/// so far (only 1) has the same frames and records, so replay does not depend on it.
+fn check_log_header(path: &Path, bytes: &[u8]) -> Result<(), LogOpenError> {
+    let Some(header) = bytes.get(..LOG_HEADER_BYTES) else {
+        return Err(LogOpenError::BadHeader(path.to_owned()));
+    };
+    if header[..LOG_MAGIC.len()] != LOG_MAGIC {
+        return Err(LogOpenError::BadHeader(path.to_owned()));
+    }
+    let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+    if !(LOG_FORMAT_VERSION_MIN..=LOG_FORMAT_VERSION).contains(&version) {
+        return Err(LogOpenError::UnsupportedVersion {
+            path: path.to_owned(),
+            version,
+        });
+    }
+    Ok(())
 }
 
 /// Clips a range of log indexes to `[start, end)`; `None` when it is empty.
@@ -504,9 +572,7 @@ impl LogStore {
             sync_dir(dir).map_err(io_error(dir))?;
         }
         let bytes = fs::read(&log_path).map_err(io_error(&log_path))?;
-        if bytes.len() < LOG_HEADER_BYTES || bytes[..LOG_HEADER_BYTES] != log_header()[..] {
-            return Err(LogOpenError::BadHeader(log_path));
-        }
+        check_log_header(&log_path, &bytes)?;
         let mut index = LogIndex::default();
         let mut offset = LOG_HEADER_BYTES;
         loop {
@@ -534,6 +600,7 @@ impl LogStore {
                 }
             }
         }
+        index.assert_contiguous();
         let file = OpenOptions::new()
             .append(true)
             .open(&log_path)

@@ -32,7 +32,10 @@ use crate::limits::*;
 use crate::log_store::{LogOpenError, LogStore, LOG_COMPACT_BYTES_DEFAULT};
 use crate::network::{NetworkFactory, RaftTransport};
 use crate::state_machine::{ApplyObserver, MetaStateReader, SnapshotOpenError, StateMachineStore};
-use crate::types::{Raft, Snapshot, SuperpeerNode, TypeConfig};
+use crate::types::{Snapshot, SuperpeerNode, TypeConfig};
+
+/// The openraft handle of one superpeer.
+pub type Raft = openraft::Raft<TypeConfig, StateMachineStore>;
 
 /// Name of the Raft cluster in openraft's logs.
 const CLUSTER_NAME: &str = "myriad-superpeers";

@@ -6,7 +6,8 @@
 //! serves snapshots; hands the node a read handle ([`MetaStateReader`]).
 //!
 //! **Format.** `snapshot` in the superpeer's directory: magic `MYRDRSNP`, u32 LE format
-//! version, u64 LE body length, u32 LE crc32c of the body, then the body: the snapshot
+//! version ([`SNAPSHOT_FORMAT_VERSION`]; versions from [`SNAPSHOT_FORMAT_VERSION_MIN`] are
+//! read, others refused with [`SnapshotOpenError::UnsupportedVersion`]), u64 LE body length, u32 LE crc32c of the body, then the body: the snapshot
 //! meta ([`crate::codec::encode_snapshot_meta`]) and the length-prefixed
 //! [`MetaState::snapshot`] bytes. Byte-level layout: `docs/raft-format.md`.
 //!
@@ -18,7 +19,9 @@
 //!   directory fsynced: a crash leaves the old or the new snapshot, never a torn one.
 //!   A snapshot file that fails its checks refuses the open: the log may be purged up to it.
 //! - The persisted snapshot never moves backwards: a built snapshot older than the one on
-//!   disk (an install overtook it) is not written.
+//!   disk (an install overtook it) is not written (and writing one is asserted against).
+//! - Entries apply in log order, each once: after the first, each entry's index is one past
+//!   the last applied (asserted).
 //! - Applying is deterministic ([`MetaState::apply`]), so every superpeer that applied the
 //!   same entries holds byte-equal [`MetaState::snapshot`]s.
 //!
@@ -44,15 +47,20 @@ use parking_lot::{Mutex, RwLock};
 use thiserror::Error;
 
 use crate::codec::{decode_snapshot_meta, encode_snapshot_meta};
+use crate::files::{sync_dir, write_file_durably};
 use crate::limits::SNAPSHOT_BYTES_MAX;
-use crate::log_store::{sync_dir, write_file_durably};
 use crate::types::{EntryPayload, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
 
 /// Name of the snapshot file in the superpeer's directory.
 pub const SNAPSHOT_FILE_NAME: &str = "snapshot";
 const SNAPSHOT_TEMP_FILE_NAME: &str = "snapshot.tmp";
 const SNAPSHOT_MAGIC: [u8; 8] = *b"MYRDRSNP";
-const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// Format version after the magic: what this build writes. `docs/raft-format.md`,
+/// "Version history", lists every version.
+pub const SNAPSHOT_FORMAT_VERSION: u32 = 1;
+/// Oldest format version this build still reads. A snapshot file is only ever replaced
+/// whole, so one of an older version is read as it is until the next snapshot replaces it.
+pub const SNAPSHOT_FORMAT_VERSION_MIN: u32 = 1;
 /// Bytes before the body: magic, version, body length, CRC.
 const SNAPSHOT_HEADER_BYTES: usize = 24;
 
@@ -67,7 +75,7 @@ pub enum SnapshotOpenError {
         /// The error.
         source: io::Error,
     },
-    /// The file is damaged or not a snapshot of this format.
+    /// The file is damaged or not a snapshot file.
     #[error("snapshot file {path} is invalid: {reason}")]
     Corrupt {
         /// The file.
@@ -75,6 +83,32 @@ pub enum SnapshotOpenError {
         /// What is wrong.
         reason: String,
     },
+    /// The file is a snapshot of a format version this build does not read (written by a
+    /// newer build, or damaged).
+    #[error(
+        "snapshot file {path} has format version {version}; this build reads versions \
+         {SNAPSHOT_FORMAT_VERSION_MIN} to {SNAPSHOT_FORMAT_VERSION}"
+    )]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version in its header.
+        version: u32,
+    },
+}
+
+/// Why the bytes of a snapshot file do not decode.
+#[derive(Debug, Error)]
+pub enum SnapshotFileError {
+    /// The header names a format version this build does not read.
+    #[error(
+        "snapshot format version {0} is not one this build reads \
+         ({SNAPSHOT_FORMAT_VERSION_MIN} to {SNAPSHOT_FORMAT_VERSION})"
+    )]
+    UnsupportedVersion(u32),
+    /// The file is damaged or not a snapshot file.
+    #[error(transparent)]
+    Invalid(#[from] DecodeError),
 }
 
 /// The applied state and what openraft needs to know about it.
@@ -114,6 +148,16 @@ struct SnapshotSlot {
 impl SnapshotSlot {
     /// Writes `snapshot` durably and makes it current.
     fn persist(&mut self, snapshot: Snapshot) -> io::Result<()> {
+        // The log may already be purged up to the current snapshot: replacing it with an
+        // older one would lose committed entries on the next start.
+        if let Some(current) = &self.current {
+            assert!(
+                current.meta.last_log_id <= snapshot.meta.last_log_id,
+                "snapshot at {:?} would replace the newer one at {:?}",
+                snapshot.meta.last_log_id,
+                current.meta.last_log_id
+            );
+        }
         let bytes = encode_snapshot_file(&snapshot.meta, &snapshot.snapshot)?;
         let temp_path = self.dir.join(SNAPSHOT_TEMP_FILE_NAME);
         write_file_durably(&temp_path, &bytes)?;
@@ -148,33 +192,31 @@ pub fn encode_snapshot_file(meta: &SnapshotMeta, data: &[u8]) -> io::Result<Vec<
     Ok(file)
 }
 
-/// Decodes and checks a snapshot file: header, CRC, meta, and that the data is a valid
-/// [`MetaState`] snapshot.
+/// Decodes and checks a snapshot file: header (magic, a version this build reads), CRC,
+/// meta, and that the data is a valid [`MetaState`] snapshot. Every version so far (only 1)
+/// has the same layout after the version.
 pub fn decode_snapshot_file(
     bytes: &[u8],
-) -> Result<(SnapshotMeta, Vec<u8>, MetaState), DecodeError> {
+) -> Result<(SnapshotMeta, Vec<u8>, MetaState), SnapshotFileError> {
     let (header, body) = bytes
         .split_at_checked(SNAPSHOT_HEADER_BYTES)
         .ok_or(DecodeError::Truncated("snapshot header"))?;
     if header[..8] != SNAPSHOT_MAGIC {
-        return Err(DecodeError::Invalid("not a snapshot file"));
+        return Err(DecodeError::Invalid("not a snapshot file").into());
     }
     let version = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
-    if version != SNAPSHOT_FORMAT_VERSION {
-        return Err(DecodeError::UnknownTag {
-            what: "snapshot format version",
-            tag: u64::from(version),
-        });
+    if !(SNAPSHOT_FORMAT_VERSION_MIN..=SNAPSHOT_FORMAT_VERSION).contains(&version) {
+        return Err(SnapshotFileError::UnsupportedVersion(version));
     }
     let mut length = [0u8; 8];
     length.copy_from_slice(&header[12..20]);
     let length = u64::from_le_bytes(length);
     if length != body.len() as u64 {
-        return Err(DecodeError::Invalid("snapshot body length"));
+        return Err(DecodeError::Invalid("snapshot body length").into());
     }
     let crc = u32::from_le_bytes([header[20], header[21], header[22], header[23]]);
     if crc32c::crc32c(body) != crc {
-        return Err(DecodeError::Invalid("snapshot checksum"));
+        return Err(DecodeError::Invalid("snapshot checksum").into());
     }
     let mut reader = Decoder::from_slice(body);
     let meta = decode_snapshot_meta(&mut reader)?;
@@ -226,9 +268,17 @@ impl StateMachineStore {
         if path.exists() {
             let bytes = fs::read(&path).map_err(io_error(&path))?;
             let (meta, data, state) =
-                decode_snapshot_file(&bytes).map_err(|error| SnapshotOpenError::Corrupt {
-                    path: path.clone(),
-                    reason: error.to_string(),
+                decode_snapshot_file(&bytes).map_err(|error| match error {
+                    SnapshotFileError::UnsupportedVersion(version) => {
+                        SnapshotOpenError::UnsupportedVersion {
+                            path: path.clone(),
+                            version,
+                        }
+                    }
+                    SnapshotFileError::Invalid(error) => SnapshotOpenError::Corrupt {
+                        path: path.clone(),
+                        reason: error.to_string(),
+                    },
                 })?;
             applied = Applied {
                 state,
@@ -320,6 +370,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         while let Some((entry, responder)) = entries.try_next().await? {
             let response = {
                 let mut applied = self.applied.write();
+                // Entries apply in log order, each once: a skipped or repeated entry would
+                // make this member's state differ from the others'.
+                if let Some(last) = applied.last_applied {
+                    assert!(
+                        entry.log_id.index == last.index.saturating_add(1),
+                        "applying {} after {last}: entries must apply in log order",
+                        entry.log_id
+                    );
+                }
                 applied.last_applied = Some(entry.log_id);
                 let (command, response) = match entry.payload {
                     EntryPayload::Blank => (None, Response::Done),

@@ -61,5 +61,3 @@ pub type StoredMembership = openraft::StoredMembership<LeaderId, u64, SuperpeerN
 pub type SnapshotMeta = openraft::SnapshotMeta<LeaderId, u64, SuperpeerNode>;
 /// A snapshot: its meta and the [`myriad_meta::MetaState::snapshot`] bytes.
 pub type Snapshot = openraft::storage::Snapshot<LeaderId, u64, SuperpeerNode, Vec<u8>>;
-/// The openraft handle of one superpeer.
-pub type Raft = openraft::Raft<TypeConfig, crate::state_machine::StateMachineStore>;

@@ -324,3 +324,12 @@ async fn range_reads_clip_and_never_panic() {
     assert!(store.try_get_log_entries(3..3).await.unwrap().is_empty());
     assert_eq!(store.try_get_log_entries(..).await.unwrap().len(), 5);
 }
+
+#[tokio::test]
+#[should_panic(expected = "log IDs must grow along the log")]
+async fn an_append_behind_a_later_leader_is_a_bug_and_stops_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = LogStore::open(dir.path(), NO_COMPACTION_BYTES).unwrap();
+    append(&mut store, vec![entry(2, 0)]).await;
+    append(&mut store, vec![entry(1, 1)]).await;
+}
