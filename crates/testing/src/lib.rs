@@ -12,3 +12,4 @@
 //! **Callers.** Integration tests only; no production crate depends on this one.
 
 pub mod history;
+pub mod process;
