@@ -371,11 +371,7 @@ fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
     client.shutdown();
 }
 
-fn peer_options(
-    cluster: &Cluster,
-    dir: &Path,
-    name: &str,
-) -> myriad_node::peer_node::PeerOptions {
+fn peer_options(cluster: &Cluster, dir: &Path, name: &str) -> myriad_node::peer_node::PeerOptions {
     let mut join = myriad_client::membership::JoinConfig::new(superpeers(cluster), Role::Peer);
     join.listen = "127.0.0.1:0".parse().expect("address");
     myriad_node::peer_node::PeerOptions {

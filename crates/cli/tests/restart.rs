@@ -232,8 +232,7 @@ fn full_restart(durability: u8, shuffled: bool) {
     }
     let killed = Instant::now();
     if !shuffled {
-        let restarted = cluster
-            .restart_all(Duration::from_millis(500));
+        let restarted = cluster.restart_all(Duration::from_millis(500));
         assert_eq!(restarted.len(), names.len());
         assert!(cluster
             .launcher_mut()
