@@ -181,6 +181,7 @@ struct Baseline {
     fio: Option<f64>,
 }
 
+/// The storage mode `--buffered` asks for.
 fn io_mode(args: &LogArgs) -> IoMode {
     if args.buffered {
         IoMode::Buffered
