@@ -174,16 +174,48 @@ fn clear_dir(dir: &PathBuf) {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Runs the benchmark.
-pub fn run(args: &LogArgs) -> Result<(), String> {
-    let mode = if args.buffered {
+/// The disk baseline of part 1, which the later parts compare with.
+struct Baseline {
+    disk_write: f64,
+    disk_read: f64,
+    fio: Option<f64>,
+}
+
+/// The storage mode `--buffered` asks for.
+fn io_mode(args: &LogArgs) -> IoMode {
+    if args.buffered {
         IoMode::Buffered
     } else {
         IoMode::Auto
-    };
+    }
+}
+
+/// Clears `args.dir` and opens fresh storage on it.
+fn fresh_storage(args: &LogArgs) -> Result<Arc<dyn Storage>, String> {
     clear_dir(&args.dir);
-    let storage: Arc<dyn Storage> =
-        Arc::new(DiskStorage::new(&args.dir, mode).map_err(|e| format!("{e}"))?);
+    Ok(Arc::new(
+        DiskStorage::new(&args.dir, io_mode(args)).map_err(|e| format!("{e}"))?,
+    ))
+}
+
+/// Runs the benchmark.
+pub fn run(args: &LogArgs) -> Result<(), String> {
+    let baseline = run_baseline(args)?;
+    for &entry_bytes in &args.entry_bytes {
+        for &batch in &args.batch {
+            run_append_series(args, &baseline, entry_bytes, batch.max(1))?;
+        }
+    }
+    if args.zone_mb > 0 {
+        run_recovery_read(args, &baseline)?;
+    }
+    clear_dir(&args.dir);
+    Ok(())
+}
+
+/// Part 1: the disk baseline and fio.
+fn run_baseline(args: &LogArgs) -> Result<Baseline, String> {
+    let storage = fresh_storage(args)?;
     let (disk_write, disk_read, disk_synced, direct) =
         disk_baseline(storage.as_ref(), args.baseline_mb)?;
     let fio = fio_write_mb_per_sec(&args.dir, args.baseline_mb);
@@ -199,199 +231,243 @@ pub fn run(args: &LogArgs) -> Result<(), String> {
             fio.map_or("not installed".to_string(), |f| format!("{f:.0} MB/s"))
         ),
     );
+    Ok(Baseline {
+        disk_write,
+        disk_read,
+        fio,
+    })
+}
 
-    for &entry_bytes in &args.entry_bytes {
-        for &batch in &args.batch {
-            let batch = batch.max(1);
-            // Per run: (ratio of the disk bytes' rate to the neighbouring fio, payload MB/s).
-            let mut runs: Vec<(Option<f64>, f64)> = Vec::new();
-            for _ in 0..args.repeat.max(1) {
-                clear_dir(&args.dir);
-                let storage: Arc<dyn Storage> =
-                    Arc::new(DiskStorage::new(&args.dir, mode).map_err(|e| format!("{e}"))?);
-                // The neighbouring baseline (see the module docs).
-                let fio = fio_write_mb_per_sec(&args.dir, args.baseline_mb).or(fio);
-                let zones: Vec<ZoneId> = (0..4).map(|z| ZoneId { owner: 1, zone: z }).collect();
-                let per_zone_mb = args.append_mb / zones.len() as u64 + 1;
-                let engine = LogEngine::open(
-                    config_for(per_zone_mb, args.write_threads, args.run_chunk_bytes),
-                    storage.clone(),
-                )
-                .map_err(|e| e.to_string())?;
-                for &z in &zones {
-                    engine.create_zone(z).map_err(|e| e.to_string())?;
-                }
-                let entries = ((args.append_mb << 20) / entry_bytes.max(1) as u64).max(1);
-                let payload = vec![0x5Au8; entry_bytes];
-                let cpu_before = crate::process::cpu_seconds();
-                let started = Instant::now();
-                if batch == 1 {
-                    for i in 0..entries {
-                        let z = zones[(i % zones.len() as u64) as usize];
-                        let cid = (1u64 << 48) | (i / zones.len() as u64);
-                        engine
-                            .append(z, cid, &payload)
-                            .map_err(|e| format!("append: {e}"))?;
-                    }
-                } else {
-                    let mut items: Vec<(u64, &[u8])> = Vec::with_capacity(batch);
-                    let mut i = 0;
-                    let mut call = 0u64;
-                    // Each zone's chunks get consecutive IDs of their own (a zone is a range
-                    // of its owner's IDs), as in the one-by-one case.
-                    let mut next_in_zone = vec![0u64; zones.len()];
-                    while i < entries {
-                        let zi = (call % zones.len() as u64) as usize;
-                        let z = zones[zi];
-                        items.clear();
-                        for _ in 0..batch.min((entries - i) as usize) {
-                            items.push((
-                                (1u64 << 48) | (zi as u64) << 32 | next_in_zone[zi],
-                                &payload,
-                            ));
-                            next_in_zone[zi] += 1;
-                            i += 1;
-                        }
-                        engine
-                            .append_batch(z, &items)
-                            .map_err(|e| format!("append: {e}"))?;
-                        call += 1;
-                    }
-                }
-                let buffered = started.elapsed();
-                engine.flush().map_err(|e| format!("flush: {e}"))?;
-                let durable = started.elapsed();
-                let cpu_s_per_m_entries =
-                    (crate::process::cpu_seconds() - cpu_before) / (entries as f64 / 1e6);
-                let stats = engine.stats();
-                let payload_bytes = entries * entry_bytes as u64;
-                let written = stats.secondary_device_bytes_written
-                    + stats.primary_bytes_written
-                    + stats.version_log_bytes_written;
-                let written_per_payload = written as f64 / payload_bytes as f64;
-                let rate = |t: Duration| entries as f64 / t.as_secs_f64().max(1e-9);
-                let mb = mb_per_sec(payload_bytes, durable);
-                emit(
-            args.json,
-            json!({"bench": "append", "entry_bytes": entry_bytes, "batch": batch, "entries": entries,
-                   "buffer_entries_per_sec": rate(buffered),
-                   "buffer_mb_per_sec": mb_per_sec(payload_bytes, buffered),
-                   "entries_per_sec": rate(durable), "mb_per_sec": mb,
-                   "disk_mb_per_sec": mb_per_sec(written, durable),
-                   "disk_write_mb_per_sec": disk_write, "fio_mb_per_sec": fio,
-                   "baseline_ratio": mb_per_sec(written, durable) / disk_write,
-                   "version_log_bytes_written": stats.version_log_bytes_written,
-                   "cpu_s_per_m_entries": cpu_s_per_m_entries,
-                   "bytes_written_per_payload_byte": written_per_payload}),
-            format!(
-                "append {entry_bytes:>5} B x {entries} (batch {batch:>2}): into buffer {:.2} M entries/s ({:.0} MB/s); \
-                 durable {:.2} M entries/s ({mb:.0} MB/s payload, {:.0} MB/s to disk = {:.0}% of baseline{}); \
-                 {written_per_payload:.2} bytes written per payload byte; \
-                 {cpu_s_per_m_entries:.3} CPU s per M entries",
-                rate(buffered) / 1e6,
-                mb_per_sec(payload_bytes, buffered),
-                rate(durable) / 1e6,
-                mb_per_sec(written, durable),
-                100.0 * mb_per_sec(written, durable) / disk_write,
-                fio.map_or(String::new(), |f| format!(", {:.0}% of fio", 100.0 * mb_per_sec(written, durable) / f)),
-            ),
-        );
-                runs.push((fio.map(|f| mb_per_sec(written, durable) / f), mb));
-                drop(engine);
-            }
-            if runs.len() > 1 {
-                let median = |mut v: Vec<f64>| {
-                    v.sort_by(f64::total_cmp);
-                    Some((*v.get(v.len() / 2)?, *v.first()?, *v.last()?))
-                };
-                let ratios = median(runs.iter().filter_map(|r| r.0).collect());
-                let rates = median(runs.iter().map(|r| r.1).collect());
-                let pct = |x: f64| format!("{:.0}%", 100.0 * x);
-                emit(
-                    args.json,
-                    json!({"bench": "append_summary", "entry_bytes": entry_bytes, "batch": batch,
-                           "runs": runs.len(),
-                           "median_fio_ratio": ratios.map(|r| r.0),
-                           "min_fio_ratio": ratios.map(|r| r.1),
-                           "max_fio_ratio": ratios.map(|r| r.2),
-                           "median_mb_per_sec": rates.map(|r| r.0)}),
-                    format!(
-                        "summary {entry_bytes:>5} B (batch {batch:>2}), {} runs: payload {} MB/s median; \
-                         to disk / neighbouring fio {}",
-                        runs.len(),
-                        rates.map_or("?".into(), |r| format!("{:.0} ({:.0}..{:.0})", r.0, r.1, r.2)),
-                        ratios.map_or("? (fio not installed)".into(), |r| format!(
-                            "{} median ({}..{})", pct(r.0), pct(r.1), pct(r.2)
-                        )),
-                    ),
-                );
-            }
-        }
+/// Part 2 for one entry size and batch size: `--repeat` runs, then a summary line if
+/// there was more than one.
+fn run_append_series(
+    args: &LogArgs,
+    baseline: &Baseline,
+    entry_bytes: usize,
+    batch: usize,
+) -> Result<(), String> {
+    // Per run: (ratio of the disk bytes' rate to the neighbouring fio, payload MB/s).
+    let mut runs: Vec<(Option<f64>, f64)> = Vec::new();
+    for _ in 0..args.repeat.max(1) {
+        runs.push(run_append(args, baseline, entry_bytes, batch)?);
     }
+    if runs.len() > 1 {
+        emit_append_summary(args, entry_bytes, batch, &runs);
+    }
+    Ok(())
+}
 
-    if args.zone_mb > 0 {
-        clear_dir(&args.dir);
-        let storage: Arc<dyn Storage> =
-            Arc::new(DiskStorage::new(&args.dir, mode).map_err(|e| format!("{e}"))?);
-        let config = config_for(args.zone_mb, args.write_threads, args.run_chunk_bytes);
-        let zone = ZoneId { owner: 1, zone: 0 };
-        let chunks = (args.zone_mb << 20) / 64;
-        {
-            let engine =
-                LogEngine::open(config.clone(), storage.clone()).map_err(|e| e.to_string())?;
-            engine.create_zone(zone).map_err(|e| e.to_string())?;
-            let mut payload = [0u8; 64];
-            for i in 0..chunks {
-                payload[..8].copy_from_slice(&i.to_le_bytes());
-                engine
-                    .append(zone, (1u64 << 48) | i, &payload)
-                    .map_err(|e| format!("load: {e}"))?;
-            }
-            engine.shutdown().map_err(|e| e.to_string())?;
+/// Appends `entries` entries of `payload` round-robin over `zones`, `batch` per call.
+fn append_entries(
+    engine: &LogEngine,
+    zones: &[ZoneId],
+    entries: u64,
+    payload: &[u8],
+    batch: usize,
+) -> Result<(), String> {
+    if batch == 1 {
+        for i in 0..entries {
+            let z = zones[(i % zones.len() as u64) as usize];
+            let cid = (1u64 << 48) | (i / zones.len() as u64);
+            engine
+                .append(z, cid, payload)
+                .map_err(|e| format!("append: {e}"))?;
         }
-        let started = Instant::now();
-        let engine = LogEngine::open(config, storage.clone()).map_err(|e| e.to_string())?;
-        let reopen = started.elapsed();
-        let sum = AtomicU64::new(0);
-        let report = engine
-            .recover_zone(
-                zone,
-                &RecoveryOptions {
-                    threads: args.threads,
-                    ..RecoveryOptions::default()
-                },
-                &|batch| {
-                    let s: u64 = batch.iter().map(|c| u64::from(c.payload[0])).sum();
-                    sum.fetch_add(s, Ordering::Relaxed);
-                },
-            )
-            .map_err(|e| e.to_string())?;
-        let ms = report.total_time.as_secs_f64() * 1e3;
-        emit(
-            args.json,
-            json!({"bench": "recovery_read", "zone_bytes": args.zone_mb << 20, "chunks": report.chunks,
-                   "expected_chunks": chunks, "threads": args.threads,
-                   "recovery_ms": ms, "versions_ms": report.versions_time.as_secs_f64() * 1e3,
-                   "bytes_read": report.bytes_read,
-                   "read_mb_per_sec": mb_per_sec(report.bytes_read, report.total_time),
-                   "chunks_per_sec": report.chunks as f64 / report.total_time.as_secs_f64().max(1e-9),
-                   "reopen_ms": reopen.as_secs_f64() * 1e3,
-                   "disk_read_mb_per_sec": disk_read}),
-            format!(
-                "recovery read of a {} MiB zone ({} of {chunks} chunks, {} threads): {ms:.0} ms \
-                 (versions {:.0} ms), {:.0} MB/s of log read = {:.0}% of baseline read, \
-                 {:.2} M chunks/s; reopen after restart {:.0} ms",
-                args.zone_mb,
-                report.chunks,
-                args.threads,
-                report.versions_time.as_secs_f64() * 1e3,
-                mb_per_sec(report.bytes_read, report.total_time),
-                100.0 * mb_per_sec(report.bytes_read, report.total_time) / disk_read,
-                report.chunks as f64 / report.total_time.as_secs_f64().max(1e-9) / 1e6,
-                reopen.as_secs_f64() * 1e3,
-            ),
-        );
+        return Ok(());
     }
-    clear_dir(&args.dir);
+    let mut items: Vec<(u64, &[u8])> = Vec::with_capacity(batch);
+    let mut i = 0;
+    let mut call = 0u64;
+    // Each zone's chunks get consecutive IDs of their own (a zone is a range
+    // of its owner's IDs), as in the one-by-one case.
+    let mut next_in_zone = vec![0u64; zones.len()];
+    while i < entries {
+        let zi = (call % zones.len() as u64) as usize;
+        let z = zones[zi];
+        items.clear();
+        for _ in 0..batch.min((entries - i) as usize) {
+            items.push(((1u64 << 48) | (zi as u64) << 32 | next_in_zone[zi], payload));
+            next_in_zone[zi] += 1;
+            i += 1;
+        }
+        engine
+            .append_batch(z, &items)
+            .map_err(|e| format!("append: {e}"))?;
+        call += 1;
+    }
+    Ok(())
+}
+
+/// One append run (part 2) right after its own fio run; prints its line and returns (ratio
+/// of the disk bytes' rate to the neighbouring fio, payload MB/s).
+fn run_append(
+    args: &LogArgs,
+    baseline: &Baseline,
+    entry_bytes: usize,
+    batch: usize,
+) -> Result<(Option<f64>, f64), String> {
+    let disk_write = baseline.disk_write;
+    let storage = fresh_storage(args)?;
+    // The neighbouring baseline (see the module docs).
+    let fio = fio_write_mb_per_sec(&args.dir, args.baseline_mb).or(baseline.fio);
+    let zones: Vec<ZoneId> = (0..4).map(|z| ZoneId { owner: 1, zone: z }).collect();
+    let per_zone_mb = args.append_mb / zones.len() as u64 + 1;
+    let engine = LogEngine::open(
+        config_for(per_zone_mb, args.write_threads, args.run_chunk_bytes),
+        storage.clone(),
+    )
+    .map_err(|e| e.to_string())?;
+    for &z in &zones {
+        engine.create_zone(z).map_err(|e| e.to_string())?;
+    }
+    let entries = ((args.append_mb << 20) / entry_bytes.max(1) as u64).max(1);
+    let payload = vec![0x5Au8; entry_bytes];
+    let cpu_before = crate::process::cpu_seconds();
+    let started = Instant::now();
+    append_entries(&engine, &zones, entries, &payload, batch)?;
+    let buffered = started.elapsed();
+    engine.flush().map_err(|e| format!("flush: {e}"))?;
+    let durable = started.elapsed();
+    let cpu_s_per_m_entries = (crate::process::cpu_seconds() - cpu_before) / (entries as f64 / 1e6);
+    let stats = engine.stats();
+    let payload_bytes = entries * entry_bytes as u64;
+    let written = stats.secondary_device_bytes_written
+        + stats.primary_bytes_written
+        + stats.version_log_bytes_written;
+    let written_per_payload = written as f64 / payload_bytes as f64;
+    let rate = |t: Duration| entries as f64 / t.as_secs_f64().max(1e-9);
+    let mb = mb_per_sec(payload_bytes, durable);
+    emit(
+        args.json,
+        json!({"bench": "append", "entry_bytes": entry_bytes, "batch": batch, "entries": entries,
+               "buffer_entries_per_sec": rate(buffered),
+               "buffer_mb_per_sec": mb_per_sec(payload_bytes, buffered),
+               "entries_per_sec": rate(durable), "mb_per_sec": mb,
+               "disk_mb_per_sec": mb_per_sec(written, durable),
+               "disk_write_mb_per_sec": disk_write, "fio_mb_per_sec": fio,
+               "baseline_ratio": mb_per_sec(written, durable) / disk_write,
+               "version_log_bytes_written": stats.version_log_bytes_written,
+               "cpu_s_per_m_entries": cpu_s_per_m_entries,
+               "bytes_written_per_payload_byte": written_per_payload}),
+        format!(
+            "append {entry_bytes:>5} B x {entries} (batch {batch:>2}): into buffer {:.2} M entries/s ({:.0} MB/s); \
+             durable {:.2} M entries/s ({mb:.0} MB/s payload, {:.0} MB/s to disk = {:.0}% of baseline{}); \
+             {written_per_payload:.2} bytes written per payload byte; \
+             {cpu_s_per_m_entries:.3} CPU s per M entries",
+            rate(buffered) / 1e6,
+            mb_per_sec(payload_bytes, buffered),
+            rate(durable) / 1e6,
+            mb_per_sec(written, durable),
+            100.0 * mb_per_sec(written, durable) / disk_write,
+            fio.map_or(String::new(), |f| format!(", {:.0}% of fio", 100.0 * mb_per_sec(written, durable) / f)),
+        ),
+    );
+    let run = (fio.map(|f| mb_per_sec(written, durable) / f), mb);
+    drop(engine);
+    Ok(run)
+}
+
+/// The summary line of several append runs: median (min..max) of the rate and fio ratio.
+fn emit_append_summary(
+    args: &LogArgs,
+    entry_bytes: usize,
+    batch: usize,
+    runs: &[(Option<f64>, f64)],
+) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        Some((*v.get(v.len() / 2)?, *v.first()?, *v.last()?))
+    };
+    let ratios = median(runs.iter().filter_map(|r| r.0).collect());
+    let rates = median(runs.iter().map(|r| r.1).collect());
+    let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+    emit(
+        args.json,
+        json!({"bench": "append_summary", "entry_bytes": entry_bytes, "batch": batch,
+               "runs": runs.len(),
+               "median_fio_ratio": ratios.map(|r| r.0),
+               "min_fio_ratio": ratios.map(|r| r.1),
+               "max_fio_ratio": ratios.map(|r| r.2),
+               "median_mb_per_sec": rates.map(|r| r.0)}),
+        format!(
+            "summary {entry_bytes:>5} B (batch {batch:>2}), {} runs: payload {} MB/s median; \
+             to disk / neighbouring fio {}",
+            runs.len(),
+            rates.map_or("?".into(), |r| format!(
+                "{:.0} ({:.0}..{:.0})",
+                r.0, r.1, r.2
+            )),
+            ratios.map_or("? (fio not installed)".into(), |r| format!(
+                "{} median ({}..{})",
+                pct(r.0),
+                pct(r.1),
+                pct(r.2)
+            )),
+        ),
+    );
+}
+
+/// Part 3: loads one zone of `--zone-mb` of 64-byte chunks, reopens the engine and reads
+/// the zone back.
+fn run_recovery_read(args: &LogArgs, baseline: &Baseline) -> Result<(), String> {
+    let disk_read = baseline.disk_read;
+    let storage = fresh_storage(args)?;
+    let config = config_for(args.zone_mb, args.write_threads, args.run_chunk_bytes);
+    let zone = ZoneId { owner: 1, zone: 0 };
+    let chunks = (args.zone_mb << 20) / 64;
+    {
+        let engine = LogEngine::open(config.clone(), storage.clone()).map_err(|e| e.to_string())?;
+        engine.create_zone(zone).map_err(|e| e.to_string())?;
+        let mut payload = [0u8; 64];
+        for i in 0..chunks {
+            payload[..8].copy_from_slice(&i.to_le_bytes());
+            engine
+                .append(zone, (1u64 << 48) | i, &payload)
+                .map_err(|e| format!("load: {e}"))?;
+        }
+        engine.shutdown().map_err(|e| e.to_string())?;
+    }
+    let started = Instant::now();
+    let engine = LogEngine::open(config, storage.clone()).map_err(|e| e.to_string())?;
+    let reopen = started.elapsed();
+    let sum = AtomicU64::new(0);
+    let report = engine
+        .recover_zone(
+            zone,
+            &RecoveryOptions {
+                threads: args.threads,
+                ..RecoveryOptions::default()
+            },
+            &|batch| {
+                let s: u64 = batch.iter().map(|c| u64::from(c.payload[0])).sum();
+                sum.fetch_add(s, Ordering::Relaxed);
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    let ms = report.total_time.as_secs_f64() * 1e3;
+    emit(
+        args.json,
+        json!({"bench": "recovery_read", "zone_bytes": args.zone_mb << 20, "chunks": report.chunks,
+               "expected_chunks": chunks, "threads": args.threads,
+               "recovery_ms": ms, "versions_ms": report.versions_time.as_secs_f64() * 1e3,
+               "bytes_read": report.bytes_read,
+               "read_mb_per_sec": mb_per_sec(report.bytes_read, report.total_time),
+               "chunks_per_sec": report.chunks as f64 / report.total_time.as_secs_f64().max(1e-9),
+               "reopen_ms": reopen.as_secs_f64() * 1e3,
+               "disk_read_mb_per_sec": disk_read}),
+        format!(
+            "recovery read of a {} MiB zone ({} of {chunks} chunks, {} threads): {ms:.0} ms \
+             (versions {:.0} ms), {:.0} MB/s of log read = {:.0}% of baseline read, \
+             {:.2} M chunks/s; reopen after restart {:.0} ms",
+            args.zone_mb,
+            report.chunks,
+            args.threads,
+            report.versions_time.as_secs_f64() * 1e3,
+            mb_per_sec(report.bytes_read, report.total_time),
+            100.0 * mb_per_sec(report.bytes_read, report.total_time) / disk_read,
+            report.chunks as f64 / report.total_time.as_secs_f64().max(1e-9) / 1e6,
+            reopen.as_secs_f64() * 1e3,
+        ),
+    );
     Ok(())
 }

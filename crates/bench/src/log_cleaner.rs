@@ -56,12 +56,13 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use myriad_backup_log::header::{encoded_header_bytes, EncodeArgs};
-use myriad_backup_log::{EngineStats, IoMode, LogConfig};
+use myriad_backup_log::{EngineStats, IoMode, LogConfig, LogEngine};
 use myriad_replication::bench::LocalReplicas;
-use myriad_replication::{Durability, ReplicaError, ReplicatorConfig};
+use myriad_replication::{Durability, ReplicaError, Replicator, ReplicatorConfig};
 use myriad_types::{ChunkId, NodeId};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -549,6 +550,41 @@ pub fn run(
     };
     let local = LocalReplicas::start(&scratch.0, REPLICATION, &sizing.log_config, io_mode)
         .map_err(|e| LogCleanerError::Setup(e.to_string()))?;
+    let replicator = local.replicator(replicator_config(options, &sizing, master_id))?;
+    let engines = local.engines();
+    let cids = object_ids(master_id, objects)?;
+    let mut payload = vec![0u8; options.object_bytes];
+    for (index, byte) in payload.iter_mut().enumerate() {
+        *byte = index as u8;
+    }
+    let bench = Bench {
+        options,
+        replicator: &replicator,
+        engines: &engines,
+        cids: &cids,
+        payload: &payload,
+    };
+    let (load, base) = bench.load_phase(&sizing)?;
+    on_progress(Progress::Load(&load));
+    let (samples, summary) = bench.update_phase(&load, &base, on_progress)?;
+    drop(replicator);
+    drop(engines);
+    drop(local);
+    drop(scratch);
+    Ok(Report {
+        load,
+        samples,
+        summary,
+    })
+}
+
+/// The master's configuration: one batch per message, `outstanding` messages in flight
+/// per backup.
+fn replicator_config(
+    options: &LogCleanerOptions,
+    sizing: &Sizing,
+    master_id: NodeId,
+) -> ReplicatorConfig {
     let mut config = ReplicatorConfig::new(master_id);
     config.replication = REPLICATION;
     config.zone_bytes = sizing.zone_bytes;
@@ -560,16 +596,11 @@ pub fn run(
     config.stream_bytes_max = config
         .message_bytes_target
         .saturating_mul(options.outstanding);
-    let replicator = local.replicator(config)?;
-    let engines = local.engines();
-    let all_stats = || engines.iter().map(|e| e.stats()).collect::<Vec<_>>();
-    let flush_all = || -> Result<(), LogCleanerError> {
-        for engine in &engines {
-            engine.flush()?;
-        }
-        Ok(())
-    };
+    config
+}
 
+/// The IDs of the `objects` objects, all of the master.
+fn object_ids(master_id: NodeId, objects: u64) -> Result<Vec<ChunkId>, LogCleanerError> {
     let cids: Vec<ChunkId> = (1..=objects)
         .filter_map(|local| ChunkId::new(master_id, local))
         .collect();
@@ -578,158 +609,248 @@ pub fn run(
             "too many objects for one node's IDs".to_string(),
         ));
     }
-    let mut payload = vec![0u8; options.object_bytes];
-    for (index, byte) in payload.iter_mut().enumerate() {
-        *byte = index as u8;
+    Ok(cids)
+}
+
+/// The running setup that both phases drive.
+struct Bench<'a> {
+    options: &'a LogCleanerOptions,
+    replicator: &'a Replicator,
+    engines: &'a [Arc<LogEngine>],
+    cids: &'a [ChunkId],
+    payload: &'a [u8],
+}
+
+/// What the update phase did, for its summary.
+struct UpdateRun {
+    updates: u64,
+    started: Instant,
+    submitted: Instant,
+    finished: Instant,
+    process_bytes: Option<u64>,
+    utilization_peak: f64,
+}
+
+/// Where the update phase's last sample left off.
+struct SampleState {
+    started: Instant,
+    last_t: f64,
+    last_updates: u64,
+    last_disk: u64,
+    last_applied: u64,
+    utilization_peak: f64,
+}
+
+impl Bench<'_> {
+    fn all_stats(&self) -> Vec<EngineStats> {
+        self.engines.iter().map(|e| e.stats()).collect()
     }
 
-    // Phase 1: load.
-    let load_started = Instant::now();
-    let mut batch: Vec<(ChunkId, &[u8])> = Vec::with_capacity(options.batch);
-    for chunk in cids.chunks(options.batch) {
-        batch.clear();
-        batch.extend(chunk.iter().map(|&cid| (cid, payload.as_slice())));
-        replicator.on_create_batch(&batch, Some(Durability::Async))?;
+    fn flush_all(&self) -> Result<(), LogCleanerError> {
+        for engine in self.engines {
+            engine.flush()?;
+        }
+        Ok(())
     }
-    replicator.wait_all(Durability::Durable)?;
-    let load_seconds = load_started.elapsed().as_secs_f64().max(1e-9);
-    flush_all()?;
-    let base = all_stats();
-    let (_, load_utilization, _) = utilization(&base);
-    let log_capacity_bytes = base
-        .first()
-        .and_then(|s| s.zones.first())
-        .map_or(0, |z| z.capacity_bytes);
-    let load = LoadFigures {
-        objects,
-        objects_per_zone: sizing.objects_per_zone,
-        zone_bytes: sizing.zone_bytes,
-        entry_bytes: sizing.entry_bytes,
-        log_capacity_bytes,
-        live_utilization: (sizing.objects_per_zone * sizing.entry_bytes) as f64
-            / log_capacity_bytes.max(1) as f64,
-        seconds: load_seconds,
-        objects_per_sec: objects as f64 / load_seconds,
-        mb_per_sec: (objects * options.object_bytes as u64) as f64 / 1e6 / load_seconds,
-        utilization: load_utilization,
-    };
-    on_progress(Progress::Load(&load));
 
-    // Phase 2: zipfian updates; the draws are made before timing.
-    let pool = zipf_pool(
-        cids.len(),
-        options.zipf_exponent,
-        options.zipf_pool,
-        options.seed,
-    )
-    .map_err(LogCleanerError::InvalidOption)?;
-    // Operations every backup has applied (the slowest stream), from the master's view.
-    let applied = || {
-        replicator
+    /// Operations every backup has applied (the slowest stream), from the master's view.
+    fn applied(&self) -> u64 {
+        self.replicator
             .stats()
             .streams
             .iter()
             .map(|s| s.applied_seq)
             .min()
             .unwrap_or(0)
-    };
-    let applied_base = applied();
-    let mut last_applied = applied_base;
-    let process_base = process_write_bytes();
-    let mut samples = Vec::new();
-    let mut updates = 0u64;
-    let mut position = 0usize;
-    let started = Instant::now();
-    let end = started + options.duration;
-    let mut next_sample = started + Duration::from_secs(1);
-    let (mut last_t, mut last_updates, mut last_disk) = (0.0f64, 0u64, 0u64);
-    let mut utilization_peak = load_utilization;
-    let mut now = Instant::now();
-    while now < end {
-        batch.clear();
-        for _ in 0..options.batch {
-            let index = pool[position] as usize;
-            position = (position + 1) % pool.len();
-            batch.push((cids[index], payload.as_slice()));
+    }
+
+    /// Phase 1: creates every object, waits until they are durable and flushed; returns
+    /// the load figures and the backups' stats after it (the update phase's base).
+    fn load_phase(
+        &self,
+        sizing: &Sizing,
+    ) -> Result<(LoadFigures, Vec<EngineStats>), LogCleanerError> {
+        let options = self.options;
+        let objects = self.cids.len() as u64;
+        let load_started = Instant::now();
+        let mut batch: Vec<(ChunkId, &[u8])> = Vec::with_capacity(options.batch);
+        for chunk in self.cids.chunks(options.batch) {
+            batch.clear();
+            batch.extend(chunk.iter().map(|&cid| (cid, self.payload)));
+            self.replicator
+                .on_create_batch(&batch, Some(Durability::Async))?;
         }
-        replicator.on_put_batch(&batch, Some(Durability::Async))?;
-        updates += batch.len() as u64;
-        now = Instant::now();
-        if now >= next_sample {
-            let stats = all_stats();
-            let (per_backup, mean, max) = utilization(&stats);
-            let w = written_since(&stats, &base);
-            let (reorg_bytes, passes) = (w.reorg_bytes, w.passes);
-            let t_sec = now.duration_since(started).as_secs_f64();
-            let interval = (t_sec - last_t).max(1e-9);
-            let disk = w.disk();
-            let applied_now = applied();
-            let sample = Sample {
-                t_sec,
-                update_ops_per_sec: applied_now.saturating_sub(last_applied) as f64 / interval,
-                submitted_ops_per_sec: (updates - last_updates) as f64 / interval,
-                updates,
-                utilization: mean,
-                utilization_max: max,
-                per_backup,
-                disk_bytes_written: disk,
-                reorg_bytes_written: reorg_bytes,
-                disk_mb_per_sec: (disk - last_disk.min(disk)) as f64 / 1e6 / interval,
-                reorg_passes: passes,
-            };
-            utilization_peak = utilization_peak.max(max);
-            on_progress(Progress::Sample(&sample));
-            samples.push(sample);
-            (last_t, last_updates, last_disk) = (t_sec, updates, disk);
-            last_applied = applied_now;
-            // Every interval lasts at least a second; a call that blocked for seconds
-            // yields one longer interval, not one sample per missed second.
-            next_sample = now + Duration::from_secs(1);
+        self.replicator.wait_all(Durability::Durable)?;
+        let load_seconds = load_started.elapsed().as_secs_f64().max(1e-9);
+        self.flush_all()?;
+        let base = self.all_stats();
+        let (_, load_utilization, _) = utilization(&base);
+        let log_capacity_bytes = base
+            .first()
+            .and_then(|s| s.zones.first())
+            .map_or(0, |z| z.capacity_bytes);
+        let load = LoadFigures {
+            objects,
+            objects_per_zone: sizing.objects_per_zone,
+            zone_bytes: sizing.zone_bytes,
+            entry_bytes: sizing.entry_bytes,
+            log_capacity_bytes,
+            live_utilization: (sizing.objects_per_zone * sizing.entry_bytes) as f64
+                / log_capacity_bytes.max(1) as f64,
+            seconds: load_seconds,
+            objects_per_sec: objects as f64 / load_seconds,
+            mb_per_sec: (objects * options.object_bytes as u64) as f64 / 1e6 / load_seconds,
+            utilization: load_utilization,
+        };
+        Ok((load, base))
+    }
+
+    /// Phase 2: zipfian updates for `duration` (the draws are made before timing), a
+    /// sample every second, then the drain; returns the samples and the summary.
+    fn update_phase(
+        &self,
+        load: &LoadFigures,
+        base: &[EngineStats],
+        on_progress: &mut dyn FnMut(Progress<'_>),
+    ) -> Result<(Vec<Sample>, Summary), LogCleanerError> {
+        let options = self.options;
+        let pool = zipf_pool(
+            self.cids.len(),
+            options.zipf_exponent,
+            options.zipf_pool,
+            options.seed,
+        )
+        .map_err(LogCleanerError::InvalidOption)?;
+        let mut batch: Vec<(ChunkId, &[u8])> = Vec::with_capacity(options.batch);
+        let applied_base = self.applied();
+        let process_base = process_write_bytes();
+        let mut samples = Vec::new();
+        let mut updates = 0u64;
+        let mut position = 0usize;
+        let started = Instant::now();
+        let end = started + options.duration;
+        let mut next_sample = started + Duration::from_secs(1);
+        let mut state = SampleState {
+            started,
+            last_t: 0.0,
+            last_updates: 0,
+            last_disk: 0,
+            last_applied: applied_base,
+            utilization_peak: load.utilization,
+        };
+        let mut now = Instant::now();
+        while now < end {
+            batch.clear();
+            for _ in 0..options.batch {
+                let index = pool[position] as usize;
+                position = (position + 1) % pool.len();
+                batch.push((self.cids[index], self.payload));
+            }
+            self.replicator
+                .on_put_batch(&batch, Some(Durability::Async))?;
+            updates += batch.len() as u64;
+            now = Instant::now();
+            if now >= next_sample {
+                let sample = self.sample(&mut state, now, updates, base);
+                on_progress(Progress::Sample(&sample));
+                samples.push(sample);
+                // Every interval lasts at least a second; a call that blocked for seconds
+                // yields one longer interval, not one sample per missed second.
+                next_sample = now + Duration::from_secs(1);
+            }
+        }
+        let submitted = Instant::now();
+        self.replicator.wait_all(Durability::Replicated)?;
+        self.flush_all()?;
+        let finished = Instant::now();
+        let process_bytes = match (process_base, process_write_bytes()) {
+            (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+            _ => None,
+        };
+        let run = UpdateRun {
+            updates,
+            started,
+            submitted,
+            finished,
+            process_bytes,
+            utilization_peak: state.utilization_peak,
+        };
+        let summary = self.summarize(load, base, &run);
+        Ok((samples, summary))
+    }
+
+    /// One sample of the update phase at `now`, after `updates` updates.
+    fn sample(
+        &self,
+        state: &mut SampleState,
+        now: Instant,
+        updates: u64,
+        base: &[EngineStats],
+    ) -> Sample {
+        let stats = self.all_stats();
+        let (per_backup, mean, max) = utilization(&stats);
+        let w = written_since(&stats, base);
+        let (reorg_bytes, passes) = (w.reorg_bytes, w.passes);
+        let t_sec = now.duration_since(state.started).as_secs_f64();
+        let interval = (t_sec - state.last_t).max(1e-9);
+        let disk = w.disk();
+        let applied_now = self.applied();
+        let sample = Sample {
+            t_sec,
+            update_ops_per_sec: applied_now.saturating_sub(state.last_applied) as f64 / interval,
+            submitted_ops_per_sec: (updates - state.last_updates) as f64 / interval,
+            updates,
+            utilization: mean,
+            utilization_max: max,
+            per_backup,
+            disk_bytes_written: disk,
+            reorg_bytes_written: reorg_bytes,
+            disk_mb_per_sec: (disk - state.last_disk.min(disk)) as f64 / 1e6 / interval,
+            reorg_passes: passes,
+        };
+        state.utilization_peak = state.utilization_peak.max(max);
+        (state.last_t, state.last_updates, state.last_disk) = (t_sec, updates, disk);
+        state.last_applied = applied_now;
+        sample
+    }
+
+    /// The update phase's summary, once everything is replicated and flushed.
+    fn summarize(&self, load: &LoadFigures, base: &[EngineStats], run: &UpdateRun) -> Summary {
+        let UpdateRun {
+            updates,
+            started,
+            submitted,
+            finished,
+            process_bytes,
+            utilization_peak,
+        } = *run;
+        let seconds = finished.duration_since(started).as_secs_f64().max(1e-9);
+        let stats = self.all_stats();
+        let (_, mean, max) = utilization(&stats);
+        let w = written_since(&stats, base);
+        let payload_updated = updates as f64 * self.options.object_bytes as f64;
+        Summary {
+            load_objects_per_sec: load.objects_per_sec,
+            updates,
+            seconds,
+            drain_seconds: finished.duration_since(submitted).as_secs_f64(),
+            update_ops_per_sec: updates as f64 / seconds,
+            update_mb_per_sec: payload_updated / 1e6 / seconds,
+            write_amplification: w.disk() as f64 / (payload_updated * REPLICATION as f64).max(1.0),
+            primary_bytes_written: w.primary,
+            secondary_device_bytes_written: w.secondary,
+            version_log_bytes_written: w.version_log,
+            reorg_bytes_written: w.reorg_bytes,
+            reorg_passes: w.passes,
+            reorg_urgent_passes: w.urgent_passes,
+            reorg_segments_cleaned: w.segments,
+            reorg_cleaned: w.cleaned,
+            process_write_bytes: process_bytes,
+            utilization: mean,
+            utilization_max: max,
+            utilization_peak: utilization_peak.max(max),
         }
     }
-    let submitted = Instant::now();
-    replicator.wait_all(Durability::Replicated)?;
-    flush_all()?;
-    let finished = Instant::now();
-    let seconds = finished.duration_since(started).as_secs_f64().max(1e-9);
-    let process_bytes = match (process_base, process_write_bytes()) {
-        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
-        _ => None,
-    };
-    let stats = all_stats();
-    let (_, mean, max) = utilization(&stats);
-    let w = written_since(&stats, &base);
-    let payload_updated = updates as f64 * options.object_bytes as f64;
-    let summary = Summary {
-        load_objects_per_sec: load.objects_per_sec,
-        updates,
-        seconds,
-        drain_seconds: finished.duration_since(submitted).as_secs_f64(),
-        update_ops_per_sec: updates as f64 / seconds,
-        update_mb_per_sec: payload_updated / 1e6 / seconds,
-        write_amplification: w.disk() as f64 / (payload_updated * REPLICATION as f64).max(1.0),
-        primary_bytes_written: w.primary,
-        secondary_device_bytes_written: w.secondary,
-        version_log_bytes_written: w.version_log,
-        reorg_bytes_written: w.reorg_bytes,
-        reorg_passes: w.passes,
-        reorg_urgent_passes: w.urgent_passes,
-        reorg_segments_cleaned: w.segments,
-        reorg_cleaned: w.cleaned,
-        process_write_bytes: process_bytes,
-        utilization: mean,
-        utilization_max: max,
-        utilization_peak: utilization_peak.max(max),
-    };
-    drop(replicator);
-    drop(engines);
-    drop(local);
-    drop(scratch);
-    Ok(Report {
-        load,
-        samples,
-        summary,
-    })
 }
 
 /// Command-line arguments of `myriad bench log-cleaner`.

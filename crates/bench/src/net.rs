@@ -544,12 +544,36 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
         );
     }
 
-    // One-way 64-byte messages.
+    bench_msg64(&net, &server_pid, args, &mut report)?;
+    bench_round_trips(&net, args, &mut report)?;
+    let best_pipelined = bench_pipelined(&net, args, &mut report)?;
+    bench_throughput(&net, &server_pid, args, &mut report)?;
+    bench_idle(&server_pid, &mut report);
+    drop(endpoint);
+    drop(server);
+    bench_redis(args, best_pipelined, &mut report);
+    if args.json {
+        let mut summary = json!({ "bench": "net", "measure": "summary" });
+        if let Some(object) = summary.as_object_mut() {
+            object.extend(report.summary.clone());
+        }
+        println!("{summary}");
+    }
+    Ok(())
+}
+
+/// One-way 64-byte messages from one and two threads.
+fn bench_msg64(
+    net: &NetHandle,
+    server_pid: &str,
+    args: &NetArgs,
+    report: &mut Report,
+) -> Result<(), String> {
     let payload64 = Bytes::from(vec![0xa5u8; 64]);
     let mut msg64 = [0.0f64; 2];
     let mut cpu_per_million = 0.0;
     for (index, threads) in [1u64, 2].into_iter().enumerate() {
-        let run = one_way(&net, &server_pid, &payload64, args.messages, threads)?;
+        let run = one_way(net, server_pid, &payload64, args.messages, threads)?;
         let (seconds, cpu) = (run.seconds, run.cpu_seconds);
         let rate = args.messages as f64 / seconds;
         if let Some(slot) = msg64.get_mut(index) {
@@ -579,14 +603,18 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
     report.headline("msg64_per_sec_2t", Some(msg64[1]));
     report.headline("cpu_s_per_million_msgs", Some(cpu_per_million));
 
-    // Round trips, one outstanding: the low-latency path (async API, inline handler) and
-    // the plain one (blocking API from a thread, handler on the pool).
+    Ok(())
+}
+
+/// Round trips, one outstanding: the low-latency path (async API, inline handler) and
+/// the plain one (blocking API from a thread, handler on the pool).
+fn bench_round_trips(net: &NetHandle, args: &NetArgs, report: &mut Report) -> Result<(), String> {
     let floor = raw_tcp_round_trips(args.round_trips)?;
     let floor_p50 = floor.value_at_quantile(0.5) as f64 / 1e3;
     let mut headline_p = (0.0, 0.0, 0.0);
     for (measure, histogram) in [
-        ("rtt64", round_trips_async_inline(&net, args.round_trips)?),
-        ("rtt64_blocking", round_trips(&net, args.round_trips)?),
+        ("rtt64", round_trips_async_inline(net, args.round_trips)?),
+        ("rtt64_blocking", round_trips(net, args.round_trips)?),
     ] {
         let us = |q: f64| histogram.value_at_quantile(q) as f64 / 1e3;
         let (p50, p99, p999, mean) = (us(0.5), us(0.99), us(0.999), histogram.mean() / 1e3);
@@ -621,10 +649,14 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
     report.headline("rtt64_p999_us", Some(headline_p.2));
     report.headline("raw_tcp_rtt64_p50_us", Some(floor_p50));
 
-    // Pipelined requests.
+    Ok(())
+}
+
+/// Pipelined requests from one and two threads; returns the best rate.
+fn bench_pipelined(net: &NetHandle, args: &NetArgs, report: &mut Report) -> Result<f64, String> {
     let mut best_pipelined = 0.0f64;
     for threads in [1u64, 2] {
-        let rate = pipelined(&net, args.requests, threads, args.window)?;
+        let rate = pipelined(net, args.requests, threads, args.window)?;
         best_pipelined = best_pipelined.max(rate);
         report.line(
             &format!("req64_pipelined_{threads}t"),
@@ -638,8 +670,17 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
     }
     report.headline("req64_per_sec_pipelined", Some(best_pipelined));
 
-    // Throughput of 1 KB and 1 MB messages. The 1 MB runs alternate with the raw TCP blast
-    // (three of each, medians reported) so that both see the same machine load.
+    Ok(best_pipelined)
+}
+
+/// Throughput of 1 KB and 1 MB messages. The 1 MB runs alternate with the raw TCP blast
+/// (three of each, medians reported) so that both see the same machine load.
+fn bench_throughput(
+    net: &NetHandle,
+    server_pid: &str,
+    args: &NetArgs,
+    report: &mut Report,
+) -> Result<(), String> {
     let mut kb1 = 0.0;
     let mut mb1_runs = Vec::new();
     let mut raw_runs = Vec::new();
@@ -647,7 +688,7 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
         let payload = Bytes::from(vec![0x3cu8; size]);
         let count = (args.throughput_bytes / size as u64).max(1);
         for _ in 0..repeats {
-            let seconds = one_way(&net, &server_pid, &payload, count, 1)?.seconds;
+            let seconds = one_way(net, server_pid, &payload, count, 1)?.seconds;
             let gb_per_sec = (count * size as u64) as f64 / seconds / 1e9;
             if name == "mb1" {
                 mb1_runs.push(gb_per_sec);
@@ -685,21 +726,24 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
     );
     report.headline("raw_tcp_gb_per_sec", Some(raw));
 
-    // Idle CPU of the server process.
-    let idle_before = process::cpu_seconds_of(&server_pid);
+    Ok(())
+}
+
+/// Idle CPU of the server process.
+fn bench_idle(server_pid: &str, report: &mut Report) {
+    let idle_before = process::cpu_seconds_of(server_pid);
     std::thread::sleep(Duration::from_secs(2));
-    let idle_percent = (process::cpu_seconds_of(&server_pid) - idle_before) / 2.0 * 100.0;
+    let idle_percent = (process::cpu_seconds_of(server_pid) - idle_before) / 2.0 * 100.0;
     report.line(
         "idle",
         json!({ "server_idle_cpu_percent": idle_percent }),
         format!("server process idle for 2 s with an open connection: {idle_percent:.1}% CPU"),
     );
     report.headline("idle_cpu_percent", Some(idle_percent));
+}
 
-    drop(endpoint);
-    drop(server);
-
-    // Baseline: redis.
+/// Baseline: redis (optional: a failure to start or parse it is reported, not fatal).
+fn bench_redis(args: &NetArgs, best_pipelined: f64, report: &mut Report) {
     let redis = if args.no_redis {
         None
     } else {
@@ -733,12 +777,4 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
     }
     report.headline("redis_ping_per_sec", redis.map(|r| r.0));
     report.headline("redis_get_per_sec", redis.map(|r| r.1));
-    if args.json {
-        let mut summary = json!({ "bench": "net", "measure": "summary" });
-        if let Some(object) = summary.as_object_mut() {
-            object.extend(report.summary.clone());
-        }
-        println!("{summary}");
-    }
-    Ok(())
 }

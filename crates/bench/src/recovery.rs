@@ -216,7 +216,95 @@ pub fn run(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
     result
 }
 
+/// The zones of the master: zone number and its backups (the first is the restorer).
+type ZoneTable = Vec<(u32, Vec<NodeId>)>;
+
+/// The cluster's superpeers and their addresses.
+type Superpeers = Vec<(NodeId, std::net::SocketAddr)>;
+
+/// A client to the cluster's superpeers with an operation timeout and a durability.
+type Connect = dyn Fn(Duration, u8) -> Result<Client, String> + Sync;
+
 fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
+    let (mut cluster, superpeers, master) = start_cluster(args, binary)?;
+    let connect = move |timeout: Duration, durability: u8| {
+        let mut config = ClientConfig::new(superpeers.clone());
+        config.chunks = ChunkOptions {
+            timeout,
+            durability,
+            ..ChunkOptions::default()
+        };
+        Client::connect_with(config).map_err(|e| format!("client: {e}"))
+    };
+    let (cids, zones) = load_phase(args, &connect, master)?;
+
+    // ----- probe, kill, wait ---------------------------------------------------------------
+    let cids = Arc::new(cids);
+    let probing = Probing::start(args, &connect, master, &cids)?;
+    std::thread::sleep(Duration::from_millis(args.before_ms));
+    let killed = kill_master(args, &mut cluster, master)?;
+    let recovered = wait_recovered(args, &probing.client, master, zones.len(), killed);
+    if args.failure == "stop" {
+        // Declared failed (or given up on): now it may die for real.
+        cluster
+            .kill(master.0)
+            .map_err(|e| format!("killing the stopped master: {e}"))?;
+    }
+    let available = recovered.available.ok_or_else(|| {
+        format!(
+            "the master's zones were not all recovered within {} s",
+            args.wait_s
+        )
+    })?;
+    let rereplicated = wait_rereplicated(args, &probing.client, &recovered.restorers, killed);
+
+    // ----- verify --------------------------------------------------------------------------
+    let verify_started = Instant::now();
+    let (ok, wrong, first_wrong) = verify(args, &connect, &cids)?;
+    let verify_time = verify_started.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let (series, detected, probe_start) = probing.finish();
+    drop(cluster);
+
+    // ----- report --------------------------------------------------------------------------
+    let times = Times {
+        probe_start,
+        killed,
+        detected,
+        available,
+        rereplicated,
+    };
+    let verified = Verified {
+        ok,
+        wrong,
+        first_wrong,
+        time: verify_time,
+    };
+    let lost = recovered.lost;
+    report(
+        args,
+        &series,
+        &times,
+        &recovered,
+        zones.len(),
+        cids.len(),
+        &verified,
+    )?;
+    if wrong > 0 || series.wrong > 0 || lost > 0 {
+        return Err(format!(
+            "data lost or wrong: {wrong} chunks at verification, {} probe reads, {lost} zones lost",
+            series.wrong
+        ));
+    }
+    Ok(())
+}
+
+/// Writes the node config and starts the cluster; returns it, its superpeers and the
+/// master (the first peer).
+fn start_cluster(
+    args: &RecoveryArgs,
+    binary: &Path,
+) -> Result<(LocalCluster, Superpeers, NodeId), String> {
     let config = args.dir.join("bench-recovery.toml");
     std::fs::write(&config, config_text(args)).map_err(|e| format!("config: {e}"))?;
     // Memory regions are reserved, not committed: size every peer for the whole data set
@@ -229,8 +317,8 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
     spec.peer_prefault_mb = args.prefault_mb;
     spec.extra_args = vec!["--config".into(), config.display().to_string()];
     spec.ready_timeout = Duration::from_secs(60);
-    let mut cluster = LocalCluster::start_owned(spec).map_err(|e| format!("cluster: {e}"))?;
-    let superpeers: Vec<(NodeId, std::net::SocketAddr)> = cluster.superpeers();
+    let cluster = LocalCluster::start_owned(spec).map_err(|e| format!("cluster: {e}"))?;
+    let superpeers: Superpeers = cluster.superpeers();
     let peers: Vec<NodeId> = cluster.peer_ids();
     let master = *peers.first().ok_or("the cluster has no peer")?;
     emit(
@@ -248,54 +336,21 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
                 .map_or_else(|| "the default".to_owned(), |mb| mb.to_string())
         ),
     );
+    Ok((cluster, superpeers, master))
+}
 
-    let connect = |timeout: Duration, durability: u8| {
-        let mut config = ClientConfig::new(superpeers.clone());
-        config.chunks = ChunkOptions {
-            timeout,
-            durability,
-            ..ChunkOptions::default()
-        };
-        Client::connect_with(config).map_err(|e| format!("client: {e}"))
-    };
-
-    // ----- load ----------------------------------------------------------------------------
+/// Loads the chunks, makes them replicated and reads the master's zone table; prints
+/// the load line.
+fn load_phase(
+    args: &RecoveryArgs,
+    connect: &Connect,
+    master: NodeId,
+) -> Result<(Vec<ChunkId>, ZoneTable), String> {
     let chunks = ((args.data_mb << 20) / args.chunk_bytes as u64) as usize;
     let started = Instant::now();
-    let cids = load(args, &connect, master, chunks)?;
+    let cids = load(args, connect, master, chunks)?;
     let load_time = started.elapsed();
-    let sync_client = connect(Duration::from_secs(30), 2)?;
-    let syncs: Vec<(ChunkId, Bytes)> = (0..chunks)
-        .step_by(SYNC_STRIDE)
-        .map(|i| (cids[i], payload(i as u64, args.chunk_bytes)))
-        .collect();
-    // A `replicated` put fails when one of its zone's backups is replaced while it waits
-    // (the replacement then receives the zone anew): try again a few times.
-    let mut attempt = 1;
-    loop {
-        let failed: Vec<String> = sync_client
-            .blocking()
-            .chunks()
-            .put_batch(&syncs)
-            .into_iter()
-            .filter_map(|result| result.err().map(|e| e.to_string()))
-            .collect();
-        match failed.first() {
-            None => break,
-            Some(error) if attempt >= SYNC_ATTEMPTS => {
-                return Err(format!(
-                    "replicated put before the kill ({} failed in attempt {attempt}): {error}",
-                    failed.len()
-                ));
-            }
-            Some(error) => {
-                eprintln!("replicated put before the kill failed, trying again: {error}");
-                attempt += 1;
-                std::thread::sleep(Duration::from_millis(500));
-            }
-        }
-    }
-    sync_client.shutdown();
+    sync_before_kill(args, connect, &cids, chunks)?;
     let zones = {
         let client = connect(Duration::from_secs(10), 0)?;
         let zones = client.blocking().zones(master);
@@ -333,40 +388,129 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
                 .join(", ")
         ),
     );
+    Ok((cids, zones))
+}
 
-    // ----- probe, kill, wait ---------------------------------------------------------------
-    let cids = Arc::new(cids);
-    let probe_client = connect(Duration::from_secs(60), 0)?;
-    let detected: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    {
-        let mut events = probe_client.membership().subscribe();
-        let detected = Arc::clone(&detected);
-        probe_client.membership().net().runtime().spawn(async move {
-            while let Ok(event) = events.recv().await {
-                if matches!(event, Event::NodeFailed(node) if node == master) {
-                    *detected.lock() = Some(Instant::now());
-                    break;
-                }
-            }
-        });
-    }
-    let series = Arc::new(Mutex::new(Series::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let probe_start = Instant::now();
-    let probes: Vec<_> = (0..args.probe_threads)
-        .map(|thread| {
-            let client = probe_client.clone();
-            let cids = Arc::clone(&cids);
-            let series = Arc::clone(&series);
-            let stop = Arc::clone(&stop);
-            let bytes = args.chunk_bytes;
-            std::thread::spawn(move || {
-                probe(thread, &client, &cids, bytes, &series, &stop, probe_start)
-            })
-        })
+/// One `replicated` put per [`SYNC_STRIDE`] chunks, so that every zone's backups hold
+/// every earlier change before the kill.
+fn sync_before_kill(
+    args: &RecoveryArgs,
+    connect: &Connect,
+    cids: &[ChunkId],
+    chunks: usize,
+) -> Result<(), String> {
+    let sync_client = connect(Duration::from_secs(30), 2)?;
+    let syncs: Vec<(ChunkId, Bytes)> = (0..chunks)
+        .step_by(SYNC_STRIDE)
+        .map(|i| (cids[i], payload(i as u64, args.chunk_bytes)))
         .collect();
-    std::thread::sleep(Duration::from_millis(args.before_ms));
+    // A `replicated` put fails when one of its zone's backups is replaced while it waits
+    // (the replacement then receives the zone anew): try again a few times.
+    let mut attempt = 1;
+    loop {
+        let failed: Vec<String> = sync_client
+            .blocking()
+            .chunks()
+            .put_batch(&syncs)
+            .into_iter()
+            .filter_map(|result| result.err().map(|e| e.to_string()))
+            .collect();
+        match failed.first() {
+            None => break,
+            Some(error) if attempt >= SYNC_ATTEMPTS => {
+                return Err(format!(
+                    "replicated put before the kill ({} failed in attempt {attempt}): {error}",
+                    failed.len()
+                ));
+            }
+            Some(error) => {
+                eprintln!("replicated put before the kill failed, trying again: {error}");
+                attempt += 1;
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+    sync_client.shutdown();
+    Ok(())
+}
 
+/// The probe threads and the watcher of the master's `NodeFailed` event.
+struct Probing {
+    client: Client,
+    detected: Arc<Mutex<Option<Instant>>>,
+    series: Arc<Mutex<Series>>,
+    stop: Arc<AtomicBool>,
+    start: Instant,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Probing {
+    /// Starts watching for the master's failure and `--probe-threads` probe threads.
+    fn start(
+        args: &RecoveryArgs,
+        connect: &Connect,
+        master: NodeId,
+        cids: &Arc<Vec<ChunkId>>,
+    ) -> Result<Probing, String> {
+        let probe_client = connect(Duration::from_secs(60), 0)?;
+        let detected: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+        {
+            let mut events = probe_client.membership().subscribe();
+            let detected = Arc::clone(&detected);
+            probe_client.membership().net().runtime().spawn(async move {
+                while let Ok(event) = events.recv().await {
+                    if matches!(event, Event::NodeFailed(node) if node == master) {
+                        *detected.lock() = Some(Instant::now());
+                        break;
+                    }
+                }
+            });
+        }
+        let series = Arc::new(Mutex::new(Series::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let probe_start = Instant::now();
+        let threads: Vec<_> = (0..args.probe_threads)
+            .map(|thread| {
+                let client = probe_client.clone();
+                let cids = Arc::clone(cids);
+                let series = Arc::clone(&series);
+                let stop = Arc::clone(&stop);
+                let bytes = args.chunk_bytes;
+                std::thread::spawn(move || {
+                    probe(thread, &client, &cids, bytes, &series, &stop, probe_start)
+                })
+            })
+            .collect();
+        Ok(Probing {
+            client: probe_client,
+            detected,
+            series,
+            stop,
+            start: probe_start,
+            threads,
+        })
+    }
+
+    /// Stops the probes; returns their series, when the failure was detected and when
+    /// probing started.
+    fn finish(self) -> (Series, Option<Instant>, Instant) {
+        self.stop.store(true, Ordering::Relaxed);
+        for probe in self.threads {
+            let _ = probe.join();
+        }
+        self.client.shutdown();
+        let series = std::mem::take(&mut *self.series.lock());
+        let detected = *self.detected.lock();
+        (series, detected, self.start)
+    }
+}
+
+/// Kills (or stops, with `--failure stop`) the master; returns when.
+fn kill_master(
+    args: &RecoveryArgs,
+    cluster: &mut LocalCluster,
+    master: NodeId,
+) -> Result<Instant, String> {
     let master_pid = cluster
         .nodes()
         .iter()
@@ -381,31 +525,48 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
             .kill(master.0)
             .map_err(|e| format!("killing the master: {e}"))?;
     }
-    let since_kill = |at: Instant| at.saturating_duration_since(killed).as_secs_f64() * 1e3;
+    Ok(killed)
+}
 
+/// What the recovery table showed once every zone of the master had settled.
+#[derive(Default)]
+struct Recovered {
+    /// When every zone had settled (none if not within `--wait-s`).
+    available: Option<Instant>,
+    restorers: Vec<NodeId>,
+    zone_lines: Vec<serde_json::Value>,
+    /// Zones whose recovery failed.
+    lost: usize,
+}
+
+/// Polls the recovery table until every one of the master's `zones` zones is done or
+/// failed, for at most `--wait-s` after the kill.
+fn wait_recovered(
+    args: &RecoveryArgs,
+    client: &Client,
+    master: NodeId,
+    zones: usize,
+    killed: Instant,
+) -> Recovered {
     let wait = Duration::from_secs(args.wait_s);
-    let status = probe_client.blocking();
-    let mut available: Option<Instant> = None;
-    let mut restorers: Vec<NodeId> = Vec::new();
-    let mut zone_lines = Vec::new();
-    let mut lost = 0usize;
+    let status = client.blocking();
     while killed.elapsed() < wait {
         if let Ok(table) = status.recovery_status() {
             let mine: Vec<_> = table.zones.iter().filter(|z| z.owner == master).collect();
-            let settled = mine.len() >= zones.len()
+            let settled = mine.len() >= zones
                 && mine
                     .iter()
                     .all(|z| matches!(z.state, RecoveryState::Done | RecoveryState::Failed));
             if settled {
-                available = Some(Instant::now());
-                lost = mine
+                let available = Some(Instant::now());
+                let lost = mine
                     .iter()
                     .filter(|z| z.state == RecoveryState::Failed)
                     .count();
-                restorers = mine.iter().filter_map(|z| z.restorer).collect();
+                let mut restorers: Vec<NodeId> = mine.iter().filter_map(|z| z.restorer).collect();
                 restorers.sort_unstable();
                 restorers.dedup();
-                zone_lines = mine
+                let zone_lines = mine
                     .iter()
                     .map(|z| {
                         json!({"zone": z.zone, "state": format!("{:?}", z.state).to_lowercase(),
@@ -413,57 +574,85 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
                                "chunks": z.chunks, "ms_since_verdict": z.ms})
                     })
                     .collect();
-                break;
+                return Recovered {
+                    available,
+                    restorers,
+                    zone_lines,
+                    lost,
+                };
             }
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    if args.failure == "stop" {
-        // Declared failed (or given up on): now it may die for real.
-        cluster
-            .kill(master.0)
-            .map_err(|e| format!("killing the stopped master: {e}"))?;
-    }
-    let available = available.ok_or_else(|| {
-        format!(
-            "the master's zones were not all recovered within {} s",
-            args.wait_s
-        )
-    })?;
-    let mut rereplicated: Option<Instant> = None;
+    Recovered::default()
+}
+
+/// Polls the restorers until none has re-replication pending, for at most twice
+/// `--wait-s` after the kill; returns when.
+fn wait_rereplicated(
+    args: &RecoveryArgs,
+    client: &Client,
+    restorers: &[NodeId],
+    killed: Instant,
+) -> Option<Instant> {
+    let wait = Duration::from_secs(args.wait_s);
+    let status = client.blocking();
     'wait: while killed.elapsed() < wait * 2 {
         let mut pending = 0u64;
-        for &restorer in &restorers {
+        for &restorer in restorers {
             match status.chunks().stats(restorer) {
                 Ok(stats) => pending += stats.rereplication_pending,
                 Err(_) => continue 'wait,
             }
         }
         if pending == 0 {
-            rereplicated = Some(Instant::now());
-            break;
+            return Some(Instant::now());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    None
+}
 
-    // ----- verify --------------------------------------------------------------------------
-    let verify_started = Instant::now();
-    let (ok, wrong, first_wrong) = verify(args, &connect, &cids)?;
-    let verify_time = verify_started.elapsed();
-    std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::Relaxed);
-    for probe in probes {
-        let _ = probe.join();
-    }
-    probe_client.shutdown();
-    drop(cluster);
+/// The moments of the run, for the summary.
+struct Times {
+    probe_start: Instant,
+    killed: Instant,
+    detected: Option<Instant>,
+    available: Instant,
+    rereplicated: Option<Instant>,
+}
 
-    // ----- report --------------------------------------------------------------------------
-    let series = std::mem::take(&mut *series.lock());
-    let kill_offset = killed.saturating_duration_since(probe_start);
-    write_csv(&args.csv, &series, kill_offset)?;
-    let plotted = draw_png(&args.png, &series, kill_offset, since_kill(available));
-    let detected = *detected.lock();
+/// What the verification read back.
+struct Verified {
+    ok: u64,
+    wrong: u64,
+    first_wrong: Option<String>,
+    time: Duration,
+}
+
+/// Writes the series (CSV, PNG) and prints the zones, verify and summary lines.
+fn report(
+    args: &RecoveryArgs,
+    series: &Series,
+    times: &Times,
+    recovered: &Recovered,
+    zones: usize,
+    chunks: usize,
+    verified: &Verified,
+) -> Result<(), String> {
+    let lost = recovered.lost;
+    let (ok, wrong, first_wrong, verify_time) = (
+        verified.ok,
+        verified.wrong,
+        &verified.first_wrong,
+        verified.time,
+    );
+    let killed = times.killed;
+    let since_kill = |at: Instant| at.saturating_duration_since(killed).as_secs_f64() * 1e3;
+    let (detected, available, rereplicated) = (times.detected, times.available, times.rereplicated);
+    let kill_offset = killed.saturating_duration_since(times.probe_start);
+    write_csv(&args.csv, series, kill_offset)?;
+    let plotted = draw_png(&args.png, series, kill_offset, since_kill(available));
     let after_kill: Vec<&Bucket> = series
         .buckets
         .iter()
@@ -484,19 +673,21 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
     let ops_before = before.iter().map(|b| b.ops).sum::<u64>() as f64
         / (before.len().max(1) as f64 * BUCKET.as_secs_f64());
     let probe_errors: u64 = series.buckets.iter().map(|b| b.errors).sum();
-
     emit(
         args.json,
-        json!({"phase": "zones", "zones": zone_lines}),
-        format!("zones: {}", serde_json::Value::Array(zone_lines.clone())),
+        json!({"phase": "zones", "zones": recovered.zone_lines}),
+        format!(
+            "zones: {}",
+            serde_json::Value::Array(recovered.zone_lines.clone())
+        ),
     );
     emit(
         args.json,
-        json!({"phase": "verify", "chunks": cids.len(), "ok": ok, "wrong_or_missing": wrong,
+        json!({"phase": "verify", "chunks": chunks, "ok": ok, "wrong_or_missing": wrong,
                "first_wrong": first_wrong, "seconds": verify_time.as_secs_f64()}),
         format!(
             "verify: {ok} of {} chunks read back with their values, {wrong} wrong or missing{} ({:.1} s)",
-            cids.len(),
+            chunks,
             first_wrong
                 .as_deref()
                 .map(|w| format!(", e.g. {w}"))
@@ -506,7 +697,7 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
     );
     let summary = json!({
         "bench": "recovery", "data_bytes": args.data_mb << 20, "chunk_bytes": args.chunk_bytes,
-        "chunks": cids.len(), "zones": zones.len(), "zones_lost": lost,
+        "chunks": chunks, "zones": zones, "zones_lost": lost,
         "backups": args.backups, "replication": args.replication, "failure": args.failure,
         "prefault_mb": args.prefault_mb,
         "detect_ms": detected.map(since_kill),
@@ -539,12 +730,6 @@ fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
         }
     );
     emit(args.json, summary, text);
-    if wrong > 0 || series.wrong > 0 || lost > 0 {
-        return Err(format!(
-            "data lost or wrong: {wrong} chunks at verification, {} probe reads, {lost} zones lost",
-            series.wrong
-        ));
-    }
     Ok(())
 }
 

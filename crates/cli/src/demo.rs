@@ -17,7 +17,7 @@ use anyhow::{bail, Context};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
-use myriad_client::client::Client;
+use myriad_client::client::{BlockingClient, Client};
 use myriad_launcher::{LaunchSpec, LocalCluster};
 use myriad_types::{ChunkId, NodeId};
 use rand::rngs::SmallRng;
@@ -120,8 +120,34 @@ fn exercise(cluster: &mut LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
     let api = client.blocking();
     println!("\njoined as client {}", client.node_id());
     let peers: Vec<NodeId> = cluster.peer_ids();
+    let cids = load(&api, args, &peers)?;
+    let mut rng = SmallRng::seed_from_u64(7);
+    spot_check(&api, args, &cids, &mut rng)?;
+    mixed_workload(&api, args, &cids, &mut rng)?;
+    metadata_services(&api, &cids)?;
+    // Failure drill: a peer dies, its zones are restored by their backups.
+    let mut alive = peers.clone();
+    if args.no_failure {
+        println!("\nfailure drill skipped (--no-failure)");
+    } else if peers.len() < 2 {
+        println!("\nfailure drill skipped: a single peer has no backups");
+    } else {
+        let victim = peers[0];
+        failure_drill(cluster, &api, &cids, victim, args.chunk_bytes)?;
+        alive.retain(|&peer| peer != victim);
+    }
+    print_summary(&api, &alive)?;
+    client.shutdown();
+    Ok(())
+}
 
-    // Load.
+/// Loads `--chunks` chunks, [`BATCH`] per create call, round-robin over `peers`, with a
+/// progress bar.
+fn load(
+    api: &BlockingClient<'_>,
+    args: &DemoArgs,
+    peers: &[NodeId],
+) -> anyhow::Result<Vec<ChunkId>> {
     let bar = ProgressBar::new(args.chunks as u64);
     bar.set_style(ProgressStyle::with_template(
         "loading {bar:40} {pos}/{len} chunks  {per_sec}  eta {eta}",
@@ -148,9 +174,16 @@ fn exercise(cluster: &mut LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
         cids.len() as f64 / load.as_secs_f64(),
         BATCH
     );
+    Ok(cids)
+}
 
-    // Spot check.
-    let mut rng = SmallRng::seed_from_u64(7);
+/// Reads 1,000 random chunks back and checks their bytes.
+fn spot_check(
+    api: &BlockingClient<'_>,
+    args: &DemoArgs,
+    cids: &[ChunkId],
+    rng: &mut SmallRng,
+) -> anyhow::Result<()> {
     for _ in 0..1_000 {
         let index = rng.gen_range(0..cids.len());
         let data = api.chunks().get(cids[index])?;
@@ -159,8 +192,16 @@ fn exercise(cluster: &mut LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
         }
     }
     println!("checked 1,000 random chunks: every byte as written");
+    Ok(())
+}
 
-    // Mixed workload: 95% gets, 5% puts; first single calls, then batches.
+/// Mixed workload: 95% gets, 5% puts; first single calls, then batches.
+fn mixed_workload(
+    api: &BlockingClient<'_>,
+    args: &DemoArgs,
+    cids: &[ChunkId],
+    rng: &mut SmallRng,
+) -> anyhow::Result<()> {
     let seconds = Duration::from_secs(args.workload_seconds.max(1));
     for batch in [1usize, 100] {
         let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
@@ -203,8 +244,11 @@ fn exercise(cluster: &mut LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
             latency.value_at_quantile(0.99) as f64 / 1e3,
         );
     }
+    Ok(())
+}
 
-    // Metadata services.
+/// The metadata services: the nameservice, temporary storage and a barrier.
+fn metadata_services(api: &BlockingClient<'_>, cids: &[ChunkId]) -> anyhow::Result<()> {
     api.name_register("demo.first", cids[0])?;
     let found = api.name_get("demo.first")?;
     println!("\nnameservice: demo.first -> {}", display_cid(found));
@@ -225,25 +269,16 @@ fn exercise(cluster: &mut LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
         values.join(", ")
     );
     api.barrier_free(barrier)?;
+    Ok(())
+}
 
-    // Failure drill: a peer dies, its zones are restored by their backups.
-    let mut alive = peers.clone();
-    if args.no_failure {
-        println!("\nfailure drill skipped (--no-failure)");
-    } else if peers.len() < 2 {
-        println!("\nfailure drill skipped: a single peer has no backups");
-    } else {
-        let victim = peers[0];
-        failure_drill(cluster, &api, &cids, victim, args.chunk_bytes)?;
-        alive.retain(|&peer| peer != victim);
-    }
-
-    // Summary per peer, with the backup zones its chunks are replicated in.
+/// Summary per peer, with the backup zones its chunks are replicated in.
+fn print_summary(api: &BlockingClient<'_>, alive: &[NodeId]) -> anyhow::Result<()> {
     println!(
         "\n{:<8} {:>10} {:>12} {:>10}  backup zones (zone: backups)",
         "peer", "chunks", "payload MB", "free MB"
     );
-    for &peer in &alive {
+    for &peer in alive {
         let stats = api.chunks().stats(peer)?;
         let zones: Vec<String> = api
             .zones(peer)?
@@ -266,7 +301,6 @@ fn exercise(cluster: &mut LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
             }
         );
     }
-    client.shutdown();
     Ok(())
 }
 
@@ -279,7 +313,7 @@ const DRILL_WAIT: Duration = Duration::from_secs(60);
 /// long the first and the last were unavailable and the leader's recovery table.
 fn failure_drill(
     cluster: &mut LocalCluster,
-    api: &myriad_client::client::BlockingClient<'_>,
+    api: &BlockingClient<'_>,
     cids: &[ChunkId],
     victim: NodeId,
     chunk_bytes: usize,

@@ -1,36 +1,19 @@
 //! `myriad peer`'s backup flags are checked before the peer tries to join.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use myriad_testing::process::Myriad;
 
 fn peer_with(args: &[&str]) -> (bool, String) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .arg("peer")
+    // Killed on timeout (the flags must be refused before any network wait).
+    let output = Myriad::new(env!("CARGO_BIN_EXE_myriad"), ["peer"])
         .args(["--superpeers", "1=127.0.0.1:1", "--data-dir"])
         .arg(dir.path())
         .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    // Killed on timeout (the flags must be refused before any network wait).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            let mut stderr = String::new();
-            if let Some(mut pipe) = child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
-            }
-            return (status.success(), stderr);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("myriad peer {args:?} did not exit");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        .timeout(Duration::from_secs(20))
+        .run();
+    (output.success(), output.stderr)
 }
 
 #[test]

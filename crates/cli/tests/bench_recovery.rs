@@ -1,37 +1,20 @@
 //! `myriad bench recovery` end to end on a tiny data set: it must start its cluster, load,
 //! kill the master, see every zone recovered, read every chunk back and write its series
 //! (figures are not checked: this is not a timed test). The benchmark kills its own nodes;
-//! the guard kills the benchmark (and with it its cluster's process group) if it hangs.
+//! the harness kills the benchmark (and the nodes of its cluster) if it hangs.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Kills the benchmark if it is still running, then every node of its cluster (they are
-/// its children, but in process groups of their own).
-struct Guard(Option<Child>, std::path::PathBuf);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(child) = self.0.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-            if let Ok(mut cluster) = myriad_launcher::LocalCluster::open(&self.1) {
-                let ids: Vec<u16> = cluster.nodes().iter().map(|node| node.node_id).collect();
-                for id in ids {
-                    let _ = cluster.kill(id);
-                }
-            }
-        }
-    }
-}
+use myriad_testing::process::Myriad;
 
 #[test]
 fn the_recovery_benchmark_recovers_every_chunk_and_writes_its_series() {
     let dir = tempfile::tempdir().expect("tempdir");
     let csv = dir.path().join("series.csv");
     let png = dir.path().join("series.png");
-    let child = Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .args([
+    let output = Myriad::new(
+        env!("CARGO_BIN_EXE_myriad"),
+        [
             "bench",
             "recovery",
             "--json",
@@ -39,45 +22,27 @@ fn the_recovery_benchmark_recovers_every_chunk_and_writes_its_series() {
             "2",
             "--zone-mb",
             "1",
-        ])
-        .args(["--backups", "3", "--replication", "2", "--before-ms", "500"])
-        .args(["--heartbeat-ms", "100", "--failure-timeout-ms", "600"])
-        // The peers make some memory resident at start (`--prefault-mb` on each peer).
-        .args(["--prefault-mb", "8"])
-        .arg("--dir")
-        .arg(dir.path().join("cluster"))
-        .arg("--csv")
-        .arg(&csv)
-        .arg("--png")
-        .arg(&png)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the benchmark starts");
+        ],
+    )
+    .args(["--backups", "3", "--replication", "2", "--before-ms", "500"])
+    .args(["--heartbeat-ms", "100", "--failure-timeout-ms", "600"])
+    // The peers make some memory resident at start (`--prefault-mb` on each peer).
+    .args(["--prefault-mb", "8"])
+    .arg("--dir")
+    .arg(dir.path().join("cluster"))
+    .arg("--csv")
+    .arg(&csv)
+    .arg("--png")
+    .arg(&png)
     // The benchmark keeps its cluster in `--dir`/cluster.
-    let mut guard = Guard(Some(child), dir.path().join("cluster").join("cluster"));
-    let deadline = Instant::now() + Duration::from_secs(50);
-    while guard
-        .0
-        .as_mut()
-        .expect("child")
-        .try_wait()
-        .expect("status")
-        .is_none()
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the benchmark did not end within 50 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let child = guard.0.take().expect("child");
-    let output = child.wait_with_output().expect("output");
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    .cluster_dir(dir.path().join("cluster").join("cluster"))
+    .timeout(Duration::from_secs(50))
+    .run();
+    let stdout = &output.stdout;
     assert!(
-        output.status.success(),
+        output.success(),
         "the benchmark failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        output.stderr
     );
     let lines: Vec<serde_json::Value> = stdout
         .lines()
@@ -122,19 +87,22 @@ fn the_recovery_benchmark_recovers_every_chunk_and_writes_its_series() {
 #[test]
 fn the_local_recovery_benchmark_runs_with_cold_and_resident_pages() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let output = Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .args(["bench", "recovery-local", "--json", "--zone-mb", "4"])
-        .args(["--runs", "1", "--baseline-mb", "8", "--pages", "both"])
-        .arg("--dir")
-        .arg(dir.path().join("logs"))
-        .output()
-        .expect("the benchmark runs");
+    let output = Myriad::new(
+        env!("CARGO_BIN_EXE_myriad"),
+        ["bench", "recovery-local", "--json", "--zone-mb", "4"],
+    )
+    .args(["--runs", "1", "--baseline-mb", "8", "--pages", "both"])
+    .arg("--dir")
+    .arg(dir.path().join("logs"))
+    .timeout(Duration::from_secs(300))
+    .run();
     assert!(
         output.status.success(),
         "recovery-local failed: {}",
-        String::from_utf8_lossy(&output.stderr)
+        output.stderr
     );
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
+    let lines: Vec<serde_json::Value> = output
+        .stdout
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
         .collect();

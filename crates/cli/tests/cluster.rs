@@ -1,6 +1,6 @@
 //! End-to-end tests of a cluster of real node processes on 127.0.0.1: superpeers and peers
 //! started by the launcher (`myriad superpeer`, `myriad peer`), clients in this process.
-//! Every process is SIGKILLed when its cluster guard drops, also when a test panics.
+//! Every process is SIGKILLed when its cluster harness drops, also when a test panics.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -11,41 +11,28 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use myriad_client::client::Client;
 use myriad_client::ClientError;
-use myriad_launcher::{LaunchSpec, LocalCluster};
 use myriad_meta::{Command, NodeState, Role};
+use myriad_testing::process::{poll_until, Cluster};
 use myriad_types::{ChunkId, NodeId};
 
-fn start(dir: &Path, superpeers: usize, peers: usize) -> LocalCluster {
-    let mut spec = LaunchSpec::new(dir, env!("CARGO_BIN_EXE_myriad"));
-    spec.superpeers = superpeers;
-    spec.peers = peers;
-    spec.peer_memory_mb = Some(256);
-    spec.ready_timeout = Duration::from_secs(20);
-    LocalCluster::start_owned(spec).expect("cluster starts")
+fn start(dir: &Path, superpeers: usize, peers: usize) -> Cluster {
+    Cluster::builder(env!("CARGO_BIN_EXE_myriad"), dir)
+        .superpeers(superpeers)
+        .peers(peers)
+        .peer_memory_mb(256)
+        .start()
 }
 
-fn superpeers(cluster: &LocalCluster) -> Vec<(NodeId, SocketAddr)> {
+fn superpeers(cluster: &Cluster) -> Vec<(NodeId, SocketAddr)> {
     cluster.superpeers()
 }
 
-fn peers(cluster: &LocalCluster) -> Vec<NodeId> {
+fn peers(cluster: &Cluster) -> Vec<NodeId> {
     cluster.peer_ids()
 }
 
 fn payload(index: usize) -> Bytes {
     Bytes::from(format!("value-{index:08}-{}", "x".repeat(index % 40)))
-}
-
-/// Polls `condition` every 20 ms until it holds or `timeout` passes.
-fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if condition() {
-            return true;
-        }
-        thread::sleep(Duration::from_millis(20));
-    }
-    condition()
 }
 
 #[test]
@@ -321,7 +308,7 @@ fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
     let first = Client::connect(superpeers(&cluster)).expect("joins");
     let first_id = first.node_id();
     first.shutdown();
-    assert!(eventually(Duration::from_secs(5), || {
+    assert!(poll_until(Duration::from_secs(5), || {
         client
             .blocking()
             .nodes()
@@ -337,9 +324,9 @@ fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
     second.shutdown();
 
     // A peer killed with SIGKILL is declared failed; its ID stays reserved.
-    cluster.kill(victim.0).expect("kill");
+    cluster.kill(victim.0);
     assert!(
-        eventually(Duration::from_secs(10), || {
+        poll_until(Duration::from_secs(10), || {
             client
                 .blocking()
                 .nodes()
@@ -384,11 +371,7 @@ fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
     client.shutdown();
 }
 
-fn peer_options(
-    cluster: &LocalCluster,
-    dir: &Path,
-    name: &str,
-) -> myriad_node::peer_node::PeerOptions {
+fn peer_options(cluster: &Cluster, dir: &Path, name: &str) -> myriad_node::peer_node::PeerOptions {
     let mut join = myriad_client::membership::JoinConfig::new(superpeers(cluster), Role::Peer);
     join.listen = "127.0.0.1:0".parse().expect("address");
     myriad_node::peer_node::PeerOptions {
@@ -425,10 +408,10 @@ fn killing_the_raft_leader_keeps_metadata_and_chunks_serving() {
             .expect("status")
             .leader
             .expect("a leader");
-        cluster.kill(leader.0).expect("kill the leader");
+        cluster.kill(leader.0);
         let started = Instant::now();
         assert!(
-            eventually(Duration::from_secs(10), || client
+            poll_until(Duration::from_secs(10), || client
                 .blocking()
                 .status()
                 .map(|status| status.leader.is_some_and(|l| l != leader))
@@ -447,7 +430,7 @@ fn killing_the_raft_leader_keeps_metadata_and_chunks_serving() {
             .blocking()
             .tmp_put(&format!("round-{round}"), Bytes::from_static(b"ok"))
             .expect("metadata writes go on");
-        cluster.restart(&leader.0.to_string()).expect("restart");
+        cluster.restart(&leader.0.to_string());
     }
     client.shutdown();
 }

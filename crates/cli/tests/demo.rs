@@ -2,9 +2,9 @@
 //! starts its cluster, loads and checks chunks, runs the workload, SIGKILLs a peer and
 //! reads every chunk of that peer back from the restorers, then stops every node.
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use myriad_testing::process::Myriad;
 
 /// Longest the demo may take here before the test kills it (its nodes exit with it).
 const DEMO_TIMEOUT: Duration = Duration::from_secs(50);
@@ -12,48 +12,23 @@ const DEMO_TIMEOUT: Duration = Duration::from_secs(50);
 #[test]
 fn the_demo_recovers_a_killed_peer_and_checks_every_chunk() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .args([
+    let output = Myriad::new(
+        env!("CARGO_BIN_EXE_myriad"),
+        [
             "demo",
             "--chunks",
             "30000",
             "--workload-seconds",
             "1",
             "--dir",
-        ])
-        .arg(dir.path().join("cluster"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the demo starts");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if started.elapsed() > DEMO_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    let status =
-        status.unwrap_or_else(|| panic!("the demo ran over {DEMO_TIMEOUT:?}:\n{stdout}\n{stderr}"));
+        ],
+    )
+    .arg(dir.path().join("cluster"))
+    .cluster_dir(dir.path().join("cluster"))
+    .timeout(DEMO_TIMEOUT)
+    .run();
+    let (stdout, stderr) = (&output.stdout, &output.stderr);
+    let status = output.status;
     assert!(
         status.success(),
         "demo failed ({status}):\n{stdout}\n{stderr}"

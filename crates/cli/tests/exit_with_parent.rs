@@ -2,24 +2,21 @@
 //! a test, a benchmark or the demo never outlive a killed caller. A shell starts a real
 //! superpeer with `--exit-with-parent $$` and waits; once the superpeer serves (its ready
 //! file), the shell is SIGKILLed and the superpeer must be gone within a few seconds.
-//! Every process is killed by the guard, also when the test fails.
+//! Every process is killed by the guards, also when the test fails.
 
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-/// Kills the shell and the node (by pid) on drop.
-struct Guard {
-    shell: Child,
-    node_pid: Option<u32>,
-}
+use myriad_testing::process::{poll_until, Process};
 
-impl Drop for Guard {
+/// SIGKILLs the node (by pid, once known) on drop: it is the shell's child, not ours.
+struct NodeGuard(Option<u32>);
+
+impl Drop for NodeGuard {
     fn drop(&mut self) {
-        let _ = self.shell.kill();
-        let _ = self.shell.wait();
-        if let Some(pid) = self.node_pid {
+        if let Some(pid) = self.0 {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
     }
@@ -34,17 +31,6 @@ fn alive(pid: u32) -> bool {
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
         Err(_) => false,
     }
-}
-
-fn wait_for(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
 }
 
 fn ready_pid(path: &Path) -> Option<u32> {
@@ -66,30 +52,27 @@ fn a_node_exits_when_its_parent_is_killed() {
   --data-dir "$dir/data" --ready-file "$dir/ready.json" --exit-with-parent $$ \
   > "$dir/node.log" 2>&1 &
 wait"#;
-    let shell = Command::new("sh")
-        .args(["-c", script, "sh", env!("CARGO_BIN_EXE_myriad")])
-        .arg(port.to_string())
-        .arg(dir.path())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("sh starts");
-    let mut guard = Guard {
-        shell,
-        node_pid: None,
-    };
+    let mut node = NodeGuard(None);
+    let mut shell = Process::spawn(
+        Command::new("sh")
+            .args(["-c", script, "sh", env!("CARGO_BIN_EXE_myriad")])
+            .arg(port.to_string())
+            .arg(dir.path())
+            .stdin(Stdio::null()),
+        "sh",
+    );
     assert!(
-        wait_for(Duration::from_secs(20), || ready_pid(&ready).is_some()),
+        poll_until(Duration::from_secs(20), || ready_pid(&ready).is_some()),
         "the superpeer did not start: {}",
         std::fs::read_to_string(dir.path().join("node.log")).unwrap_or_default()
     );
     let pid = ready_pid(&ready).expect("pid in the ready file");
-    guard.node_pid = Some(pid);
+    node.0 = Some(pid);
     assert!(alive(pid));
     // The node still runs a while after its parent is gone only by the check interval.
-    guard.shell.kill().expect("kill the shell");
-    let _ = guard.shell.wait();
+    shell.kill();
     assert!(
-        wait_for(Duration::from_secs(10), || !alive(pid)),
+        poll_until(Duration::from_secs(10), || !alive(pid)),
         "the superpeer outlived its parent"
     );
     let log = std::fs::read_to_string(dir.path().join("node.log")).unwrap_or_default();

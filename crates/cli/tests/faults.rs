@@ -17,7 +17,7 @@
 //!   history is checked for linearizability per chunk (`replicated`), or the acknowledged
 //!   writes lost are counted (`async`).
 //!
-//! Every process is SIGKILLed when the cluster guard drops, also when a test panics (a
+//! Every process is SIGKILLed when the cluster harness drops, also when a test panics (a
 //! stopped process too: SIGKILL ends stopped processes). The tests run one cluster at a
 //! time.
 
@@ -32,12 +32,13 @@ use bytes::Bytes;
 use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::ClientError;
-use myriad_launcher::{LaunchSpec, LocalCluster, NodeEntry, NodeRole};
+use myriad_launcher::NodeEntry;
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{RecoveryState, RecoveryStatusReply};
 use myriad_proto::types;
 use myriad_testing::history::{self, Action, Operation, Outcome};
+use myriad_testing::process::{self, wait_until, Cluster};
 use myriad_types::{ChunkId, NodeId};
 use rand::{Rng, SeedableRng};
 
@@ -63,9 +64,10 @@ primary_log_kb = 4096
 /// from several clusters competing for the machine's cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// The cluster (killed on drop) and the facts tests need.
+/// The cluster (killed on drop; on a failing test, the nodes' lines about failures and
+/// recoveries are printed first) and the facts tests need.
 struct Setup {
-    cluster: LocalCluster,
+    cluster: Cluster,
     superpeers: Vec<(NodeId, SocketAddr)>,
     peers: Vec<NodeEntry>,
     /// Held until the cluster is gone (fields drop in order).
@@ -81,48 +83,21 @@ fn start_peers(dir: &Path, replication: usize, peer_count: usize) -> Setup {
     let serial = SERIAL
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let path = dir.join("faults.toml");
-    std::fs::write(&path, config(replication)).expect("write config");
-    let mut spec = LaunchSpec::new(dir.join("cluster"), env!("CARGO_BIN_EXE_myriad"));
-    spec.superpeers = 1;
-    spec.peers = peer_count;
-    spec.peer_memory_mb = Some(64);
-    spec.extra_args = vec!["--config".into(), path.display().to_string()];
-    spec.ready_timeout = Duration::from_secs(20);
-    let cluster = LocalCluster::start_owned(spec).expect("cluster starts");
+    let cluster = Cluster::builder(env!("CARGO_BIN_EXE_myriad"), dir)
+        .superpeers(1)
+        .peers(peer_count)
+        .peer_memory_mb(64)
+        .config(config(replication))
+        .log_lines_on_panic(&["verdict", "declared failed", "recover", "failed"])
+        .start();
     let superpeers = cluster.superpeers();
-    let peers: Vec<NodeEntry> = cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == NodeRole::Peer)
-        .cloned()
-        .collect();
+    let peers = cluster.peer_entries();
     assert_eq!(peers.len(), peer_count);
     Setup {
         cluster,
         superpeers,
         peers,
         _serial: serial,
-    }
-}
-
-impl Drop for Setup {
-    /// On a failing test, the nodes' lines about failures and recoveries (the cluster's
-    /// directory goes with the test's temporary directory).
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        for node in self.cluster.nodes() {
-            let log = std::fs::read_to_string(&node.log).unwrap_or_default();
-            for line in log.lines().filter(|line| {
-                ["verdict", "declared failed", "recover", "failed"]
-                    .iter()
-                    .any(|word| line.contains(word))
-            }) {
-                eprintln!("{}: {line}", node.name);
-            }
-        }
     }
 }
 
@@ -154,23 +129,11 @@ impl Setup {
             .expect("recovery status");
         RecoveryStatusReply::decode(bytes).expect("status decodes")
     }
-
-    fn alive(&mut self, name: &str) -> bool {
-        self.cluster
-            .status()
-            .iter()
-            .any(|status| status.node.name == name && status.alive)
-    }
 }
 
 /// Sends `signal` (`STOP`, `CONT`) to a process with kill(1).
 fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{signal} {pid} failed");
+    process::signal(&[pid], signal);
 }
 
 fn payload(index: usize, version: u32) -> Bytes {
@@ -336,14 +299,11 @@ fn a_paused_peer_is_fenced_answers_not_owner_and_exits() {
         Ok(other) => panic!("unexpected answer of the fenced peer: {other:?}"),
         Err(error) => println!("the fenced peer is gone already: {error}"),
     }
-    let exited = Instant::now();
-    while setup.alive(&victim_entry.name) {
-        assert!(
-            exited.elapsed() < Duration::from_secs(10),
-            "the peer declared failed did not exit"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until(
+        Duration::from_secs(10),
+        "the peer declared failed to exit",
+        || !setup.cluster.is_alive(&victim_entry.name),
+    );
     let log = std::fs::read_to_string(&victim_entry.log).unwrap_or_default();
     println!(
         "victim's last lines: {}",
@@ -407,7 +367,7 @@ fn restorer_lost_during_recovery(kill_restorer: bool) {
         .cloned()
         .expect("restorer entry");
     signal(restorer_entry.pid, "STOP");
-    setup.cluster.kill(victim.0).expect("kill the victim");
+    setup.cluster.kill(victim.0);
     let killed = Instant::now();
     if kill_restorer {
         // Once the zone was sent to it (state Running at the restorer), it dies.
@@ -428,7 +388,7 @@ fn restorer_lost_during_recovery(kill_restorer: bool) {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
-        setup.cluster.kill(restorer.0).expect("kill the restorer");
+        setup.cluster.kill(restorer.0);
         println!(
             "restorer killed {} ms after the victim",
             killed.elapsed().as_millis()
@@ -511,22 +471,17 @@ fn two_peers_killed_at_once_are_both_recovered() {
     // At once (one after the other, the second may first restore and adopt a zone of the
     // first: covered by the adoption tests below). SIGSTOP both in one command, then kill
     // them.
-    let pids: Vec<String> = setup
+    let pids: Vec<u32> = setup
         .cluster
         .nodes()
         .iter()
         .filter(|node| node.node_id == a.0 || node.node_id == b.0)
-        .map(|node| node.pid.to_string())
+        .map(|node| node.pid)
         .collect();
     assert_eq!(pids.len(), 2);
-    let stopped = std::process::Command::new("kill")
-        .arg("-STOP")
-        .args(&pids)
-        .status()
-        .expect("kill -STOP");
-    assert!(stopped.success());
-    setup.cluster.kill(a.0).expect("kill a");
-    setup.cluster.kill(b.0).expect("kill b");
+    process::signal(&pids, "STOP");
+    setup.cluster.kill(a.0);
+    setup.cluster.kill(b.0);
     let killed = Instant::now();
     wait_all_equal(&client, &expected, Duration::from_secs(20));
     println!(
@@ -614,10 +569,10 @@ fn a_restorer_killed_right_after_its_zone_is_available_loses_nothing() {
     let runtime = client.membership().net().runtime();
     let zones = runtime.block_on(client.zones(victim)).expect("zone table");
     println!("victim {victim} zones: {zones:?}");
-    setup.cluster.kill(victim.0).expect("kill the victim");
+    setup.cluster.kill(victim.0);
     let killed = Instant::now();
     let restorer = wait_zone_done(&setup, &client, victim, zones[0].0);
-    setup.cluster.kill(restorer.0).expect("kill the restorer");
+    setup.cluster.kill(restorer.0);
     println!(
         "restorer {restorer} of zone {} killed {} ms after the victim",
         zones[0].0,
@@ -649,7 +604,7 @@ fn writes_to_adopted_chunks_survive_their_restorers_death() {
     let mut expected = create_two_versions(&client, victim, 4_000);
     let runtime = client.membership().net().runtime();
     let zones = runtime.block_on(client.zones(victim)).expect("zone table");
-    setup.cluster.kill(victim.0).expect("kill the victim");
+    setup.cluster.kill(victim.0);
     wait_all_equal(&client, &expected, Duration::from_secs(15));
     let restorer = wait_zone_done(&setup, &client, victim, zones[0].0);
     let puts: Vec<(ChunkId, Bytes)> = expected
@@ -663,7 +618,7 @@ fn writes_to_adopted_chunks_survive_their_restorers_death() {
         }
     }
     expected.extend(puts);
-    setup.cluster.kill(restorer.0).expect("kill the restorer");
+    setup.cluster.kill(restorer.0);
     let killed = Instant::now();
     wait_all_equal(&client, &expected, Duration::from_secs(20));
     println!(
@@ -776,7 +731,7 @@ fn workload(durability: u8, fault: Fault) -> Run {
     let killed_at = nanos();
     match fault {
         Fault::Kill => {
-            setup.cluster.kill(victim.0).expect("kill");
+            setup.cluster.kill(victim.0);
             // Go on across the recovery and a while after it.
             std::thread::sleep(Duration::from_secs(5));
         }
@@ -788,7 +743,7 @@ fn workload(durability: u8, fault: Fault) -> Run {
             signal(entry.pid, "CONT");
             std::thread::sleep(Duration::from_secs(3));
             assert!(
-                !setup.alive(&entry.name),
+                !setup.cluster.is_alive(&entry.name),
                 "the woken peer should have exited"
             );
         }

@@ -17,9 +17,10 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use myriad_testing::process::{poll_until, Process};
 use serde_json::Value;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_myriad");
@@ -139,7 +140,7 @@ fn unavailable() -> Option<String> {
 /// A node process (`ip netns exec` execs the node, so the pid is the node's).
 struct Node {
     name: String,
-    child: Child,
+    process: Process,
     ready_file: PathBuf,
     log: PathBuf,
 }
@@ -167,16 +168,17 @@ impl Node {
         ]);
         let out = std::fs::File::create(&log).expect("log file");
         let err = out.try_clone().expect("log file");
-        let child = namespaces
-            .command(namespace, &all)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .expect("spawn a node");
+        let process = Process::spawn(
+            namespaces
+                .command(namespace, &all)
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(out))
+                .stderr(Stdio::from(err)),
+            name,
+        );
         Node {
             name: name.to_owned(),
-            child,
+            process,
             ready_file,
             log,
         }
@@ -193,8 +195,8 @@ impl Node {
                     }
                 }
             }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("{} exited ({status}): {}", self.name, self.log_text());
+            if self.process.has_exited() {
+                panic!("{} exited: {}", self.name, self.log_text());
             }
             assert!(
                 Instant::now() < deadline,
@@ -216,14 +218,13 @@ impl Node {
 #[derive(Default)]
 struct Processes {
     nodes: Vec<Node>,
-    terminals: Vec<Child>,
+    terminals: Vec<Process>,
 }
 
 impl Drop for Processes {
     fn drop(&mut self) {
         for node in &mut self.nodes {
-            let _ = node.child.kill();
-            let _ = node.child.wait();
+            node.process.kill();
             if std::thread::panicking() {
                 for line in node.log_text().lines().filter(|line| {
                     ["failed", "recover", "fence", "verdict", "error"]
@@ -234,9 +235,8 @@ impl Drop for Processes {
                 }
             }
         }
-        for child in &mut self.terminals {
-            let _ = child.kill();
-            let _ = child.wait();
+        for terminal in &mut self.terminals {
+            terminal.kill();
         }
     }
 }
@@ -255,16 +255,18 @@ impl Terminal {
             "--superpeers".into(),
             format!("1={ADDRESS_A}:{SUPERPEER_PORT}"),
         ];
-        let mut child = namespaces
-            .command(namespace, &args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn a terminal");
+        let mut process = Process::spawn(
+            namespaces
+                .command(namespace, &args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null()),
+            "a terminal",
+        );
+        let child = process.child_mut().expect("a terminal just spawned");
         let input = child.stdin.take().expect("stdin");
         let output = BufReader::new(child.stdout.take().expect("stdout"));
-        processes.terminals.push(child);
+        processes.terminals.push(process);
         Terminal { input, output }
     }
 
@@ -453,17 +455,9 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
     namespaces.set_link(true);
     let healed = Instant::now();
     let victim_node = &mut processes.nodes[3];
-    let exited = loop {
-        if let Ok(Some(status)) = victim_node.child.try_wait() {
-            break Some(status);
-        }
-        if healed.elapsed() > Duration::from_secs(45) {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let exited = poll_until(Duration::from_secs(45), || victim_node.process.has_exited());
     assert!(
-        exited.is_some(),
+        exited,
         "the victim still runs 45 s after the partition healed: {}",
         victim_node.log_text()
     );

@@ -2,7 +2,8 @@
 //! four peers replicating with R = 3 (small zones, so the victim holds several); a client
 //! writes durably to one peer, that peer is SIGKILLed, and every chunk must come back with
 //! its latest value (removed ones stay removed) at the restorers. Every process is
-//! SIGKILLed when the cluster guard drops, also when the test panics.
+//! SIGKILLed when the cluster harness drops, also when the test panics (the nodes' logs
+//! are kept then).
 
 mod support;
 
@@ -10,15 +11,15 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::{verify, KeepLogsOnPanic};
+use support::verify;
 
 use bytes::Bytes;
 use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::ClientError;
-use myriad_launcher::{LaunchSpec, LocalCluster};
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::RecoveryState;
+use myriad_testing::process::{signal, Cluster, Myriad};
 use myriad_types::{ChunkId, NodeId};
 
 const CHUNKS: usize = 20_000;
@@ -38,25 +39,24 @@ write_buffer_kb = 1024
 primary_log_kb = 4096
 ";
 
-/// Starts `superpeers` superpeers and `peers` peers with the node settings `config`.
-fn start_with(dir: &Path, config: &str, superpeers: usize, peers: usize) -> LocalCluster {
-    let path = dir.join("recovery.toml");
-    std::fs::write(&path, config).expect("write config");
-    let mut spec = LaunchSpec::new(dir.join("cluster"), env!("CARGO_BIN_EXE_myriad"));
-    spec.superpeers = superpeers;
-    spec.peers = peers;
-    spec.peer_memory_mb = Some(64);
-    spec.extra_args = vec!["--config".into(), path.display().to_string()];
-    spec.ready_timeout = Duration::from_secs(20);
-    LocalCluster::start_owned(spec).expect("cluster starts")
+/// Starts `superpeers` superpeers and `peers` peers with the node settings `config`; the
+/// nodes' logs are kept if the test panics.
+fn start_with(dir: &Path, config: &str, superpeers: usize, peers: usize) -> Cluster {
+    Cluster::builder(env!("CARGO_BIN_EXE_myriad"), dir)
+        .superpeers(superpeers)
+        .peers(peers)
+        .peer_memory_mb(64)
+        .config(config)
+        .keep_logs_on_panic()
+        .start()
 }
 
-fn start(dir: &Path) -> LocalCluster {
+fn start(dir: &Path) -> Cluster {
     start_with(dir, CONFIG, 1, 4)
 }
 
 /// A client of `cluster` whose chunk calls are durable and wait up to `timeout`.
-fn durable_client(cluster: &LocalCluster, timeout: Duration) -> Client {
+fn durable_client(cluster: &Cluster, timeout: Duration) -> Client {
     let mut config = ClientConfig::new(cluster.superpeers());
     config.chunks = ChunkOptions {
         timeout,
@@ -87,7 +87,6 @@ fn a_dead_first_backup_is_skipped() {
 
 fn kill_and_recover(kill_first_backup: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     let mut cluster = start(dir.path());
     let superpeers: Vec<(NodeId, SocketAddr)> = cluster.superpeers();
     let peers: Vec<NodeId> = cluster.peer_ids();
@@ -163,9 +162,9 @@ fn kill_and_recover(kill_first_backup: bool) {
 
     // Kill the victim; every chunk must be readable again within the bound.
     let dead_backup = zones[0].1[0];
-    cluster.kill(victim.0).expect("kill");
+    cluster.kill(victim.0);
     if kill_first_backup {
-        cluster.kill(dead_backup.0).expect("kill the first backup");
+        cluster.kill(dead_backup.0);
     }
     let killed = Instant::now();
     let bound = Duration::from_secs(15);
@@ -268,31 +267,13 @@ fn kill_and_recover(kill_first_backup: bool) {
 /// Runs `myriad term --cluster dir --json -c command` (killed after 20 s) and parses its
 /// output.
 fn term_json(cluster_dir: &Path, command: &str) -> serde_json::Value {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .arg("term")
-        .arg("--cluster")
+    let output = Myriad::new(env!("CARGO_BIN_EXE_myriad"), ["term", "--cluster"])
         .arg(cluster_dir)
         .args(["--json", "-c", command])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("term starts");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().expect("term status").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("myriad term -c {command:?} did not end within 20 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().expect("term output");
-    assert!(
-        output.status.success(),
-        "term failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("term prints JSON")
+        .timeout(Duration::from_secs(20))
+        .run();
+    assert!(output.success(), "term failed: {}", output.stderr);
+    serde_json::from_str(&output.stdout).expect("term prints JSON")
 }
 
 /// The Raft leader of three superpeers is SIGKILLed right after a peer: the recovery is
@@ -301,7 +282,6 @@ fn term_json(cluster_dir: &Path, command: &str) -> serde_json::Value {
 #[test]
 fn a_new_leader_finishes_the_recovery() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     let mut cluster = start_with(
         dir.path(),
         &CONFIG.replace("replication = 3", "replication = 2"),
@@ -340,9 +320,9 @@ fn a_new_leader_finishes_the_recovery() {
     };
     let leader = status.leader.expect("a leader");
     println!("killing peer {victim}, then the leader superpeer {leader}");
-    cluster.kill(victim.0).expect("kill the peer");
+    cluster.kill(victim.0);
     std::thread::sleep(Duration::from_millis(50));
-    cluster.kill(leader.0).expect("kill the leader");
+    cluster.kill(leader.0);
     let killed = Instant::now();
     let bound = Duration::from_secs(25);
     let all: Vec<ChunkId> = expected.keys().copied().collect();
@@ -378,7 +358,6 @@ fn a_new_leader_finishes_the_recovery() {
 #[test]
 fn a_zone_without_live_backups_is_reported_lost() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     let text = CONFIG
         .replace("replication = 3", "replication = 1")
         .replace(
@@ -400,24 +379,19 @@ fn a_zone_without_live_backups_is_reported_lost() {
     // Both must be gone before either is noticed: one after the other, the backup can
     // restore the victim's zone and re-replicate it before it dies itself. SIGSTOP both in
     // one command (a stopped process is noticed only by its missing heartbeats), then kill.
-    let pids: Vec<String> = cluster
+    let pids: Vec<u32> = cluster
         .nodes()
         .iter()
         .filter(|node| node.node_id == victim.0 || node.node_id == backup.0)
-        .map(|node| node.pid.to_string())
+        .map(|node| node.pid)
         .collect();
     assert_eq!(pids.len(), 2);
-    let stopped = std::process::Command::new("kill")
-        .arg("-STOP")
-        .args(&pids)
-        .status()
-        .expect("kill -STOP");
-    assert!(stopped.success());
+    signal(&pids, "STOP");
     // Timed from before the first kill: the victim's verdict (and with it the backup wait)
     // may start before the second kill returns.
     let killed = Instant::now();
-    cluster.kill(victim.0).expect("kill the victim");
-    cluster.kill(backup.0).expect("kill its only backup");
+    cluster.kill(victim.0);
+    cluster.kill(backup.0);
     let bound = Duration::from_secs(20);
     loop {
         let results = chunks.get_batch(&cids);

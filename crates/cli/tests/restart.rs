@@ -6,7 +6,8 @@
 //!   shuffled order seconds apart, brings back every acknowledged chunk with its latest
 //!   value from the backups' logs; removed chunks stay removed.
 //!
-//! Every process is SIGKILLed when the cluster guard drops, also when a test panics.
+//! Every process is SIGKILLed when the cluster harness drops, also when a test panics (the
+//! nodes' logs are kept then).
 
 mod support;
 
@@ -14,15 +15,16 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use support::{verify, KeepLogsOnPanic};
+use support::verify;
 
 use bytes::Bytes;
 use myriad_client::chunk::BlockingChunks;
 use myriad_client::chunk::ChunkOptions;
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::membership::Membership;
-use myriad_launcher::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_launcher::NodeRole;
 use myriad_node::peer_node::LID_RESERVE_STEP;
+use myriad_testing::process::Cluster;
 use myriad_types::{ChunkId, NodeId};
 
 /// Small zones and logs, replication R = 2; failure detection per test.
@@ -44,23 +46,22 @@ primary_log_kb = 4096
     )
 }
 
-fn start(dir: &Path, peers: usize, failure_timeout_ms: u64) -> LocalCluster {
-    let path = dir.join("restart.toml");
-    std::fs::write(&path, config(failure_timeout_ms)).expect("write config");
-    let mut spec = LaunchSpec::new(dir.join("cluster"), env!("CARGO_BIN_EXE_myriad"));
-    spec.superpeers = 1;
-    spec.peers = peers;
-    spec.peer_memory_mb = Some(64);
-    spec.extra_args = vec!["--config".into(), path.display().to_string()];
-    spec.ready_timeout = Duration::from_secs(20);
-    LocalCluster::start_owned(spec).expect("cluster starts")
+/// One superpeer and `peers` peers; the nodes' logs are kept if the test panics.
+fn start(dir: &Path, peers: usize, failure_timeout_ms: u64) -> Cluster {
+    Cluster::builder(env!("CARGO_BIN_EXE_myriad"), dir)
+        .superpeers(1)
+        .peers(peers)
+        .peer_memory_mb(64)
+        .config(config(failure_timeout_ms))
+        .keep_logs_on_panic()
+        .start()
 }
 
-fn superpeers(cluster: &LocalCluster) -> Vec<(NodeId, SocketAddr)> {
+fn superpeers(cluster: &Cluster) -> Vec<(NodeId, SocketAddr)> {
     cluster.superpeers()
 }
 
-fn peers(cluster: &LocalCluster) -> Vec<(String, NodeId)> {
+fn peers(cluster: &Cluster) -> Vec<(String, NodeId)> {
     cluster
         .nodes()
         .iter()
@@ -69,7 +70,7 @@ fn peers(cluster: &LocalCluster) -> Vec<(String, NodeId)> {
         .collect()
 }
 
-fn connect(cluster: &LocalCluster, durability: u8) -> Client {
+fn connect(cluster: &Cluster, durability: u8) -> Client {
     let mut config = ClientConfig::new(superpeers(cluster));
     config.chunks = ChunkOptions {
         timeout: Duration::from_secs(5),
@@ -127,7 +128,6 @@ fn load(
 #[test]
 fn a_peer_restarted_at_once_gets_its_old_chunks_back_and_creates_above_them() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     // Detection is slow on purpose: the restart comes before any heartbeat verdict.
     let mut cluster = start(dir.path(), 4, 5_000);
     let peers = peers(&cluster);
@@ -143,8 +143,8 @@ fn a_peer_restarted_at_once_gets_its_old_chunks_back_and_creates_above_them() {
     assert!(!old_zones.is_empty());
     let old_zone_end = old_zones.iter().map(|(zone, _)| *zone).max().unwrap_or(0) + 1;
 
-    cluster.kill(victim.0).expect("kill");
-    let restarted = cluster.restart(&victim_name).expect("restart");
+    cluster.kill(victim.0);
+    let restarted = cluster.restart(&victim_name);
     let since = Instant::now();
     assert_eq!(restarted.node_id, victim.0, "the peer reclaims its node ID");
 
@@ -201,11 +201,10 @@ fn a_peer_restarted_at_once_gets_its_old_chunks_back_and_creates_above_them() {
 
 /// Every process SIGKILLed, then the superpeer and the peers restarted with their data
 /// directories (`shuffled`: peers one by one in a shuffled order a second apart; else
-/// [`LocalCluster::restart_all`], what `myriad cluster restart --dir D` runs): every
+/// [`myriad_launcher::LocalCluster::restart_all`], what `myriad cluster restart --dir D` runs): every
 /// acknowledged chunk comes back.
 fn full_restart(durability: u8, shuffled: bool) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let _logs = KeepLogsOnPanic(dir.path().to_path_buf());
     let mut cluster = start(dir.path(), 4, 600);
     let peers = peers(&cluster);
     let mut expected = BTreeMap::new();
@@ -229,22 +228,24 @@ fn full_restart(durability: u8, shuffled: bool) {
         .map(|node| node.name.clone())
         .collect();
     for name in &names {
-        cluster.kill_named(name).expect("kill");
+        cluster.kill_named(name);
     }
     let killed = Instant::now();
     if !shuffled {
-        let restarted = cluster
-            .restart_all(Duration::from_millis(500))
-            .expect("restart every node");
+        let restarted = cluster.restart_all(Duration::from_millis(500));
         assert_eq!(restarted.len(), names.len());
-        assert!(cluster.status().iter().all(|node| node.alive));
+        assert!(cluster
+            .launcher_mut()
+            .status()
+            .iter()
+            .all(|node| node.alive));
     }
     // The superpeer first (from its Raft state), then the peers in a shuffled order.
     for name in names
         .iter()
         .filter(|name| shuffled && name.starts_with("superpeer"))
     {
-        cluster.restart(name).expect("restart superpeer");
+        cluster.restart(name);
     }
     let mut order: Vec<String> = peers
         .iter()
@@ -264,7 +265,7 @@ fn full_restart(durability: u8, shuffled: bool) {
         if index > 0 {
             std::thread::sleep(Duration::from_millis(1_000));
         }
-        let entry = cluster.restart(name).expect("restart peer");
+        let entry = cluster.restart(name);
         assert!(peers.iter().any(|(_, id)| id.0 == entry.node_id));
     }
     let client = connect(&cluster, durability);

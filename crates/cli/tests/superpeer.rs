@@ -4,7 +4,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use myriad_meta::Role;
 use myriad_net::{Endpoint, Fault, Handlers};
 use myriad_proto::meta::{Event, MetaReply, MetaRequest, StatusReply};
 use myriad_proto::types;
+use myriad_testing::process::{signal, wait_until, Myriad, Process};
 use myriad_types::{ChunkId, NodeId};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_myriad");
@@ -35,26 +36,8 @@ fn free_port() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-/// A superpeer process, killed when dropped (also when the test panics).
-struct Process {
-    child: Option<Child>,
-}
-
-impl Process {
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
+/// A superpeer group's files and its processes (each killed when dropped, also when the
+/// test panics).
 struct Group {
     dir: tempfile::TempDir,
     config: PathBuf,
@@ -91,27 +74,27 @@ impl Group {
     fn spawn(&self, id: NodeId) -> Process {
         let ready = self.ready_file(id);
         let _ = std::fs::remove_file(&ready);
-        let child = Command::new(BINARY)
-            .arg("superpeer")
-            .arg("--config")
-            .arg(&self.config)
-            .arg("--id")
-            .arg(id.0.to_string())
-            .arg("--superpeers")
-            .arg(self.superpeers_flag())
-            .arg("--data-dir")
-            .arg(self.dir.path().join(format!("sp{}", id.0)))
-            .arg("--secret")
-            .arg("myriad")
-            .arg("--ready-file")
-            .arg(&ready)
-            .env("RUST_LOG", "warn")
-            .env_remove("RUST_BACKTRACE")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let process = Process { child: Some(child) };
+        let process = Process::spawn(
+            Command::new(BINARY)
+                .arg("superpeer")
+                .arg("--config")
+                .arg(&self.config)
+                .arg("--id")
+                .arg(id.0.to_string())
+                .arg("--superpeers")
+                .arg(self.superpeers_flag())
+                .arg("--data-dir")
+                .arg(self.dir.path().join(format!("sp{}", id.0)))
+                .arg("--secret")
+                .arg("myriad")
+                .arg("--ready-file")
+                .arg(&ready)
+                .env("RUST_LOG", "warn")
+                .env_remove("RUST_BACKTRACE")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            &format!("superpeer {}", id.0),
+        );
         wait_ready(&ready, id);
         process
     }
@@ -133,18 +116,16 @@ impl Group {
 }
 
 fn wait_ready(path: &Path, id: NodeId) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
-            assert_eq!(line["role"], "superpeer");
-            assert_eq!(line["node_id"], u64::from(id.0));
-            assert!(line["pid"].as_u64().is_some());
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("superpeer {} not ready within 10 s", id.0);
+    wait_until(
+        Duration::from_secs(10),
+        &format!("superpeer {} to be ready", id.0),
+        || std::fs::read_to_string(path).is_ok(),
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let line: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(line["role"], "superpeer");
+    assert_eq!(line["node_id"], u64::from(id.0));
+    assert!(line["pid"].as_u64().is_some());
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -333,13 +314,14 @@ fn silent_peer_is_declared_failed_and_another_member_hears_it() {
 
 #[test]
 fn bad_configuration_exits_nonzero_with_a_reason() {
-    let output = Command::new(BINARY)
-        .args(["superpeer", "--id", "4", "--superpeers", "1=127.0.0.1:1"])
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let output = Myriad::new(
+        BINARY,
+        ["superpeer", "--id", "4", "--superpeers", "1=127.0.0.1:1"],
+    )
+    .env_remove("RUST_BACKTRACE")
+    .run();
+    assert!(!output.success());
+    let stderr = &output.stderr;
     assert!(
         stderr.contains("not among the configured superpeers"),
         "{stderr}"
@@ -348,15 +330,12 @@ fn bad_configuration_exits_nonzero_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.toml");
     std::fs::write(&config, "[failure]\nheartbeat = 1\n").unwrap();
-    let output = Command::new(BINARY)
-        .arg("superpeer")
-        .arg("--config")
+    let output = Myriad::new(BINARY, ["superpeer", "--config"])
         .arg(&config)
         .env_remove("RUST_BACKTRACE")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+        .run();
+    assert!(!output.success());
+    let stderr = &output.stderr;
     assert!(stderr.contains("heartbeat"), "{stderr}");
 }
 
@@ -365,36 +344,17 @@ fn sigterm_stops_cleanly_and_a_second_process_on_the_directory_is_refused() {
     let group = Group::new(1);
     let mut process = group.spawn(NodeId(1));
     // A second superpeer on the same data directory fails with a clear error.
-    let output = Command::new(BINARY)
-        .arg("superpeer")
-        .arg("--id")
-        .arg("1")
-        .arg("--superpeers")
+    let output = Myriad::new(BINARY, ["superpeer", "--id", "1", "--superpeers"])
         .arg(format!("1=127.0.0.1:{}", free_port().port()))
         .arg("--data-dir")
         .arg(group.dir.path().join("sp1"))
         .env_remove("RUST_BACKTRACE")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+        .run();
+    assert!(!output.success());
+    let stderr = &output.stderr;
     assert!(stderr.contains("in use by another process"), "{stderr}");
 
-    let child = process.child.as_mut().unwrap();
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exit = loop {
-        if let Some(exit) = child.try_wait().unwrap() {
-            break exit;
-        }
-        assert!(Instant::now() < deadline, "no exit within 10 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    signal(&[process.pid()], "TERM");
+    let exit = process.wait_exit(Duration::from_secs(10), "the superpeer after SIGTERM");
     assert!(exit.success(), "exit status {exit:?}");
-    process.child = None;
 }

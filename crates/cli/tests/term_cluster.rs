@@ -2,30 +2,18 @@
 //! command family run as a child process, outputs checked (text and `--json`).
 //!
 //! One cluster serves the whole file (one test, steps in order; `nodeshutdown` last since
-//! it takes a peer away). The cluster is SIGKILLed by its owned guard and every terminal
-//! process by its own guard, also when an assertion fails.
+//! it takes a peer away). The cluster and every terminal process are SIGKILLed by the
+//! process harness, also when an assertion fails.
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use myriad_launcher::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_launcher::NodeRole;
+use myriad_testing::process::{poll_until, Cluster, Myriad};
 use serde_json::Value;
 
 /// Longest run of one terminal process.
 const TERM_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// Kills the terminal process if the test leaves before it ended.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// What one terminal run produced.
 #[derive(Debug)]
@@ -55,45 +43,15 @@ impl Run {
 
 /// Runs `myriad term --cluster dir [--json] -c script` with a deadline.
 fn term(dir: &Path, json: bool, script: &str) -> Run {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_myriad"));
-    command.arg("term").arg("--cluster").arg(dir);
+    let mut command = Myriad::new(env!("CARGO_BIN_EXE_myriad"), ["term", "--cluster"]).arg(dir);
     if json {
-        command.arg("--json");
+        command = command.arg("--json");
     }
-    command
-        .arg("-c")
-        .arg(script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut guard = ChildGuard(command.spawn().expect("spawn myriad term"));
-    let mut stdout = guard.0.stdout.take().expect("stdout");
-    let mut stderr = guard.0.stderr.take().expect("stderr");
-    let out = thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stdout.read_to_string(&mut text);
-        text
-    });
-    let err = thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let deadline = Instant::now() + TERM_TIMEOUT;
-    let status = loop {
-        if let Some(status) = guard.0.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "myriad term -c {script:?} did not end within {TERM_TIMEOUT:?}"
-        );
-        thread::sleep(Duration::from_millis(10));
-    };
+    let output = command.arg("-c").arg(script).timeout(TERM_TIMEOUT).run();
     Run {
-        code: status.code(),
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
+        code: output.code(),
+        stdout: output.stdout,
+        stderr: output.stderr,
     }
 }
 
@@ -121,11 +79,12 @@ fn alive(rows: &[Value], role: &str) -> Vec<Value> {
 #[test]
 fn terminal_commands_against_a_local_cluster() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut spec = LaunchSpec::new(dir.path(), env!("CARGO_BIN_EXE_myriad"));
-    spec.superpeers = 1;
-    spec.peers = 2;
-    spec.peer_memory_mb = Some(128);
-    let mut cluster = LocalCluster::start_owned(spec).expect("start the cluster");
+    let mut cluster = Cluster::builder(env!("CARGO_BIN_EXE_myriad"), dir.path())
+        .superpeers(1)
+        .peers(2)
+        .peer_memory_mb(128)
+        .ready_timeout(Duration::from_secs(30))
+        .start();
     let dir = cluster.dir().to_path_buf();
     let mut peer_ids: Vec<u16> = cluster
         .nodes()
@@ -320,22 +279,24 @@ fn terminal_commands_against_a_local_cluster() {
         .find(|row| row["nid"] == b.as_str())
         .expect("the peer's row");
     assert_eq!(row["state"], "left", "{rows:#?}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let status = cluster.status();
-        let gone = status
+    let is_b = |s: &myriad_launcher::NodeStatus| format!("0x{:04x}", s.node.node_id) == *b;
+    let exited = poll_until(Duration::from_secs(10), || {
+        cluster
+            .launcher_mut()
+            .status()
             .iter()
-            .find(|s| format!("0x{:04x}", s.node.node_id) == *b)
-            .is_some_and(|s| !s.alive);
-        if gone {
-            break;
-        }
-        assert!(Instant::now() < deadline, "peer {b} still runs: {status:?}");
-        thread::sleep(Duration::from_millis(50));
-    }
+            .find(|s| is_b(s))
+            .is_some_and(|s| !s.alive)
+    });
+    assert!(
+        exited,
+        "peer {b} still runs: {:?}",
+        cluster.launcher_mut().status()
+    );
     assert!(cluster
+        .launcher_mut()
         .status()
         .iter()
-        .filter(|s| format!("0x{:04x}", s.node.node_id) != *b)
+        .filter(|s| !is_b(s))
         .all(|s| s.alive));
 }

@@ -1,36 +1,34 @@
 //! `myriad term -c` as a process: exit status and output streams.
 
-use std::process::Command;
+use myriad_testing::process::{Myriad, Output};
 
-fn term(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .arg("term")
+fn term(args: &[&str]) -> Output {
+    Myriad::new(env!("CARGO_BIN_EXE_myriad"), ["term"])
         .args(args)
-        .output()
-        .expect("run myriad term")
+        .run()
 }
 
 #[test]
 fn one_shot_help_succeeds() {
     let output = term(&["-c", "help chunkget; help nodelist"]);
-    assert!(output.status.success(), "{output:?}");
-    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.success(), "{output:?}");
+    let text = &output.stdout;
     assert!(text.contains("usage    chunkget <cid>"), "{text}");
 }
 
 #[test]
 fn one_shot_parse_error_exits_nonzero_with_message() {
     let output = term(&["-c", "chunkget nonsense"]);
-    assert_eq!(output.status.code(), Some(1));
-    let text = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.code(), Some(1));
+    let text = &output.stderr;
     assert!(text.contains("error: chunkget: invalid chunk ID"), "{text}");
 }
 
 #[test]
 fn one_shot_command_without_a_reachable_cluster_fails_clearly_in_json() {
     let output = term(&["--json", "-c", "nodelist", "--superpeers", "1=127.0.0.1:9"]);
-    assert_eq!(output.status.code(), Some(1));
-    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.code(), Some(1));
+    let text = &output.stdout;
     let value: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
     assert_eq!(value["command"], "nodelist");
     assert!(value["error"]

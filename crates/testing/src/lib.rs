@@ -8,6 +8,9 @@
 //! - [`env`](mod@env): the environment seam of that harness, a [`env::Clock`] and a
 //!   [`env::Transport`], real today ([`env::SystemClock`], [`env::NetFaults`]) and the
 //!   point where a seeded simulator will plug in;
+//! - [`process`]: the same for the `myriad` binary's processes (the cli tests): a local
+//!   cluster started, killed and restarted through `myriad-launcher`, subcommands run with
+//!   a timeout, child processes killed on drop;
 //! - [`history`]: a checker that verifies that a recorded history of client operations on
 //!   chunks is linearizable per chunk (each chunk is a read/write register).
 //!
@@ -25,3 +28,4 @@
 pub mod cluster;
 pub mod env;
 pub mod history;
+pub mod process;

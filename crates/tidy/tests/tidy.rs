@@ -61,6 +61,7 @@ const DEPENDENCY_ARROWS: &[(&str, &str)] = &[
     ("myriad-replication", "myriad-placement"),
     ("myriad-replication", "myriad-types"),
     ("myriad-testing", "myriad-client"),
+    ("myriad-testing", "myriad-launcher"),
     ("myriad-testing", "myriad-meta"),
     ("myriad-testing", "myriad-net"),
     ("myriad-testing", "myriad-node"),

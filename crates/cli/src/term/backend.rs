@@ -34,7 +34,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use myriad_client::client::{Client, ClientConfig};
+use myriad_client::client::{BlockingClient, Client, ClientConfig};
 use myriad_client::ClientError;
 use myriad_meta::{Capabilities, NodeRecord, NodeState, Role};
 use myriad_proto::chunk::ChunkStats;
@@ -165,11 +165,47 @@ impl ClientBackend {
         Ok(client)
     }
 
+    /// Runs `command` through the handler of its family.
     fn dispatch(&mut self, client: &Client, command: &TermCommand) -> Result<Value, String> {
+        match command {
+            TermCommand::Help { .. } => Err("help is answered by the shell".to_string()),
+            TermCommand::NodeList { .. }
+            | TermCommand::NodeInfo { .. }
+            | TermCommand::NodeShutdown { .. } => self.dispatch_node(client, command),
+            TermCommand::ChunkCreate { .. }
+            | TermCommand::ChunkGet { .. }
+            | TermCommand::ChunkPut { .. }
+            | TermCommand::ChunkList { .. }
+            | TermCommand::ChunkStatus { .. }
+            | TermCommand::ChunkMigrate { .. } => dispatch_chunk(client, command),
+            TermCommand::ChunkRemove { .. }
+            | TermCommand::ChunkLock { .. }
+            | TermCommand::ChunkUnlock { .. } => self.dispatch_chunk_lock(client, command),
+            TermCommand::NameReg { .. } | TermCommand::NameGet { .. } | TermCommand::NameList => {
+                dispatch_name(client, command)
+            }
+            TermCommand::BarrierAlloc { .. }
+            | TermCommand::BarrierSignOn { .. }
+            | TermCommand::BarrierStatus { .. }
+            | TermCommand::BarrierFree { .. }
+            | TermCommand::BarrierSize { .. } => dispatch_barrier(client, command),
+            TermCommand::TmpCreate { .. }
+            | TermCommand::TmpGet { .. }
+            | TermCommand::TmpPut { .. }
+            | TermCommand::TmpRemove { .. }
+            | TermCommand::TmpList => dispatch_tmp(client, command),
+            TermCommand::LookupTree { .. }
+            | TermCommand::Metadata { .. }
+            | TermCommand::Recovery
+            | TermCommand::Stats { .. } => dispatch_cluster(client, command),
+        }
+    }
+
+    /// The node commands: `nodelist`, `nodeinfo`, `nodeshutdown`.
+    fn dispatch_node(&mut self, client: &Client, command: &TermCommand) -> Result<Value, String> {
         let b = client.blocking();
         let chunks = b.chunks();
         match command {
-            TermCommand::Help { .. } => Err("help is answered by the shell".to_string()),
             TermCommand::NodeList { role } => {
                 let nodes = b.nodes().map_err(text)?;
                 Ok(Value::Array(
@@ -203,91 +239,24 @@ impl ClientBackend {
                 Ok(value)
             }
             TermCommand::NodeShutdown { node, kill } => self.shutdown_node(client, *node, *kill),
-            TermCommand::ChunkCreate { size, node, count } => {
-                let mut created = Vec::with_capacity(*count as usize);
-                let mut left = *count as usize;
-                while left > 0 {
-                    let batch = left.min(CREATE_BATCH_MAX);
-                    let cids = if batch == 1 {
-                        vec![chunks.create(*node, u64::from(*size)).map_err(text)?]
-                    } else {
-                        chunks
-                            .create_batch(*node, &vec![u64::from(*size); batch])
-                            .map_err(|error| {
-                                partial(format!("{error}"), created.len(), "created")
-                            })?
-                    };
-                    left -= batch;
-                    created.extend(cids);
-                }
-                Ok(Value::Array(
-                    created
-                        .iter()
-                        .map(|cid| json!({"cid": cid.to_string()}))
-                        .collect(),
-                ))
-            }
-            TermCommand::ChunkGet {
-                cid,
-                format,
-                offset,
-                length,
-            } => {
-                let data = match (offset, length) {
-                    (0, None) => chunks.get(*cid).map_err(text)?,
-                    (offset, Some(length)) => chunks
-                        .read_at(*cid, u64::from(*offset), u64::from(*length))
-                        .map_err(text)?,
-                    (offset, None) => {
-                        let size = chunks.status(*cid).map_err(text)?;
-                        let offset = u64::from(*offset);
-                        if offset > size {
-                            return Err(format!(
-                                "offset {offset} is beyond the end of chunk {cid} ({size} bytes)"
-                            ));
-                        }
-                        chunks.read_at(*cid, offset, size - offset).map_err(text)?
-                    }
-                };
-                Ok(json!({
-                    "cid": cid.to_string(),
-                    "offset": offset,
-                    "length": data.len(),
-                    "data": format.show(&data),
-                }))
-            }
-            TermCommand::ChunkPut { cid, data, offset } => {
-                chunks
-                    .write_at(*cid, u64::from(*offset), Bytes::copy_from_slice(data))
-                    .map_err(text)?;
-                Ok(Value::Null)
-            }
+            _ => unreachable!("dispatch routes only node commands here"),
+        }
+    }
+
+    /// The chunk commands that change this terminal's locks: `chunkremove`, `chunklock`,
+    /// `chunkunlock`.
+    fn dispatch_chunk_lock(
+        &mut self,
+        client: &Client,
+        command: &TermCommand,
+    ) -> Result<Value, String> {
+        let b = client.blocking();
+        let chunks = b.chunks();
+        match command {
             TermCommand::ChunkRemove { cid } => {
                 chunks.remove(*cid).map_err(text)?;
                 self.locks.remove(cid);
                 Ok(Value::Null)
-            }
-            TermCommand::ChunkList { node } => {
-                let (ranges, truncated) =
-                    chunks.list(*node, None, LIST_RANGES_MAX).map_err(text)?;
-                Ok(json!({
-                    "node": node.to_string(),
-                    "ranges": ranges
-                        .iter()
-                        .map(|(first, last)| json!({
-                            "first": first.to_string(),
-                            "last": last.to_string(),
-                            "chunks": last.local_id() - first.local_id() + 1,
-                        }))
-                        .collect::<Vec<_>>(),
-                    "truncated": truncated,
-                }))
-            }
-            TermCommand::ChunkStatus { node } => {
-                let stats = chunks.stats(*node).map_err(text)?;
-                let mut value = json!({"node": node.to_string()});
-                merge(&mut value, stats_json(&stats));
-                Ok(value)
             }
             TermCommand::ChunkLock { cid, write } => {
                 if let Some(held) = self.locks.get(cid) {
@@ -311,230 +280,7 @@ impl ClientBackend {
                 self.locks.remove(cid);
                 Ok(Value::Null)
             }
-            TermCommand::ChunkMigrate { first, last, to } => {
-                let moved = b.migrate(*first, *last, *to).map_err(text)?;
-                Ok(json!({
-                    "first": first.to_string(),
-                    "last": last.to_string(),
-                    "to": to.to_string(),
-                    "moved": moved,
-                }))
-            }
-            TermCommand::NameReg { cid, name } => {
-                b.name_register(name, *cid).map_err(text)?;
-                Ok(Value::Null)
-            }
-            TermCommand::NameGet { name } => match b.name_get(name).map_err(text)? {
-                Some(cid) => Ok(json!({"name": name, "cid": cid.to_string()})),
-                None => Err(format!("no chunk is registered under {name:?}")),
-            },
-            TermCommand::NameList => Ok(Value::Array(
-                b.name_list()
-                    .map_err(text)?
-                    .iter()
-                    .map(|(name, cid)| json!({"name": name, "cid": cid.to_string()}))
-                    .collect(),
-            )),
-            TermCommand::BarrierAlloc { size } => {
-                let id = b.barrier_alloc(*size).map_err(text)?;
-                Ok(json!({"barrier": id, "size": size}))
-            }
-            TermCommand::BarrierSignOn { barrier, data } => {
-                let values = b
-                    .barrier_sign_on(*barrier, *data, BARRIER_WAIT)
-                    .map_err(text)?;
-                Ok(Value::Array(values.iter().map(value_row).collect()))
-            }
-            TermCommand::BarrierStatus { barrier } => match b.barrier_status(*barrier) {
-                Ok(Some(status)) => Ok(json!({
-                    "barrier": barrier,
-                    "size": status.size,
-                    "round": status.round,
-                    "signed": status.signed,
-                    "last_released": status.last_released.iter().map(value_row).collect::<Vec<_>>(),
-                })),
-                Ok(None) => Err(format!("no barrier {barrier}")),
-                Err(error) => Err(error.to_string()),
-            },
-            TermCommand::BarrierFree { barrier } => {
-                b.barrier_free(*barrier).map_err(text)?;
-                Ok(Value::Null)
-            }
-            TermCommand::BarrierSize { barrier, size } => {
-                b.barrier_resize(*barrier, *size).map_err(text)?;
-                Ok(Value::Null)
-            }
-            TermCommand::TmpCreate { id, size } => {
-                b.tmp_create(&id.to_string(), Bytes::from(vec![0u8; *size as usize]))
-                    .map_err(text)?;
-                Ok(Value::Null)
-            }
-            TermCommand::TmpGet { id, format } => match b.tmp_get(&id.to_string()) {
-                Ok(Some(data)) => Ok(json!({
-                    "id": id,
-                    "size": data.len(),
-                    "data": format.show(&data),
-                })),
-                Ok(None) => Err(format!("no temporary storage entry {id}")),
-                Err(error) => Err(error.to_string()),
-            },
-            TermCommand::TmpPut { id, data } => {
-                let name = id.to_string();
-                let Some(old) = b.tmp_get(&name).map_err(text)? else {
-                    return Err(format!(
-                        "no temporary storage entry {id} (tmpcreate {id} <size> first)"
-                    ));
-                };
-                if data.len() > old.len() {
-                    return Err(format!(
-                        "{} bytes do not fit in entry {id} ({} bytes)",
-                        data.len(),
-                        old.len()
-                    ));
-                }
-                let mut new = old.to_vec();
-                new[..data.len()].copy_from_slice(data);
-                b.tmp_put(&name, Bytes::from(new)).map_err(text)?;
-                Ok(Value::Null)
-            }
-            TermCommand::TmpRemove { id } => {
-                let name = id.to_string();
-                if b.tmp_get(&name).map_err(text)?.is_none() {
-                    return Err(format!("no temporary storage entry {id}"));
-                }
-                b.tmp_remove(&name).map_err(text)?;
-                Ok(Value::Null)
-            }
-            TermCommand::TmpList => Ok(Value::Array(
-                b.tmp_list()
-                    .map_err(text)?
-                    .iter()
-                    .map(|(name, size)| {
-                        let id = name
-                            .parse::<u32>()
-                            .map_or_else(|_| json!(name), |id| json!(id));
-                        json!({"id": id, "size": size})
-                    })
-                    .collect(),
-            )),
-            TermCommand::LookupTree { node } => {
-                let ranges = b.lookup_tree(*node).map_err(text)?;
-                let mut rows = Vec::with_capacity(ranges.len());
-                for (first, last, owner) in ranges {
-                    let (Some(first), Some(last)) =
-                        (ChunkId::new(*node, first), ChunkId::new(*node, last))
-                    else {
-                        return Err(format!(
-                            "the superpeers returned an invalid range {first}..={last}"
-                        ));
-                    };
-                    rows.push(json!({
-                        "first": first.to_string(),
-                        "last": last.to_string(),
-                        "owner": owner.to_string(),
-                    }));
-                }
-                Ok(Value::Array(rows))
-            }
-            TermCommand::Metadata { node } => {
-                let status = b.status().map_err(text)?;
-                let nodes = b.nodes().map_err(text)?;
-                let count = |role: Role| {
-                    nodes
-                        .iter()
-                        .filter(|n| n.role == role && n.state == NodeState::Alive)
-                        .count()
-                };
-                let mut value = json!({
-                    "answered_by": status.node.to_string(),
-                    "leader": status.leader.map(|id| id.to_string()),
-                    "term": status.term,
-                    "epoch": status.epoch,
-                    "last_log_index": status.last_log_index,
-                    "applied_index": status.last_applied_index,
-                    "alive_superpeers": count(Role::Superpeer),
-                    "alive_peers": count(Role::Peer),
-                    "alive_clients": count(Role::Client),
-                    "members": status.members.iter().map(|(id, address)| json!({
-                        "nid": id.to_string(),
-                        "address": address,
-                    })).collect::<Vec<_>>(),
-                });
-                if let Some(node) = node {
-                    let record = nodes
-                        .iter()
-                        .find(|record| record.id == *node)
-                        .ok_or_else(|| format!("no node {node}"))?;
-                    let mut detail = node_json(record);
-                    if record.role == Role::Peer {
-                        let tree =
-                            self.dispatch(client, &TermCommand::LookupTree { node: *node })?;
-                        let zones = b.zones(*node).map_err(text)?;
-                        merge(
-                            &mut detail,
-                            json!({
-                                "migrated_ranges": tree,
-                                "backup_zones": zones.iter().map(|(zone, backups)| json!({
-                                    "zone": zone,
-                                    "backups": backups.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
-                                })).collect::<Vec<_>>(),
-                            }),
-                        );
-                    }
-                    merge(&mut value, json!({ "node": detail }));
-                }
-                Ok(value)
-            }
-            TermCommand::Recovery => {
-                let status = b.recovery_status().map_err(text)?;
-                Ok(Value::Array(
-                    status
-                        .zones
-                        .iter()
-                        .map(|zone| {
-                            json!({
-                                "owner": zone.owner.to_string(),
-                                "zone": zone.zone,
-                                "state": format!("{:?}", zone.state).to_lowercase(),
-                                "restorer": zone.restorer.map(|id| id.to_string()),
-                                "chunks": zone.chunks,
-                                "ms": zone.ms,
-                                "detail": zone.detail,
-                            })
-                        })
-                        .collect(),
-                ))
-            }
-            TermCommand::Stats { node: Some(node) } => {
-                let stats = chunks.stats(*node).map_err(text)?;
-                let mut value = json!({"node": node.to_string()});
-                merge(&mut value, stats_json(&stats));
-                Ok(value)
-            }
-            TermCommand::Stats { node: None } => {
-                let nodes = b.nodes().map_err(text)?;
-                Ok(Value::Array(
-                    nodes
-                        .iter()
-                        .filter(|n| n.role == Role::Peer && n.state == NodeState::Alive)
-                        .map(|n| {
-                            let (stats, error) = match chunks.stats(n.id) {
-                                Ok(stats) => (Some(stats), None),
-                                Err(error) => (None, Some(error.to_string())),
-                            };
-                            json!({
-                                "node": n.id.to_string(),
-                                "chunks": stats.map(|s| s.chunks),
-                                "payload_bytes": stats.map(|s| s.payload_bytes),
-                                "used_bytes": stats.map(|s| s.used_bytes),
-                                "free_bytes": stats.map(|s| s.free_bytes),
-                                "region_bytes": stats.map(|s| s.region_bytes),
-                                "error": error,
-                            })
-                        })
-                        .collect(),
-                ))
-            }
+            _ => unreachable!("dispatch routes only chunk lock commands here"),
         }
     }
 
@@ -616,6 +362,353 @@ impl Drop for ClientBackend {
         if let Some(client) = self.client.take() {
             client.shutdown();
         }
+    }
+}
+/// The other chunk commands (`chunk*`), which leave this terminal's locks alone.
+fn dispatch_chunk(client: &Client, command: &TermCommand) -> Result<Value, String> {
+    let b = client.blocking();
+    let chunks = b.chunks();
+    match command {
+        TermCommand::ChunkCreate { size, node, count } => {
+            let mut created = Vec::with_capacity(*count as usize);
+            let mut left = *count as usize;
+            while left > 0 {
+                let batch = left.min(CREATE_BATCH_MAX);
+                let cids = if batch == 1 {
+                    vec![chunks.create(*node, u64::from(*size)).map_err(text)?]
+                } else {
+                    chunks
+                        .create_batch(*node, &vec![u64::from(*size); batch])
+                        .map_err(|error| partial(format!("{error}"), created.len(), "created"))?
+                };
+                left -= batch;
+                created.extend(cids);
+            }
+            Ok(Value::Array(
+                created
+                    .iter()
+                    .map(|cid| json!({"cid": cid.to_string()}))
+                    .collect(),
+            ))
+        }
+        TermCommand::ChunkGet {
+            cid,
+            format,
+            offset,
+            length,
+        } => {
+            let data = match (offset, length) {
+                (0, None) => chunks.get(*cid).map_err(text)?,
+                (offset, Some(length)) => chunks
+                    .read_at(*cid, u64::from(*offset), u64::from(*length))
+                    .map_err(text)?,
+                (offset, None) => {
+                    let size = chunks.status(*cid).map_err(text)?;
+                    let offset = u64::from(*offset);
+                    if offset > size {
+                        return Err(format!(
+                            "offset {offset} is beyond the end of chunk {cid} ({size} bytes)"
+                        ));
+                    }
+                    chunks.read_at(*cid, offset, size - offset).map_err(text)?
+                }
+            };
+            Ok(json!({
+                "cid": cid.to_string(),
+                "offset": offset,
+                "length": data.len(),
+                "data": format.show(&data),
+            }))
+        }
+        TermCommand::ChunkPut { cid, data, offset } => {
+            chunks
+                .write_at(*cid, u64::from(*offset), Bytes::copy_from_slice(data))
+                .map_err(text)?;
+            Ok(Value::Null)
+        }
+        TermCommand::ChunkList { node } => {
+            let (ranges, truncated) = chunks.list(*node, None, LIST_RANGES_MAX).map_err(text)?;
+            Ok(json!({
+                "node": node.to_string(),
+                "ranges": ranges
+                    .iter()
+                    .map(|(first, last)| json!({
+                        "first": first.to_string(),
+                        "last": last.to_string(),
+                        "chunks": last.local_id() - first.local_id() + 1,
+                    }))
+                    .collect::<Vec<_>>(),
+                "truncated": truncated,
+            }))
+        }
+        TermCommand::ChunkStatus { node } => {
+            let stats = chunks.stats(*node).map_err(text)?;
+            let mut value = json!({"node": node.to_string()});
+            merge(&mut value, stats_json(&stats));
+            Ok(value)
+        }
+        TermCommand::ChunkMigrate { first, last, to } => {
+            let moved = b.migrate(*first, *last, *to).map_err(text)?;
+            Ok(json!({
+                "first": first.to_string(),
+                "last": last.to_string(),
+                "to": to.to_string(),
+                "moved": moved,
+            }))
+        }
+        _ => unreachable!("dispatch routes only chunk commands here"),
+    }
+}
+
+/// The nameservice commands: `namereg`, `nameget`, `namelist`.
+fn dispatch_name(client: &Client, command: &TermCommand) -> Result<Value, String> {
+    let b = client.blocking();
+    match command {
+        TermCommand::NameReg { cid, name } => {
+            b.name_register(name, *cid).map_err(text)?;
+            Ok(Value::Null)
+        }
+        TermCommand::NameGet { name } => match b.name_get(name).map_err(text)? {
+            Some(cid) => Ok(json!({"name": name, "cid": cid.to_string()})),
+            None => Err(format!("no chunk is registered under {name:?}")),
+        },
+        TermCommand::NameList => Ok(Value::Array(
+            b.name_list()
+                .map_err(text)?
+                .iter()
+                .map(|(name, cid)| json!({"name": name, "cid": cid.to_string()}))
+                .collect(),
+        )),
+        _ => unreachable!("dispatch routes only nameservice commands here"),
+    }
+}
+
+/// The barrier commands (`barrier*`).
+fn dispatch_barrier(client: &Client, command: &TermCommand) -> Result<Value, String> {
+    let b = client.blocking();
+    match command {
+        TermCommand::BarrierAlloc { size } => {
+            let id = b.barrier_alloc(*size).map_err(text)?;
+            Ok(json!({"barrier": id, "size": size}))
+        }
+        TermCommand::BarrierSignOn { barrier, data } => {
+            let values = b
+                .barrier_sign_on(*barrier, *data, BARRIER_WAIT)
+                .map_err(text)?;
+            Ok(Value::Array(values.iter().map(value_row).collect()))
+        }
+        TermCommand::BarrierStatus { barrier } => match b.barrier_status(*barrier) {
+            Ok(Some(status)) => Ok(json!({
+                "barrier": barrier,
+                "size": status.size,
+                "round": status.round,
+                "signed": status.signed,
+                "last_released": status.last_released.iter().map(value_row).collect::<Vec<_>>(),
+            })),
+            Ok(None) => Err(format!("no barrier {barrier}")),
+            Err(error) => Err(error.to_string()),
+        },
+        TermCommand::BarrierFree { barrier } => {
+            b.barrier_free(*barrier).map_err(text)?;
+            Ok(Value::Null)
+        }
+        TermCommand::BarrierSize { barrier, size } => {
+            b.barrier_resize(*barrier, *size).map_err(text)?;
+            Ok(Value::Null)
+        }
+        _ => unreachable!("dispatch routes only barrier commands here"),
+    }
+}
+
+/// The temporary storage commands (`tmp*`).
+fn dispatch_tmp(client: &Client, command: &TermCommand) -> Result<Value, String> {
+    let b = client.blocking();
+    match command {
+        TermCommand::TmpCreate { id, size } => {
+            b.tmp_create(&id.to_string(), Bytes::from(vec![0u8; *size as usize]))
+                .map_err(text)?;
+            Ok(Value::Null)
+        }
+        TermCommand::TmpGet { id, format } => match b.tmp_get(&id.to_string()) {
+            Ok(Some(data)) => Ok(json!({
+                "id": id,
+                "size": data.len(),
+                "data": format.show(&data),
+            })),
+            Ok(None) => Err(format!("no temporary storage entry {id}")),
+            Err(error) => Err(error.to_string()),
+        },
+        TermCommand::TmpPut { id, data } => {
+            let name = id.to_string();
+            let Some(old) = b.tmp_get(&name).map_err(text)? else {
+                return Err(format!(
+                    "no temporary storage entry {id} (tmpcreate {id} <size> first)"
+                ));
+            };
+            if data.len() > old.len() {
+                return Err(format!(
+                    "{} bytes do not fit in entry {id} ({} bytes)",
+                    data.len(),
+                    old.len()
+                ));
+            }
+            let mut new = old.to_vec();
+            new[..data.len()].copy_from_slice(data);
+            b.tmp_put(&name, Bytes::from(new)).map_err(text)?;
+            Ok(Value::Null)
+        }
+        TermCommand::TmpRemove { id } => {
+            let name = id.to_string();
+            if b.tmp_get(&name).map_err(text)?.is_none() {
+                return Err(format!("no temporary storage entry {id}"));
+            }
+            b.tmp_remove(&name).map_err(text)?;
+            Ok(Value::Null)
+        }
+        TermCommand::TmpList => Ok(Value::Array(
+            b.tmp_list()
+                .map_err(text)?
+                .iter()
+                .map(|(name, size)| {
+                    let id = name
+                        .parse::<u32>()
+                        .map_or_else(|_| json!(name), |id| json!(id));
+                    json!({"id": id, "size": size})
+                })
+                .collect(),
+        )),
+        _ => unreachable!("dispatch routes only temporary storage commands here"),
+    }
+}
+
+/// `lookuptree`: the ranges of `node`'s chunks that migrated, and their owners.
+fn lookup_tree(b: &BlockingClient<'_>, node: NodeId) -> Result<Value, String> {
+    let ranges = b.lookup_tree(node).map_err(text)?;
+    let mut rows = Vec::with_capacity(ranges.len());
+    for (first, last, owner) in ranges {
+        let (Some(first), Some(last)) = (ChunkId::new(node, first), ChunkId::new(node, last))
+        else {
+            return Err(format!(
+                "the superpeers returned an invalid range {first}..={last}"
+            ));
+        };
+        rows.push(json!({
+            "first": first.to_string(),
+            "last": last.to_string(),
+            "owner": owner.to_string(),
+        }));
+    }
+    Ok(Value::Array(rows))
+}
+
+/// `metadata`: the superpeer group's status, and one node's detail if asked for.
+fn metadata(b: &BlockingClient<'_>, node: Option<NodeId>) -> Result<Value, String> {
+    let status = b.status().map_err(text)?;
+    let nodes = b.nodes().map_err(text)?;
+    let count = |role: Role| {
+        nodes
+            .iter()
+            .filter(|n| n.role == role && n.state == NodeState::Alive)
+            .count()
+    };
+    let mut value = json!({
+        "answered_by": status.node.to_string(),
+        "leader": status.leader.map(|id| id.to_string()),
+        "term": status.term,
+        "epoch": status.epoch,
+        "last_log_index": status.last_log_index,
+        "applied_index": status.last_applied_index,
+        "alive_superpeers": count(Role::Superpeer),
+        "alive_peers": count(Role::Peer),
+        "alive_clients": count(Role::Client),
+        "members": status.members.iter().map(|(id, address)| json!({
+            "nid": id.to_string(),
+            "address": address,
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(node) = node {
+        let record = nodes
+            .iter()
+            .find(|record| record.id == node)
+            .ok_or_else(|| format!("no node {node}"))?;
+        let mut detail = node_json(record);
+        if record.role == Role::Peer {
+            let tree = lookup_tree(b, node)?;
+            let zones = b.zones(node).map_err(text)?;
+            merge(
+                &mut detail,
+                json!({
+                    "migrated_ranges": tree,
+                    "backup_zones": zones.iter().map(|(zone, backups)| json!({
+                        "zone": zone,
+                        "backups": backups.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+                    })).collect::<Vec<_>>(),
+                }),
+            );
+        }
+        merge(&mut value, json!({ "node": detail }));
+    }
+    Ok(value)
+}
+
+/// The cluster-wide views: `lookuptree`, `metadata`, `recovery`, `stats`.
+fn dispatch_cluster(client: &Client, command: &TermCommand) -> Result<Value, String> {
+    let b = client.blocking();
+    let chunks = b.chunks();
+    match command {
+        TermCommand::LookupTree { node } => lookup_tree(&b, *node),
+        TermCommand::Metadata { node } => metadata(&b, *node),
+        TermCommand::Recovery => {
+            let status = b.recovery_status().map_err(text)?;
+            Ok(Value::Array(
+                status
+                    .zones
+                    .iter()
+                    .map(|zone| {
+                        json!({
+                            "owner": zone.owner.to_string(),
+                            "zone": zone.zone,
+                            "state": format!("{:?}", zone.state).to_lowercase(),
+                            "restorer": zone.restorer.map(|id| id.to_string()),
+                            "chunks": zone.chunks,
+                            "ms": zone.ms,
+                            "detail": zone.detail,
+                        })
+                    })
+                    .collect(),
+            ))
+        }
+        TermCommand::Stats { node: Some(node) } => {
+            let stats = chunks.stats(*node).map_err(text)?;
+            let mut value = json!({"node": node.to_string()});
+            merge(&mut value, stats_json(&stats));
+            Ok(value)
+        }
+        TermCommand::Stats { node: None } => {
+            let nodes = b.nodes().map_err(text)?;
+            Ok(Value::Array(
+                nodes
+                    .iter()
+                    .filter(|n| n.role == Role::Peer && n.state == NodeState::Alive)
+                    .map(|n| {
+                        let (stats, error) = match chunks.stats(n.id) {
+                            Ok(stats) => (Some(stats), None),
+                            Err(error) => (None, Some(error.to_string())),
+                        };
+                        json!({
+                            "node": n.id.to_string(),
+                            "chunks": stats.map(|s| s.chunks),
+                            "payload_bytes": stats.map(|s| s.payload_bytes),
+                            "used_bytes": stats.map(|s| s.used_bytes),
+                            "free_bytes": stats.map(|s| s.free_bytes),
+                            "region_bytes": stats.map(|s| s.region_bytes),
+                            "error": error,
+                        })
+                    })
+                    .collect(),
+            ))
+        }
+        _ => unreachable!("dispatch routes only cluster view commands here"),
     }
 }
 

@@ -841,6 +841,27 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         _ => (&[], &[]),
     };
     let a = Args::split(name, rest, flags, valued)?;
+    match name {
+        "help" | "nodelist" | "nodeinfo" | "nodeshutdown" => parse_node(&a, name),
+        "chunkcreate" | "chunkget" | "chunkput" | "chunkremove" | "chunklist" | "chunkstatus"
+        | "chunklock" | "chunkunlock" | "chunkmigrate" => parse_chunk(&a, name),
+        "namereg" | "nameget" | "namelist" => parse_name(&a, name),
+        "barrieralloc" | "barriersignon" | "barrierstatus" | "barrierfree" | "barriersize" => {
+            parse_barrier(&a, name)
+        }
+        "tmpcreate" | "tmpget" | "tmpput" | "tmpremove" | "tmplist" => parse_tmp(&a, name),
+        "lookuptree" | "metadata" | "recovery" | "stats" => parse_cluster(&a, name),
+        other => Err(no_parser(other)),
+    }
+}
+
+/// The error for a command in the table that no parser handles.
+fn no_parser(name: &str) -> ParseError {
+    ParseError::line(format!("command {name:?} has no parser"))
+}
+
+/// The node commands and `help`.
+fn parse_node(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
     let command = match name {
         "help" => {
             a.count(0, 1)?;
@@ -871,6 +892,14 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
                 kill: a.flag("kill"),
             }
         }
+        other => return Err(no_parser(other)),
+    };
+    Ok(command)
+}
+
+/// The chunk commands (`chunk*`).
+fn parse_chunk(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
+    let command = match name {
         "chunkcreate" => {
             a.count(2, 3)?;
             let size = a.number_u32(0, "size")?;
@@ -952,23 +981,39 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
             }
             TermCommand::ChunkMigrate { first, last, to }
         }
+        other => return Err(no_parser(other)),
+    };
+    Ok(command)
+}
+
+/// The nameservice commands (`name*`).
+fn parse_name(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
+    let command = match name {
         "namereg" => {
             a.count(2, 2)?;
             TermCommand::NameReg {
                 cid: a.cid(0)?,
-                name: name_arg(&a, 1)?,
+                name: name_arg(a, 1)?,
             }
         }
         "nameget" => {
             a.count(1, 1)?;
             TermCommand::NameGet {
-                name: name_arg(&a, 0)?,
+                name: name_arg(a, 0)?,
             }
         }
         "namelist" => {
             a.count(0, 0)?;
             TermCommand::NameList
         }
+        other => return Err(no_parser(other)),
+    };
+    Ok(command)
+}
+
+/// The barrier commands (`barrier*`).
+fn parse_barrier(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
+    let command = match name {
         "barrieralloc" => {
             a.count(1, 1)?;
             let size = a.number_u32(0, "peer count")?;
@@ -1013,6 +1058,14 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
                 size,
             }
         }
+        other => return Err(no_parser(other)),
+    };
+    Ok(command)
+}
+
+/// The temporary storage commands (`tmp*`).
+fn parse_tmp(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
+    let command = match name {
         "tmpcreate" => {
             a.count(2, 2)?;
             let size = a.number_u32(1, "size")?;
@@ -1048,6 +1101,14 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
             a.count(0, 0)?;
             TermCommand::TmpList
         }
+        other => return Err(no_parser(other)),
+    };
+    Ok(command)
+}
+
+/// The cluster-wide views: `lookuptree`, `metadata`, `recovery`, `stats`.
+fn parse_cluster(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
+    let command = match name {
         "lookuptree" => {
             a.count(1, 1)?;
             TermCommand::LookupTree { node: a.node(0)? }
@@ -1068,7 +1129,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
                 node: a.optional_node(0)?,
             }
         }
-        other => return Err(ParseError::line(format!("command {other:?} has no parser"))),
+        other => return Err(no_parser(other)),
     };
     Ok(command)
 }

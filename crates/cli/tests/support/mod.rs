@@ -1,4 +1,5 @@
-//! Helpers shared by the process tests (each test file includes this module).
+//! Helpers shared by the process tests that read chunks back through a client (each such
+//! test file includes this module). Process set-up lives in `myriad_testing::process`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -54,31 +55,5 @@ pub fn verify(
             first_pass = false;
         }
         std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Copies the nodes' logs out of the test directory when the test panics (declared
-/// before the cluster guard, so it runs after the processes are killed).
-pub struct KeepLogsOnPanic(pub std::path::PathBuf);
-
-impl Drop for KeepLogsOnPanic {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        let from = self.0.join("cluster").join("logs");
-        let to = std::env::temp_dir().join(format!(
-            "myriad-test-logs-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        if std::fs::create_dir_all(&to).is_ok() {
-            if let Ok(entries) = std::fs::read_dir(&from) {
-                for entry in entries.flatten() {
-                    let _ = std::fs::copy(entry.path(), to.join(entry.file_name()));
-                }
-            }
-            eprintln!("node logs kept in {}", to.display());
-        }
     }
 }
