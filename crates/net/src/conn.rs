@@ -8,10 +8,9 @@
 //! vectored I/O, so many small messages from many threads become one syscall. The writer is
 //! woken only when the queue goes from empty to non-empty.
 //!
-//! Receive path: the reader task reads up to [`READ_BUFFER_BYTES`] at a time, cuts every
-//! complete frame out of the buffer (payloads share the read buffer), completes responses
-//! directly, and hands messages and requests to the handler pool in two batches per read:
-//! ordered ones to this connection's fixed lane, the rest to the shared queue.
+//! Receive side: the counters and the flow-control state the reader task (`reader.rs`)
+//! works on, and the outstanding requests it completes. This module names no handler
+//! type: the handlers sit above it (`handler.rs` answers requests through a [`Conn`]).
 //!
 //! Invariants:
 //! - Queued send bytes stay ≤ `send_queue_bytes_max` (+ one frame); responses may use up to
@@ -31,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
@@ -40,12 +39,10 @@ use tokio::time::Instant;
 
 use crate::config::{
     AGGREGATION_BUFFER_BYTES, COPY_PAYLOAD_BYTES_MAX, DEADLINE_FAR, IO_SLICES_MAX,
-    PENDING_REQUESTS_MAX, READ_BUFFER_BYTES, READ_SPACE_BYTES_MIN,
+    PENDING_REQUESTS_MAX,
 };
 use crate::error::{FrameError, NetError};
-use crate::wire::{
-    Fragment, FrameDecoder, FrameHeader, Kind, Reassembler, FRAME_PAYLOAD_BYTES_MAX, HEADER_BYTES,
-};
+use crate::wire::{Fragment, FrameHeader, Kind, FRAME_PAYLOAD_BYTES_MAX, HEADER_BYTES};
 use crate::NodeId;
 
 /// Why a connection closed, as reported to event subscribers and in logs.
@@ -450,7 +447,8 @@ impl Conn {
         self.pending.lock().remove(&id);
     }
 
-    fn complete_request(&self, id: u32, payload: Bytes) {
+    /// Hands a response to the request waiting for it (dropped if none does).
+    pub fn complete_request(&self, id: u32, payload: Bytes) {
         let waiter = self.pending.lock().remove(&id);
         match waiter {
             Some(waiter) => {
@@ -460,7 +458,8 @@ impl Conn {
         }
     }
 
-    fn add_unprocessed(&self, bytes: usize) {
+    /// The reader handed `bytes` worth of this connection's messages to handlers.
+    pub fn add_unprocessed(&self, bytes: usize) {
         let now = self.unprocessed_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
         self.unprocessed_bytes_peak
             .fetch_max(now, Ordering::Relaxed);
@@ -473,6 +472,21 @@ impl Conn {
         if before > limit && before - bytes <= limit {
             self.resume_reader.notify_one();
         }
+    }
+
+    /// Resolves when handlers brought unprocessed bytes back under the limit (or on close).
+    pub async fn reader_resumed(&self) {
+        self.resume_reader.notified().await
+    }
+
+    /// Counts a read call that returned data.
+    pub fn count_read(&self) {
+        self.read_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a received frame.
+    pub fn count_frame(&self) {
+        self.frames_received.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn unprocessed(&self) -> usize {
@@ -611,197 +625,4 @@ pub(crate) async fn writer_loop(
             conn.space.notify_waiters();
         }
     }
-}
-
-/// A message ready for a handler.
-pub(crate) struct Delivery {
-    pub kind: Kind,
-    pub type_id: u8,
-    pub subtype: u8,
-    pub ordered: bool,
-    pub message_id: u32,
-    pub payload: Bytes,
-    pub handler: Arc<dyn crate::handler::Handler>,
-}
-
-/// Messages of one connection from one read, for one handler thread.
-pub(crate) struct Batch {
-    pub conn: Arc<Conn>,
-    pub deliveries: Vec<Delivery>,
-    pub bytes: usize,
-}
-
-/// What the reader needs from its endpoint.
-pub(crate) trait ReaderContext {
-    /// The current handler table.
-    fn handlers(&self) -> Arc<crate::handler::HandlerMap>;
-    /// Hands a batch to the handler pool (ordered batches to the connection's lane).
-    fn dispatch(&self, batch: Batch, ordered: bool);
-    /// Milliseconds since the endpoint started.
-    fn now_ms(&self) -> u64;
-}
-
-/// The reader task: reads, cuts frames, dispatches, and applies flow control. Returns why
-/// the connection ended.
-pub(crate) async fn reader_loop(
-    conn: Arc<Conn>,
-    stream: Arc<TcpStream>,
-    context: &impl ReaderContext,
-) -> CloseReason {
-    let decoder = FrameDecoder::default();
-    let mut reassembler = Reassembler::new(conn.limits.message_bytes_max);
-    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
-    let mut closed = conn.close_watch();
-    loop {
-        let needed = decoder.bytes_needed(&buf).saturating_sub(buf.len());
-        if buf.capacity() - buf.len() < needed.max(READ_SPACE_BYTES_MIN) {
-            buf.reserve(needed.max(READ_BUFFER_BYTES));
-        }
-        // Read at most one read buffer's worth (or the rest of a large frame): this bounds
-        // how far past the flow-control limit one read can go.
-        let mut limited = (&mut buf).limit(needed.max(READ_BUFFER_BYTES));
-        let read = tokio::select! {
-            biased;
-            _ = closed.changed() => return CloseReason::Closed,
-            read = read_some(&stream, &mut limited) => read,
-        };
-        match read {
-            Ok(0) if buf.is_empty() => return CloseReason::PeerClosed,
-            Ok(0) => {
-                return CloseReason::Protocol(FrameError::Truncated {
-                    buffered_bytes: buf.len(),
-                })
-            }
-            Ok(_) => {}
-            Err(error) => return CloseReason::Io(error.to_string()),
-        }
-        conn.touch(context.now_ms());
-        conn.read_calls.fetch_add(1, Ordering::Relaxed);
-        if let Err(error) = cut_and_dispatch(&conn, &decoder, &mut reassembler, &mut buf, context) {
-            return CloseReason::Protocol(error);
-        }
-        // Flow control: stop reading while handlers are behind.
-        while conn.unprocessed() > conn.limits.receive_unprocessed_bytes_max {
-            tokio::select! {
-                _ = conn.resume_reader.notified() => {}
-                _ = closed.changed() => return CloseReason::Closed,
-            }
-        }
-    }
-}
-
-async fn read_some(stream: &TcpStream, buf: &mut impl BufMut) -> std::io::Result<usize> {
-    loop {
-        stream.readable().await?;
-        match stream.try_read_buf(buf) {
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
-            result => return result,
-        }
-    }
-}
-
-/// Cuts every complete frame out of `buf` and dispatches the messages they complete.
-fn cut_and_dispatch(
-    conn: &Arc<Conn>,
-    decoder: &FrameDecoder,
-    reassembler: &mut Reassembler,
-    buf: &mut BytesMut,
-    context: &impl ReaderContext,
-) -> Result<(), FrameError> {
-    let handlers = context.handlers();
-    let mut ordered = Vec::new();
-    let mut ordered_bytes = 0;
-    let mut unordered = Vec::new();
-    let mut unordered_bytes = 0;
-    let dropping =
-        conn.drop_incoming.load(Ordering::Relaxed) || conn.fenced.load(Ordering::Relaxed);
-    let mut cached: Option<(u16, crate::handler::Registered)> = None;
-    while let Some(frame) = decoder.decode(buf)? {
-        conn.frames_received.fetch_add(1, Ordering::Relaxed);
-        let header = frame.header;
-        if conn.lane && (header.kind != Kind::Request || header.ordered) {
-            return Err(FrameError::NotALaneRequest {
-                type_id: header.type_id,
-                subtype: header.subtype,
-            });
-        }
-        let handler = if header.kind == Kind::Response {
-            None
-        } else {
-            let key = crate::handler::type_key(header.type_id, header.subtype);
-            let entry = match &cached {
-                Some((cached_key, entry)) if *cached_key == key => entry.clone(),
-                _ => {
-                    let entry = handlers.get(&key).cloned().ok_or(FrameError::UnknownType {
-                        type_id: header.type_id,
-                        subtype: header.subtype,
-                    })?;
-                    cached = Some((key, entry.clone()));
-                    entry
-                }
-            };
-            if entry.ordered != header.ordered {
-                return Err(FrameError::OrderingMismatch {
-                    type_id: header.type_id,
-                    subtype: header.subtype,
-                });
-            }
-            Some(entry)
-        };
-        let Some(message) = reassembler.push(frame)? else {
-            continue;
-        };
-        if dropping {
-            continue;
-        }
-        let Some(entry) = handler else {
-            conn.complete_request(message.message_id, message.payload);
-            continue;
-        };
-        let bytes = HEADER_BYTES + message.payload.len();
-        let delivery = Delivery {
-            kind: message.kind,
-            type_id: message.type_id,
-            subtype: message.subtype,
-            ordered: message.ordered,
-            message_id: message.message_id,
-            payload: message.payload,
-            handler: entry.handler,
-        };
-        if entry.inline {
-            // The last complete frame of this read may answer straight to the socket.
-            let direct = if buf.len() < HEADER_BYTES {
-                Direct::Yes
-            } else {
-                Direct::Never
-            };
-            crate::handler::run(conn, delivery, direct);
-            continue;
-        }
-        if message.ordered {
-            ordered.push(delivery);
-            ordered_bytes += bytes;
-        } else {
-            unordered.push(delivery);
-            unordered_bytes += bytes;
-        }
-    }
-    for (deliveries, bytes, is_ordered) in [
-        (ordered, ordered_bytes, true),
-        (unordered, unordered_bytes, false),
-    ] {
-        if deliveries.is_empty() {
-            continue;
-        }
-        conn.add_unprocessed(bytes);
-        context.dispatch(
-            Batch {
-                conn: conn.clone(),
-                deliveries,
-                bytes,
-            },
-            is_ordered,
-        );
-    }
-    Ok(())
 }

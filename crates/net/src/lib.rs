@@ -63,9 +63,11 @@ mod config;
 mod conn;
 mod endpoint;
 mod error;
+mod fault;
 mod handler;
 mod lane;
 mod pool;
+mod reader;
 pub mod wire;
 
 pub use bytes::Bytes;
@@ -75,8 +77,9 @@ pub use config::{
     READ_SPACE_BYTES_MIN, SECRET_BYTES_MAX,
 };
 pub use conn::{CloseReason, ConnectionStats};
-pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, Fault, NetHandle, PendingResponse};
+pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, NetHandle, PendingResponse};
 pub use error::{FrameError, HandshakeError, NetError};
+pub use fault::Fault;
 pub use handler::{Handler, Handlers, Incoming, MessageType, Responder};
 pub use lane::LaneStats;
 

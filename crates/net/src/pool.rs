@@ -10,11 +10,20 @@
 //! thread exits when the pool's senders are all dropped (endpoint shutdown).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{select, Receiver, Sender};
 
-use crate::conn::{Batch, Direct};
+use crate::conn::{Conn, Direct};
+use crate::handler::Delivery;
+
+/// Messages of one connection from one read, for one handler thread.
+pub(crate) struct Batch {
+    pub conn: Arc<Conn>,
+    pub deliveries: Vec<Delivery>,
+    pub bytes: usize,
+}
 
 /// The senders readers use to hand batches to the pool.
 #[derive(Clone)]

@@ -1,0 +1,203 @@
+//! A connection's reader task: reads the socket, cuts frames, completes responses, runs
+//! inline handlers and hands the other messages to the handler pool in batches, and
+//! applies receive-side flow control.
+//!
+//! Particular to this module: it is the only code that turns received bytes into work
+//! (everything above the wire decoder), and the only place that stops reading a
+//! connection. It sits above `conn` (the connection it reads for), `handler` (the handler
+//! table and the inline run) and `pool` (the batch it hands off); what it needs from its
+//! endpoint comes through the narrow [`ReaderContext`] trait, so it never names the
+//! endpoint.
+//!
+//! Invariants: frames are handled in stream order; per read, ordered messages go in one
+//! batch to the connection's pool lane and unordered ones in another; unprocessed bytes
+//! stay within `receive_unprocessed_bytes_max` plus one read (the reader waits for the
+//! handlers above the limit).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use tokio::net::TcpStream;
+
+use crate::config::{READ_BUFFER_BYTES, READ_SPACE_BYTES_MIN};
+use crate::conn::{CloseReason, Conn, Direct};
+use crate::error::FrameError;
+use crate::handler::{self, type_key, Delivery, HandlerMap, Registered};
+use crate::pool::Batch;
+use crate::wire::{FrameDecoder, Kind, Reassembler, HEADER_BYTES};
+
+/// What the reader needs from its endpoint.
+pub(crate) trait ReaderContext {
+    /// The current handler table.
+    fn handlers(&self) -> Arc<HandlerMap>;
+    /// Hands a batch to the handler pool (ordered batches to the connection's lane).
+    fn dispatch(&self, batch: Batch, ordered: bool);
+    /// Milliseconds since the endpoint started.
+    fn now_ms(&self) -> u64;
+}
+
+/// The reader task: reads, cuts frames, dispatches, and applies flow control. Returns why
+/// the connection ended.
+pub(crate) async fn reader_loop(
+    conn: Arc<Conn>,
+    stream: Arc<TcpStream>,
+    context: &impl ReaderContext,
+) -> CloseReason {
+    let decoder = FrameDecoder::default();
+    let mut reassembler = Reassembler::new(conn.limits.message_bytes_max);
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let mut closed = conn.close_watch();
+    loop {
+        let needed = decoder.bytes_needed(&buf).saturating_sub(buf.len());
+        if buf.capacity() - buf.len() < needed.max(READ_SPACE_BYTES_MIN) {
+            buf.reserve(needed.max(READ_BUFFER_BYTES));
+        }
+        // Read at most one read buffer's worth (or the rest of a large frame): this bounds
+        // how far past the flow-control limit one read can go.
+        let mut limited = (&mut buf).limit(needed.max(READ_BUFFER_BYTES));
+        let read = tokio::select! {
+            biased;
+            _ = closed.changed() => return CloseReason::Closed,
+            read = read_some(&stream, &mut limited) => read,
+        };
+        match read {
+            Ok(0) if buf.is_empty() => return CloseReason::PeerClosed,
+            Ok(0) => {
+                return CloseReason::Protocol(FrameError::Truncated {
+                    buffered_bytes: buf.len(),
+                })
+            }
+            Ok(_) => {}
+            Err(error) => return CloseReason::Io(error.to_string()),
+        }
+        conn.touch(context.now_ms());
+        conn.count_read();
+        if let Err(error) = cut_and_dispatch(&conn, &decoder, &mut reassembler, &mut buf, context) {
+            return CloseReason::Protocol(error);
+        }
+        // Flow control: stop reading while handlers are behind.
+        while conn.unprocessed() > conn.limits.receive_unprocessed_bytes_max {
+            tokio::select! {
+                _ = conn.reader_resumed() => {}
+                _ = closed.changed() => return CloseReason::Closed,
+            }
+        }
+    }
+}
+
+async fn read_some(stream: &TcpStream, buf: &mut impl BufMut) -> std::io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        match stream.try_read_buf(buf) {
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            result => return result,
+        }
+    }
+}
+
+/// Cuts every complete frame out of `buf` and dispatches the messages they complete.
+fn cut_and_dispatch(
+    conn: &Arc<Conn>,
+    decoder: &FrameDecoder,
+    reassembler: &mut Reassembler,
+    buf: &mut BytesMut,
+    context: &impl ReaderContext,
+) -> Result<(), FrameError> {
+    let handlers = context.handlers();
+    let mut ordered = Vec::new();
+    let mut ordered_bytes = 0;
+    let mut unordered = Vec::new();
+    let mut unordered_bytes = 0;
+    let dropping =
+        conn.drop_incoming.load(Ordering::Relaxed) || conn.fenced.load(Ordering::Relaxed);
+    let mut cached: Option<(u16, Registered)> = None;
+    while let Some(frame) = decoder.decode(buf)? {
+        conn.count_frame();
+        let header = frame.header;
+        if conn.lane && (header.kind != Kind::Request || header.ordered) {
+            return Err(FrameError::NotALaneRequest {
+                type_id: header.type_id,
+                subtype: header.subtype,
+            });
+        }
+        let handler = if header.kind == Kind::Response {
+            None
+        } else {
+            let key = type_key(header.type_id, header.subtype);
+            let entry = match &cached {
+                Some((cached_key, entry)) if *cached_key == key => entry.clone(),
+                _ => {
+                    let entry = handlers.get(&key).cloned().ok_or(FrameError::UnknownType {
+                        type_id: header.type_id,
+                        subtype: header.subtype,
+                    })?;
+                    cached = Some((key, entry.clone()));
+                    entry
+                }
+            };
+            if entry.ordered != header.ordered {
+                return Err(FrameError::OrderingMismatch {
+                    type_id: header.type_id,
+                    subtype: header.subtype,
+                });
+            }
+            Some(entry)
+        };
+        let Some(message) = reassembler.push(frame)? else {
+            continue;
+        };
+        if dropping {
+            continue;
+        }
+        let Some(entry) = handler else {
+            conn.complete_request(message.message_id, message.payload);
+            continue;
+        };
+        let bytes = HEADER_BYTES + message.payload.len();
+        let delivery = Delivery {
+            kind: message.kind,
+            type_id: message.type_id,
+            subtype: message.subtype,
+            ordered: message.ordered,
+            message_id: message.message_id,
+            payload: message.payload,
+            handler: entry.handler,
+        };
+        if entry.inline {
+            // The last complete frame of this read may answer straight to the socket.
+            let direct = if buf.len() < HEADER_BYTES {
+                Direct::Yes
+            } else {
+                Direct::Never
+            };
+            handler::run(conn, delivery, direct);
+            continue;
+        }
+        if message.ordered {
+            ordered.push(delivery);
+            ordered_bytes += bytes;
+        } else {
+            unordered.push(delivery);
+            unordered_bytes += bytes;
+        }
+    }
+    for (deliveries, bytes, is_ordered) in [
+        (ordered, ordered_bytes, true),
+        (unordered, unordered_bytes, false),
+    ] {
+        if deliveries.is_empty() {
+            continue;
+        }
+        conn.add_unprocessed(bytes);
+        context.dispatch(
+            Batch {
+                conn: conn.clone(),
+                deliveries,
+                bytes,
+            },
+            is_ordered,
+        );
+    }
+    Ok(())
+}
