@@ -12,6 +12,11 @@
 //! works on, and the outstanding requests it completes. This module names no handler
 //! type: the handlers sit above it (`handler.rs` answers requests through a [`Conn`]).
 //!
+//! Network filters (`crate::fault`): `try_enqueue` drops frames under `DropOutgoing`, and
+//! while an outgoing delay is set the writer holds what it takes in a delay line
+//! (`write_delayed`) and writes it when due, in order; with no filter set, both cost one
+//! relaxed load.
+//!
 //! Invariants:
 //! - Queued send bytes stay ≤ `send_queue_bytes_max` (+ one frame); responses may use up to
 //!   twice that so a handler answering never waits on its own peer's requests.
@@ -42,6 +47,7 @@ use crate::config::{
     PENDING_REQUESTS_MAX,
 };
 use crate::error::{FrameError, NetError};
+use crate::fault::{DelayLine, LinkFilter, DELAY_OUTGOING, DROP_OUTGOING};
 use crate::wire::{Fragment, FrameHeader, Kind, FRAME_PAYLOAD_BYTES_MAX, HEADER_BYTES};
 use crate::NodeId;
 
@@ -159,8 +165,8 @@ pub(crate) struct Conn {
     /// Held while a fragmented message is being queued.
     pub large_lane: tokio::sync::Mutex<()>,
     pub fenced: AtomicBool,
-    pub drop_incoming: AtomicBool,
-    pub drop_outgoing: AtomicBool,
+    /// The network filters (test faults) of the link to the peer.
+    pub filter: LinkFilter,
     last_used_ms: AtomicU64,
     frames_received: AtomicU64,
     read_calls: AtomicU64,
@@ -235,8 +241,7 @@ impl Conn {
             resume_reader: Notify::new(),
             large_lane: tokio::sync::Mutex::new(()),
             fenced: AtomicBool::new(false),
-            drop_incoming: AtomicBool::new(false),
-            drop_outgoing: AtomicBool::new(false),
+            filter: LinkFilter::default(),
             last_used_ms: AtomicU64::new(now_ms),
             frames_received: AtomicU64::new(0),
             read_calls: AtomicU64::new(0),
@@ -300,10 +305,18 @@ impl Conn {
         allowance: usize,
         direct: Direct,
     ) -> Result<bool, NetError> {
-        if self.drop_outgoing.load(Ordering::Relaxed) {
-            // Fault switch: the frame is lost as on a broken network.
+        // The only fault check of this path: one relaxed load (see `crate::fault`).
+        let filter = self.filter.bits();
+        if filter & DROP_OUTGOING != 0 {
+            // The frame is lost as on a broken network.
             return Ok(true);
         }
+        // A length field that differs from the bytes queued puts the stream out of step.
+        debug_assert_eq!(
+            header.payload_bytes as usize,
+            payload.len(),
+            "frame length field and payload differ"
+        );
         let frame_bytes = HEADER_BYTES + payload.len();
         let mut queue = self.out.lock();
         if self.is_closed() {
@@ -317,8 +330,14 @@ impl Conn {
         queue.frames_sent += 1;
         let head = header.encode();
         let mut skip = 0;
-        if queue.queued_bytes == 0 && queue.writer_parked && direct != Direct::Never {
+        // A delayed link writes everything through the writer's delay line.
+        if queue.queued_bytes == 0
+            && queue.writer_parked
+            && direct != Direct::Never
+            && filter & DELAY_OUTGOING == 0
+        {
             skip = direct_write(&mut queue, &head, payload, direct);
+            debug_assert!(skip <= frame_bytes, "a direct write wrote past its frame");
             if skip == frame_bytes {
                 return Ok(true);
             }
@@ -404,7 +423,11 @@ impl Conn {
             header.message_id = self.next_fragmented_id.fetch_add(1, Ordering::Relaxed);
         }
         let mut offset = 0;
+        let mut last_queued = false;
         while offset < payload.len() {
+            // The fragments of one message follow each other under `large_lane`: More...,
+            // then exactly one Last, covering the payload once (docs/wire-format.md, 3).
+            assert!(!last_queued, "a fragment queued after the last one");
             let end = (offset + FRAME_PAYLOAD_BYTES_MAX).min(payload.len());
             header.fragment = if end == payload.len() {
                 Fragment::Last
@@ -414,8 +437,13 @@ impl Conn {
             header.payload_bytes = (end - offset) as u32;
             self.enqueue_wait(&header, &payload.slice(offset..end), allowance)
                 .await?;
+            last_queued = header.fragment == Fragment::Last;
             offset = end;
         }
+        assert!(
+            last_queued && offset == payload.len(),
+            "a fragmented message must end with its last fragment"
+        );
         Ok(())
     }
 
@@ -468,6 +496,7 @@ impl Conn {
     /// Handlers finished `bytes` worth of this connection's messages.
     pub fn release_unprocessed(&self, bytes: usize) {
         let before = self.unprocessed_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(before >= bytes, "released more bytes than were unprocessed");
         let limit = self.limits.receive_unprocessed_bytes_max;
         if before > limit && before - bytes <= limit {
             self.resume_reader.notify_one();
@@ -514,6 +543,7 @@ fn direct_write(
     payload: &Bytes,
     direct: Direct,
 ) -> usize {
+    debug_assert!(queue.queued_bytes == 0 && queue.writer_parked);
     let idle = direct == Direct::Yes || {
         let now = std::time::Instant::now();
         let idle = queue
@@ -600,6 +630,13 @@ pub(crate) async fn writer_loop(
         if conn.is_closed() {
             return None;
         }
+        if conn.filter.bits() & DELAY_OUTGOING != 0 {
+            // Cold: an outgoing delay is set (test filter); back here once it drained.
+            if let Err(reason) = write_delayed(&conn, &stream, &clock, &mut closed).await {
+                return reason;
+            }
+            continue;
+        }
         let Some((mut segments, bytes)) = take_queued(&conn) else {
             tokio::select! {
                 _ = conn.writer_wake.notified() => continue,
@@ -617,12 +654,97 @@ pub(crate) async fn writer_loop(
         };
         let wake_senders = {
             let mut queue = conn.out.lock();
+            debug_assert!(queue.queued_bytes >= bytes, "wrote more than was queued");
             queue.queued_bytes -= bytes;
             queue.write_calls += calls;
             std::mem::replace(&mut queue.senders_waiting, false)
         };
         if wake_senders {
             conn.space.notify_waiters();
+        }
+    }
+}
+
+/// Takes what was queued since the last take without counting its bytes as written (they
+/// stay queued while a delay line holds them), or parks the writer if nothing was.
+fn take_queued_delayed(conn: &Conn) -> Option<VecDeque<Bytes>> {
+    let mut queue = conn.out.lock();
+    if queue.segments.is_empty() && queue.tail.is_empty() {
+        queue.writer_parked = true;
+        return None;
+    }
+    let mut segments = std::mem::take(&mut queue.segments);
+    if !queue.tail.is_empty() {
+        segments.push_back(queue.tail.split().freeze());
+    }
+    Some(segments)
+}
+
+/// The writer while an outgoing delay is set or its line still holds bytes: what is
+/// queued is taken at once into a [`DelayLine`] (due the delay from now) and written when
+/// due, in order. Returns `Ok` once the delay is off and the line is empty (the plain
+/// writer takes over), `Err` with the writer's result when the connection ends.
+async fn write_delayed(
+    conn: &Conn,
+    stream: &TcpStream,
+    clock: &impl Fn() -> u64,
+    closed: &mut watch::Receiver<bool>,
+) -> Result<(), Option<CloseReason>> {
+    let mut line = DelayLine::default();
+    loop {
+        if conn.is_closed() {
+            return Err(None);
+        }
+        let delay = conn.filter.delay_outgoing();
+        let now = Instant::now();
+        if let Some(segments) = take_queued_delayed(conn) {
+            for segment in segments {
+                line.push(now + delay, segment);
+            }
+            continue;
+        }
+        let mut due = VecDeque::new();
+        let mut bytes = 0;
+        while let Some(piece) = line.pop_due(now) {
+            bytes += piece.len();
+            due.push_back(piece);
+        }
+        if bytes > 0 {
+            conn.touch(clock());
+            let result = tokio::select! {
+                result = write_segments(stream, &mut due) => result,
+                _ = closed.changed() => return Err(None),
+            };
+            let calls = result.map_err(|error| Some(CloseReason::Io(error.to_string())))?;
+            let wake_senders = {
+                let mut queue = conn.out.lock();
+                assert!(
+                    queue.queued_bytes >= bytes,
+                    "a delay line held more bytes than were queued"
+                );
+                queue.queued_bytes -= bytes;
+                queue.write_calls += calls;
+                std::mem::replace(&mut queue.senders_waiting, false)
+            };
+            if wake_senders {
+                conn.space.notify_waiters();
+            }
+            continue;
+        }
+        let Some(next_due) = line.next_due() else {
+            if delay.is_zero() {
+                return Ok(());
+            }
+            // Parked by `take_queued_delayed`: the next frame queued wakes us.
+            tokio::select! {
+                _ = conn.writer_wake.notified() => continue,
+                _ = closed.changed() => return Err(None),
+            }
+        };
+        tokio::select! {
+            _ = conn.writer_wake.notified() => {}
+            _ = tokio::time::sleep_until(next_due) => {}
+            _ = closed.changed() => return Err(None),
         }
     }
 }

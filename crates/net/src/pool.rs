@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{select, Receiver, Sender};
 
 use crate::conn::{Conn, Direct};
+use crate::fault::DROP_INCOMING;
 use crate::handler::Delivery;
 
 /// Messages of one connection from one read, for one handler thread.
@@ -95,7 +96,7 @@ fn handler_thread(lane: Receiver<Batch>, shared: Receiver<Batch>) {
         let count = deliveries.len();
         for (index, delivery) in deliveries.into_iter().enumerate() {
             // Fencing and the incoming fault switch also stop messages already queued.
-            if conn.fenced.load(Ordering::Relaxed) || conn.drop_incoming.load(Ordering::Relaxed) {
+            if conn.fenced.load(Ordering::Relaxed) || conn.filter.bits() & DROP_INCOMING != 0 {
                 continue;
             }
             // A response may go straight to the socket when nothing else of this

@@ -17,12 +17,14 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::{BufMut, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use crate::config::{READ_BUFFER_BYTES, READ_SPACE_BYTES_MIN};
 use crate::conn::{CloseReason, Conn, Direct};
 use crate::error::FrameError;
+use crate::fault::{DelayLine, DELAY_INCOMING, DROP_INCOMING};
 use crate::handler::{self, type_key, Delivery, HandlerMap, Registered};
 use crate::pool::Batch;
 use crate::wire::{FrameDecoder, Kind, Reassembler, HEADER_BYTES};
@@ -48,18 +50,28 @@ pub(crate) async fn reader_loop(
     let mut reassembler = Reassembler::new(conn.limits.message_bytes_max);
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut closed = conn.close_watch();
+    // Set while an incoming delay (test filter) holds or may hold bytes.
+    let mut delayed: Option<Box<IncomingDelay>> = None;
     loop {
         let needed = decoder.bytes_needed(&buf).saturating_sub(buf.len());
         if buf.capacity() - buf.len() < needed.max(READ_SPACE_BYTES_MIN) {
             buf.reserve(needed.max(READ_BUFFER_BYTES));
         }
+        let before = buf.len();
         // Read at most one read buffer's worth (or the rest of a large frame): this bounds
         // how far past the flow-control limit one read can go.
         let mut limited = (&mut buf).limit(needed.max(READ_BUFFER_BYTES));
-        let read = tokio::select! {
-            biased;
-            _ = closed.changed() => return CloseReason::Closed,
-            read = read_some(&stream, &mut limited) => read,
+        let read = match delayed.as_mut() {
+            None => tokio::select! {
+                biased;
+                _ = closed.changed() => return CloseReason::Closed,
+                read = read_some(&stream, &mut limited) => read,
+            },
+            Some(delay) => tokio::select! {
+                biased;
+                _ = closed.changed() => return CloseReason::Closed,
+                read = delay.read(&conn, &stream, &mut limited) => read,
+            },
         };
         match read {
             Ok(0) if buf.is_empty() => return CloseReason::PeerClosed,
@@ -73,7 +85,28 @@ pub(crate) async fn reader_loop(
         }
         conn.touch(context.now_ms());
         conn.count_read();
-        if let Err(error) = cut_and_dispatch(&conn, &decoder, &mut reassembler, &mut buf, context) {
+        // The one fault check of this path: one relaxed load (see `crate::fault`).
+        let filter = conn.filter.bits();
+        if filter & DELAY_INCOMING != 0 && delayed.is_none() {
+            // Cold: an incoming delay was just set; the bytes of this read are the first
+            // it holds (any partial frame before them stays in `buf`, ahead of them).
+            let mut delay = Box::<IncomingDelay>::default();
+            delay.hold(&conn, buf.split_off(before).freeze());
+            delayed = Some(delay);
+            continue;
+        }
+        if delayed.as_ref().is_some_and(|delay| delay.drained(filter)) {
+            delayed = None;
+        }
+        let dropping = filter & DROP_INCOMING != 0;
+        if let Err(error) = cut_and_dispatch(
+            &conn,
+            &decoder,
+            &mut reassembler,
+            &mut buf,
+            dropping,
+            context,
+        ) {
             return CloseReason::Protocol(error);
         }
         // Flow control: stop reading while handlers are behind.
@@ -96,12 +129,81 @@ async fn read_some(stream: &TcpStream, buf: &mut impl BufMut) -> std::io::Result
     }
 }
 
+/// What an incoming delay holds: bytes read from the socket and not yet due, and how the
+/// stream ended if it did (handed on once every byte before it was).
+#[derive(Default)]
+struct IncomingDelay {
+    line: DelayLine,
+    end: Option<std::io::Result<usize>>,
+}
+
+impl IncomingDelay {
+    /// Holds `bytes` for the connection's incoming delay (behind what is held already).
+    fn hold(&mut self, conn: &Conn, bytes: Bytes) {
+        self.line
+            .push(Instant::now() + conn.filter.delay_incoming(), bytes);
+    }
+
+    /// Whether the delay is off and nothing is held: the plain path may take over.
+    fn drained(&self, filter: u8) -> bool {
+        filter & DELAY_INCOMING == 0 && self.line.is_empty() && self.end.is_none()
+    }
+
+    /// [`read_some`] through the delay: copies due bytes into `buf`, reading the socket
+    /// into the line meanwhile (while it holds less than the connection's unprocessed
+    /// limit; beyond, TCP back-pressures the sender). `Ok(0)` or an error only once every
+    /// byte read before it was handed on.
+    async fn read(
+        &mut self,
+        conn: &Conn,
+        stream: &TcpStream,
+        buf: &mut impl BufMut,
+    ) -> std::io::Result<usize> {
+        let held_max = conn
+            .limits
+            .receive_unprocessed_bytes_max
+            .max(READ_BUFFER_BYTES);
+        loop {
+            let copied = self.line.take_due_into(Instant::now(), buf);
+            if copied > 0 {
+                return Ok(copied);
+            }
+            if self.line.is_empty() {
+                if let Some(end) = self.end.take() {
+                    return end;
+                }
+            }
+            // One of the two branches is always enabled: with the end seen or the line
+            // full, the line holds bytes and has a next due time.
+            let room = self.end.is_none() && self.line.bytes() < held_max;
+            let next_due = self.line.next_due();
+            tokio::select! {
+                readable = stream.readable(), if room => {
+                    if let Err(error) = readable {
+                        self.end = Some(Err(error));
+                        continue;
+                    }
+                    let mut piece = BytesMut::with_capacity(READ_BUFFER_BYTES);
+                    match stream.try_read_buf(&mut piece) {
+                        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Ok(0) => self.end = Some(Ok(0)),
+                        Ok(_) => self.hold(conn, piece.freeze()),
+                        Err(error) => self.end = Some(Err(error)),
+                    }
+                }
+                _ = tokio::time::sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {}
+            }
+        }
+    }
+}
+
 /// Cuts every complete frame out of `buf` and dispatches the messages they complete.
 fn cut_and_dispatch(
     conn: &Arc<Conn>,
     decoder: &FrameDecoder,
     reassembler: &mut Reassembler,
     buf: &mut BytesMut,
+    drop_incoming: bool,
     context: &impl ReaderContext,
 ) -> Result<(), FrameError> {
     let handlers = context.handlers();
@@ -109,8 +211,7 @@ fn cut_and_dispatch(
     let mut ordered_bytes = 0;
     let mut unordered = Vec::new();
     let mut unordered_bytes = 0;
-    let dropping =
-        conn.drop_incoming.load(Ordering::Relaxed) || conn.fenced.load(Ordering::Relaxed);
+    let dropping = drop_incoming || conn.fenced.load(Ordering::Relaxed);
     let mut cached: Option<(u16, Registered)> = None;
     while let Some(frame) = decoder.decode(buf)? {
         conn.count_frame();
@@ -165,6 +266,8 @@ fn cut_and_dispatch(
             handler: entry.handler,
         };
         if entry.inline {
+            // Ordered types are never inline (`handler::insert`): the pool keeps their order.
+            debug_assert!(!entry.ordered, "an ordered type registered inline");
             // The last complete frame of this read may answer straight to the socket.
             let direct = if buf.len() < HEADER_BYTES {
                 Direct::Yes

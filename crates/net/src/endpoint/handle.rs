@@ -17,7 +17,7 @@ use super::events::ConnectionEvents;
 use super::shared::{Shared, Slot};
 use crate::conn::{CloseReason, Conn, ConnectionStats};
 use crate::error::NetError;
-use crate::fault::Fault;
+use crate::fault::{Fault, LinkFaults};
 use crate::handler::{HandlerMap, MessageType};
 use crate::lane::LaneStats;
 use crate::NodeId;
@@ -125,39 +125,59 @@ impl NetHandle {
         self.shared.fenced.read().contains(&node)
     }
 
-    /// Turns on a simulated fault towards `node` (test fault switch).
+    /// Sets the network filter towards `node` to `fault` alone, replacing what was set
+    /// (test fault switch; see `crate::fault` for what each filter does). Applies to the
+    /// node's open connection and lanes at once and to those opened later.
     pub fn set_fault(&self, node: NodeId, fault: Fault) {
-        // Lock order: never hold `faults` while taking `table` (accepting does table → faults).
-        self.shared.faults.write().insert(node, fault);
-        self.shared.faults_any.store(true, Ordering::Release);
-        for conn in self
-            .lookup(node)
-            .into_iter()
-            .chain(self.incoming_lanes(node))
-        {
-            conn.drop_outgoing
-                .store(fault.drops_outgoing(), Ordering::Release);
-            conn.drop_incoming
-                .store(fault.drops_incoming(), Ordering::Release);
-        }
+        self.change_faults(node, |faults| *faults = LinkFaults::of(fault));
     }
 
-    /// Turns off the simulated fault towards `node`.
+    /// Adds `fault` to the filters set towards `node` (e.g. a delay one way and a drop the
+    /// other; a new delay in one direction replaces the old one).
+    pub fn add_fault(&self, node: NodeId, fault: Fault) {
+        self.change_faults(node, |faults| faults.add(fault));
+    }
+
+    /// Turns off every filter towards `node` (heals the link). Bytes a delay holds are
+    /// still delivered, in order, when due.
     pub fn clear_fault(&self, node: NodeId) {
-        {
-            let mut faults = self.shared.faults.write();
-            faults.remove(&node);
+        self.change_faults(node, |faults| *faults = LinkFaults::default());
+    }
+
+    /// The filters set towards `node` (empty when none): drops first (`Partition` for
+    /// both), then delays.
+    pub fn faults(&self, node: NodeId) -> Vec<Fault> {
+        self.shared
+            .faults
+            .read()
+            .get(&node)
+            .map(LinkFaults::list)
+            .unwrap_or_default()
+    }
+
+    /// Changes the filters towards `node` and copies them onto its connection and lanes.
+    fn change_faults(&self, node: NodeId, change: impl FnOnce(&mut LinkFaults)) {
+        let faults = {
+            let mut table = self.shared.faults.write();
+            let mut faults = table.get(&node).copied().unwrap_or_default();
+            change(&mut faults);
+            if faults.is_none() {
+                table.remove(&node);
+            } else {
+                table.insert(node, faults);
+            }
             self.shared
                 .faults_any
-                .store(!faults.is_empty(), Ordering::Release);
-        }
+                .store(!table.is_empty(), Ordering::Release);
+            faults
+        };
+        // Lock order: never hold `faults` while taking `table` (accepting does table → faults).
         for conn in self
             .lookup(node)
             .into_iter()
             .chain(self.incoming_lanes(node))
         {
-            conn.drop_outgoing.store(false, Ordering::Release);
-            conn.drop_incoming.store(false, Ordering::Release);
+            conn.filter.set(&faults);
         }
     }
 
@@ -242,7 +262,7 @@ impl NetHandle {
                 .faults
                 .read()
                 .get(&node)
-                .is_some_and(|fault| fault.drops_outgoing())
+                .is_some_and(|faults| faults.drop_outgoing)
     }
 
     pub(super) fn block_on<T>(

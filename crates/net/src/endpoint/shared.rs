@@ -22,7 +22,7 @@ use super::events::ConnectionLost;
 use crate::config::Config;
 use crate::conn::{Conn, ConnLimits};
 use crate::error::NetError;
-use crate::fault::Fault;
+use crate::fault::LinkFaults;
 use crate::handler::HandlerMap;
 use crate::lane::OutgoingLanes;
 use crate::pool::{Batch, PoolSenders};
@@ -54,7 +54,7 @@ pub(crate) struct Shared {
     pub(super) pool: RwLock<Option<PoolSenders>>,
     pub(super) events: broadcast::Sender<ConnectionLost>,
     pub(super) fenced: RwLock<HashSet<NodeId>>,
-    pub(super) faults: RwLock<HashMap<NodeId, Fault>>,
+    pub(super) faults: RwLock<HashMap<NodeId, LinkFaults>>,
     pub(super) faults_any: AtomicBool,
     pub(super) shut_down: AtomicBool,
     pub(super) shutdown_tx: watch::Sender<bool>,
@@ -110,11 +110,8 @@ impl Shared {
             self.now_ms(),
         ));
         if self.faults_any.load(Ordering::Acquire) {
-            if let Some(fault) = self.faults.read().get(&peer) {
-                conn.drop_outgoing
-                    .store(fault.drops_outgoing(), Ordering::Release);
-                conn.drop_incoming
-                    .store(fault.drops_incoming(), Ordering::Release);
+            if let Some(faults) = self.faults.read().get(&peer) {
+                conn.filter.set(faults);
             }
         }
         conn
