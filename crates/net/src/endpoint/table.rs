@@ -190,6 +190,11 @@ impl Shared {
     /// Puts a connection this node dialed into the table (see the module docs for the
     /// tie-break). Returns false if an existing connection to the same instance wins.
     pub(super) fn install_outgoing(&self, node: NodeId, conn: &Arc<Conn>) -> bool {
+        // A lane in the table would carry one-way messages, which close a lane.
+        assert!(
+            conn.initiated_locally && !conn.lane && conn.peer == node,
+            "only this node's own dial to `node` goes into the table as its connection"
+        );
         let replaced = {
             let mut table = self.table.write();
             let replaced = match table.get(&node) {
