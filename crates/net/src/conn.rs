@@ -297,7 +297,7 @@ impl Conn {
     }
 
     /// Queues one frame if there is room. `Ok(false)`: the queue is full, wait for
-    /// [`Conn::wait_for_space`]. `allowance` multiplies the queue limit (responses use 2).
+    /// [`Conn::enqueue_wait`]. `allowance` multiplies the queue limit (responses use 2).
     pub fn try_enqueue(
         &self,
         header: &FrameHeader,
@@ -316,6 +316,10 @@ impl Conn {
             header.payload_bytes as usize,
             payload.len(),
             "frame length field and payload differ"
+        );
+        debug_assert!(
+            payload.len() <= FRAME_PAYLOAD_BYTES_MAX,
+            "a frame longer than the receiver accepts"
         );
         let frame_bytes = HEADER_BYTES + payload.len();
         let mut queue = self.out.lock();

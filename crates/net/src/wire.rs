@@ -105,10 +105,6 @@ pub struct FrameHeader {
 impl FrameHeader {
     /// The 12 header bytes.
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
-        debug_assert!(
-            self.payload_bytes as usize <= FRAME_PAYLOAD_BYTES_MAX,
-            "a frame longer than the receiver accepts"
-        );
         let mut flags = self.kind.bits();
         if self.ordered {
             flags |= FLAG_ORDERED;
