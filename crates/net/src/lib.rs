@@ -49,7 +49,8 @@
 //!
 //! ## Module dependency order
 //! Each module uses only modules listed before it (no cycles; the crate root's re-exports,
-//! such as [`NodeId`], are used everywhere):
+//! such as [`NodeId`], are used everywhere; checked on the sources by
+//! `tests/module_order.rs`, which also checks the endpoint submodules' order):
 //!
 //! 1. `error`, `config`, `fault`;
 //! 2. `wire` (error);
