@@ -157,6 +157,8 @@ impl NetHandle {
 
     /// Changes the filters towards `node` and copies them onto its connection and lanes.
     fn change_faults(&self, node: NodeId, change: impl FnOnce(&mut LinkFaults)) {
+        // One change at a time, so that connections end with the filters of the last.
+        let _serial = self.shared.fault_changes.lock();
         let faults = {
             let mut table = self.shared.faults.write();
             let mut faults = table.get(&node).copied().unwrap_or_default();

@@ -141,6 +141,7 @@ impl Endpoint {
             fenced: RwLock::new(HashSet::new()),
             faults: RwLock::new(HashMap::new()),
             faults_any: AtomicBool::new(false),
+            fault_changes: parking_lot::Mutex::new(()),
             shut_down: AtomicBool::new(false),
             shutdown_tx,
             serial: AtomicU64::new(0),

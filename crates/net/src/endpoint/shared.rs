@@ -6,6 +6,8 @@
 //! onto the connection) and handshake greetings. The table's logic is in `table.rs`.
 //!
 //! Lock order: `table` → `fenced`/`faults`/`addresses` (never the reverse);
+//! `fault_changes` first, held while `faults`, then `table`, then `incoming_lanes` are
+//! taken one at a time;
 //! `incoming_lanes` is taken alone.
 
 use std::collections::{HashMap, HashSet};
@@ -56,6 +58,9 @@ pub(crate) struct Shared {
     pub(super) fenced: RwLock<HashSet<NodeId>>,
     pub(super) faults: RwLock<HashMap<NodeId, LinkFaults>>,
     pub(super) faults_any: AtomicBool,
+    /// Held by `NetHandle::change_faults` from reading `faults` to updating the
+    /// connections (taken before `faults`, never while `table` is held).
+    pub(super) fault_changes: parking_lot::Mutex<()>,
     pub(super) shut_down: AtomicBool,
     pub(super) shutdown_tx: watch::Sender<bool>,
     pub(super) serial: AtomicU64,
