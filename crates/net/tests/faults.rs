@@ -18,7 +18,7 @@ const ECHO: MessageType = MessageType::unordered(2, 1);
 const STAMP: MessageType = MessageType::ordered(2, 2);
 const SHORT: Duration = Duration::from_millis(150);
 const TIMEOUT: Duration = Duration::from_secs(5);
-const DELAY_MS: u64 = 200;
+const DELAY_MS: u64 = 300;
 
 /// Sequence numbers as they reached a node's STAMP handler, with the time.
 type Arrivals = Arc<Mutex<Vec<(u64, Instant)>>>;
