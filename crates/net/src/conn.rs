@@ -8,10 +8,14 @@
 //! vectored I/O, so many small messages from many threads become one syscall. The writer is
 //! woken only when the queue goes from empty to non-empty.
 //!
-//! Receive path: the reader task reads up to [`READ_BUFFER_BYTES`] at a time, cuts every
-//! complete frame out of the buffer (payloads share the read buffer), completes responses
-//! directly, and hands messages and requests to the handler pool in two batches per read:
-//! ordered ones to this connection's fixed lane, the rest to the shared queue.
+//! Receive side: the counters and the flow-control state the reader task (`reader.rs`)
+//! works on, and the outstanding requests it completes. This module names no handler
+//! type: the handlers sit above it (`handler.rs` answers requests through a [`Conn`]).
+//!
+//! Network filters (`crate::fault`): `try_enqueue` drops frames under `DropOutgoing`, and
+//! while an outgoing delay is set the writer holds what it takes in a delay line
+//! (`write_delayed`) and writes it when due, in order; with no filter set, both cost one
+//! relaxed load.
 //!
 //! Invariants:
 //! - Queued send bytes stay ≤ `send_queue_bytes_max` (+ one frame); responses may use up to
@@ -31,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
@@ -40,12 +44,11 @@ use tokio::time::Instant;
 
 use crate::config::{
     AGGREGATION_BUFFER_BYTES, COPY_PAYLOAD_BYTES_MAX, DEADLINE_FAR, IO_SLICES_MAX,
-    PENDING_REQUESTS_MAX, READ_BUFFER_BYTES, READ_SPACE_BYTES_MIN,
+    PENDING_REQUESTS_MAX,
 };
 use crate::error::{FrameError, NetError};
-use crate::wire::{
-    Fragment, FrameDecoder, FrameHeader, Kind, Reassembler, FRAME_PAYLOAD_BYTES_MAX, HEADER_BYTES,
-};
+use crate::fault::{DelayLine, LinkFilter, DELAY_OUTGOING, DROP_OUTGOING};
+use crate::wire::{Fragment, FrameHeader, Kind, FRAME_PAYLOAD_BYTES_MAX, HEADER_BYTES};
 use crate::NodeId;
 
 /// Why a connection closed, as reported to event subscribers and in logs.
@@ -162,8 +165,8 @@ pub(crate) struct Conn {
     /// Held while a fragmented message is being queued.
     pub large_lane: tokio::sync::Mutex<()>,
     pub fenced: AtomicBool,
-    pub drop_incoming: AtomicBool,
-    pub drop_outgoing: AtomicBool,
+    /// The network filters (test faults) of the link to the peer.
+    pub filter: LinkFilter,
     last_used_ms: AtomicU64,
     frames_received: AtomicU64,
     read_calls: AtomicU64,
@@ -238,8 +241,7 @@ impl Conn {
             resume_reader: Notify::new(),
             large_lane: tokio::sync::Mutex::new(()),
             fenced: AtomicBool::new(false),
-            drop_incoming: AtomicBool::new(false),
-            drop_outgoing: AtomicBool::new(false),
+            filter: LinkFilter::default(),
             last_used_ms: AtomicU64::new(now_ms),
             frames_received: AtomicU64::new(0),
             read_calls: AtomicU64::new(0),
@@ -295,7 +297,7 @@ impl Conn {
     }
 
     /// Queues one frame if there is room. `Ok(false)`: the queue is full, wait for
-    /// [`Conn::wait_for_space`]. `allowance` multiplies the queue limit (responses use 2).
+    /// [`Conn::enqueue_wait`]. `allowance` multiplies the queue limit (responses use 2).
     pub fn try_enqueue(
         &self,
         header: &FrameHeader,
@@ -303,10 +305,22 @@ impl Conn {
         allowance: usize,
         direct: Direct,
     ) -> Result<bool, NetError> {
-        if self.drop_outgoing.load(Ordering::Relaxed) {
-            // Fault switch: the frame is lost as on a broken network.
+        // The only fault check of this path: one relaxed load (see `crate::fault`).
+        let filter = self.filter.bits();
+        if filter & DROP_OUTGOING != 0 {
+            // The frame is lost as on a broken network.
             return Ok(true);
         }
+        // A length field that differs from the bytes queued puts the stream out of step.
+        debug_assert_eq!(
+            header.payload_bytes as usize,
+            payload.len(),
+            "frame length field and payload differ"
+        );
+        debug_assert!(
+            payload.len() <= FRAME_PAYLOAD_BYTES_MAX,
+            "a frame longer than the receiver accepts"
+        );
         let frame_bytes = HEADER_BYTES + payload.len();
         let mut queue = self.out.lock();
         if self.is_closed() {
@@ -320,8 +334,14 @@ impl Conn {
         queue.frames_sent += 1;
         let head = header.encode();
         let mut skip = 0;
-        if queue.queued_bytes == 0 && queue.writer_parked && direct != Direct::Never {
+        // A delayed link writes everything through the writer's delay line.
+        if queue.queued_bytes == 0
+            && queue.writer_parked
+            && direct != Direct::Never
+            && filter & DELAY_OUTGOING == 0
+        {
             skip = direct_write(&mut queue, &head, payload, direct);
+            debug_assert!(skip <= frame_bytes, "a direct write wrote past its frame");
             if skip == frame_bytes {
                 return Ok(true);
             }
@@ -407,7 +427,11 @@ impl Conn {
             header.message_id = self.next_fragmented_id.fetch_add(1, Ordering::Relaxed);
         }
         let mut offset = 0;
+        let mut last_queued = false;
         while offset < payload.len() {
+            // The fragments of one message follow each other under `large_lane`: More...,
+            // then exactly one Last, covering the payload once (docs/wire-format.md, 3).
+            assert!(!last_queued, "a fragment queued after the last one");
             let end = (offset + FRAME_PAYLOAD_BYTES_MAX).min(payload.len());
             header.fragment = if end == payload.len() {
                 Fragment::Last
@@ -417,8 +441,13 @@ impl Conn {
             header.payload_bytes = (end - offset) as u32;
             self.enqueue_wait(&header, &payload.slice(offset..end), allowance)
                 .await?;
+            last_queued = header.fragment == Fragment::Last;
             offset = end;
         }
+        assert!(
+            last_queued && offset == payload.len(),
+            "a fragmented message must end with its last fragment"
+        );
         Ok(())
     }
 
@@ -450,7 +479,8 @@ impl Conn {
         self.pending.lock().remove(&id);
     }
 
-    fn complete_request(&self, id: u32, payload: Bytes) {
+    /// Hands a response to the request waiting for it (dropped if none does).
+    pub fn complete_request(&self, id: u32, payload: Bytes) {
         let waiter = self.pending.lock().remove(&id);
         match waiter {
             Some(waiter) => {
@@ -460,7 +490,8 @@ impl Conn {
         }
     }
 
-    fn add_unprocessed(&self, bytes: usize) {
+    /// The reader handed `bytes` worth of this connection's messages to handlers.
+    pub fn add_unprocessed(&self, bytes: usize) {
         let now = self.unprocessed_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
         self.unprocessed_bytes_peak
             .fetch_max(now, Ordering::Relaxed);
@@ -469,10 +500,26 @@ impl Conn {
     /// Handlers finished `bytes` worth of this connection's messages.
     pub fn release_unprocessed(&self, bytes: usize) {
         let before = self.unprocessed_bytes.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(before >= bytes, "released more bytes than were unprocessed");
         let limit = self.limits.receive_unprocessed_bytes_max;
         if before > limit && before - bytes <= limit {
             self.resume_reader.notify_one();
         }
+    }
+
+    /// Resolves when handlers brought unprocessed bytes back under the limit (or on close).
+    pub async fn reader_resumed(&self) {
+        self.resume_reader.notified().await
+    }
+
+    /// Counts a read call that returned data.
+    pub fn count_read(&self) {
+        self.read_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a received frame.
+    pub fn count_frame(&self) {
+        self.frames_received.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn unprocessed(&self) -> usize {
@@ -500,6 +547,7 @@ fn direct_write(
     payload: &Bytes,
     direct: Direct,
 ) -> usize {
+    debug_assert!(queue.queued_bytes == 0 && queue.writer_parked);
     let idle = direct == Direct::Yes || {
         let now = std::time::Instant::now();
         let idle = queue
@@ -586,6 +634,13 @@ pub(crate) async fn writer_loop(
         if conn.is_closed() {
             return None;
         }
+        if conn.filter.bits() & DELAY_OUTGOING != 0 {
+            // Cold: an outgoing delay is set (test filter); back here once it drained.
+            if let Err(reason) = write_delayed(&conn, &stream, &clock, &mut closed).await {
+                return reason;
+            }
+            continue;
+        }
         let Some((mut segments, bytes)) = take_queued(&conn) else {
             tokio::select! {
                 _ = conn.writer_wake.notified() => continue,
@@ -603,6 +658,7 @@ pub(crate) async fn writer_loop(
         };
         let wake_senders = {
             let mut queue = conn.out.lock();
+            debug_assert!(queue.queued_bytes >= bytes, "wrote more than was queued");
             queue.queued_bytes -= bytes;
             queue.write_calls += calls;
             std::mem::replace(&mut queue.senders_waiting, false)
@@ -613,195 +669,86 @@ pub(crate) async fn writer_loop(
     }
 }
 
-/// A message ready for a handler.
-pub(crate) struct Delivery {
-    pub kind: Kind,
-    pub type_id: u8,
-    pub subtype: u8,
-    pub ordered: bool,
-    pub message_id: u32,
-    pub payload: Bytes,
-    pub handler: Arc<dyn crate::handler::Handler>,
+/// Takes what was queued since the last take without counting its bytes as written (they
+/// stay queued while a delay line holds them), or parks the writer if nothing was.
+fn take_queued_delayed(conn: &Conn) -> Option<VecDeque<Bytes>> {
+    let mut queue = conn.out.lock();
+    if queue.segments.is_empty() && queue.tail.is_empty() {
+        queue.writer_parked = true;
+        return None;
+    }
+    let mut segments = std::mem::take(&mut queue.segments);
+    if !queue.tail.is_empty() {
+        segments.push_back(queue.tail.split().freeze());
+    }
+    Some(segments)
 }
 
-/// Messages of one connection from one read, for one handler thread.
-pub(crate) struct Batch {
-    pub conn: Arc<Conn>,
-    pub deliveries: Vec<Delivery>,
-    pub bytes: usize,
-}
-
-/// What the reader needs from its endpoint.
-pub(crate) trait ReaderContext {
-    /// The current handler table.
-    fn handlers(&self) -> Arc<crate::handler::HandlerMap>;
-    /// Hands a batch to the handler pool (ordered batches to the connection's lane).
-    fn dispatch(&self, batch: Batch, ordered: bool);
-    /// Milliseconds since the endpoint started.
-    fn now_ms(&self) -> u64;
-}
-
-/// The reader task: reads, cuts frames, dispatches, and applies flow control. Returns why
-/// the connection ended.
-pub(crate) async fn reader_loop(
-    conn: Arc<Conn>,
-    stream: Arc<TcpStream>,
-    context: &impl ReaderContext,
-) -> CloseReason {
-    let decoder = FrameDecoder::default();
-    let mut reassembler = Reassembler::new(conn.limits.message_bytes_max);
-    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
-    let mut closed = conn.close_watch();
+/// The writer while an outgoing delay is set or its line still holds bytes: what is
+/// queued is taken at once into a [`DelayLine`] (due the delay from now) and written when
+/// due, in order. Returns `Ok` once the delay is off and the line is empty (the plain
+/// writer takes over), `Err` with the writer's result when the connection ends.
+async fn write_delayed(
+    conn: &Conn,
+    stream: &TcpStream,
+    clock: &impl Fn() -> u64,
+    closed: &mut watch::Receiver<bool>,
+) -> Result<(), Option<CloseReason>> {
+    let mut line = DelayLine::default();
     loop {
-        let needed = decoder.bytes_needed(&buf).saturating_sub(buf.len());
-        if buf.capacity() - buf.len() < needed.max(READ_SPACE_BYTES_MIN) {
-            buf.reserve(needed.max(READ_BUFFER_BYTES));
+        if conn.is_closed() {
+            return Err(None);
         }
-        // Read at most one read buffer's worth (or the rest of a large frame): this bounds
-        // how far past the flow-control limit one read can go.
-        let mut limited = (&mut buf).limit(needed.max(READ_BUFFER_BYTES));
-        let read = tokio::select! {
-            biased;
-            _ = closed.changed() => return CloseReason::Closed,
-            read = read_some(&stream, &mut limited) => read,
-        };
-        match read {
-            Ok(0) if buf.is_empty() => return CloseReason::PeerClosed,
-            Ok(0) => {
-                return CloseReason::Protocol(FrameError::Truncated {
-                    buffered_bytes: buf.len(),
-                })
+        let delay = conn.filter.delay_outgoing();
+        let now = Instant::now();
+        if let Some(segments) = take_queued_delayed(conn) {
+            for segment in segments {
+                line.push(now + delay, segment);
             }
-            Ok(_) => {}
-            Err(error) => return CloseReason::Io(error.to_string()),
+            continue;
         }
-        conn.touch(context.now_ms());
-        conn.read_calls.fetch_add(1, Ordering::Relaxed);
-        if let Err(error) = cut_and_dispatch(&conn, &decoder, &mut reassembler, &mut buf, context) {
-            return CloseReason::Protocol(error);
+        let mut due = VecDeque::new();
+        let mut bytes = 0;
+        while let Some(piece) = line.pop_due(now) {
+            bytes += piece.len();
+            due.push_back(piece);
         }
-        // Flow control: stop reading while handlers are behind.
-        while conn.unprocessed() > conn.limits.receive_unprocessed_bytes_max {
+        if bytes > 0 {
+            conn.touch(clock());
+            let result = tokio::select! {
+                result = write_segments(stream, &mut due) => result,
+                _ = closed.changed() => return Err(None),
+            };
+            let calls = result.map_err(|error| Some(CloseReason::Io(error.to_string())))?;
+            let wake_senders = {
+                let mut queue = conn.out.lock();
+                assert!(
+                    queue.queued_bytes >= bytes,
+                    "a delay line held more bytes than were queued"
+                );
+                queue.queued_bytes -= bytes;
+                queue.write_calls += calls;
+                std::mem::replace(&mut queue.senders_waiting, false)
+            };
+            if wake_senders {
+                conn.space.notify_waiters();
+            }
+            continue;
+        }
+        let Some(next_due) = line.next_due() else {
+            if delay.is_zero() {
+                return Ok(());
+            }
+            // Parked by `take_queued_delayed`: the next frame queued wakes us.
             tokio::select! {
-                _ = conn.resume_reader.notified() => {}
-                _ = closed.changed() => return CloseReason::Closed,
+                _ = conn.writer_wake.notified() => continue,
+                _ = closed.changed() => return Err(None),
             }
+        };
+        tokio::select! {
+            _ = conn.writer_wake.notified() => {}
+            _ = tokio::time::sleep_until(next_due) => {}
+            _ = closed.changed() => return Err(None),
         }
     }
-}
-
-async fn read_some(stream: &TcpStream, buf: &mut impl BufMut) -> std::io::Result<usize> {
-    loop {
-        stream.readable().await?;
-        match stream.try_read_buf(buf) {
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
-            result => return result,
-        }
-    }
-}
-
-/// Cuts every complete frame out of `buf` and dispatches the messages they complete.
-fn cut_and_dispatch(
-    conn: &Arc<Conn>,
-    decoder: &FrameDecoder,
-    reassembler: &mut Reassembler,
-    buf: &mut BytesMut,
-    context: &impl ReaderContext,
-) -> Result<(), FrameError> {
-    let handlers = context.handlers();
-    let mut ordered = Vec::new();
-    let mut ordered_bytes = 0;
-    let mut unordered = Vec::new();
-    let mut unordered_bytes = 0;
-    let dropping =
-        conn.drop_incoming.load(Ordering::Relaxed) || conn.fenced.load(Ordering::Relaxed);
-    let mut cached: Option<(u16, crate::handler::Registered)> = None;
-    while let Some(frame) = decoder.decode(buf)? {
-        conn.frames_received.fetch_add(1, Ordering::Relaxed);
-        let header = frame.header;
-        if conn.lane && (header.kind != Kind::Request || header.ordered) {
-            return Err(FrameError::NotALaneRequest {
-                type_id: header.type_id,
-                subtype: header.subtype,
-            });
-        }
-        let handler = if header.kind == Kind::Response {
-            None
-        } else {
-            let key = crate::handler::type_key(header.type_id, header.subtype);
-            let entry = match &cached {
-                Some((cached_key, entry)) if *cached_key == key => entry.clone(),
-                _ => {
-                    let entry = handlers.get(&key).cloned().ok_or(FrameError::UnknownType {
-                        type_id: header.type_id,
-                        subtype: header.subtype,
-                    })?;
-                    cached = Some((key, entry.clone()));
-                    entry
-                }
-            };
-            if entry.ordered != header.ordered {
-                return Err(FrameError::OrderingMismatch {
-                    type_id: header.type_id,
-                    subtype: header.subtype,
-                });
-            }
-            Some(entry)
-        };
-        let Some(message) = reassembler.push(frame)? else {
-            continue;
-        };
-        if dropping {
-            continue;
-        }
-        let Some(entry) = handler else {
-            conn.complete_request(message.message_id, message.payload);
-            continue;
-        };
-        let bytes = HEADER_BYTES + message.payload.len();
-        let delivery = Delivery {
-            kind: message.kind,
-            type_id: message.type_id,
-            subtype: message.subtype,
-            ordered: message.ordered,
-            message_id: message.message_id,
-            payload: message.payload,
-            handler: entry.handler,
-        };
-        if entry.inline {
-            // The last complete frame of this read may answer straight to the socket.
-            let direct = if buf.len() < HEADER_BYTES {
-                Direct::Yes
-            } else {
-                Direct::Never
-            };
-            crate::handler::run(conn, delivery, direct);
-            continue;
-        }
-        if message.ordered {
-            ordered.push(delivery);
-            ordered_bytes += bytes;
-        } else {
-            unordered.push(delivery);
-            unordered_bytes += bytes;
-        }
-    }
-    for (deliveries, bytes, is_ordered) in [
-        (ordered, ordered_bytes, true),
-        (unordered, unordered_bytes, false),
-    ] {
-        if deliveries.is_empty() {
-            continue;
-        }
-        conn.add_unprocessed(bytes);
-        context.dispatch(
-            Batch {
-                conn: conn.clone(),
-                deliveries,
-                bytes,
-            },
-            is_ordered,
-        );
-    }
-    Ok(())
 }

@@ -298,9 +298,20 @@ impl Responder {
     }
 }
 
+/// A message ready for a handler.
+pub(crate) struct Delivery {
+    pub kind: Kind,
+    pub type_id: u8,
+    pub subtype: u8,
+    pub ordered: bool,
+    pub message_id: u32,
+    pub payload: Bytes,
+    pub handler: Arc<dyn Handler>,
+}
+
 /// Runs one delivery's handler (catching panics) and builds its `Incoming`. `direct`:
 /// whether a response may skip the writer task (no more work of this connection queued).
-pub(crate) fn run(conn: &Arc<Conn>, delivery: crate::conn::Delivery, direct: Direct) {
+pub(crate) fn run(conn: &Arc<Conn>, delivery: Delivery, direct: Direct) {
     let responder = (delivery.kind == Kind::Request).then(|| {
         Responder::new(
             conn.clone(),

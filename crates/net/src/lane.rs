@@ -9,7 +9,8 @@
 //! connection to the caller (no replacement, no `ConnectionLost` events).
 //!
 //! This module holds the per-node pools of idle lanes and the blocking request on one
-//! lane; `endpoint.rs` decides when a lane is used, opens lanes and fences them.
+//! lane; the endpoint decides when a lane is used and opens lanes (`endpoint/lanes.rs`,
+//! `endpoint/dial.rs`) and fences them (`endpoint/handle.rs`).
 //!
 //! Invariants:
 //! - A lane carries one request at a time; it goes back to its pool only after a complete,

@@ -33,12 +33,56 @@
 //!   documented in `docs/wire-format.md`).
 //! - Payloads are encoded field by field with `myriad_types::codec` (varints,
 //!   little-endian integers, length-prefixed slices shared with the received buffer).
-//! - `endpoint`: listener, connection table, handshake driver, the public [`NetHandle`].
-//! - `conn`: one connection's send queue, writer and reader tasks, flow control.
-//! - `pool`: handler threads; `handler`: message types and what handlers receive.
+//! - `fault`: the per-link network filters for tests ([`Fault`]: drop, partition, delay,
+//!   one direction or both) and the delay lines that keep a delayed stream in order.
+//! - `conn`: one connection's send queue, writer task, outstanding requests and
+//!   receive-side counters; `reader`: its reader task (frames to responses, inline
+//!   handlers and pool batches; flow control).
+//! - `handler`: message types, what handlers receive, and running one; `pool`: handler
+//!   threads.
 //! - `lane`: direct request lanes, the fast path of `NetHandle::request_blocking` (the
 //!   calling thread writes the request and reads the response on a pooled connection of
 //!   its own, no I/O-thread hand-off; see `docs/wire-format.md`, "Lanes").
+//! - `endpoint`: listener and handshake, connection table, the public [`NetHandle`]
+//!   and [`Endpoint`], request tracking and events (its submodules and their order are
+//!   listed in its module docs).
+//!
+//! ## Module dependency order
+//! Each module uses only modules listed before it (no cycles; the crate root's re-exports,
+//! such as [`NodeId`], are used everywhere; checked on the sources by
+//! `tests/module_order.rs`, which also checks the endpoint submodules' order):
+//!
+//! 1. `error`, `config`, `fault`;
+//! 2. `wire` (error);
+//! 3. `conn` (config, error, fault, wire) and `lane` (error, wire): neither names a
+//!    handler;
+//! 4. `handler` (conn: a [`Responder`] answers through its connection);
+//! 5. `pool` (conn, handler: it runs deliveries);
+//! 6. `reader` (conn, handler, pool, fault): it reaches its endpoint only through the
+//!    narrow `reader::ReaderContext` trait;
+//! 7. `endpoint` (all of the above).
+//!
+//! ## Where the crate reaches the world
+//! For a simulator that would one day substitute them (nothing is abstracted yet):
+//! - **Clock.** Deadlines and timeouts that decide protocol behaviour read tokio's clock
+//!   (`tokio::time::Instant`, `sleep`, `timeout`): the request deadline
+//!   (`endpoint::pending`, `endpoint::deadline_after`), the connect and handshake
+//!   timeouts (`endpoint::table`, `endpoint::accept`), the send timeout
+//!   (`Conn::enqueue_wait`), the lane sweeper, and the delay lines (`conn::write_delayed`,
+//!   `reader`). `std::time::Instant` is read where no runtime is involved: the lanes' blocking deadlines and idle checks (`lane`,
+//!   `endpoint::lanes`, `endpoint::dial::dial_lane`), the direct-write idle check
+//!   (`conn::direct_write`), and the millisecond clock of least-recently-used eviction
+//!   (`Shared::now_ms`).
+//! - **Sockets.** tokio `TcpListener`/`TcpStream` for connections (`endpoint::setup`,
+//!   `endpoint::accept`, `endpoint::dial`, `conn`, `reader`); blocking
+//!   `std::net::TcpStream` for lanes (`lane`, `endpoint::dial::dial_lane`). The network
+//!   filters (`fault`) sit right above the sockets, on the byte streams.
+//! - **Threads and tasks.** The tokio runtime (owned or passed in, `endpoint::setup`) runs
+//!   the accept loop, handshakes, reader and writer tasks and the lane sweeper; the
+//!   handler pool is plain `std::thread`s (`pool`); blocking calls use
+//!   `Handle::block_on`.
+//! - **Randomness.** `rand::rngs::OsRng` for the instance ID and handshake nonces
+//!   (`endpoint::setup`, `endpoint::shared`).
 //!
 //! # Threads
 //! An endpoint runs its I/O on a tokio multi-thread runtime (its own, or one passed in)
@@ -56,6 +100,9 @@
 //! Architecture invariant: this crate depends on no other Myriad crate but the ground
 //! floor, `myriad-types` (node IDs); it never panics or allocates on the say-so of a peer's
 //! bytes (every length is checked first); bad input closes only the connection that sent it.
+//! Invariants whose violation would put a stream out of step (a frame's length field and
+//! its payload, the fragments of a message, the bytes a queue or delay line holds) are
+//! asserted: with `assert!` off the per-frame path, with `debug_assert!` on it.
 
 #![forbid(unsafe_code)]
 
@@ -63,9 +110,11 @@ mod config;
 mod conn;
 mod endpoint;
 mod error;
+mod fault;
 mod handler;
 mod lane;
 mod pool;
+mod reader;
 pub mod wire;
 
 pub use bytes::Bytes;
@@ -75,8 +124,9 @@ pub use config::{
     READ_SPACE_BYTES_MIN, SECRET_BYTES_MAX,
 };
 pub use conn::{CloseReason, ConnectionStats};
-pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, Fault, NetHandle, PendingResponse};
+pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, NetHandle, PendingResponse};
 pub use error::{FrameError, HandshakeError, NetError};
+pub use fault::Fault;
 pub use handler::{Handler, Handlers, Incoming, MessageType, Responder};
 pub use lane::LaneStats;
 

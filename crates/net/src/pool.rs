@@ -10,11 +10,21 @@
 //! thread exits when the pool's senders are all dropped (endpoint shutdown).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{select, Receiver, Sender};
 
-use crate::conn::{Batch, Direct};
+use crate::conn::{Conn, Direct};
+use crate::fault::DROP_INCOMING;
+use crate::handler::Delivery;
+
+/// Messages of one connection from one read, for one handler thread.
+pub(crate) struct Batch {
+    pub conn: Arc<Conn>,
+    pub deliveries: Vec<Delivery>,
+    pub bytes: usize,
+}
 
 /// The senders readers use to hand batches to the pool.
 #[derive(Clone)]
@@ -86,7 +96,7 @@ fn handler_thread(lane: Receiver<Batch>, shared: Receiver<Batch>) {
         let count = deliveries.len();
         for (index, delivery) in deliveries.into_iter().enumerate() {
             // Fencing and the incoming fault switch also stop messages already queued.
-            if conn.fenced.load(Ordering::Relaxed) || conn.drop_incoming.load(Ordering::Relaxed) {
+            if conn.fenced.load(Ordering::Relaxed) || conn.filter.bits() & DROP_INCOMING != 0 {
                 continue;
             }
             // A response may go straight to the socket when nothing else of this

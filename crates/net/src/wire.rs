@@ -10,8 +10,9 @@
 //!   `message_bytes_max`; it grows its buffer only by fragments that actually arrived.
 //! - Nothing here panics on any input (fuzzed by `crates/net/fuzz`).
 //!
-//! Callers: the connection reader and writer (`conn.rs`), the handshake (`endpoint.rs`),
-//! the fuzz targets and tests.
+//! Callers: the connection reader (`reader.rs`) and writer (`conn.rs`), the handshake
+//! (`endpoint/dial.rs`, `endpoint/accept.rs`), the lanes (`lane.rs`), the fuzz targets and
+//! tests.
 
 use bytes::{Buf, Bytes, BytesMut};
 use hmac::digest::KeyInit;

@@ -1,0 +1,123 @@
+//! Accepting: the listener loop, the acceptor's half of the handshake, and the sweeper of
+//! idle lanes.
+//!
+//! Particular to this module: nothing is registered for an incoming socket before the
+//! connector's proof has been checked; then `Shared::decide_incoming` or
+//! `Shared::decide_lane` (`table.rs`) decides the verdict, and an accepted connection is in
+//! the table before its verdict is written. Every handshake is bounded by
+//! `Config::handshake_timeout`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use super::shared::Shared;
+use crate::config::ACCEPT_RETRY_DELAY;
+use crate::conn::CloseReason;
+use crate::error::HandshakeError;
+use crate::wire::{self, Greeting, GREETING_BYTES, PROOF_BYTES};
+use crate::NodeId;
+
+pub(super) async fn accept_loop(
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = shutdown.changed() => return,
+        };
+        match accepted {
+            Ok((stream, addr)) => {
+                let shared = shared.clone();
+                shared.runtime.clone().spawn(async move {
+                    let timeout = shared.config.handshake_timeout;
+                    match tokio::time::timeout(timeout, accept(&shared, stream)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(reason)) => {
+                            tracing::warn!(peer_addr = %addr, %reason, "incoming connection refused")
+                        }
+                        Err(_) => tracing::warn!(peer_addr = %addr, "incoming handshake timed out"),
+                    }
+                });
+            }
+            Err(error) => {
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
+            }
+        }
+    }
+}
+
+/// The acceptor's half of the handshake; on success the connection runs.
+async fn accept(shared: &Arc<Shared>, mut stream: TcpStream) -> Result<(), String> {
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut theirs = [0u8; GREETING_BYTES];
+    stream
+        .read_exact(&mut theirs)
+        .await
+        .map_err(|e| format!("reading greeting: {e}"))?;
+    let greeting = Greeting::decode(&theirs).map_err(|e| e.to_string())?;
+    let node = NodeId(greeting.node);
+    if node == shared.config.node_id {
+        return Err(HandshakeError::UnexpectedNode(greeting.node).to_string());
+    }
+    let ours = shared.greeting(false).encode();
+    let proof = wire::acceptor_proof(&shared.config.secret, &theirs, &ours);
+    let mut reply = [0u8; GREETING_BYTES + PROOF_BYTES];
+    let (greeting_part, proof_part) = reply.split_at_mut(GREETING_BYTES);
+    greeting_part.copy_from_slice(&ours);
+    proof_part.copy_from_slice(&proof);
+    stream
+        .write_all(&reply)
+        .await
+        .map_err(|e| format!("writing challenge: {e}"))?;
+    let mut their_proof = [0u8; PROOF_BYTES];
+    stream
+        .read_exact(&mut their_proof)
+        .await
+        .map_err(|e| format!("reading proof: {e}"))?;
+    if wire::verify_connector_proof(&shared.config.secret, &theirs, &ours, &their_proof).is_err() {
+        return Err(format!("node {node} failed authentication"));
+    }
+    if shared.shut_down.load(Ordering::Acquire) {
+        return Err("endpoint shutting down".into());
+    }
+    let (verdict, conn) = if greeting.lane {
+        shared.decide_lane(node, greeting.instance)
+    } else {
+        shared.decide_incoming(node, greeting.instance)
+    };
+    let written = stream.write_all(&[verdict.encode()]).await;
+    let Some(conn) = conn else {
+        tracing::debug!(%node, ?verdict, "incoming connection not used");
+        return Ok(());
+    };
+    if let Err(error) = written {
+        shared.retire(&conn, CloseReason::Io(error.to_string()));
+        return Err(format!("writing verdict: {error}"));
+    }
+    shared.run(conn.clone(), stream);
+    if !conn.lane {
+        shared.enforce_connection_limit(&conn);
+    }
+    Ok(())
+}
+
+/// Closes lanes idle for longer than `Config::lane_idle_timeout`, until shutdown.
+pub(super) async fn sweep_lanes(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let idle_max = shared.config.lane_idle_timeout;
+    let period = (idle_max / 2).max(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(period) => {}
+            _ = shutdown.changed() => return,
+        }
+        shared.lanes.sweep(idle_max);
+    }
+}

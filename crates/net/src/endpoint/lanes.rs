@@ -1,0 +1,175 @@
+//! The lane path of [`NetHandle::request_blocking`]: when a direct request lane is used,
+//! taking an idle one or opening a new one, and mapping its failures to the errors of the
+//! connection path.
+//!
+//! Particular to this module: the calling thread does all the work itself (blocking
+//! socket calls, no runtime involved once the node's connection exists); the pools of
+//! idle lanes are `crate::lane`, the blocking handshake `dial.rs`. A lane is never used
+//! towards a node with a network filter set (the filters live on connections).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::dial::{dial_lane, DialFailure};
+use super::handle::NetHandle;
+use super::whole_header;
+use crate::config::{DEADLINE_FAR, LANE_CHECK_IDLE};
+use crate::error::NetError;
+use crate::handler::MessageType;
+use crate::lane::{Lane, LaneFailure, Take};
+use crate::wire::{Kind, Verdict, FRAME_PAYLOAD_BYTES_MAX};
+use crate::NodeId;
+
+impl NetHandle {
+    /// The lane path of [`NetHandle::request_blocking`]; `None` to use the connection.
+    pub(super) fn request_on_lane(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+        timeout: Duration,
+    ) -> Option<Result<Bytes, NetError>> {
+        let max = self.shared.config.lanes_per_node_max;
+        if max == 0 || message_type.ordered || payload.len() > FRAME_PAYLOAD_BYTES_MAX {
+            return None;
+        }
+        if let Err(error) = self.check_open().and_then(|()| self.check_size(payload)) {
+            return Some(Err(error));
+        }
+        if self.shared.faults_any.load(Ordering::Acquire)
+            && self.shared.faults.read().contains_key(&to)
+        {
+            return None;
+        }
+        if self.is_fenced(to) {
+            return Some(Err(NetError::Fenced(to)));
+        }
+        let now = std::time::Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or_else(|| now + DEADLINE_FAR);
+        // The peer's instance as its connection knows it: an idle lane of another one
+        // (the peer restarted) is never reused, even if its socket looks open.
+        let instance = if let Some(conn) = self.lookup(to) {
+            // Lane traffic counts as use of the node's connection (least recently used
+            // eviction must not pick a connection whose lanes are busy).
+            conn.touch(self.shared.now_ms());
+            conn.peer_instance
+        } else {
+            // The node's connection comes first, as on the connection path: its events
+            // report the node, and its errors are the ones a failed request gives.
+            let until = Instant::from_std(deadline);
+            let connected = self.block_on(async {
+                match tokio::time::timeout_at(until, self.shared.connection(to)).await {
+                    Ok(conn) => conn.map(|conn| conn.peer_instance),
+                    Err(_) => Err(NetError::Timeout(to)),
+                }
+            });
+            match connected {
+                Ok(instance) => instance,
+                Err(error) => return Some(Err(error)),
+            }
+        };
+        let lanes = &self.shared.lanes;
+        // Bounded: each pass takes an idle lane out of the pool for good or ends.
+        let mut lane = loop {
+            match lanes.take(to, max) {
+                Take::Idle(mut lane) => {
+                    if lane.peer_instance != instance || lane.is_stale(LANE_CHECK_IDLE) {
+                        lanes.discard(to, lane);
+                        continue;
+                    }
+                    break lane;
+                }
+                Take::Open => match self.open_lane(to, deadline) {
+                    Ok(Some(lane)) => break lane,
+                    Ok(None) => return None,
+                    Err(error) => return Some(Err(error)),
+                },
+                Take::Full => return None,
+            }
+        };
+        let header = whole_header(Kind::Request, message_type, 0, payload.len());
+        let message_bytes_max = self.shared.config.message_bytes_max;
+        match lane.call(header, payload, deadline, message_bytes_max) {
+            Ok(response) => {
+                lanes.give_back(to, lane);
+                Some(Ok(response))
+            }
+            Err(failure) => {
+                lanes.discard(to, lane);
+                if self.shared.shut_down.load(Ordering::Acquire) {
+                    return Some(Err(NetError::Shutdown));
+                }
+                if self.is_fenced(to) {
+                    return Some(Err(NetError::Fenced(to)));
+                }
+                Some(Err(match failure {
+                    LaneFailure::Timeout => NetError::Timeout(to),
+                    LaneFailure::Io(_) => NetError::ConnectionLost(to),
+                    LaneFailure::Protocol(_) | LaneFailure::Unexpected => {
+                        tracing::warn!(peer = %to, %failure, "lane closed");
+                        NetError::ConnectionLost(to)
+                    }
+                }))
+            }
+        }
+    }
+
+    /// Opens a lane to `to` on this thread (a slot is reserved by the caller). `Ok(None)`:
+    /// the peer holds its maximum of lanes from us; use the connection.
+    fn open_lane(
+        &self,
+        to: NodeId,
+        deadline: std::time::Instant,
+    ) -> Result<Option<Lane>, NetError> {
+        let lanes = &self.shared.lanes;
+        let opened = self
+            .address(to)
+            .ok_or(NetError::UnknownNode(to))
+            .and_then(|addr| {
+                let connect_timeout = self.shared.config.connect_timeout;
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                // As on the connection path: the request's own deadline, if shorter, makes a
+                // slow connect a request timeout.
+                let (limit, timed_out) = if left < connect_timeout {
+                    (left, NetError::Timeout(to))
+                } else {
+                    (connect_timeout, NetError::ConnectTimeout(to))
+                };
+                dial_lane(&self.shared, to, addr, limit).map_err(|failure| match failure {
+                    DialFailure::TimedOut => timed_out,
+                    DialFailure::Error(error) => error,
+                })
+            });
+        let (stream, peer_instance, verdict) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                lanes.open_failed(to);
+                return Err(error);
+            }
+        };
+        match verdict {
+            Verdict::Accepted => {}
+            Verdict::Duplicate => {
+                lanes.open_failed(to);
+                return Ok(None);
+            }
+            Verdict::Refused => {
+                lanes.open_failed(to);
+                return Err(NetError::Fenced(to));
+            }
+        }
+        let Some(lane) = lanes.opened(to, stream, peer_instance) else {
+            return Ok(None);
+        };
+        if self.is_fenced(to) {
+            lanes.discard(to, lane);
+            return Err(NetError::Fenced(to));
+        }
+        Ok(Some(lane))
+    }
+}

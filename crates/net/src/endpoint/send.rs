@@ -1,0 +1,277 @@
+//! Sending: one-way messages and requests through the node's connection, async and
+//! blocking, with the synchronous fast path (queue the frame on this thread when the
+//! connection is up and has room) and the async slow path (connect, wait for room,
+//! fragment).
+//!
+//! Particular to this module: the hot path of every send. With no network filter set
+//! anywhere, the filters cost one load of `Shared::faults_any` per send and one relaxed
+//! load of the connection's filter bits per frame (`crate::fault`); the frame header is
+//! built once per message (`whole_header`).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::handle::NetHandle;
+use super::pending::PendingResponse;
+use super::{deadline_after, ensure_blocking_allowed, whole_header};
+use crate::conn::Direct;
+use crate::error::NetError;
+use crate::handler::MessageType;
+use crate::wire::{Kind, FRAME_PAYLOAD_BYTES_MAX};
+use crate::NodeId;
+
+/// Outcome of the synchronous send attempt.
+pub(super) enum Fast {
+    Done,
+    Slow,
+}
+
+impl NetHandle {
+    pub(super) fn check_size(&self, payload: &Bytes) -> Result<(), NetError> {
+        let max_bytes = self.shared.config.message_bytes_max;
+        if payload.len() > max_bytes {
+            return Err(NetError::MessageTooLarge {
+                size_bytes: payload.len(),
+                max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn send_fast(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+    ) -> Result<Fast, NetError> {
+        self.check_open()?;
+        self.check_size(payload)?;
+        if self.drops_outgoing(to) {
+            return Ok(Fast::Done);
+        }
+        if payload.len() > FRAME_PAYLOAD_BYTES_MAX {
+            return Ok(Fast::Slow);
+        }
+        let Some(conn) = self.lookup(to) else {
+            return Ok(Fast::Slow);
+        };
+        let header = whole_header(Kind::Message, message_type, 0, payload.len());
+        match conn.try_enqueue(&header, payload, 1, Direct::IfIdle)? {
+            true => Ok(Fast::Done),
+            false => Ok(Fast::Slow),
+        }
+    }
+
+    async fn send_slow(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+    ) -> Result<(), NetError> {
+        let conn = self.shared.connection(to).await?;
+        conn.send_message(whole_header(Kind::Message, message_type, 0, 0), payload, 1)
+            .await
+    }
+
+    /// Sends a one-way message. Returns once it is queued (connecting first if needed,
+    /// waiting while the queue is full); delivery is not confirmed.
+    pub async fn send(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+    ) -> Result<(), NetError> {
+        match self.send_fast(to, message_type, &payload)? {
+            Fast::Done => Ok(()),
+            Fast::Slow => self.send_slow(to, message_type, &payload).await,
+        }
+    }
+
+    /// [`NetHandle::send`] for non-async threads.
+    pub fn send_blocking(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+    ) -> Result<(), NetError> {
+        ensure_blocking_allowed()?;
+        match self.send_fast(to, message_type, &payload)? {
+            Fast::Done => Ok(()),
+            Fast::Slow => self.block_on(self.send_slow(to, message_type, &payload)),
+        }
+    }
+
+    /// Sends one message to several nodes (the payload is shared, not copied); one result
+    /// per node, in order.
+    pub async fn send_many(
+        &self,
+        to: &[NodeId],
+        message_type: MessageType,
+        payload: Bytes,
+    ) -> Vec<Result<(), NetError>> {
+        let mut results = Vec::with_capacity(to.len());
+        for node in to {
+            results.push(self.send(*node, message_type, payload.clone()).await);
+        }
+        results
+    }
+
+    /// [`NetHandle::send_many`] for non-async threads.
+    pub fn send_many_blocking(
+        &self,
+        to: &[NodeId],
+        message_type: MessageType,
+        payload: Bytes,
+    ) -> Vec<Result<(), NetError>> {
+        to.iter()
+            .map(|node| self.send_blocking(*node, message_type, payload.clone()))
+            .collect()
+    }
+
+    fn request_fast(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+        deadline: Instant,
+    ) -> Result<Option<PendingResponse>, NetError> {
+        self.check_open()?;
+        self.check_size(payload)?;
+        if self.drops_outgoing(to) {
+            return Ok(Some(self.lost_request(to, deadline)));
+        }
+        if payload.len() > FRAME_PAYLOAD_BYTES_MAX {
+            return Ok(None);
+        }
+        let Some(conn) = self.lookup(to) else {
+            return Ok(None);
+        };
+        let (id, receiver, outstanding) = conn.register_request()?;
+        let pending = PendingResponse::new(
+            &self.shared,
+            to,
+            Some(conn.clone()),
+            id,
+            Some(receiver),
+            deadline,
+        );
+        let header = whole_header(Kind::Request, message_type, id, payload.len());
+        let direct = if outstanding == 1 {
+            Direct::Yes
+        } else {
+            Direct::Never
+        };
+        match conn.try_enqueue(&header, payload, 1, direct)? {
+            true => Ok(Some(pending)),
+            false => Ok(None),
+        }
+    }
+
+    fn lost_request(&self, to: NodeId, deadline: Instant) -> PendingResponse {
+        PendingResponse::new(&self.shared, to, None, 0, None, deadline)
+    }
+
+    async fn request_slow(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+        deadline: Instant,
+    ) -> Result<PendingResponse, NetError> {
+        let conn = match tokio::time::timeout_at(deadline, self.shared.connection(to)).await {
+            Ok(conn) => conn?,
+            Err(_) => return Err(NetError::Timeout(to)),
+        };
+        let (id, receiver, _) = conn.register_request()?;
+        let pending = PendingResponse::new(
+            &self.shared,
+            to,
+            Some(conn.clone()),
+            id,
+            Some(receiver),
+            deadline,
+        );
+        conn.send_message(whole_header(Kind::Request, message_type, id, 0), payload, 1)
+            .await?;
+        Ok(pending)
+    }
+
+    /// Sends a request and returns once it is queued; the response is collected later by
+    /// awaiting the returned [`PendingResponse`] (or `wait_blocking`). The timeout counts
+    /// from this call; a response arriving after it is dropped.
+    pub async fn request_later(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<PendingResponse, NetError> {
+        let deadline = deadline_after(timeout);
+        if let Some(pending) = self.request_fast(to, message_type, &payload, deadline)? {
+            return Ok(pending);
+        }
+        self.request_slow(to, message_type, &payload, deadline)
+            .await
+    }
+
+    /// [`NetHandle::request_later`] for non-async threads.
+    pub fn request_later_blocking(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<PendingResponse, NetError> {
+        ensure_blocking_allowed()?;
+        let deadline = deadline_after(timeout);
+        if let Some(pending) = self.request_fast(to, message_type, &payload, deadline)? {
+            return Ok(pending);
+        }
+        self.block_on(self.request_slow(to, message_type, &payload, deadline))
+    }
+
+    /// Sends a request and waits for its response (at most `timeout`).
+    pub async fn request(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, NetError> {
+        self.request_later(to, message_type, payload, timeout)
+            .await?
+            .await
+    }
+
+    /// [`NetHandle::request`] for non-async threads.
+    ///
+    /// A request of an unordered type whose payload fits one frame goes over a direct
+    /// request lane when one can be had: a connection to `to` that this thread takes from
+    /// a per-node pool, writes the request to and reads the response from itself (one
+    /// write and usually one read system call, no hand-off to the I/O thread), then hands
+    /// back. At most `Config::lanes_per_node_max` lanes per node; when all are busy, the
+    /// peer refuses another, a fault switch is set for `to`, or lanes are off, the request
+    /// goes through the node's connection as [`NetHandle::request`] does. Errors are the
+    /// same either way (a lane failing to open gives the connection's errors: `Fenced`,
+    /// `UnknownNode`, `ConnectTimeout`, `ConnectRefused`, `ConnectFailed`,
+    /// `AuthenticationFailed`; a lane
+    /// that breaks gives `ConnectionLost`; no response in time gives `Timeout`). With no
+    /// connection to the node, it is opened first (as any request would), so connection
+    /// events keep reporting the node.
+    pub fn request_blocking(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, NetError> {
+        ensure_blocking_allowed()?;
+        if let Some(result) = self.request_on_lane(to, message_type, &payload, timeout) {
+            return result;
+        }
+        self.request_later_blocking(to, message_type, payload, timeout)?
+            .wait_blocking()
+    }
+}
