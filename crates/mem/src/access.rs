@@ -20,11 +20,13 @@ use crate::{ChunkId, MemError, MemResult, MemoryManager};
 const BATCH_WINDOW: usize = 32;
 
 impl MemoryManager {
+    /// The level-0 entry of `cid`, or [`MemError::NotFound`] when its table is missing.
     #[inline]
     pub(crate) fn entry_of(&self, cid: ChunkId) -> MemResult<&AtomicU64> {
         self.table.entry(cid).ok_or(MemError::NotFound(cid))
     }
 
+    /// The error for a lock on `cid` that could not be taken.
     #[inline]
     pub(crate) fn lock_error(&self, cid: ChunkId, failure: LockFailure) -> MemError {
         match failure {
@@ -35,6 +37,8 @@ impl MemoryManager {
         }
     }
 
+    /// Read-locks `cid` (waiting up to the lock timeout); the guard, payload offset and
+    /// length.
     #[inline]
     pub(crate) fn read_locked(&self, cid: ChunkId) -> MemResult<(ReadGuard<'_>, u64, usize)> {
         let entry = self.entry_of(cid)?;
@@ -52,6 +56,8 @@ impl MemoryManager {
         Ok((guard, offset, len))
     }
 
+    /// Write-locks `cid` (waiting up to the lock timeout); the guard, payload offset and
+    /// length.
     fn write_locked(&self, cid: ChunkId) -> MemResult<(WriteGuard<'_>, u64, usize)> {
         let entry = self.entry_of(cid)?;
         let value = lock::write_lock(entry, &mut Wait::new(Some(self.config.lock_timeout)))

@@ -35,6 +35,7 @@ pub(crate) fn no_repeats(cids: impl Iterator<Item = u64> + Clone) -> bool {
 }
 
 impl MemoryManager {
+    /// Fails with [`MemError::BatchTooLarge`] above [`BATCH_COUNT_MAX`] chunks.
     fn check_count(count: usize) -> MemResult<()> {
         if count > BATCH_COUNT_MAX {
             return Err(MemError::BatchTooLarge {
