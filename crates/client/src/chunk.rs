@@ -130,6 +130,61 @@ enum Sent {
 /// Per-item parse of a reply: `count` results or a protocol error.
 type ItemResults<T> = Result<Vec<Result<T, ItemError>>, ClientError>;
 
+/// Where each item of a [`Chunks::routed`] call stands, by item index.
+struct Routing<T> {
+    /// Final results; `None` while the item is still being routed.
+    results: Vec<Option<Result<T, ClientError>>>,
+    /// The item was looked up again once after its owner could not be reached.
+    refreshed_after_failure: Vec<bool>,
+    /// The unreachable owner whose chunks a recovery may move: the item waits for its
+    /// range to point elsewhere.
+    waiting_on: Vec<Option<NodeId>>,
+    /// The node that answered `NotOwner` for an item in the last round.
+    refused_by: Vec<Option<NodeId>>,
+    /// The owner the item was last sent to.
+    last_owner: Vec<NodeId>,
+    /// The node whose last answer for an item was `NotOwner` (kept across rounds).
+    last_refusal: Vec<Option<NodeId>>,
+}
+
+impl<T> Routing<T> {
+    fn new(count: usize) -> Routing<T> {
+        Routing {
+            results: std::iter::repeat_with(|| None).take(count).collect(),
+            refreshed_after_failure: vec![false; count],
+            waiting_on: vec![None; count],
+            refused_by: vec![None; count],
+            last_owner: vec![NodeId(0); count],
+            last_refusal: vec![None; count],
+        }
+    }
+
+    /// The results in item order; an item without one ends with the last thing known of
+    /// it: the dead owner it waited for, or the refusal of the owner it was last sent to.
+    fn finish(self, cids: &[ChunkId]) -> Vec<Result<T, ClientError>> {
+        let Routing {
+            results,
+            waiting_on,
+            last_owner,
+            ..
+        } = self;
+        results
+            .into_iter()
+            .enumerate()
+            .map(|(index, result)| {
+                result.unwrap_or_else(|| match waiting_on[index] {
+                    Some(dead) => Err(ClientError::NodeUnavailable(dead)),
+                    None => Err(item_failure(
+                        ItemError::NotOwner,
+                        cids[index],
+                        last_owner[index],
+                    )),
+                })
+            })
+            .collect()
+    }
+}
+
 /// The chunk API over one messaging endpoint. Cheap to share behind an `Arc`.
 pub struct Chunks<D: Directory> {
     net: NetHandle,
@@ -401,6 +456,9 @@ impl<D: Directory> Chunks<D> {
     /// `parse(reply, count)` splits its reply into per-item results. Each round sends
     /// every unfinished item to its presumed owner; `NotOwner` items, and the items of an
     /// owner that could not be reached (once), are looked up and go to the next round.
+    /// The steps of a round: [`group_by_owner`](Self::group_by_owner), send and collect
+    /// ([`absorb`](Self::absorb)), [`refresh_lookups`](Self::refresh_lookups) and
+    /// [`hold_waiting`](Self::hold_waiting).
     async fn routed<T, B, P>(
         &self,
         cids: &[ChunkId],
@@ -413,15 +471,7 @@ impl<D: Directory> Chunks<D> {
         P: Fn(ChunkReply, usize) -> ItemResults<T>,
     {
         let deadline = Instant::now() + self.options.timeout + extra_wait;
-        let mut results: Vec<Option<Result<T, ClientError>>> =
-            std::iter::repeat_with(|| None).take(cids.len()).collect();
-        let mut refreshed_after_failure = vec![false; cids.len()];
-        let mut waiting_on: Vec<Option<NodeId>> = vec![None; cids.len()];
-        // The node that answered `NotOwner` for an item in the last round.
-        let mut refused_by: Vec<Option<NodeId>> = vec![None; cids.len()];
-        let mut last_owner = vec![NodeId(0); cids.len()];
-        // The node whose last answer for an item was `NotOwner` (kept across rounds).
-        let mut last_refusal: Vec<Option<NodeId>> = vec![None; cids.len()];
+        let mut routing = Routing::new(cids.len());
         let mut pending: Vec<usize> = (0..cids.len()).collect();
         let mut round = 0;
         while !pending.is_empty() {
@@ -438,16 +488,7 @@ impl<D: Directory> Chunks<D> {
                 tokio::time::sleep(RECOVERY_POLL).await;
             }
             round += 1;
-            // Group by presumed owner, keeping the caller's order within each group.
-            let mut groups: Vec<(NodeId, Vec<usize>)> = Vec::new();
-            for &index in &pending {
-                let owner = self.owner_of(cids[index]);
-                last_owner[index] = owner;
-                match groups.iter_mut().find(|(node, _)| *node == owner) {
-                    Some((_, indices)) => indices.push(index),
-                    None => groups.push((owner, vec![index])),
-                }
-            }
+            let groups = self.group_by_owner(cids, &pending, &mut routing);
             pending.clear();
             // Send all parts first, then collect: the parts travel concurrently.
             let mut in_flight = Vec::with_capacity(groups.len());
@@ -461,157 +502,200 @@ impl<D: Directory> Chunks<D> {
                     Ok(reply) => parse(reply, indices.len()).map_err(CallError::Final),
                     Err(error) => Err(error),
                 };
-                match outcome {
-                    Ok(items) => {
-                        for (index, item) in indices.into_iter().zip(items) {
-                            match item {
-                                Ok(value) => results[index] = Some(Ok(value)),
-                                Err(ItemError::NotOwner) => {
-                                    refused_by[index] = Some(owner);
-                                    last_refusal[index] = Some(owner);
-                                    to_refresh.push(index);
-                                }
-                                Err(error) => {
-                                    results[index] =
-                                        Some(Err(item_failure(error, cids[index], owner)))
-                                }
-                            }
-                        }
-                    }
-                    // The owner is unreachable: its chunks may have moved (migration, or
-                    // recovery after a failure), so look them up once more. While the
-                    // directory says a recovery may move them (the owner failed, or its
-                    // failure is not detected yet), keep looking them up every
-                    // `RECOVERY_POLL` until the range moves, bounded by `deadline`.
-                    Err(CallError::Unreachable) => {
-                        let recovering = self.directory.may_recover(owner);
-                        for index in indices {
-                            if recovering {
-                                waiting_on[index] = Some(owner);
-                                to_refresh.push(index);
-                            } else if refreshed_after_failure[index] {
-                                results[index] = Some(Err(ClientError::NodeUnavailable(owner)));
-                            } else {
-                                refreshed_after_failure[index] = true;
-                                to_refresh.push(index);
-                            }
-                        }
-                    }
-                    Err(CallError::Final(error)) => {
-                        let timed_out = matches!(error, ClientError::Timeout { .. });
-                        for index in indices {
-                            // The deadline ran out while asking again a node that had
-                            // refused: its refusal is the last real answer.
-                            if timed_out && last_refusal[index] == Some(owner) {
-                                continue;
-                            }
-                            results[index] = Some(Err(error.clone()));
-                        }
-                    }
-                }
+                self.absorb(cids, owner, indices, outcome, &mut routing, &mut to_refresh);
             }
-            // Refresh the lookups; one answer covers a whole range, so items inside a
-            // range fetched this round are not looked up again.
-            let mut fetched: Vec<LookupRange> = Vec::new();
-            // Many items of one creator: one request for all its ranges instead of one
-            // lookup per range (after a recovery a creator's IDs can be in thousands).
-            let mut per_creator: HashMap<NodeId, usize> = HashMap::new();
-            for &index in &to_refresh {
-                *per_creator.entry(cids[index].creator()).or_default() += 1;
-            }
-            for (creator, count) in per_creator {
-                if count < LOOKUP_ALL_ITEMS_MIN {
-                    continue;
-                }
-                let remaining = deadline.saturating_duration_since(Instant::now());
-                let all = tokio::time::timeout(remaining, self.directory.lookup_all(creator));
-                if let Ok(Some(Ok(ranges))) = all.await {
-                    for range in ranges {
-                        self.remember(range);
-                        fetched.push(range);
-                    }
-                }
-            }
-            fetched.sort_unstable_by_key(|range| (range.creator, range.first));
-            for index in to_refresh {
-                let cid = cids[index];
-                let covered = covering(&fetched, cid).is_some();
-                if !covered {
-                    let remaining = deadline.saturating_duration_since(Instant::now());
-                    match tokio::time::timeout(remaining, self.directory.lookup(cid)).await {
-                        Ok(Ok(range)) => {
-                            self.remember(range);
-                            let at = fetched.partition_point(|known| {
-                                (known.creator, known.first) < (range.creator, range.first)
-                            });
-                            fetched.insert(at, range);
-                        }
-                        Ok(Err(error)) => {
-                            results[index] = Some(Err(error));
-                            continue;
-                        }
-                        Err(_) => {
-                            results[index] = Some(Err(ClientError::Timeout {
-                                what: format!("lookup of chunk {cid}"),
-                                timeout_ms: self.options.timeout.as_millis() as u64,
-                            }));
-                            continue;
-                        }
-                    }
-                }
-                pending.push(index);
-            }
-            // Items whose range still points to the owner they wait for: poll again after
-            // a pause (such rounds do not count as routing attempts), or give up at the
-            // deadline.
-            let mut still_waiting = false;
-            pending.retain(|&index| {
-                let Some(dead) = waiting_on[index] else {
-                    return true;
-                };
-                if self.owner_of(cids[index]) != dead {
-                    waiting_on[index] = None;
-                    return true;
-                }
-                if Instant::now() + RECOVERY_POLL >= deadline {
-                    results[index] = Some(Err(ClientError::NodeUnavailable(dead)));
-                    return false;
-                }
-                still_waiting = true;
-                true
-            });
-            // Items refused by the node the directory still names (a restarted peer whose
-            // earlier chunks are being recovered, or a view that lags): wait a poll
-            // interval and ask again, bounded by `deadline`, without using up a round.
-            for &index in &pending {
-                let Some(refuser) = refused_by[index].take() else {
-                    continue;
-                };
-                if self.owner_of(cids[index]) == refuser
-                    && Instant::now() + RECOVERY_POLL < deadline
-                {
-                    still_waiting = true;
-                }
-            }
-            if still_waiting {
+            self.refresh_lookups(cids, to_refresh, deadline, &mut routing, &mut pending)
+                .await;
+            if self.hold_waiting(cids, &mut pending, deadline, &mut routing) {
                 round -= 1;
                 tokio::time::sleep(RECOVERY_POLL).await;
             }
         }
-        results
-            .into_iter()
-            .enumerate()
-            .map(|(index, result)| {
-                result.unwrap_or_else(|| match waiting_on[index] {
-                    Some(dead) => Err(ClientError::NodeUnavailable(dead)),
-                    None => Err(item_failure(
-                        ItemError::NotOwner,
-                        cids[index],
-                        last_owner[index],
-                    )),
-                })
-            })
-            .collect()
+        routing.finish(cids)
+    }
+
+    /// Groups the `pending` items by presumed owner, keeping the caller's order within
+    /// each group, and notes the owner each item goes to.
+    fn group_by_owner<T>(
+        &self,
+        cids: &[ChunkId],
+        pending: &[usize],
+        routing: &mut Routing<T>,
+    ) -> Vec<(NodeId, Vec<usize>)> {
+        let mut groups: Vec<(NodeId, Vec<usize>)> = Vec::new();
+        for &index in pending {
+            let owner = self.owner_of(cids[index]);
+            routing.last_owner[index] = owner;
+            match groups.iter_mut().find(|(node, _)| *node == owner) {
+                Some((_, indices)) => indices.push(index),
+                None => groups.push((owner, vec![index])),
+            }
+        }
+        groups
+    }
+
+    /// Takes the outcome of the part sent to `owner` (the items at `indices`): final
+    /// results, and in `to_refresh` the items to look up again.
+    fn absorb<T>(
+        &self,
+        cids: &[ChunkId],
+        owner: NodeId,
+        indices: Vec<usize>,
+        outcome: Result<Vec<Result<T, ItemError>>, CallError>,
+        routing: &mut Routing<T>,
+        to_refresh: &mut Vec<usize>,
+    ) {
+        match outcome {
+            Ok(items) => {
+                for (index, item) in indices.into_iter().zip(items) {
+                    match item {
+                        Ok(value) => routing.results[index] = Some(Ok(value)),
+                        Err(ItemError::NotOwner) => {
+                            routing.refused_by[index] = Some(owner);
+                            routing.last_refusal[index] = Some(owner);
+                            to_refresh.push(index);
+                        }
+                        Err(error) => {
+                            routing.results[index] =
+                                Some(Err(item_failure(error, cids[index], owner)))
+                        }
+                    }
+                }
+            }
+            // The owner is unreachable: its chunks may have moved (migration, or
+            // recovery after a failure), so look them up once more. While the
+            // directory says a recovery may move them (the owner failed, or its
+            // failure is not detected yet), keep looking them up every
+            // `RECOVERY_POLL` until the range moves, bounded by `deadline`.
+            Err(CallError::Unreachable) => {
+                let recovering = self.directory.may_recover(owner);
+                for index in indices {
+                    if recovering {
+                        routing.waiting_on[index] = Some(owner);
+                        to_refresh.push(index);
+                    } else if routing.refreshed_after_failure[index] {
+                        routing.results[index] = Some(Err(ClientError::NodeUnavailable(owner)));
+                    } else {
+                        routing.refreshed_after_failure[index] = true;
+                        to_refresh.push(index);
+                    }
+                }
+            }
+            Err(CallError::Final(error)) => {
+                let timed_out = matches!(error, ClientError::Timeout { .. });
+                for index in indices {
+                    // The deadline ran out while asking again a node that had
+                    // refused: its refusal is the last real answer.
+                    if timed_out && routing.last_refusal[index] == Some(owner) {
+                        continue;
+                    }
+                    routing.results[index] = Some(Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    /// Refreshes the lookups of the items in `to_refresh` and puts them back in `pending`
+    /// (or ends them with the lookup's error). One answer covers a whole range, so items
+    /// inside a range fetched this round are not looked up again.
+    async fn refresh_lookups<T>(
+        &self,
+        cids: &[ChunkId],
+        to_refresh: Vec<usize>,
+        deadline: Instant,
+        routing: &mut Routing<T>,
+        pending: &mut Vec<usize>,
+    ) {
+        let mut fetched: Vec<LookupRange> = Vec::new();
+        // Many items of one creator: one request for all its ranges instead of one
+        // lookup per range (after a recovery a creator's IDs can be in thousands).
+        let mut per_creator: HashMap<NodeId, usize> = HashMap::new();
+        for &index in &to_refresh {
+            *per_creator.entry(cids[index].creator()).or_default() += 1;
+        }
+        for (creator, count) in per_creator {
+            if count < LOOKUP_ALL_ITEMS_MIN {
+                continue;
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let all = tokio::time::timeout(remaining, self.directory.lookup_all(creator));
+            if let Ok(Some(Ok(ranges))) = all.await {
+                for range in ranges {
+                    self.remember(range);
+                    fetched.push(range);
+                }
+            }
+        }
+        fetched.sort_unstable_by_key(|range| (range.creator, range.first));
+        for index in to_refresh {
+            let cid = cids[index];
+            let covered = covering(&fetched, cid).is_some();
+            if !covered {
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                match tokio::time::timeout(remaining, self.directory.lookup(cid)).await {
+                    Ok(Ok(range)) => {
+                        self.remember(range);
+                        let at = fetched.partition_point(|known| {
+                            (known.creator, known.first) < (range.creator, range.first)
+                        });
+                        fetched.insert(at, range);
+                    }
+                    Ok(Err(error)) => {
+                        routing.results[index] = Some(Err(error));
+                        continue;
+                    }
+                    Err(_) => {
+                        routing.results[index] = Some(Err(ClientError::Timeout {
+                            what: format!("lookup of chunk {cid}"),
+                            timeout_ms: self.options.timeout.as_millis() as u64,
+                        }));
+                        continue;
+                    }
+                }
+            }
+            pending.push(index);
+        }
+    }
+
+    /// Decides which pending items wait a poll interval before the next round; returns
+    /// whether any does (such a round does not count as a routing attempt).
+    fn hold_waiting<T>(
+        &self,
+        cids: &[ChunkId],
+        pending: &mut Vec<usize>,
+        deadline: Instant,
+        routing: &mut Routing<T>,
+    ) -> bool {
+        // Items whose range still points to the owner they wait for: poll again after
+        // a pause, or give up at the deadline.
+        let mut still_waiting = false;
+        pending.retain(|&index| {
+            let Some(dead) = routing.waiting_on[index] else {
+                return true;
+            };
+            if self.owner_of(cids[index]) != dead {
+                routing.waiting_on[index] = None;
+                return true;
+            }
+            if Instant::now() + RECOVERY_POLL >= deadline {
+                routing.results[index] = Some(Err(ClientError::NodeUnavailable(dead)));
+                return false;
+            }
+            still_waiting = true;
+            true
+        });
+        // Items refused by the node the directory still names (a restarted peer whose
+        // earlier chunks are being recovered, or a view that lags): wait a poll
+        // interval and ask again, bounded by `deadline`, without using up a round.
+        for &index in pending.iter() {
+            let Some(refuser) = routing.refused_by[index].take() else {
+                continue;
+            };
+            if self.owner_of(cids[index]) == refuser && Instant::now() + RECOVERY_POLL < deadline {
+                still_waiting = true;
+            }
+        }
+        still_waiting
     }
 
     // ----- creating (on a named peer) --------------------------------------------------

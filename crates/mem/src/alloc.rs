@@ -584,6 +584,10 @@ impl Allocator {
                 let owner = descriptor.owner.load(Relaxed);
                 let (class, shard) = ((owner >> 8) as usize, (owner & 0xFF) as usize);
                 let mut state = self.class_shard(class, shard);
+                debug_assert!(
+                    state.chunks > 0 && state.payload_bytes >= length as u64,
+                    "free of a chunk its class shard does not count: accounting corrupt"
+                );
                 state.chunks -= 1;
                 state.payload_bytes -= length as u64;
                 self.return_slot(&mut state, class, head, offset);
@@ -592,6 +596,12 @@ impl Allocator {
                 let pages = descriptor.link.load(Relaxed);
                 {
                     let mut spans = self.spans.lock();
+                    debug_assert!(
+                        spans.large_chunks > 0
+                            && spans.large_payload_bytes >= length as u64
+                            && spans.large_pages >= u64::from(pages),
+                        "free of a large chunk the span counters do not hold: accounting corrupt"
+                    );
                     spans.large_chunks -= 1;
                     spans.large_payload_bytes -= length as u64;
                     spans.large_pages -= u64::from(pages);
@@ -720,54 +730,65 @@ impl Allocator {
     }
 
     /// Checks every allocator invariant against the chunks the table says are live
-    /// (`(offset, length)` pairs). Locks the whole allocator; meant for tests.
+    /// (`(offset, length)` pairs). Locks the whole allocator; meant for tests. The steps:
+    /// the free-span maps, every page below the top (`check_pages`), every live chunk
+    /// against the slots and spans found (`check_live`), and the counters.
     pub(crate) fn check(&self, live: &[(u64, usize)]) -> Result<(), String> {
         let states: Vec<_> = self.classes.iter().map(|padded| padded.0.lock()).collect();
         let spans = self.spans.lock();
-        let fail = |message: String| Err(message);
+        Self::check_free_spans(&spans)?;
+        let mut walk = self.check_pages(&states, &spans)?;
+        let large_payload = self.check_live(live, &mut walk)?;
+        Self::check_counters(&states, &spans, &walk, live, large_payload)
+    }
 
-        // Free spans: sorted, disjoint, not adjacent, below top, both maps agree.
+    /// Free spans: sorted, disjoint, not adjacent, below the top, both maps agree.
+    fn check_free_spans(spans: &Spans) -> Result<(), String> {
         if spans.by_start.len() != spans.by_size.len() {
-            return fail("free-span maps disagree in size".into());
+            return Err("free-span maps disagree in size".into());
         }
         let mut previous_end = None;
         for (&start, &pages) in &spans.by_start {
             if pages == 0 || !spans.by_size.contains(&(pages, start)) {
-                return fail(format!(
+                return Err(format!(
                     "free span {start}+{pages} malformed or missing by size"
                 ));
             }
             if previous_end.is_some_and(|end| end >= start) {
-                return fail(format!(
+                return Err(format!(
                     "free span {start} overlaps or touches its predecessor"
                 ));
             }
             if start + pages >= spans.top {
-                return fail(format!(
+                return Err(format!(
                     "free span {start}+{pages} reaches the top {}",
                     spans.top
                 ));
             }
             previous_end = Some(start + pages);
         }
+        Ok(())
+    }
 
-        // Walk every page below the top.
-        struct Slab {
-            class: usize,
-            used: u32,
-            bump: u32,
-            free: Vec<bool>,
-            live: u32,
-        }
-        let mut slabs: BTreeMap<u32, Slab> = BTreeMap::new();
-        let mut large: BTreeMap<u32, (u32, u32)> = BTreeMap::new(); // head → (pages, references)
-        let mut chunks_by_class = vec![0u64; CLASS_COUNT * self.shards];
+    /// Walks every page below the top: free spans are unused pages, every other page
+    /// belongs to a slab or span whose tails point at its head, and each slab is well
+    /// formed (`check_slab`). Returns the slabs and large spans found.
+    fn check_pages(
+        &self,
+        states: &[MutexGuard<'_, ClassShard>],
+        spans: &Spans,
+    ) -> Result<CheckWalk, String> {
+        let mut walk = CheckWalk {
+            slabs: BTreeMap::new(),
+            large: BTreeMap::new(),
+            chunks_by_class: vec![0u64; CLASS_COUNT * self.shards],
+        };
         let mut page = 0u32;
         while page < spans.top {
             if let Some(&pages) = spans.by_start.get(&page) {
                 for free_page in page..page + pages {
                     if self.pages[free_page as usize].kind.load(Relaxed) != KIND_UNUSED {
-                        return fail(format!(
+                        return Err(format!(
                             "page {free_page} is in a free span but marked used"
                         ));
                     }
@@ -781,172 +802,233 @@ impl Allocator {
                 KIND_SLAB => KIND_SLAB_TAIL,
                 KIND_SPAN => KIND_SPAN_TAIL,
                 other => {
-                    return fail(format!(
+                    return Err(format!(
                         "page {page} below the top has kind {other} and is not free"
                     ))
                 }
             };
             if pages == 0 || page + pages > spans.top {
-                return fail(format!("span at page {page} has bad length {pages}"));
+                return Err(format!("span at page {page} has bad length {pages}"));
             }
             for tail in page + 1..page + pages {
                 let tail_descriptor = &self.pages[tail as usize];
                 if tail_descriptor.kind.load(Relaxed) != tail_kind
                     || tail_descriptor.link.load(Relaxed) != page
                 {
-                    return fail(format!(
+                    return Err(format!(
                         "tail page {tail} does not point at its head {page}"
                     ));
                 }
             }
             if tail_kind == KIND_SPAN_TAIL {
-                large.insert(page, (pages, 0));
+                walk.large.insert(page, (pages, 0));
             } else {
-                let owner = descriptor.owner.load(Relaxed);
-                let (class, shard) = ((owner >> 8) as usize, (owner & 0xFF) as usize);
-                if class >= CLASS_COUNT || shard >= self.shards || pages != slab_pages(class) {
-                    return fail(format!("slab {page} has bad owner {owner:#x} or size"));
-                }
-                let slots = slab_slots(class);
-                let (used, bump) = (descriptor.used.load(Relaxed), descriptor.bump.load(Relaxed));
-                if bump > slots || used > bump {
-                    return fail(format!(
-                        "slab {page}: used {used}, bump {bump}, slots {slots}"
-                    ));
-                }
-                let mut free = vec![false; slots as usize];
-                let mut cursor = descriptor.free_head.load(Relaxed);
-                let mut free_count = 0;
-                while cursor != 0 {
-                    let slot = cursor - 1;
-                    if slot >= bump || free[slot as usize] {
-                        return fail(format!(
-                            "slab {page}: free list has bad or repeated slot {slot}"
-                        ));
-                    }
-                    free[slot as usize] = true;
-                    free_count += 1;
-                    let mut next = [0u8; 4];
-                    let offset =
-                        u64::from(page) * PAGE_BYTES + u64::from(slot) * class_bytes(class);
-                    // SAFETY: the slot is free and every allocator lock is held.
-                    unsafe { self.region.read(offset, &mut next) };
-                    cursor = u32::from_le_bytes(next);
-                }
-                if used + free_count != bump {
-                    return fail(format!(
-                        "slab {page}: used {used} + free {free_count} != bump {bump}"
-                    ));
-                }
-                let has_room = free_count > 0 || bump < slots;
-                let position = descriptor.partial_position.load(Relaxed);
-                let listed = position != 0
-                    && states[class * self.shards + shard]
-                        .partial
-                        .get(position as usize - 1)
-                        == Some(&page);
-                if has_room != listed {
-                    return fail(format!(
-                        "slab {page}: has room {has_room} but listed {listed}"
-                    ));
-                }
-                if (used == 0) != (states[class * self.shards + shard].cached_empty == Some(page)) {
-                    return fail(format!(
-                        "slab {page}: {used} used, but the cached empty slab is another"
-                    ));
-                }
-                chunks_by_class[class * self.shards + shard] += u64::from(used);
-                slabs.insert(
-                    page,
-                    Slab {
-                        class,
-                        used,
-                        bump,
-                        free,
-                        live: 0,
-                    },
-                );
+                let (slab, shard_index) = self.check_slab(states, page, pages)?;
+                walk.chunks_by_class[shard_index] += u64::from(slab.used);
+                walk.slabs.insert(page, slab);
             }
             page += pages;
         }
+        Ok(walk)
+    }
 
-        // Every live chunk sits in exactly one valid slot or span.
+    /// Checks the slab whose head is `page` (`pages` long): owner and size, its free list
+    /// (`check_free_list`), its place in its shard's list of slabs with room, and the
+    /// shard's cached empty slab. Returns it with the index of its class shard.
+    fn check_slab(
+        &self,
+        states: &[MutexGuard<'_, ClassShard>],
+        page: u32,
+        pages: u32,
+    ) -> Result<(CheckSlab, usize), String> {
+        let descriptor = &self.pages[page as usize];
+        let owner = descriptor.owner.load(Relaxed);
+        let (class, shard) = ((owner >> 8) as usize, (owner & 0xFF) as usize);
+        if class >= CLASS_COUNT || shard >= self.shards || pages != slab_pages(class) {
+            return Err(format!("slab {page} has bad owner {owner:#x} or size"));
+        }
+        let slots = slab_slots(class);
+        let (used, bump) = (descriptor.used.load(Relaxed), descriptor.bump.load(Relaxed));
+        if bump > slots || used > bump {
+            return Err(format!(
+                "slab {page}: used {used}, bump {bump}, slots {slots}"
+            ));
+        }
+        let (free, free_count) = self.check_free_list(page, class, bump, slots)?;
+        if used + free_count != bump {
+            return Err(format!(
+                "slab {page}: used {used} + free {free_count} != bump {bump}"
+            ));
+        }
+        let state = &states[class * self.shards + shard];
+        let has_room = free_count > 0 || bump < slots;
+        let position = descriptor.partial_position.load(Relaxed);
+        let listed = position != 0 && state.partial.get(position as usize - 1) == Some(&page);
+        if has_room != listed {
+            return Err(format!(
+                "slab {page}: has room {has_room} but listed {listed}"
+            ));
+        }
+        if (used == 0) != (state.cached_empty == Some(page)) {
+            return Err(format!(
+                "slab {page}: {used} used, but the cached empty slab is another"
+            ));
+        }
+        let slab = CheckSlab {
+            class,
+            used,
+            bump,
+            free,
+            live: 0,
+        };
+        Ok((slab, class * self.shards + shard))
+    }
+
+    /// Follows the free list of the slab at `page`: every slot on it was handed out
+    /// before (below `bump`) and appears once. Returns which slots are free, and how many.
+    fn check_free_list(
+        &self,
+        page: u32,
+        class: usize,
+        bump: u32,
+        slots: u32,
+    ) -> Result<(Vec<bool>, u32), String> {
+        let descriptor = &self.pages[page as usize];
+        let mut free = vec![false; slots as usize];
+        let mut cursor = descriptor.free_head.load(Relaxed);
+        let mut free_count = 0;
+        while cursor != 0 {
+            let slot = cursor - 1;
+            if slot >= bump || free[slot as usize] {
+                return Err(format!(
+                    "slab {page}: free list has bad or repeated slot {slot}"
+                ));
+            }
+            free[slot as usize] = true;
+            free_count += 1;
+            let mut next = [0u8; 4];
+            let offset = u64::from(page) * PAGE_BYTES + u64::from(slot) * class_bytes(class);
+            // SAFETY: the slot is free and every allocator lock is held.
+            unsafe { self.region.read(offset, &mut next) };
+            cursor = u32::from_le_bytes(next);
+        }
+        Ok((free, free_count))
+    }
+
+    /// Every live chunk sits in exactly one valid slot or span. Counts the references of
+    /// each slab and span in `walk`, and returns the payload bytes of the large chunks.
+    fn check_live(&self, live: &[(u64, usize)], walk: &mut CheckWalk) -> Result<u64, String> {
         let mut large_payload = 0u64;
         let mut seen = std::collections::HashSet::new();
         for &(offset, length) in live {
             if !seen.insert(offset) {
-                return fail(format!("two chunks share offset {offset}"));
+                return Err(format!("two chunks share offset {offset}"));
             }
             let page = (offset / PAGE_BYTES) as u32;
             let head = match self.pages.get(page as usize).map(|d| d.kind.load(Relaxed)) {
                 Some(KIND_SLAB_TAIL) => self.pages[page as usize].link.load(Relaxed),
                 Some(_) => page,
-                None => return fail(format!("chunk offset {offset} outside the region")),
+                None => return Err(format!("chunk offset {offset} outside the region")),
             };
             let bytes = allocation_bytes(length);
-            if let Some(slab) = slabs.get_mut(&head) {
+            if let Some(slab) = walk.slabs.get_mut(&head) {
                 let slot_bytes = class_bytes(slab.class);
                 let within = offset - u64::from(head) * PAGE_BYTES;
                 let slot = within / slot_bytes;
                 if class_of(bytes) != Some(slab.class) || !within.is_multiple_of(slot_bytes) {
-                    return fail(format!(
+                    return Err(format!(
                         "chunk at {offset} ({length} B) not at a slot of class {}",
                         slab.class
                     ));
                 }
                 if slot >= u64::from(slab.bump) || slab.free[slot as usize] {
-                    return fail(format!("chunk at {offset} is in a free or untouched slot"));
+                    return Err(format!("chunk at {offset} is in a free or untouched slot"));
                 }
                 slab.live += 1;
-            } else if let Some((pages, references)) = large.get_mut(&head) {
+            } else if let Some((pages, references)) = walk.large.get_mut(&head) {
                 if class_of(bytes).is_some()
                     || offset != u64::from(head) * PAGE_BYTES
                     || u64::from(*pages) != span_pages(bytes)
                 {
-                    return fail(format!(
+                    return Err(format!(
                         "large chunk at {offset} ({length} B) does not match its span"
                     ));
                 }
                 *references += 1;
                 large_payload += length as u64;
             } else {
-                return fail(format!("chunk at {offset} is in no allocated span"));
+                return Err(format!("chunk at {offset} is in no allocated span"));
             }
         }
-        for (head, slab) in &slabs {
+        Ok(large_payload)
+    }
+
+    /// Every slab holds as many live chunks as it counts used slots, every span exactly
+    /// one, and the chunk and payload counters agree with what was found.
+    fn check_counters(
+        states: &[MutexGuard<'_, ClassShard>],
+        spans: &Spans,
+        walk: &CheckWalk,
+        live: &[(u64, usize)],
+        large_payload: u64,
+    ) -> Result<(), String> {
+        for (head, slab) in &walk.slabs {
             if slab.live != slab.used {
-                return fail(format!(
+                return Err(format!(
                     "slab {head}: {} used slots but {} live chunks",
                     slab.used, slab.live
                 ));
             }
         }
-        for (head, (_, references)) in &large {
+        for (head, (_, references)) in &walk.large {
             if *references != 1 {
-                return fail(format!("span {head} referenced by {references} chunks"));
+                return Err(format!("span {head} referenced by {references} chunks"));
             }
         }
         for (index, state) in states.iter().enumerate() {
-            if state.chunks != chunks_by_class[index] {
-                return fail(format!(
+            if state.chunks != walk.chunks_by_class[index] {
+                return Err(format!(
                     "class shard {index} counts {} chunks, slabs hold {}",
-                    state.chunks, chunks_by_class[index]
+                    state.chunks, walk.chunks_by_class[index]
                 ));
             }
         }
-        if spans.large_chunks != large.len() as u64 || spans.large_payload_bytes != large_payload {
-            return fail("large-chunk counters disagree with the spans".into());
+        if spans.large_chunks != walk.large.len() as u64
+            || spans.large_payload_bytes != large_payload
+        {
+            return Err("large-chunk counters disagree with the spans".into());
         }
         let small_payload: u64 = states.iter().map(|state| state.payload_bytes).sum();
         let live_payload: u64 = live.iter().map(|&(_, length)| length as u64).sum();
         if small_payload + large_payload != live_payload {
-            return fail(format!(
+            return Err(format!(
                 "payload counters {} != live payload {live_payload}",
                 small_payload + large_payload
             ));
         }
         Ok(())
     }
+}
+
+/// A slab as [`Allocator::check`] found it.
+struct CheckSlab {
+    class: usize,
+    used: u32,
+    bump: u32,
+    /// Which slots are on the free list.
+    free: Vec<bool>,
+    /// Live chunks found in it so far.
+    live: u32,
+}
+
+/// What [`Allocator::check`]'s walk over the pages found.
+struct CheckWalk {
+    /// Slab head page → the slab.
+    slabs: BTreeMap<u32, CheckSlab>,
+    /// Large span head page → (pages, live chunks found in it so far).
+    large: BTreeMap<u32, (u32, u32)>,
+    /// Used slots per class shard (index `class * shards + shard`).
+    chunks_by_class: Vec<u64>,
 }
 
 #[cfg(test)]

@@ -1,4 +1,10 @@
 //! Typed chunks: values that encode themselves into a chunk's bytes and decode back.
+//!
+//! The trait, its implementations for plain types, and the [`MemoryManager`] calls that
+//! store and load typed values (each one a create, read or write of the [crate](crate)'s
+//! byte API plus the codec). Called by the node for its own records and by tests.
+
+use crate::{ChunkId, MemError, MemResult, MemoryManager};
 
 /// A type stored as one chunk. `encode` must write exactly `encoded_len` bytes, and
 /// `decode` must accept what `encode` wrote; it gets untrusted bytes (a chunk may have been
@@ -48,5 +54,43 @@ impl ChunkCodec for String {
     }
     fn decode(bytes: &[u8]) -> Result<Self, String> {
         String::from_utf8(bytes.to_vec()).map_err(|error| error.to_string())
+    }
+}
+
+impl MemoryManager {
+    /// Creates a chunk holding `value` encoded.
+    pub fn create_typed<T: ChunkCodec>(&self, value: &T) -> MemResult<ChunkId> {
+        let cid = self.create(value.encoded_len())?;
+        if let Err(error) = self.write_with(cid, |bytes| value.encode(bytes)) {
+            let _ = self.remove(cid);
+            return Err(error);
+        }
+        Ok(cid)
+    }
+
+    /// Decodes the chunk as a `T`.
+    pub fn get_typed<T: ChunkCodec>(&self, cid: ChunkId) -> MemResult<T> {
+        self.read_with(cid, T::decode)?
+            .map_err(|reason| MemError::Decode { cid, reason })
+    }
+
+    /// Stores `value` in the chunk, resizing it if the encoding's size differs.
+    pub fn put_typed<T: ChunkCodec>(&self, cid: ChunkId, value: &T) -> MemResult<()> {
+        let len = value.encoded_len();
+        if self.size(cid)? != len {
+            self.resize(cid, len)?;
+        }
+        self.write_with(cid, |bytes| {
+            if bytes.len() == len {
+                value.encode(bytes);
+                Ok(())
+            } else {
+                Err(MemError::SizeMismatch {
+                    cid,
+                    size: bytes.len(),
+                    len,
+                })
+            }
+        })?
     }
 }

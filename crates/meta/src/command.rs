@@ -367,8 +367,35 @@ fn string(reader: &mut Decoder<'_>, what: &'static str, max: usize) -> Result<St
 }
 
 impl Command {
-    /// Appends the encoding of this command.
+    /// Appends the encoding of this command: its tag, then its fields. One step per
+    /// group of commands; every variant has one arm in exactly one of them.
     pub fn encode(&self, out: &mut Encoder) {
+        match self {
+            Command::Join { .. }
+            | Command::Leave { .. }
+            | Command::Fail { .. }
+            | Command::ReleaseId { .. }
+            | Command::ReserveLids { .. }
+            | Command::HandOver { .. } => self.encode_membership(out),
+            Command::SetOwner { .. }
+            | Command::NameRegister { .. }
+            | Command::NameRemove { .. }
+            | Command::TmpPut { .. }
+            | Command::TmpRemove { .. } => self.encode_directory(out),
+            Command::BarrierAlloc { .. }
+            | Command::BarrierSignOn { .. }
+            | Command::BarrierResize { .. }
+            | Command::BarrierFree { .. } => self.encode_barrier(out),
+            Command::ZoneSet { .. }
+            | Command::ZoneRemove { .. }
+            | Command::ZoneAdopt { .. }
+            | Command::ZoneOwned { .. } => self.encode_zone(out),
+        }
+    }
+
+    /// [`Command::encode`] for a membership command (joins, leaves, failures, hand-overs,
+    /// reserved local IDs).
+    fn encode_membership(&self, out: &mut Encoder) {
         match self {
             Command::Join {
                 role,
@@ -415,6 +442,29 @@ impl Command {
                 out.put_u8(4);
                 out.put_varint(u64::from(node.0));
             }
+            Command::ReserveLids { node, up_to } => {
+                out.put_u8(16);
+                out.put_varint(u64::from(node.0));
+                out.put_varint(*up_to);
+            }
+            Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            } => {
+                out.put_u8(17);
+                out.put_varint(u64::from(failed.0));
+                out.put_varint(u64::from(*incarnation));
+                out.put_varint(u64::from(fallback.0));
+            }
+            other => unreachable!("`Command::encode` routes {other:?} elsewhere"),
+        }
+    }
+
+    /// [`Command::encode`] for a directory command (CID owners, the name service, the
+    /// temporary store).
+    fn encode_directory(&self, out: &mut Encoder) {
+        match self {
             Command::SetOwner {
                 creator,
                 first,
@@ -436,6 +486,27 @@ impl Command {
                 out.put_u8(7);
                 out.put_str(name);
             }
+            Command::TmpPut {
+                name,
+                data,
+                create_only,
+            } => {
+                out.put_u8(12);
+                out.put_str(name);
+                out.put_bytes(data);
+                out.put_bool(*create_only);
+            }
+            Command::TmpRemove { name } => {
+                out.put_u8(13);
+                out.put_str(name);
+            }
+            other => unreachable!("`Command::encode` routes {other:?} elsewhere"),
+        }
+    }
+
+    /// [`Command::encode`] for a barrier command.
+    fn encode_barrier(&self, out: &mut Encoder) {
+        match self {
             Command::BarrierAlloc { size } => {
                 out.put_u8(8);
                 out.put_varint(u64::from(*size));
@@ -455,20 +526,13 @@ impl Command {
                 out.put_u8(11);
                 out.put_varint(u64::from(*id));
             }
-            Command::TmpPut {
-                name,
-                data,
-                create_only,
-            } => {
-                out.put_u8(12);
-                out.put_str(name);
-                out.put_bytes(data);
-                out.put_bool(*create_only);
-            }
-            Command::TmpRemove { name } => {
-                out.put_u8(13);
-                out.put_str(name);
-            }
+            other => unreachable!("`Command::encode` routes {other:?} elsewhere"),
+        }
+    }
+
+    /// [`Command::encode`] for a backup-zone command (backups, adoptions, holders).
+    fn encode_zone(&self, out: &mut Encoder) {
+        match self {
             Command::ZoneSet {
                 owner,
                 zone,
@@ -486,21 +550,6 @@ impl Command {
                 out.put_u8(15);
                 out.put_varint(u64::from(owner.0));
                 out.put_varint(u64::from(*zone));
-            }
-            Command::ReserveLids { node, up_to } => {
-                out.put_u8(16);
-                out.put_varint(u64::from(node.0));
-                out.put_varint(*up_to);
-            }
-            Command::HandOver {
-                failed,
-                incarnation,
-                fallback,
-            } => {
-                out.put_u8(17);
-                out.put_varint(u64::from(failed.0));
-                out.put_varint(u64::from(*incarnation));
-                out.put_varint(u64::from(fallback.0));
             }
             Command::ZoneAdopt {
                 owner,
@@ -527,6 +576,7 @@ impl Command {
                 out.put_varint(u64::from(*zone));
                 out.put_varint(u64::from(holder.0));
             }
+            other => unreachable!("`Command::encode` routes {other:?} elsewhere"),
         }
     }
 

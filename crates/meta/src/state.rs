@@ -918,14 +918,35 @@ impl MetaState {
             epoch: input.get_varint("epoch")?,
             ..MetaState::default()
         };
+        state.read_snapshot_nodes(&mut input)?;
+        state.read_snapshot_lookup(&mut input)?;
+        state.read_snapshot_names(&mut input)?;
+        state.read_snapshot_barriers(&mut input)?;
+        state.read_snapshot_tmp(&mut input)?;
+        state.read_snapshot_zones(&mut input, version)?;
+        if version >= 2 {
+            state.read_snapshot_bases(&mut input)?;
+        }
+        input.finish()?;
+        Ok(state)
+    }
+
+    /// [`from_snapshot`](Self::from_snapshot): the node records.
+    fn read_snapshot_nodes(&mut self, input: &mut Decoder<'_>) -> Result<(), DecodeError> {
         let count = input.get_count("nodes", 8, usize::from(u16::MAX))?;
         for _ in 0..count {
-            let record = NodeRecord::decode(&mut input, RecordLayout::Snapshot)?;
+            let record = NodeRecord::decode(input, RecordLayout::Snapshot)?;
             let id = record.id;
-            if state.nodes.insert(id, record).is_some() {
+            if self.nodes.insert(id, record).is_some() {
                 return Err(DecodeError::Invalid("duplicate node"));
             }
         }
+        Ok(())
+    }
+
+    /// [`from_snapshot`](Self::from_snapshot): the lookup trees, one per creator, each
+    /// checked.
+    fn read_snapshot_lookup(&mut self, input: &mut Decoder<'_>) -> Result<(), DecodeError> {
         let count = input.get_count("lookup trees", 2, usize::from(u16::MAX) + 1)?;
         for _ in 0..count {
             let creator = NodeId(input.get_varint_u16("creator")?);
@@ -941,19 +962,29 @@ impl MetaState {
                 return Err(DecodeError::Invalid("duplicate or empty lookup ranges"));
             }
             tree.check(creator).map_err(DecodeError::Invalid)?;
-            if state.lookup.insert(creator, tree).is_some() {
+            if self.lookup.insert(creator, tree).is_some() {
                 return Err(DecodeError::Invalid("duplicate lookup tree"));
             }
         }
+        Ok(())
+    }
+
+    /// [`from_snapshot`](Self::from_snapshot): the name service.
+    fn read_snapshot_names(&mut self, input: &mut Decoder<'_>) -> Result<(), DecodeError> {
         let count = input.get_count("names", 9, NAMES_MAX)?;
         for _ in 0..count {
             let name = input.get_str("name", NAME_BYTES_MAX)?.to_owned();
             let cid = ChunkId::from_raw(input.get_u64_le("cid")?);
-            if name.is_empty() || state.names.insert(name, cid).is_some() {
+            if name.is_empty() || self.names.insert(name, cid).is_some() {
                 return Err(DecodeError::Invalid("empty or duplicate name"));
             }
         }
-        state.next_barrier = input.get_varint_u32("next barrier")?;
+        Ok(())
+    }
+
+    /// [`from_snapshot`](Self::from_snapshot): the next barrier ID and the barriers.
+    fn read_snapshot_barriers(&mut self, input: &mut Decoder<'_>) -> Result<(), DecodeError> {
+        self.next_barrier = input.get_varint_u32("next barrier")?;
         let count = input.get_count("barriers", 5, BARRIERS_MAX)?;
         for _ in 0..count {
             let id = input.get_varint_u32("barrier")?;
@@ -983,22 +1014,36 @@ impl MetaState {
                 signed,
                 last_released,
             };
-            if state.barriers.insert(id, barrier).is_some() {
+            if self.barriers.insert(id, barrier).is_some() {
                 return Err(DecodeError::Invalid("duplicate barrier"));
             }
         }
+        Ok(())
+    }
+
+    /// [`from_snapshot`](Self::from_snapshot): the temporary store, within its limits.
+    fn read_snapshot_tmp(&mut self, input: &mut Decoder<'_>) -> Result<(), DecodeError> {
         let count = input.get_count("tmp blobs", 2, TMP_TOTAL_BYTES_MAX)?;
         for _ in 0..count {
             let name = input.get_str("tmp name", NAME_BYTES_MAX)?.to_owned();
             let data = input.get_slice("tmp data", TMP_BLOB_BYTES_MAX)?.to_vec();
-            state.tmp_bytes += data.len();
+            self.tmp_bytes += data.len();
             if name.is_empty()
-                || state.tmp_bytes > TMP_TOTAL_BYTES_MAX
-                || state.tmp.insert(name, data).is_some()
+                || self.tmp_bytes > TMP_TOTAL_BYTES_MAX
+                || self.tmp.insert(name, data).is_some()
             {
                 return Err(DecodeError::Invalid("tmp storage"));
             }
         }
+        Ok(())
+    }
+
+    /// [`from_snapshot`](Self::from_snapshot): the backup zones (holders from version 3 on).
+    fn read_snapshot_zones(
+        &mut self,
+        input: &mut Decoder<'_>,
+        version: u8,
+    ) -> Result<(), DecodeError> {
         let count = input.get_count("zones", 3, usize::MAX)?;
         for _ in 0..count {
             let owner = NodeId(input.get_varint_u16("owner")?);
@@ -1031,29 +1076,31 @@ impl MetaState {
                 holder,
                 owned: flag == 2,
             };
-            if state.zones.insert((owner, zone), entry).is_some() {
+            if self.zones.insert((owner, zone), entry).is_some() {
                 return Err(DecodeError::Invalid("duplicate zone"));
             }
         }
-        if version >= 2 {
-            let count = input.get_count("peer bases", 5, usize::from(u16::MAX) + 1)?;
-            for _ in 0..count {
-                let node = NodeId(input.get_varint_u16("node")?);
-                let bases = PeerBases {
-                    zone_base: input.get_varint_u32("zone base")?,
-                    zones_end: input.get_varint_u32("zones end")?,
-                    lid_base: input.get_varint("lid base")?,
-                    lids_reserved: input.get_varint("lids reserved")?,
-                };
-                if bases.zone_base > bases.zones_end
-                    || bases.lid_base > bases.lids_reserved
-                    || state.bases.insert(node, bases).is_some()
-                {
-                    return Err(DecodeError::Invalid("peer bases"));
-                }
+        Ok(())
+    }
+
+    /// [`from_snapshot`](Self::from_snapshot): the bases of every peer (version 2 on).
+    fn read_snapshot_bases(&mut self, input: &mut Decoder<'_>) -> Result<(), DecodeError> {
+        let count = input.get_count("peer bases", 5, usize::from(u16::MAX) + 1)?;
+        for _ in 0..count {
+            let node = NodeId(input.get_varint_u16("node")?);
+            let bases = PeerBases {
+                zone_base: input.get_varint_u32("zone base")?,
+                zones_end: input.get_varint_u32("zones end")?,
+                lid_base: input.get_varint("lid base")?,
+                lids_reserved: input.get_varint("lids reserved")?,
+            };
+            if bases.zone_base > bases.zones_end
+                || bases.lid_base > bases.lids_reserved
+                || self.bases.insert(node, bases).is_some()
+            {
+                return Err(DecodeError::Invalid("peer bases"));
             }
         }
-        input.finish()?;
-        Ok(state)
+        Ok(())
     }
 }

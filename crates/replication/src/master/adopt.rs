@@ -1,0 +1,188 @@
+//! Adopting a failed peer's zone (issue 6): its backups become the surviving ones plus new
+//! ones, the order is registered under the zone's log identity `(owner, zone)`, and its CID
+//! ranges join this master's zone tree under a local zone number. See the
+//! [module docs](super) ("Adoption").
+//!
+//! Invariants: the registration commits before the ranges enter the zone tree, so no change
+//! of an adopted chunk goes out before the cluster knows the zone's backups; adopting the
+//! same `(owner, zone)` again (a retried recovery) registers again and returns the zone
+//! adopted before. Called by the node's recovery, from a thread that runs no async tasks.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use myriad_types::{ChunkId, NodeId};
+
+use super::zones::{Registration, Resync, ZoneState};
+use super::{Inner, State};
+use crate::ReplicaError;
+
+/// Ranges of an adopted zone up to this many CIDs are split around CIDs that already have
+/// a zone here; longer overlapping ranges stay where they are.
+pub(super) const ADOPT_SPLIT_SPAN_MAX: u64 = 1 << 16;
+
+/// A zone taken over by [`Replicator::adopt_zone`](super::Replicator::adopt_zone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adoption {
+    /// The zone's number in this master's zone tree (local bookkeeping only).
+    pub zone: u32,
+    /// The failed peer whose zone it was (its log owner).
+    pub owner: NodeId,
+    /// The zone's number within `owner` (its log zone on the backups).
+    pub log_zone: u32,
+    /// Its backups now, in order: the surviving ones first, then the added ones.
+    pub backups: Vec<NodeId>,
+    /// The backups that were added (they receive the zone by [`Replicator::copy_adopted`]).
+    ///
+    /// [`Replicator::copy_adopted`]: super::Replicator::copy_adopted
+    pub added: Vec<NodeId>,
+}
+
+impl Inner {
+    pub(super) fn adopt(
+        self: &Arc<Self>,
+        owner: NodeId,
+        zone: u32,
+        old_backups: &[NodeId],
+        ranges: &[(ChunkId, ChunkId)],
+        chunks: u64,
+        bytes: u64,
+    ) -> Result<Adoption, ReplicaError> {
+        if self.shutdown.load(Ordering::Acquire) {
+            return Err(ReplicaError::Shutdown);
+        }
+        if self.config.replication == 0 {
+            return Err(ReplicaError::InvalidConfig(
+                "a master without replication adopts no zones",
+            ));
+        }
+        let me = self.config.node;
+        let deadline = Instant::now() + self.config.wait_timeout;
+        let existing = {
+            let state = self.state.lock();
+            state
+                .zones
+                .iter()
+                .find(|(_, z)| z.log == Some((owner, zone)))
+                .map(|(&local, z)| (local, z.backups.clone()))
+        };
+        let (backups, added) = match &existing {
+            Some((_, backups)) => (backups.clone(), Vec::new()),
+            None => {
+                let mut candidates = self.candidates.candidates();
+                candidates.retain(|c| c.node != owner && c.node != me);
+                let alive: HashSet<NodeId> = candidates.iter().map(|c| c.node).collect();
+                let others = old_backups
+                    .iter()
+                    .copied()
+                    .filter(|&b| b != owner && b != me);
+                // Without a view of the live peers, keep every surviving backup rather
+                // than none (a dead one is replaced later like any failed backup).
+                let kept: Vec<NodeId> = if alive.is_empty() {
+                    others.collect()
+                } else {
+                    others.filter(|b| alive.contains(b)).collect()
+                };
+                let mut state = self.state.lock();
+                let State { placement, rng, .. } = &mut *state;
+                let backups = placement.extend(&kept, &candidates, rng);
+                let added: Vec<NodeId> = backups
+                    .iter()
+                    .copied()
+                    .filter(|b| !kept.contains(b))
+                    .collect();
+                (backups, added)
+            }
+        };
+        // The registration (ZoneAdopt) must commit before this master owns the chunks.
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let future = self.registry.register(owner, zone, backups.clone());
+        self.net.runtime().spawn(async move {
+            let _ = done_tx.send(future.await);
+        });
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match done_rx.recv_timeout(wait) {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                return Err(ReplicaError::Registration {
+                    zone,
+                    reason: error.0,
+                })
+            }
+            Err(_) => {
+                return Err(ReplicaError::Timeout {
+                    what: "zone adoption",
+                    waited: self.config.wait_timeout,
+                    missing: Vec::new(),
+                })
+            }
+        }
+        let mut state = self.state.lock();
+        if let Some((local, _)) = existing {
+            if let Some(z) = state.zones.get_mut(&local) {
+                z.registration = Registration::Done;
+                z.registration_serial += 1;
+                let added = z.resyncs.iter().map(|r| r.target).collect();
+                return Ok(Adoption {
+                    zone: local,
+                    owner,
+                    log_zone: zone,
+                    backups: z.backups.clone(),
+                    added,
+                });
+            }
+        }
+        let local = state.tree.new_zone();
+        let mut overlapping = 0u64;
+        for &(first, last) in ranges {
+            if state.tree.add_range(first, last, local).is_ok() {
+                continue;
+            }
+            // Some CIDs already have a zone here (e.g. own chunks that had migrated to the
+            // failed peer): a short range is taken CID by CID around them.
+            let span = last.raw().saturating_sub(first.raw());
+            if span >= ADOPT_SPLIT_SPAN_MAX {
+                overlapping += span + 1;
+                continue;
+            }
+            for raw in first.raw()..=last.raw() {
+                let cid = ChunkId::from_raw(raw);
+                if state.tree.add_range(cid, cid, local).is_err() {
+                    overlapping += 1;
+                }
+            }
+        }
+        if overlapping > 0 {
+            tracing::warn!(%owner, zone, overlapping, "CIDs of an adopted zone already had a zone here; their changes go to that zone");
+        }
+        if chunks > 0 {
+            state.tree.add_usage_many(local, chunks, bytes);
+        }
+        state.zones.insert(
+            local.0,
+            ZoneState {
+                log: Some((owner, zone)),
+                backups: backups.clone(),
+                registration: Registration::Done,
+                registration_serial: 0,
+                resyncs: added
+                    .iter()
+                    .map(|&target| Resync {
+                        target,
+                        dirty: HashSet::new(),
+                    })
+                    .collect(),
+            },
+        );
+        self.progress.notify_all();
+        Ok(Adoption {
+            zone: local.0,
+            owner,
+            log_zone: zone,
+            backups,
+            added,
+        })
+    }
+}

@@ -1,0 +1,254 @@
+//! Replacement backups and re-replication: [`Replicator::replace_backup`] and
+//! [`Replicator::fill_zones`] choose new backups for zones, register the new orders and
+//! copy each zone from the master's memory ([`ChunkSource`]) to its new backups in slices;
+//! [`Replicator::copy_adopted`] uses the same copy. See the [module docs](super)
+//! ("Re-replication").
+//!
+//! Invariants: a copy never overtakes a newer change (changes made during a copy mark their
+//! CIDs dirty in the zone's `Resync`, and a slice skips dirty CIDs); memory is read without
+//! the state lock, a slice is queued under it; a copy is done only once the new order is
+//! registered and its last operation is durable on the backup.
+//!
+//! [`Replicator::replace_backup`]: super::Replicator::replace_backup
+//! [`Replicator::fill_zones`]: super::Replicator::fill_zones
+//! [`Replicator::copy_adopted`]: super::Replicator::copy_adopted
+//! [`ChunkSource`]: super::ChunkSource
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use myriad_placement::ZoneId;
+use myriad_types::{ChunkId, NodeId};
+
+use super::stream::Target;
+use super::zones::{Registration, Resync};
+use super::{Inner, ReplicaEvent, State};
+use crate::wire::{self, Op};
+use crate::Durability;
+
+/// A zone's new backups after [`Replicator::replace_backup`] or [`Replicator::fill_zones`].
+///
+/// [`Replicator::replace_backup`]: super::Replicator::replace_backup
+/// [`Replicator::fill_zones`]: super::Replicator::fill_zones
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneReplacement {
+    /// The zone.
+    pub zone: u32,
+    /// Its backups, in order.
+    pub backups: Vec<NodeId>,
+    /// The backups that were added (they receive the zone by re-replication).
+    pub added: Vec<NodeId>,
+}
+
+impl Inner {
+    /// Replaces `failed` (or fills zones below R when `None`) and starts re-replication.
+    pub(super) fn rebackup(self: &Arc<Self>, failed: Option<NodeId>) -> Vec<ZoneReplacement> {
+        let mut changes = Vec::new();
+        let mut state = self.state.lock();
+        if self.config.replication == 0 {
+            return changes;
+        }
+        let mut candidates = self.candidates.candidates();
+        if let Some(failed) = failed {
+            candidates.retain(|c| c.node != failed);
+        }
+        let zones: Vec<u32> = state
+            .zones
+            .iter()
+            .filter(|(_, z)| match failed {
+                Some(f) => z.backups.contains(&f),
+                None => z.backups.len() < self.config.replication,
+            })
+            .map(|(&zone, _)| zone)
+            .collect();
+        for zone in zones {
+            let State {
+                placement,
+                rng,
+                zones,
+                ..
+            } = &mut *state;
+            let Some(z) = zones.get_mut(&zone) else {
+                continue;
+            };
+            let new = match failed {
+                Some(f) => placement.replace(&z.backups, f, &candidates, rng),
+                None => placement.extend(&z.backups, &candidates, rng),
+            };
+            let added: Vec<NodeId> = new
+                .iter()
+                .copied()
+                .filter(|n| !z.backups.contains(n))
+                .collect();
+            if new == z.backups {
+                continue;
+            }
+            z.backups = new.clone();
+            z.resyncs.retain(|r| Some(r.target) != failed);
+            for &target in &added {
+                z.resyncs.push(Resync {
+                    target,
+                    dirty: HashSet::new(),
+                });
+            }
+            self.start_registration(&mut state, zone);
+            changes.push(ZoneReplacement {
+                zone,
+                backups: new,
+                added,
+            });
+        }
+        if let Some(failed) = failed {
+            if state.streams.remove(&failed).is_some() {
+                self.progress.notify_all();
+            }
+        }
+        drop(state);
+        let jobs: Vec<(u32, NodeId)> = changes
+            .iter()
+            .flat_map(|c| c.added.iter().map(move |&b| (c.zone, b)))
+            .collect();
+        if !jobs.is_empty() {
+            let inner = self.clone();
+            match std::thread::Builder::new()
+                .name("replica-resync".into())
+                .spawn(move || {
+                    for (zone, backup) in jobs {
+                        let _ = inner.resync(zone, backup);
+                    }
+                }) {
+                Ok(handle) => {
+                    let mut workers = self.workers.lock();
+                    workers.retain(|w| !w.is_finished());
+                    workers.push(handle);
+                }
+                Err(e) => tracing::error!(error = %e, "cannot spawn the re-replication thread"),
+            }
+        }
+        changes
+    }
+
+    /// Copies `zone` to `backup` (see [`Inner::resync_inner`]) and reports the outcome as
+    /// an event.
+    pub(super) fn resync(self: &Arc<Self>, zone: u32, backup: NodeId) -> Result<u64, String> {
+        match self.resync_inner(zone, backup) {
+            Ok(chunks) => {
+                self.emit(ReplicaEvent::ResyncDone {
+                    zone,
+                    backup,
+                    chunks,
+                });
+                Ok(chunks)
+            }
+            Err(reason) => {
+                let mut state = self.state.lock();
+                if let Some(z) = state.zones.get_mut(&zone) {
+                    z.resyncs.retain(|r| r.target != backup);
+                }
+                drop(state);
+                tracing::warn!(zone, %backup, %reason, "re-replication failed");
+                self.emit(ReplicaEvent::ResyncFailed {
+                    zone,
+                    backup,
+                    reason: reason.clone(),
+                });
+                Err(reason)
+            }
+        }
+    }
+
+    pub(super) fn resync_inner(self: &Arc<Self>, zone: u32, backup: NodeId) -> Result<u64, String> {
+        let ranges = self.state.lock().tree.ranges_of(ZoneId(zone));
+        let mut copied = 0u64;
+        let mut last_target: Option<Target> = None;
+        for (first, last) in ranges {
+            let mut cursor = first;
+            loop {
+                if self.shutdown.load(Ordering::Acquire) {
+                    return Err("shut down".into());
+                }
+                let mut slice: Vec<(ChunkId, Bytes)> = Vec::new();
+                let mut bytes = 0usize;
+                let slice_max = self.config.resync_slice_bytes;
+                self.source
+                    .for_each_in_range(cursor, last, &mut |cid, data| {
+                        if cid.raw() < cursor.raw() || cid.raw() > last.raw() {
+                            return true;
+                        }
+                        slice.push((cid, Bytes::copy_from_slice(data)));
+                        bytes += data.len() + Op::OVERHEAD_BYTES_MAX;
+                        bytes < slice_max && slice.len() < wire::OPS_PER_MESSAGE_MAX
+                    });
+                let Some(&(last_cid, _)) = slice.last() else {
+                    break;
+                };
+                let deadline = Instant::now() + self.config.wait_timeout;
+                let mut state = self.state.lock();
+                self.wait_room(&mut state, &[backup], bytes, deadline)
+                    .map_err(|e| e.to_string())?;
+                let now = Instant::now();
+                let Some(z) = state.zones.get(&zone) else {
+                    return Err("zone vanished".into());
+                };
+                let Some(resync) = z.resyncs.iter().find(|r| r.target == backup) else {
+                    return Err("backup left the zone".into());
+                };
+                let (owner, log_zone) = z.key(zone);
+                let keep: Vec<(ChunkId, Bytes)> = slice
+                    .into_iter()
+                    .filter(|(cid, _)| !resync.dirty.contains(&cid.raw()))
+                    .collect();
+                for (cid, data) in keep {
+                    let op = Op::Put {
+                        owner,
+                        zone: log_zone,
+                        cid: cid.raw(),
+                        data,
+                    };
+                    last_target = Some(self.push_op(&mut state, backup, op, true, now));
+                    copied += 1;
+                }
+                self.work.notify_one();
+                drop(state);
+                if last_cid.raw() >= last.raw() {
+                    break;
+                }
+                cursor = ChunkId::from_raw(last_cid.raw() + 1);
+            }
+        }
+        {
+            let mut state = self.state.lock();
+            if let Some(z) = state.zones.get_mut(&zone) {
+                z.resyncs.retain(|r| r.target != backup);
+            }
+        }
+        // The new order must be registered and the copy on the backup's disk.
+        let deadline = Instant::now() + self.config.wait_timeout;
+        {
+            let mut state = self.state.lock();
+            loop {
+                match state.zones.get(&zone).map(|z| &z.registration) {
+                    Some(Registration::Done) | None => break,
+                    Some(Registration::Failed(reason)) => {
+                        return Err(format!("registration failed: {reason}"))
+                    }
+                    Some(Registration::Pending) => {}
+                }
+                if self.shutdown.load(Ordering::Acquire) {
+                    return Err("shut down".into());
+                }
+                if self.progress.wait_until(&mut state, deadline).timed_out() {
+                    return Err("registration timed out".into());
+                }
+            }
+        }
+        if let Some(target) = last_target {
+            self.wait_targets_until(&[target], Durability::Durable, deadline)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(copied)
+    }
+}

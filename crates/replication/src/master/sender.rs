@@ -1,0 +1,136 @@
+//! The sender thread: batches each stream's pending operations into log messages of up to
+//! `message_bytes_target` bytes, moves them into the stream's window and hands them to its
+//! send task; resends windows after a lost connection, a gap or a timeout (with backoff),
+//! and reports backups that make no progress. See the [module docs](super) ("Resending").
+//!
+//! It holds the state lock while it builds messages but never waits on the network (the
+//! send tasks do). Started by `Replicator::new`, stopped by its `Drop`.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::stream::Sent;
+use super::zones::{op_key, ZoneKey};
+use super::{Inner, ReplicaEvent, State};
+use crate::wire::{self, encode_log_message};
+
+impl Inner {
+    pub(super) fn sender_loop(self: Arc<Self>) {
+        let mut events = self.net.subscribe();
+        let tick = (self.config.ack_timeout / 4).max(Duration::from_millis(5));
+        loop {
+            let mut unreachable = Vec::new();
+            {
+                let mut state = self.state.lock();
+                // Resend requests wait for the next tick (at most a quarter of the ack
+                // timeout); only new operations end the wait early.
+                let has_work = |s: &State| s.streams.values().any(|st| !st.pending.is_empty());
+                if !self.shutdown.load(Ordering::Acquire) && !has_work(&state) {
+                    self.work.wait_for(&mut state, tick);
+                }
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                while let Some(lost) = events.try_recv() {
+                    if let Some(stream) = state.streams.get_mut(&lost.node) {
+                        if !stream.window.is_empty() {
+                            stream.resend_requested = true;
+                        }
+                    }
+                }
+                let now = Instant::now();
+                for (&backup, stream) in state.streams.iter_mut() {
+                    let mut messages = Vec::new();
+                    let quiet = now.duration_since(stream.last_progress.max(stream.last_resend));
+                    // While a batch is still on its way (e.g. waiting for a connection),
+                    // a resend would only queue the window twice.
+                    let idle = stream.in_flight.load(Ordering::Acquire) == 0;
+                    let resend_soon = idle
+                        && stream.resend_requested
+                        && now.duration_since(stream.last_resend) >= tick;
+                    // Without progress, resends back off: ack timeout × 1, 2, 4, … 32.
+                    let quiet_max = self.config.ack_timeout * (1u32 << stream.backoff.min(5));
+                    let timed_out = quiet >= quiet_max;
+                    if idle && !stream.window.is_empty() && (resend_soon || timed_out) {
+                        messages.extend(stream.window.iter().map(|m| m.bytes.clone()));
+                        stream.last_resend = now;
+                        stream.resends += 1;
+                        if timed_out {
+                            stream.backoff = stream.backoff.saturating_add(1);
+                        }
+                    }
+                    if stream.window.is_empty() || resend_soon {
+                        stream.resend_requested = false;
+                    }
+                    while !stream.pending.is_empty() {
+                        let first_seq = stream.next_seq - stream.pending.len() as u64;
+                        let mut ops = Vec::new();
+                        let mut bytes = 0;
+                        let mut durable = false;
+                        while let Some((op, d)) = stream.pending.front() {
+                            let size = op.encoded_bytes();
+                            if !ops.is_empty()
+                                && (bytes + size > self.config.message_bytes_target
+                                    || ops.len() >= wire::OPS_PER_MESSAGE_MAX)
+                            {
+                                break;
+                            }
+                            durable |= *d;
+                            bytes += size;
+                            let Some((op, _)) = stream.pending.pop_front() else {
+                                break;
+                            };
+                            ops.push(op);
+                        }
+                        stream.pending_bytes -= bytes;
+                        let last_seq = first_seq + ops.len() as u64 - 1;
+                        let encoded = encode_log_message(stream.id, first_seq, durable, &ops);
+                        let mut zones: Vec<(ZoneKey, u64)> = Vec::new();
+                        for op in &ops {
+                            match zones.iter_mut().find(|(z, _)| *z == op_key(op)) {
+                                Some((_, n)) => *n += 1,
+                                None => zones.push((op_key(op), 1)),
+                            }
+                        }
+                        if stream.window.is_empty() {
+                            stream.last_progress = now;
+                        }
+                        stream.window_bytes += encoded.len();
+                        debug_assert!(
+                            stream
+                                .window
+                                .back()
+                                .is_none_or(|m| m.last_seq + 1 == first_seq),
+                            "a stream's messages carry consecutive sequence numbers"
+                        );
+                        stream.window.push_back(Sent {
+                            last_seq,
+                            bytes: encoded.clone(),
+                            zones,
+                        });
+                        messages.push(encoded);
+                    }
+                    if !stream.window.is_empty()
+                        && !stream.unreachable_reported
+                        && now.duration_since(stream.last_progress)
+                            >= self.config.unreachable_timeout
+                    {
+                        stream.unreachable_reported = true;
+                        unreachable.push(backup);
+                    }
+                    if !messages.is_empty() {
+                        stream.in_flight.fetch_add(1, Ordering::AcqRel);
+                        if stream.courier.send(messages).is_err() {
+                            stream.in_flight.fetch_sub(1, Ordering::AcqRel);
+                        }
+                    }
+                }
+            }
+            for backup in unreachable {
+                tracing::warn!(%backup, "backup unreachable");
+                self.emit(ReplicaEvent::BackupUnreachable(backup));
+            }
+        }
+    }
+}

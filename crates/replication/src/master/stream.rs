@@ -1,0 +1,319 @@
+//! Backup streams: one sequenced stream per backup, its send task on the messaging
+//! runtime, the acknowledgements that advance it, and the waits on it. See the
+//! [module docs](super) ("How a write travels", "Resending").
+//!
+//! Invariants: sequence numbers are assigned consecutively from 1 in the order operations
+//! are queued (`push_op`); `pending` holds the newest ones and `window` the sent messages
+//! in sequence order, so the window's last message ends right before the first pending
+//! operation; `applied` and `durable` only grow, with `durable <= applied < next_seq`. A
+//! new stream to a backup gets a larger ID than the one before, so writers waiting on a
+//! dropped stream fail with `BackupReplaced` rather than wait for numbers the new one
+//! reuses. Called by `submit`, the sender thread, re-replication and the acknowledgement
+//! handler registered on the net.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use myriad_net::{Incoming, NetHandle};
+use myriad_types::NodeId;
+use parking_lot::MutexGuard;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+use super::zones::{op_key, ZoneKey};
+use super::{Inner, ReplicaEvent, State};
+use crate::wire::{self, Ack, AckStatus, Op};
+use crate::{Durability, ReplicaError};
+
+/// A sent message, kept in its stream's window until the backup applied it.
+#[derive(Debug)]
+pub(super) struct Sent {
+    pub(super) last_seq: u64,
+    pub(super) bytes: Bytes,
+    /// Operations per zone (log owner, zone) in the message.
+    pub(super) zones: Vec<(ZoneKey, u64)>,
+}
+
+/// The sequenced stream of operations to one backup.
+#[derive(Debug)]
+pub(super) struct Stream {
+    pub(super) id: u64,
+    /// The next sequence number to assign.
+    pub(super) next_seq: u64,
+    pub(super) pending: VecDeque<(Op, bool)>,
+    pub(super) pending_bytes: usize,
+    pub(super) window: VecDeque<Sent>,
+    pub(super) window_bytes: usize,
+    pub(super) applied: u64,
+    pub(super) durable: u64,
+    pub(super) last_progress: Instant,
+    pub(super) last_resend: Instant,
+    pub(super) resend_requested: bool,
+    pub(super) unreachable_reported: bool,
+    pub(super) last_refusal: Option<String>,
+    pub(super) resends: u64,
+    /// Operations per zone (log owner, zone) in pending and unacknowledged messages.
+    pub(super) unacknowledged_per_zone: BTreeMap<ZoneKey, u64>,
+    /// Resends after a timeout since the last progress (the next one waits longer).
+    pub(super) backoff: u32,
+    /// Hands batches of messages to the stream's send task, which sends them in order.
+    pub(super) courier: UnboundedSender<Vec<Bytes>>,
+    /// Batches handed over and not yet sent (or given up on).
+    pub(super) in_flight: Arc<AtomicUsize>,
+}
+
+impl Stream {
+    /// A new stream to `backup`, with its send task on the messaging runtime. The task
+    /// ends when the stream is dropped.
+    pub(super) fn new(id: u64, now: Instant, net: &NetHandle, backup: NodeId) -> Stream {
+        let (courier, mut batches) = unbounded_channel::<Vec<Bytes>>();
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let task_net = net.clone();
+        let task_in_flight = in_flight.clone();
+        net.runtime().spawn(async move {
+            while let Some(batch) = batches.recv().await {
+                for message in batch {
+                    if let Err(e) = task_net.send(backup, wire::REPLICATE, message).await {
+                        // The window keeps the rest; a resend follows.
+                        tracing::debug!(%backup, error = %e, "replication send failed");
+                        break;
+                    }
+                }
+                task_in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
+        });
+        Stream {
+            courier,
+            in_flight,
+            id,
+            next_seq: 1,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            window: VecDeque::new(),
+            window_bytes: 0,
+            applied: 0,
+            durable: 0,
+            last_progress: now,
+            last_resend: now,
+            resend_requested: false,
+            unreachable_reported: false,
+            last_refusal: None,
+            resends: 0,
+            unacknowledged_per_zone: BTreeMap::new(),
+            backoff: 0,
+        }
+    }
+
+    #[inline]
+    pub(super) fn unacknowledged_bytes(&self) -> usize {
+        self.pending_bytes + self.window_bytes
+    }
+}
+
+/// A stream position a writer waits for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Target {
+    pub(super) backup: NodeId,
+    pub(super) stream: u64,
+    pub(super) seq: u64,
+}
+
+impl Inner {
+    pub(super) fn next_stream_id(state: &mut State) -> u64 {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        state.last_stream_id = now.max(state.last_stream_id + 1);
+        state.last_stream_id
+    }
+
+    /// Appends `op` to the stream of `backup`; returns its position.
+    #[inline]
+    pub(super) fn push_op(
+        &self,
+        state: &mut State,
+        backup: NodeId,
+        op: Op,
+        durable: bool,
+        now: Instant,
+    ) -> Target {
+        if !state.streams.contains_key(&backup) {
+            let id = Self::next_stream_id(state);
+            state
+                .streams
+                .insert(backup, Stream::new(id, now, &self.net, backup));
+        }
+        let Some(stream) = state.streams.get_mut(&backup) else {
+            unreachable!("inserted above");
+        };
+        let seq = stream.next_seq;
+        stream.next_seq += 1;
+        stream.pending_bytes += op.encoded_bytes();
+        *stream
+            .unacknowledged_per_zone
+            .entry(op_key(&op))
+            .or_default() += 1;
+        stream.pending.push_back((op, durable));
+        Target {
+            backup,
+            stream: stream.id,
+            seq,
+        }
+    }
+
+    /// Waits (bounded) until every stream of `backups` has room for `bytes` more.
+    pub(super) fn wait_room(
+        &self,
+        state: &mut MutexGuard<'_, State>,
+        backups: &[NodeId],
+        bytes: usize,
+        deadline: Instant,
+    ) -> Result<(), ReplicaError> {
+        let max = self.config.stream_bytes_max;
+        loop {
+            if self.shutdown.load(Ordering::Acquire) {
+                return Err(ReplicaError::Shutdown);
+            }
+            let full: Vec<NodeId> = backups
+                .iter()
+                .copied()
+                .filter(|b| {
+                    state.streams.get(b).is_some_and(|s| {
+                        s.unacknowledged_bytes() > 0 && s.unacknowledged_bytes() + bytes > max
+                    })
+                })
+                .collect();
+            if full.is_empty() {
+                return Ok(());
+            }
+            if self.progress.wait_until(state, deadline).timed_out() {
+                return Err(ReplicaError::Timeout {
+                    what: "room in a backup stream",
+                    waited: self.config.wait_timeout,
+                    missing: full,
+                });
+            }
+        }
+    }
+
+    pub(super) fn wait_targets(
+        &self,
+        targets: &[Target],
+        durability: Durability,
+    ) -> Result<(), ReplicaError> {
+        self.wait_targets_until(
+            targets,
+            durability,
+            Instant::now() + self.config.wait_timeout,
+        )
+    }
+
+    pub(super) fn wait_targets_until(
+        &self,
+        targets: &[Target],
+        durability: Durability,
+        deadline: Instant,
+    ) -> Result<(), ReplicaError> {
+        if durability == Durability::Async || targets.is_empty() {
+            return Ok(());
+        }
+        let mut state = self.state.lock();
+        loop {
+            let mut missing = Vec::new();
+            for target in targets {
+                match state.streams.get(&target.backup) {
+                    Some(s) if s.id == target.stream => {
+                        let reached = match durability {
+                            Durability::Durable => s.durable,
+                            _ => s.applied,
+                        };
+                        if reached < target.seq {
+                            missing.push(target.backup);
+                        }
+                    }
+                    _ => return Err(ReplicaError::BackupReplaced(target.backup)),
+                }
+            }
+            if missing.is_empty() {
+                return Ok(());
+            }
+            if self.shutdown.load(Ordering::Acquire) {
+                return Err(ReplicaError::Shutdown);
+            }
+            if self.progress.wait_until(&mut state, deadline).timed_out() {
+                return Err(ReplicaError::Timeout {
+                    what: match durability {
+                        Durability::Durable => "durable acknowledgements",
+                        _ => "replicated acknowledgements",
+                    },
+                    waited: self.config.wait_timeout,
+                    missing,
+                });
+            }
+        }
+    }
+
+    pub(super) fn on_ack(&self, incoming: Incoming) {
+        let backup = incoming.from;
+        let ack = match Ack::decode(incoming.payload) {
+            Ok(ack) => ack,
+            Err(e) => {
+                tracing::warn!(%backup, error = %e, "malformed replication ack");
+                return;
+            }
+        };
+        let mut refused = None;
+        {
+            let mut state = self.state.lock();
+            let Some(stream) = state.streams.get_mut(&backup) else {
+                return;
+            };
+            if stream.id != ack.stream {
+                return;
+            }
+            let assigned = stream.next_seq - 1;
+            let applied = ack.applied_seq.min(assigned);
+            if applied > stream.applied {
+                stream.applied = applied;
+                stream.backoff = 0;
+                stream.last_progress = Instant::now();
+                stream.unreachable_reported = false;
+                while stream.window.front().is_some_and(|m| m.last_seq <= applied) {
+                    if let Some(sent) = stream.window.pop_front() {
+                        stream.window_bytes -= sent.bytes.len();
+                        for (zone, count) in sent.zones {
+                            if let Some(n) = stream.unacknowledged_per_zone.get_mut(&zone) {
+                                *n = n.saturating_sub(count);
+                                if *n == 0 {
+                                    stream.unacknowledged_per_zone.remove(&zone);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            stream.durable = stream.durable.max(ack.durable_seq.min(stream.applied));
+            debug_assert!(stream.durable <= stream.applied && stream.applied < stream.next_seq);
+            match ack.status {
+                AckStatus::Ok => stream.last_refusal = None,
+                AckStatus::Gap => {
+                    stream.resend_requested = true;
+                    self.work.notify_one();
+                }
+                AckStatus::Refused(reason) => {
+                    if stream.last_refusal.as_ref() != Some(&reason) {
+                        stream.last_refusal = Some(reason.clone());
+                        refused = Some(reason);
+                    }
+                }
+            }
+            self.progress.notify_all();
+        }
+        if let Some(reason) = refused {
+            tracing::warn!(%backup, %reason, "backup refuses replication");
+            self.emit(ReplicaEvent::BackupRefused { backup, reason });
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Reporting changes: the `on_*` calls of [`Replicator`](super::Replicator) end here. A
+//! change finds (or opens) its chunk's zone, becomes one operation queued on the stream of
+//! each of the zone's backups and marks its CID dirty in the zone's running copies; the
+//! call then waits for the zone's registration and the acknowledgements its durability
+//! asks for. See the [module docs](super) ("How a write travels", "Caller contract").
+//!
+//! Invariants: an operation is queued on all of its zone's backups, in backup order, in one
+//! hold of the state lock (a wait for stream room comes before, and the backups are read
+//! again after it), so every backup sees the changes of a chunk in one order; a no-wait
+//! submission (`Mode::NoWait`) checks everything first and reports nothing when it would
+//! have to wait.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use myriad_types::{ChunkId, NodeId};
+
+use super::stream::Target;
+use super::zones::Registration;
+use super::{Inner, State};
+use crate::wire::Op;
+use crate::{Durability, ReplicaError};
+
+/// Whether a submission may wait (for room, registration or acknowledgements). A
+/// no-wait submission carries its changes, checked before anything is reported.
+#[derive(Clone, Copy)]
+pub(super) enum Mode<'s, 'a> {
+    Wait,
+    NoWait(&'s [Change<'a>]),
+}
+
+/// A change reported to [`Replicator`](super::Replicator).
+#[derive(Clone, Copy)]
+pub(super) enum Change<'a> {
+    Create(ChunkId, &'a [u8]),
+    Put(ChunkId, &'a [u8]),
+    Resize(ChunkId, u64, &'a [u8]),
+    Remove(ChunkId, u64),
+}
+
+/// A change reported with [`Replicator::on_changes_nowait`](super::Replicator::on_changes_nowait).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AsyncChange<'a> {
+    /// The chunk's whole payload is now `data`.
+    Put(ChunkId, &'a [u8]),
+    /// The chunk, of this many bytes, was removed.
+    Remove(ChunkId, u64),
+}
+
+impl<'a> AsyncChange<'a> {
+    pub(super) fn change(&self) -> Change<'a> {
+        match *self {
+            AsyncChange::Put(cid, data) => Change::Put(cid, data),
+            AsyncChange::Remove(cid, size) => Change::Remove(cid, size),
+        }
+    }
+}
+
+impl Inner {
+    pub(super) fn submit<'a>(
+        self: &Arc<Self>,
+        changes: impl Iterator<Item = Change<'a>>,
+        durability: Option<Durability>,
+    ) -> Result<(), ReplicaError> {
+        self.submit_mode(changes, durability, Mode::Wait)
+    }
+
+    /// Whether every change could be reported at once: `async`, no zone to assign or
+    /// register (puts of chunks with a zone whose registration is done, removes), and,
+    /// when `room` is set, room for it in every stream it goes to. Called under the state
+    /// lock, so the answer holds until the lock is released.
+    pub(super) fn ready_now(&self, state: &State, changes: &[Change<'_>], room: bool) -> bool {
+        let max = self.config.stream_bytes_max;
+        let mut needed: Vec<(NodeId, usize)> = Vec::new();
+        for change in changes {
+            let (cid, bytes) = match *change {
+                Change::Create(..) | Change::Resize(..) => return false,
+                Change::Put(cid, data) => (cid, data.len() + Op::OVERHEAD_BYTES_MAX),
+                Change::Remove(cid, _) => (cid, Op::OVERHEAD_BYTES_MAX),
+            };
+            let Some(zone) = state.tree.zone_of(cid) else {
+                if matches!(change, Change::Remove(..)) {
+                    continue; // nothing to remove on backups
+                }
+                return false;
+            };
+            let Some(z) = state.zones.get(&zone.0) else {
+                return false;
+            };
+            if !matches!(z.registration, Registration::Done) {
+                return false;
+            }
+            for &backup in &z.backups {
+                match needed.iter_mut().find(|(b, _)| *b == backup) {
+                    Some((_, total)) => *total += bytes,
+                    None => needed.push((backup, bytes)),
+                }
+            }
+        }
+        !room
+            || needed.iter().all(|&(backup, bytes)| {
+                state.streams.get(&backup).is_none_or(|s| {
+                    s.unacknowledged_bytes() == 0 || s.unacknowledged_bytes() + bytes <= max
+                })
+            })
+    }
+
+    pub(super) fn submit_mode<'a>(
+        self: &Arc<Self>,
+        changes: impl Iterator<Item = Change<'a>>,
+        durability: Option<Durability>,
+        mode: Mode<'_, 'a>,
+    ) -> Result<(), ReplicaError> {
+        if self.shutdown.load(Ordering::Acquire) {
+            return Err(ReplicaError::Shutdown);
+        }
+        let durability = durability.unwrap_or(self.config.default_durability);
+        let wants_durable = durability == Durability::Durable;
+        let deadline = Instant::now() + self.config.wait_timeout;
+        let mut targets: Vec<Target> = Vec::new();
+        let mut touched: Vec<u32> = Vec::new();
+        let mut state = self.state.lock();
+        if let Mode::NoWait(all) = mode {
+            if durability != Durability::Async || !self.ready_now(&state, all, false) {
+                return Err(ReplicaError::WouldWait);
+            }
+        }
+        let waits = matches!(mode, Mode::Wait);
+        for change in changes {
+            let (cid, op_data, zone) = match change {
+                Change::Create(cid, data) => {
+                    let a = state.tree.assign(cid, data.len() as u64);
+                    if a.opened || !state.zones.contains_key(&a.zone.0) {
+                        self.open_zone(&mut state, a.zone.0);
+                    }
+                    (cid, Some(data), a.zone.0)
+                }
+                Change::Put(cid, data) | Change::Resize(cid, _, data) => {
+                    let zone = match state.tree.zone_of(cid) {
+                        Some(zone) => {
+                            if let Change::Resize(_, old, _) = change {
+                                state.tree.resize(cid, old, data.len() as u64);
+                            }
+                            zone.0
+                        }
+                        None => {
+                            let a = state.tree.assign(cid, data.len() as u64);
+                            if a.opened || !state.zones.contains_key(&a.zone.0) {
+                                self.open_zone(&mut state, a.zone.0);
+                            }
+                            a.zone.0
+                        }
+                    };
+                    (cid, Some(data), zone)
+                }
+                Change::Remove(cid, size) => match state.tree.remove(cid, size) {
+                    Some(zone) => (cid, None, zone.0),
+                    None => continue,
+                },
+            };
+            if !touched.contains(&zone) {
+                touched.push(zone);
+            }
+            let Some(z) = state.zones.get_mut(&zone) else {
+                continue;
+            };
+            if matches!(z.registration, Registration::Failed(_)) {
+                self.start_registration(&mut state, zone);
+            }
+            let Some(z) = state.zones.get(&zone) else {
+                continue;
+            };
+            let backups = z.backups.clone();
+            if backups.is_empty() {
+                if durability != Durability::Async && self.config.replication > 0 {
+                    return Err(ReplicaError::NoBackups { zone });
+                }
+                continue;
+            }
+            let (owner, log_zone) = z.key(zone);
+            let op = match op_data {
+                Some(data) => Op::Put {
+                    owner,
+                    zone: log_zone,
+                    cid: cid.raw(),
+                    data: Bytes::copy_from_slice(data),
+                },
+                None => Op::Remove {
+                    owner,
+                    zone: log_zone,
+                    cid: cid.raw(),
+                },
+            };
+            if waits {
+                self.wait_room(&mut state, &backups, op.encoded_bytes(), deadline)?;
+            }
+            // The lock was released while waiting: the zone's backups may have changed.
+            let Some(z) = state.zones.get_mut(&zone) else {
+                continue;
+            };
+            for resync in &mut z.resyncs {
+                resync.dirty.insert(cid.raw());
+            }
+            let backups = z.backups.clone();
+            let now = Instant::now();
+            for &backup in &backups {
+                let target = self.push_op(&mut state, backup, op.clone(), wants_durable, now);
+                match targets.iter_mut().find(|t| t.backup == backup) {
+                    Some(t) => *t = target,
+                    None => targets.push(target),
+                }
+            }
+            self.work.notify_one();
+        }
+        // A zone's registration precedes every acknowledgement of a write to it. (A
+        // no-wait submission checked that each zone had been registered; a registration
+        // pending now is a new backup order, and the old one, which also receives the
+        // change, is committed.)
+        if waits {
+            loop {
+                let mut pending = false;
+                for zone in &touched {
+                    match state.zones.get(zone).map(|z| &z.registration) {
+                        Some(Registration::Pending) => pending = true,
+                        Some(Registration::Failed(reason)) => {
+                            return Err(ReplicaError::Registration {
+                                zone: *zone,
+                                reason: reason.clone(),
+                            })
+                        }
+                        _ => {}
+                    }
+                }
+                if !pending {
+                    break;
+                }
+                if self.shutdown.load(Ordering::Acquire) {
+                    return Err(ReplicaError::Shutdown);
+                }
+                if self.progress.wait_until(&mut state, deadline).timed_out() {
+                    return Err(ReplicaError::Timeout {
+                        what: "zone registration",
+                        waited: self.config.wait_timeout,
+                        missing: Vec::new(),
+                    });
+                }
+            }
+        }
+        drop(state);
+        self.wait_targets_until(&targets, durability, deadline)
+    }
+}
