@@ -547,9 +547,8 @@ impl<'a> Link<'a> {
             .unwrap_or_else(|error| panic!("test cluster: partition: {error}"));
     }
 
-    /// Delays every message either way by `ms` milliseconds. Unsupported by the real
-    /// transport until the messaging layer has a delay fault: returns
-    /// [`LinkError::Unsupported`] and changes nothing.
+    /// Delays every message either way by `ms` milliseconds (in order: later messages
+    /// wait behind a delayed one); an error if the transport cannot delay.
     pub fn delay(&self, ms: u64) -> Result<(), LinkError> {
         self.both(LinkFilter::Delay(Duration::from_millis(ms)))
     }
@@ -587,8 +586,8 @@ impl OneWay<'_> {
             .unwrap_or_else(|error| panic!("test cluster: one-way drop: {error}"));
     }
 
-    /// Delays the messages from `from` to `to` by `ms` milliseconds; unsupported for now
-    /// (see [`Link::delay`]).
+    /// Delays the messages from `from` to `to` by `ms` milliseconds (the other direction
+    /// is unchanged; see [`Link::delay`]).
     pub fn delay(&self, ms: u64) -> Result<(), LinkError> {
         let filter = LinkFilter::Delay(Duration::from_millis(ms));
         self.env.transport.set_filter(self.from, self.to, filter)

@@ -13,9 +13,10 @@
 //!   sender's endpoint drops outgoing, the receiver's drops incoming), so it holds whichever
 //!   side opened the connection, and re-applies every filter touching a node when the node
 //!   is attached again (a restart gets a new endpoint).
-//! - A filter the transport cannot apply is an error ([`LinkError::Unsupported`]), never a
-//!   silent no-op: today that is [`LinkFilter::Delay`], until the messaging layer has a
-//!   delay fault.
+//! - A delay is applied once, at the sender's endpoint ([`Fault::DelayOutgoing`]), so it
+//!   is not counted twice; the messaging layer keeps the order within a connection.
+//! - A filter a transport cannot apply is an error ([`LinkError::Unsupported`]), never a
+//!   silent no-op.
 //!
 //! **Callers.** The cluster harness; tests only through [`crate::cluster::Link`].
 
@@ -57,7 +58,7 @@ pub enum LinkFilter {
     Pass,
     /// Silently lost (requests across the link time out).
     Drop,
-    /// Delivered after the given extra delay. Not supported by [`NetFaults`] yet.
+    /// Delivered after the given extra delay (in order: later messages wait behind it).
     Delay(Duration),
 }
 
@@ -98,8 +99,8 @@ pub struct NetFaults {
 #[derive(Default)]
 struct FaultState {
     handles: HashMap<NodeId, NetHandle>,
-    /// Directions whose messages are dropped.
-    dropped: std::collections::HashSet<(NodeId, NodeId)>,
+    /// The filter of each direction `(from, to)` that is not [`LinkFilter::Pass`].
+    filters: HashMap<(NodeId, NodeId), LinkFilter>,
     /// Every node ever attached (a link to a stopped node can still be healed).
     known: std::collections::HashSet<NodeId>,
 }
@@ -110,13 +111,19 @@ impl FaultState {
         let Some(net) = self.handles.get(&node) else {
             return;
         };
-        let outgoing = self.dropped.contains(&(node, other));
-        let incoming = self.dropped.contains(&(other, node));
-        match (outgoing, incoming) {
-            (true, true) => net.set_fault(other, Fault::Partition),
-            (true, false) => net.set_fault(other, Fault::DropOutgoing),
-            (false, true) => net.set_fault(other, Fault::DropIncoming),
-            (false, false) => net.clear_fault(other),
+        net.clear_fault(other);
+        match self.filters.get(&(node, other)) {
+            Some(LinkFilter::Drop) => net.add_fault(other, Fault::DropOutgoing),
+            Some(LinkFilter::Delay(delay)) => {
+                let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                net.add_fault(other, Fault::DelayOutgoing { ms });
+            }
+            Some(LinkFilter::Pass) | None => {}
+        }
+        // Drops are applied at the receiver too (whichever side opened the connection);
+        // a delay only at the sender, where it is counted once.
+        if let Some(LinkFilter::Drop) = self.filters.get(&(other, node)) {
+            net.add_fault(other, Fault::DropIncoming);
         }
     }
 }
@@ -126,7 +133,7 @@ impl std::fmt::Debug for NetFaults {
         let state = self.lock();
         f.debug_struct("NetFaults")
             .field("attached", &state.handles.keys().collect::<Vec<_>>())
-            .field("dropped", &state.dropped)
+            .field("filters", &state.filters)
             .finish()
     }
 }
@@ -146,8 +153,8 @@ impl Transport for NetFaults {
         state.handles.insert(node, net.clone());
         state.known.insert(node);
         let others: Vec<NodeId> = state
-            .dropped
-            .iter()
+            .filters
+            .keys()
             .filter_map(|&(from, to)| match (from == node, to == node) {
                 (true, _) => Some(to),
                 (_, true) => Some(from),
@@ -169,12 +176,11 @@ impl Transport for NetFaults {
             return Err(LinkError::UnknownLink { from, to });
         }
         match filter {
-            LinkFilter::Delay(_) => return Err(LinkError::Unsupported("delay")),
-            LinkFilter::Drop => {
-                state.dropped.insert((from, to));
-            }
             LinkFilter::Pass => {
-                state.dropped.remove(&(from, to));
+                state.filters.remove(&(from, to));
+            }
+            LinkFilter::Drop | LinkFilter::Delay(_) => {
+                state.filters.insert((from, to), filter);
             }
         }
         state.refresh(from, to);

@@ -1,4 +1,4 @@
-//! The cluster harness itself: link filters (both ways, one way, heal, delay refused),
+//! The cluster harness itself: link filters (both ways, one way, heal, delays),
 //! a crashed peer restarted with its data directory, a stopped leader replaced and
 //! restarted from its Raft directory, bounded waits that name what they waited for.
 
@@ -55,13 +55,39 @@ fn link_filters_cut_each_direction_and_heal() {
     assert!(!reads(&client, cid), "a partitioned link carried a request");
     link.heal();
     assert!(reads(&client, cid));
-    // Delay is not there yet: refused, and nothing changes.
-    assert_eq!(link.delay(50), Err(LinkError::Unsupported("delay")));
-    assert_eq!(
-        link.one_way().delay(50),
-        Err(LinkError::Unsupported("delay"))
+    // Delays: a request across a delayed direction takes at least the delay, and still
+    // succeeds; healing removes it.
+    let timed_read = || {
+        let started = std::time::Instant::now();
+        assert!(reads(&client, cid), "a delayed link lost a request");
+        started.elapsed()
+    };
+    link.one_way().delay(200).expect("one-way delay");
+    assert!(
+        timed_read() >= Duration::from_millis(200),
+        "the request was not delayed"
     );
-    assert!(reads(&client, cid));
+    link.heal();
+    cluster
+        .link(peer, client.node_id())
+        .one_way()
+        .delay(200)
+        .expect("reply delay");
+    assert!(
+        timed_read() >= Duration::from_millis(200),
+        "the reply was not delayed"
+    );
+    link.heal();
+    link.delay(150).expect("two-way delay");
+    assert!(
+        timed_read() >= Duration::from_millis(300),
+        "both ways add up"
+    );
+    link.heal();
+    assert!(
+        timed_read() < Duration::from_millis(150),
+        "heal kept a delay"
+    );
     // The other peer was never cut off.
     let other = cluster.peer(1).node_id();
     let elsewhere = client
