@@ -8,7 +8,7 @@ use bytes::Bytes;
 use myriad_client::client::Client;
 use myriad_meta::NodeState;
 use myriad_testing::cluster::TestCluster;
-use myriad_testing::env::{Env, LinkError};
+use myriad_testing::env::Env;
 use myriad_types::ChunkId;
 
 /// The last log index superpeer `index` applied.
