@@ -44,14 +44,14 @@
 //!   the failed owner (clients wait and time out).
 //!
 //! # Who calls it
-//! [`crate::peer_node::PeerNode`]'s [`myriad_proto::types::RECOVER`] handler (on a blocking thread).
+//! [`crate::peer::PeerNode`]'s [`myriad_proto::types::RECOVER`] handler (on a blocking thread).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use myriad_client::membership::Membership;
 use myriad_mem::{MemError, MemoryManager};
+use myriad_membership::Membership;
 use myriad_meta::Command;
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{

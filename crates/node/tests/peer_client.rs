@@ -1,5 +1,6 @@
 //! The client's chunk API against real peers: endpoints on 127.0.0.1 with fixed node IDs,
-//! each serving a `ChunkService`, and a client routing with a test directory.
+//! each serving a `ChunkService` through the peer's own dispatch (`PeerDispatch`), and a
+//! client routing with a test directory.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,7 +14,7 @@ use myriad_client::ClientError;
 use myriad_mem::{MemoryConfig, MemoryManager};
 use myriad_meta::{LookupRange, LookupTree};
 use myriad_net::{Config, Endpoint, Handlers};
-use myriad_node::peer::ChunkService;
+use myriad_node::peer::{ChunkService, PeerDispatch};
 use myriad_types::{ChunkId, NodeId};
 use parking_lot::Mutex;
 use proptest::prelude::*;
@@ -99,7 +100,9 @@ fn config(node: NodeId) -> Config {
 fn start_peer(node: NodeId) -> Peer {
     let service = Arc::new(ChunkService::new(memory(node), node));
     let mut handlers = Handlers::new();
-    service.register(&mut handlers).expect("register");
+    // The peer's own dispatch, without superpeers: only the chunk service is attached.
+    let dispatch = PeerDispatch::register(&mut handlers, None, 2).expect("register");
+    dispatch.serve(Arc::clone(&service));
     let endpoint = Endpoint::start(config(node), handlers).expect("peer endpoint");
     Peer { service, endpoint }
 }
