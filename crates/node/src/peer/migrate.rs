@@ -153,6 +153,9 @@ pub(crate) fn migrate(
         // later migration of the same range.
         return MigrateReply::Failed(format!("committing the new owner: {error}"));
     }
+    // The old copies are dropped below: the new owner must be another node (checked on
+    // entry), or the range would stay routed here with its chunks gone.
+    assert_ne!(request.to, me, "a migration's target is another peer");
     service.set_owner(creator, first, last, request.to);
     unlock_all(&locked);
     for (cid, size) in locked.into_iter().zip(sizes) {

@@ -45,6 +45,8 @@ pub(crate) fn watch_old_zones(
     stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<()>, PeerError> {
     let me = membership.node_id();
+    // Only a restarted peer has earlier local IDs (below its base) to take back.
+    assert!(bases.lid_base > 0, "no earlier incarnation to wait for");
     std::thread::Builder::new()
         .name(format!("old-zones-{}", me.0))
         .spawn(move || {
