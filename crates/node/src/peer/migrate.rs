@@ -18,12 +18,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use myriad_mem::MemoryManager;
 use myriad_membership::Membership;
 use myriad_meta::Command;
 use myriad_proto::chunk::{ChunkReply, ChunkRequest};
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::types;
-use myriad_types::ChunkId;
+use myriad_types::{ChunkId, NodeId};
 
 use super::service::ChunkService;
 
@@ -51,28 +52,11 @@ pub(crate) fn migrate(
     membership: &Arc<Membership>,
     request: &MigrateRequest,
 ) -> MigrateReply {
-    let me = service.node();
-    if service.is_declared_failed() {
-        return MigrateReply::Failed("this node was declared failed".to_owned());
-    }
-    if request.to == me {
-        return MigrateReply::Failed("the target is this peer".to_owned());
-    }
-    if !membership.is_alive(request.to) {
-        return MigrateReply::Failed(format!("target {} is not an alive member", request.to));
+    if let Err(reason) = check_request(service, membership, request) {
+        return MigrateReply::Failed(reason);
     }
     let (first, last) = (request.first.local_id(), request.last.local_id());
     let creator = request.first.creator();
-    if last - first >= MIGRATE_CHUNKS_MAX {
-        return MigrateReply::Failed(format!("at most {MIGRATE_CHUNKS_MAX} CIDs per migration"));
-    }
-    for lid in [first, last] {
-        if let Some(cid) = ChunkId::new(creator, lid) {
-            if service.owner_of(cid) != me {
-                return MigrateReply::Failed(format!("{cid} is not owned by this peer"));
-            }
-        }
-    }
     let mem = service.memory();
     // Chunk reads are served inline only while no lock is held; this migration's locks
     // are not tracked by the service, so it switches inline serving off meanwhile.
@@ -83,56 +67,16 @@ pub(crate) fn migrate(
             let _ = mem.unlock_write(cid);
         }
     };
-    let mut items = Vec::new();
-    for lid in first..=last {
-        let Some(cid) = ChunkId::new(creator, lid) else {
-            continue;
-        };
-        if !mem.exists(cid) {
-            continue;
-        }
-        if let Err(error) = mem.lock_write(cid, MIGRATE_LOCK_WAIT) {
+    let items = match lock_and_copy(mem, creator, first, last, &mut locked) {
+        Ok(items) => items,
+        Err(reason) => {
             unlock_all(&locked);
-            return MigrateReply::Failed(format!("locking {cid}: {error}"));
+            return MigrateReply::Failed(reason);
         }
-        locked.push(cid);
-        let size = mem.size(cid).unwrap_or(0);
-        let mut data = vec![0u8; size];
-        match mem.get_locked(cid, &mut data) {
-            Ok(length) => {
-                data.truncate(length);
-                items.push((cid, Bytes::from(data)));
-            }
-            Err(error) => {
-                unlock_all(&locked);
-                return MigrateReply::Failed(format!("reading {cid}: {error}"));
-            }
-        }
-    }
+    };
     let moved = items.len() as u64;
     let sizes: Vec<usize> = items.iter().map(|(_, data)| data.len()).collect();
-    let insert = ChunkRequest::Insert {
-        durability: 0,
-        items,
-    };
-    let reply = membership.net().request_blocking(
-        request.to,
-        types::CHUNK,
-        insert.encode(),
-        MIGRATE_INSERT_TIMEOUT,
-    );
-    let stored = match reply.map(ChunkReply::decode) {
-        Ok(Ok(ChunkReply::Statuses(statuses))) => statuses
-            .iter()
-            .find_map(|status| status.as_ref().err().cloned())
-            .map_or(Ok(()), |error| {
-                Err(format!("the target refused a chunk: {error}"))
-            }),
-        Ok(Ok(other)) => Err(format!("unexpected reply from the target: {other:?}")),
-        Ok(Err(error)) => Err(format!("malformed reply from the target: {error}")),
-        Err(error) => Err(format!("the target did not answer: {error}")),
-    };
-    if let Err(reason) = stored {
+    if let Err(reason) = store_at_target(membership, request, items) {
         unlock_all(&locked);
         return MigrateReply::Failed(reason);
     }
@@ -155,18 +99,120 @@ pub(crate) fn migrate(
     }
     // The old copies are dropped below: the new owner must be another node (checked on
     // entry), or the range would stay routed here with its chunks gone.
-    assert_ne!(request.to, me, "a migration's target is another peer");
+    assert_ne!(
+        request.to,
+        service.node(),
+        "a migration's target is another peer"
+    );
     service.set_owner(creator, first, last, request.to);
     unlock_all(&locked);
+    drop_old_copies(service, locked, sizes);
+    MigrateReply::Moved(moved)
+}
+
+/// Refuses what may not migrate: a node declared failed, a target that is this peer or
+/// no alive member, too many CIDs, a range this peer does not own (at either end).
+fn check_request(
+    service: &ChunkService,
+    membership: &Membership,
+    request: &MigrateRequest,
+) -> Result<(), String> {
+    let me = service.node();
+    if service.is_declared_failed() {
+        return Err("this node was declared failed".to_owned());
+    }
+    if request.to == me {
+        return Err("the target is this peer".to_owned());
+    }
+    if !membership.is_alive(request.to) {
+        return Err(format!("target {} is not an alive member", request.to));
+    }
+    let (first, last) = (request.first.local_id(), request.last.local_id());
+    let creator = request.first.creator();
+    if last - first >= MIGRATE_CHUNKS_MAX {
+        return Err(format!("at most {MIGRATE_CHUNKS_MAX} CIDs per migration"));
+    }
+    for lid in [first, last] {
+        if let Some(cid) = ChunkId::new(creator, lid) {
+            if service.owner_of(cid) != me {
+                return Err(format!("{cid} is not owned by this peer"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Write-locks every existing chunk of `creator`'s `first..=last` (recorded in `locked`,
+/// which the caller unlocks on failure) and reads its bytes.
+fn lock_and_copy(
+    mem: &MemoryManager,
+    creator: NodeId,
+    first: u64,
+    last: u64,
+    locked: &mut Vec<ChunkId>,
+) -> Result<Vec<(ChunkId, Bytes)>, String> {
+    let mut items = Vec::new();
+    for lid in first..=last {
+        let Some(cid) = ChunkId::new(creator, lid) else {
+            continue;
+        };
+        if !mem.exists(cid) {
+            continue;
+        }
+        mem.lock_write(cid, MIGRATE_LOCK_WAIT)
+            .map_err(|error| format!("locking {cid}: {error}"))?;
+        locked.push(cid);
+        let size = mem.size(cid).unwrap_or(0);
+        let mut data = vec![0u8; size];
+        let length = mem
+            .get_locked(cid, &mut data)
+            .map_err(|error| format!("reading {cid}: {error}"))?;
+        data.truncate(length);
+        items.push((cid, Bytes::from(data)));
+    }
+    Ok(items)
+}
+
+/// Stores the copies at the target with one insert; every item must be stored.
+fn store_at_target(
+    membership: &Membership,
+    request: &MigrateRequest,
+    items: Vec<(ChunkId, Bytes)>,
+) -> Result<(), String> {
+    let insert = ChunkRequest::Insert {
+        durability: 0,
+        items,
+    };
+    let reply = membership.net().request_blocking(
+        request.to,
+        types::CHUNK,
+        insert.encode(),
+        MIGRATE_INSERT_TIMEOUT,
+    );
+    match reply.map(ChunkReply::decode) {
+        Ok(Ok(ChunkReply::Statuses(statuses))) => statuses
+            .iter()
+            .find_map(|status| status.as_ref().err().cloned())
+            .map_or(Ok(()), |error| {
+                Err(format!("the target refused a chunk: {error}"))
+            }),
+        Ok(Ok(other)) => Err(format!("unexpected reply from the target: {other:?}")),
+        Ok(Err(error)) => Err(format!("malformed reply from the target: {error}")),
+        Err(error) => Err(format!("the target did not answer: {error}")),
+    }
+}
+
+/// Drops the migrated chunks' old copies (unlocked, owned by the target by now); the
+/// new owner replicates its copy, this peer's backups drop theirs.
+fn drop_old_copies(service: &ChunkService, locked: Vec<ChunkId>, sizes: Vec<usize>) {
+    let mem = service.memory();
     for (cid, size) in locked.into_iter().zip(sizes) {
         if let Err(error) = mem.remove(cid) {
             tracing::warn!(%cid, %error, "could not drop a migrated chunk's old copy");
             continue;
         }
-        // The new owner replicates its copy; this peer's backups drop theirs.
         if let Err(error) = service.replicate_removed(cid, size) {
             tracing::warn!(%cid, %error, "backups of a migrated chunk's old copy not removed");
         }
     }
-    MigrateReply::Moved(moved)
 }
