@@ -144,11 +144,11 @@ impl Client {
     }
 
     async fn request(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
-        self.inner.membership.request(request).await
+        Ok(self.inner.membership.request(request).await?)
     }
 
     async fn write(&self, command: Command) -> Result<Response, ClientError> {
-        self.inner.membership.write(command).await
+        Ok(self.inner.membership.write(command).await?)
     }
 
     /// Binds `name` to `cid` (replacing an earlier binding).
@@ -204,10 +204,11 @@ impl Client {
         value: u64,
         timeout: Duration,
     ) -> Result<Vec<(NodeId, u64)>, ClientError> {
-        self.inner
+        Ok(self
+            .inner
             .membership
             .barrier_sign_on(id, value, timeout)
-            .await
+            .await?)
     }
 
     /// A barrier's size, round and sign-ons (`None`: no such barrier).
@@ -309,7 +310,11 @@ impl Client {
     /// state, restorer, chunks and milliseconds since the failure. Asks the configured
     /// superpeers in turn until the leader answers (only the leader coordinates).
     pub async fn recovery_status(&self) -> Result<RecoveryStatusReply, ClientError> {
-        self.inner.membership.recovery_status(STATUS_TIMEOUT).await
+        Ok(self
+            .inner
+            .membership
+            .recovery_status(STATUS_TIMEOUT)
+            .await?)
     }
 
     /// The superpeer group's state as the answering superpeer sees it.

@@ -6,12 +6,14 @@ use std::future::Future;
 use myriad_meta::LookupRange;
 use myriad_types::{ChunkId, NodeId};
 
+use myriad_membership::Membership;
+
 use crate::ClientError;
 
 /// Where chunks live and which nodes are up, as far as this node knows.
 ///
-/// [`crate::membership::Membership`] implements it with the superpeer group's metadata;
-/// tests implement it with a fixed table.
+/// [`Membership`] implements it with the superpeer group's metadata (its node-directory
+/// methods, below); tests implement it with a fixed table.
 pub trait Directory: Send + Sync + 'static {
     /// This node's ID.
     fn local_node(&self) -> NodeId;
@@ -45,5 +47,31 @@ pub trait Directory: Send + Sync + 'static {
     fn may_recover(&self, node: NodeId) -> bool {
         let _ = node;
         false
+    }
+}
+
+impl Directory for Membership {
+    fn local_node(&self) -> NodeId {
+        self.node_id()
+    }
+
+    async fn lookup(&self, cid: ChunkId) -> Result<LookupRange, ClientError> {
+        Ok(Membership::lookup(self, cid).await?)
+    }
+
+    async fn lookup_all(&self, creator: NodeId) -> Option<Result<Vec<LookupRange>, ClientError>> {
+        Some(
+            Membership::lookup_all(self, creator)
+                .await
+                .map_err(ClientError::from),
+        )
+    }
+
+    fn is_alive(&self, node: NodeId) -> bool {
+        Membership::is_alive(self, node)
+    }
+
+    fn may_recover(&self, node: NodeId) -> bool {
+        Membership::may_recover(self, node)
     }
 }

@@ -1,5 +1,6 @@
 //! The client's typed errors.
 
+use myriad_membership::MembershipError;
 use myriad_meta::MetaError;
 use myriad_types::{ChunkId, NodeId};
 use thiserror::Error;
@@ -58,4 +59,22 @@ pub enum ClientError {
     /// The client was shut down.
     #[error("the client is shut down")]
     Shutdown,
+}
+
+/// Membership's errors become the client error of the same name, with the same message.
+impl From<MembershipError> for ClientError {
+    fn from(error: MembershipError) -> ClientError {
+        match error {
+            MembershipError::Timeout { what, timeout_ms } => {
+                ClientError::Timeout { what, timeout_ms }
+            }
+            MembershipError::SuperpeersUnavailable(reason) => {
+                ClientError::SuperpeersUnavailable(reason)
+            }
+            MembershipError::Meta(error) => ClientError::Meta(error),
+            MembershipError::InvalidArgument(reason) => ClientError::InvalidArgument(reason),
+            MembershipError::Protocol(reason) => ClientError::Protocol(reason),
+            MembershipError::Join(reason) => ClientError::Join(reason),
+        }
+    }
 }

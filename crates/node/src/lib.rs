@@ -5,7 +5,8 @@
 //!   messaging layer, serves metadata requests and joins, watches peers with heartbeats,
 //!   commits failure verdicts and pushes events to every node.
 //! - [`peer`]: stores chunks in a `myriad-mem` memory manager and serves them to remote
-//!   clients (the chunk service of [`myriad_proto::chunk`]).
+//!   clients (the chunk service of [`myriad_proto::chunk`]); the peer process
+//!   ([`peer::PeerNode`], also reachable as `peer_node`) and its one request dispatch.
 //! - [`replication`]: the peer's side of replication (`myriad-replication` wired to the
 //!   cluster: zone registry, backup candidates, chunk source, the backup log engine).
 //! - [`recovery`]: the restorer's side of recovering a failed peer (a backup zone into
@@ -23,7 +24,8 @@
 pub mod config;
 pub mod log_gc;
 pub mod peer;
-pub mod peer_node;
+/// The peer process's items at their old path (the same as [`peer`]'s).
+pub use peer as peer_node;
 pub mod recovery;
 pub mod replication;
 pub mod superpeer;

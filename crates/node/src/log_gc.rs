@@ -22,14 +22,14 @@
 //!   only runs on answers.
 //!
 //! # Who calls it
-//! [`crate::peer_node::PeerNode::start`] spawns [`run`] for a peer with the backup
+//! [`crate::peer::PeerNode::start`] spawns [`run`] for a peer with the backup
 //! capability; [`Collector`] is its testable core.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use myriad_client::membership::Membership;
+use myriad_membership::Membership;
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_replication::BackupService;
 use myriad_types::NodeId;

@@ -44,20 +44,20 @@
 //!   the failed owner (clients wait and time out).
 //!
 //! # Who calls it
-//! [`crate::peer_node::PeerNode`]'s [`myriad_proto::types::RECOVER`] handler (on a blocking thread).
+//! [`crate::peer::PeerNode`]'s [`myriad_proto::types::RECOVER`] handler (on a blocking thread).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use myriad_client::membership::Membership;
 use myriad_mem::{MemError, MemoryManager};
+use myriad_membership::Membership;
 use myriad_meta::Command;
 use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{
     push_run, ranges_of_runs, CidRange, RecoverReply, RecoverRequest, RecoveryState,
 };
-use myriad_replication::BackupService;
+use myriad_replication::{Adoption, BackupService};
 use myriad_types::{ChunkId, NodeId};
 use parking_lot::Mutex;
 
@@ -177,7 +177,6 @@ pub fn restore_zone(
     request: RecoverRequest,
 ) -> RecoverReply {
     let started = Instant::now();
-    let me = service.node();
     let mut restored = match insert_recovered(backup, service.memory(), request) {
         Ok(restored) => restored,
         Err(reason) => return RecoverReply::Failed(reason),
@@ -192,86 +191,24 @@ pub fn restore_zone(
     let inserted_ms = started.elapsed().as_millis() as u64;
     let chunks = restored.chunks;
     let ranges = restored.ranges();
-    let replicator = service
-        .replicator()
-        .filter(|replicator| replicator.config().replication > 0);
-    // Adoption: the zone stays one zone, named (owner, zone) in the backups' logs, held by
-    // this peer from the moment `ZoneAdopt` commits, before the CIDs are taken over.
-    let adoption = match replicator {
-        Some(replicator) => {
-            let old_backups = match zone_backups(membership, request.owner, request.zone) {
-                Ok(backups) => backups,
-                Err(reason) => return RecoverReply::Failed(reason),
-            };
-            let cid_ranges: Vec<(ChunkId, ChunkId)> = ranges
-                .iter()
-                .filter_map(|range| {
-                    Some((
-                        ChunkId::new(range.creator, range.first)?,
-                        ChunkId::new(range.creator, range.last)?,
-                    ))
-                })
-                .collect();
-            match replicator.adopt_zone(
-                request.owner,
-                request.zone,
-                &old_backups,
-                &cid_ranges,
-                chunks,
-                restored.bytes,
-            ) {
-                Ok(adoption) => Some(adoption),
-                Err(error) => {
-                    return RecoverReply::Failed(format!(
-                        "adopting zone {} of {}: {error}",
-                        request.zone, request.owner
-                    ))
-                }
-            }
-        }
-        None => None,
+    // Only chunks the engine delivered are taken over: the ranges cover no more CIDs than
+    // were stored here (a range over a CID not restored would claim another restorer's).
+    let covered: u64 = ranges
+        .iter()
+        .map(|range| range.last - range.first + 1)
+        .sum();
+    assert!(
+        covered <= chunks,
+        "zone {} of {}: ranges cover {covered} CIDs, {chunks} restored",
+        request.zone,
+        request.owner
+    );
+    let adoption = match adopt(service, membership, request, &ranges, &restored) {
+        Ok(adoption) => adoption,
+        Err(reason) => return RecoverReply::Failed(reason),
     };
-    for range in &ranges {
-        service.set_owner(range.creator, range.first, range.last, me);
-    }
-    if adoption.is_some() {
-        // The zone is this peer's now: its CIDs must not stay routed to the failed owner.
-        // Three rounds here; if they all fail, the recovery is reported failed and the
-        // rounds go on in the background (bounded) until the zone is settled.
-        if let Err(reason) = settle(membership, &ranges, request, OWNER_COMMIT_ATTEMPTS) {
-            let membership = Arc::clone(membership);
-            let retry = ranges.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("settle-{}-{}", request.owner.0, request.zone))
-                .spawn(move || {
-                    match settle(&membership, &retry, request, OWNER_COMMIT_RETRIES_MAX) {
-                        Ok(()) => tracing::info!(owner = %request.owner, zone = request.zone, "adopted zone settled after retries"),
-                        Err(reason) => tracing::error!(owner = %request.owner, zone = request.zone, %reason, "adopted zone never settled: its CIDs may still route to its failed owner"),
-                    }
-                });
-            if let Err(error) = spawned {
-                tracing::warn!(%error, "could not start the settling retries");
-            }
-            return RecoverReply::Failed(reason);
-        }
-    } else if let Err(reason) = commit_ranges(membership, &ranges) {
+    if let Err(reason) = take_over(service, membership, request, &ranges, adoption.is_some()) {
         return RecoverReply::Failed(reason);
-    }
-    if adoption.is_none() {
-        // Without replication there is nothing to adopt: the zone is done, and its removal
-        // from the zone table is the progress a new leader continues from.
-        let remove = Command::ZoneRemove {
-            owner: request.owner,
-            zone: request.zone,
-        };
-        let writer = Arc::clone(membership);
-        let removed = membership
-            .net()
-            .runtime()
-            .block_on(async move { writer.write(remove).await });
-        if let Err(error) = removed {
-            tracing::warn!(owner = %request.owner, zone = request.zone, %error, "zone removal not committed; the leader retries it");
-        }
     }
     let ms = started.elapsed().as_millis() as u64;
     tracing::info!(
@@ -285,47 +222,165 @@ pub fn restore_zone(
         backups = ?adoption.as_ref().map(|a| &a.backups),
         "zone restored and taken over"
     );
-    // Re-replication in the background, after availability (of every zone of the failed
-    // peer, as far as the leader's table shows within a bound): only the added backups
-    // need the zone; the surviving ones hold its log.
     if let Some(adoption) = adoption {
-        service.rereplication_begins(chunks);
-        let service = Arc::clone(service);
-        let counter = Arc::clone(&service);
-        let watcher = Arc::clone(membership);
-        let spawned = std::thread::Builder::new()
-            .name(format!("rereplicate-{}-{}", request.owner.0, request.zone))
-            .spawn(move || {
-                let held = hold_while_recovering(&watcher, request.owner);
-                let begun = Instant::now();
-                match service.copy_adopted(&adoption, chunks) {
-                    Ok(copied) => tracing::info!(
-                        owner = %request.owner,
-                        zone = request.zone,
-                        copied,
-                        added = ?adoption.added,
-                        held_ms = held.as_millis() as u64,
-                        ms = begun.elapsed().as_millis() as u64,
-                        "adopted zone copied to its new backups"
-                    ),
-                    Err(error) => tracing::warn!(
-                        owner = %request.owner,
-                        zone = request.zone,
-                        %error,
-                        "copying an adopted zone to its new backups failed"
-                    ),
-                }
-            });
-        if let Err(error) = spawned {
-            counter.rereplication_cancelled(chunks);
-            tracing::warn!(%error, "could not start re-replication");
-        }
+        spawn_rereplication(service, membership, request, adoption, chunks);
     }
     RecoverReply::Recovered {
         chunks,
         bytes: restored.bytes,
         ms,
         ranges,
+    }
+}
+
+/// Adoption: the zone stays one zone, named (owner, zone) in the backups' logs, held by
+/// this peer from the moment `ZoneAdopt` commits, before the CIDs are taken over. `None`:
+/// this peer does not replicate (nothing to adopt).
+fn adopt(
+    service: &ChunkService,
+    membership: &Arc<Membership>,
+    request: RecoverRequest,
+    ranges: &[CidRange],
+    restored: &Restored,
+) -> Result<Option<Adoption>, String> {
+    let Some(replicator) = service
+        .replicator()
+        .filter(|replicator| replicator.config().replication > 0)
+    else {
+        return Ok(None);
+    };
+    let old_backups = zone_backups(membership, request.owner, request.zone)?;
+    let cid_ranges: Vec<(ChunkId, ChunkId)> = ranges
+        .iter()
+        .filter_map(|range| {
+            Some((
+                ChunkId::new(range.creator, range.first)?,
+                ChunkId::new(range.creator, range.last)?,
+            ))
+        })
+        .collect();
+    replicator
+        .adopt_zone(
+            request.owner,
+            request.zone,
+            &old_backups,
+            &cid_ranges,
+            restored.chunks,
+            restored.bytes,
+        )
+        .map(Some)
+        .map_err(|error| {
+            format!(
+                "adopting zone {} of {}: {error}",
+                request.zone, request.owner
+            )
+        })
+}
+
+/// Takes the restored ranges over: at once in this peer's ownership view, then through
+/// the superpeers. An adopted zone is settled (with background retries when the first
+/// rounds fail); without adoption the ranges are committed and the zone is removed from
+/// the zone table (the progress a new leader continues from).
+fn take_over(
+    service: &ChunkService,
+    membership: &Arc<Membership>,
+    request: RecoverRequest,
+    ranges: &[CidRange],
+    adopted: bool,
+) -> Result<(), String> {
+    let me = service.node();
+    for range in ranges {
+        service.set_owner(range.creator, range.first, range.last, me);
+    }
+    if adopted {
+        // The zone is this peer's now: its CIDs must not stay routed to the failed owner.
+        // Three rounds here; if they all fail, the recovery is reported failed and the
+        // rounds go on in the background (bounded) until the zone is settled.
+        if let Err(reason) = settle(membership, ranges, request, OWNER_COMMIT_ATTEMPTS) {
+            spawn_settle_retries(membership, ranges.to_vec(), request);
+            return Err(reason);
+        }
+        return Ok(());
+    }
+    commit_ranges(membership, ranges)?;
+    // Without replication there is nothing to adopt: the zone is done, and its removal
+    // from the zone table is the progress a new leader continues from.
+    let remove = Command::ZoneRemove {
+        owner: request.owner,
+        zone: request.zone,
+    };
+    let writer = Arc::clone(membership);
+    let removed = membership
+        .net()
+        .runtime()
+        .block_on(async move { writer.write(remove).await });
+    if let Err(error) = removed {
+        tracing::warn!(owner = %request.owner, zone = request.zone, %error, "zone removal not committed; the leader retries it");
+    }
+    Ok(())
+}
+
+/// Goes on settling an adopted zone in the background (bounded) after the first rounds
+/// failed.
+fn spawn_settle_retries(
+    membership: &Arc<Membership>,
+    ranges: Vec<CidRange>,
+    request: RecoverRequest,
+) {
+    let membership = Arc::clone(membership);
+    let spawned = std::thread::Builder::new()
+        .name(format!("settle-{}-{}", request.owner.0, request.zone))
+        .spawn(move || {
+            match settle(&membership, &ranges, request, OWNER_COMMIT_RETRIES_MAX) {
+                Ok(()) => tracing::info!(owner = %request.owner, zone = request.zone, "adopted zone settled after retries"),
+                Err(reason) => tracing::error!(owner = %request.owner, zone = request.zone, %reason, "adopted zone never settled: its CIDs may still route to its failed owner"),
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "could not start the settling retries");
+    }
+}
+
+/// Re-replication in the background, after availability (of every zone of the failed
+/// peer, as far as the leader's table shows within a bound): only the added backups need
+/// the zone; the surviving ones hold its log.
+fn spawn_rereplication(
+    service: &Arc<ChunkService>,
+    membership: &Arc<Membership>,
+    request: RecoverRequest,
+    adoption: Adoption,
+    chunks: u64,
+) {
+    service.rereplication_begins(chunks);
+    let counter = Arc::clone(service);
+    let service = Arc::clone(service);
+    let watcher = Arc::clone(membership);
+    let spawned = std::thread::Builder::new()
+        .name(format!("rereplicate-{}-{}", request.owner.0, request.zone))
+        .spawn(move || {
+            let held = hold_while_recovering(&watcher, request.owner);
+            let begun = Instant::now();
+            match service.copy_adopted(&adoption, chunks) {
+                Ok(copied) => tracing::info!(
+                    owner = %request.owner,
+                    zone = request.zone,
+                    copied,
+                    added = ?adoption.added,
+                    held_ms = held.as_millis() as u64,
+                    ms = begun.elapsed().as_millis() as u64,
+                    "adopted zone copied to its new backups"
+                ),
+                Err(error) => tracing::warn!(
+                    owner = %request.owner,
+                    zone = request.zone,
+                    %error,
+                    "copying an adopted zone to its new backups failed"
+                ),
+            }
+        });
+    if let Err(error) = spawned {
+        counter.rereplication_cancelled(chunks);
+        tracing::warn!(%error, "could not start re-replication");
     }
 }
 

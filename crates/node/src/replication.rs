@@ -23,15 +23,15 @@
 //!   replicator's state lock and only reads the membership table.
 //!
 //! # Who calls it
-//! [`crate::peer_node::PeerNode::start`].
+//! [`crate::peer::PeerNode::start`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_backup_log::{DiskStorage, IoMode, LogConfig, LogEngine};
-use myriad_client::membership::Membership;
 use myriad_mem::MemoryManager;
+use myriad_membership::Membership;
 use myriad_meta::{Capabilities, Command, NodeState, Role};
 use myriad_replication::{
     BackupCandidates, BackupConfig, BackupService, Candidate, ChunkSource, Durability,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use myriad_client::membership::Membership;
-use myriad_client::ClientError;
+use myriad_membership::MembershipError;
 use myriad_meta::{Command, MetaError, NodeState, Response, Role};
 use myriad_net::{Endpoint, Handlers};
 use myriad_node::config::NodeError;
@@ -175,7 +175,7 @@ fn barrier_of_three_releases_with_every_value() {
         }));
     assert!(matches!(
         second,
-        Err(ClientError::Meta(MetaError::AlreadySignedOn(_)))
+        Err(MembershipError::Meta(MetaError::AlreadySignedOn(_)))
     ));
 }
 
@@ -223,7 +223,7 @@ fn nameservice_and_temporary_storage_through_membership() {
             .await;
         assert!(matches!(
             again,
-            Err(ClientError::Meta(MetaError::TmpExists(_)))
+            Err(MembershipError::Meta(MetaError::TmpExists(_)))
         ));
         assert_eq!(
             client
@@ -243,8 +243,7 @@ fn nameservice_and_temporary_storage_through_membership() {
             }
             other => panic!("unexpected {other:?}"),
         }
-        // Lookup through the Directory trait: the creator owns its chunks.
-        use myriad_client::directory::Directory;
+        // Lookup through the node directory: the creator owns its chunks.
         let range = client.lookup(cid).await.unwrap();
         assert_eq!(range.owner, NodeId(7));
     });

@@ -6,7 +6,7 @@
 //! is pinged every `heartbeat_interval`; one that answered nothing for `failure_timeout`,
 //! or whose connection was lost and whose address then refuses connections, gets a
 //! verdict (`Command::Fail` through the leader). Every heartbeat acknowledges the node's
-//! last reply received, which renews the node's lease (`myriad_client::lease`): a node
+//! last reply received, which renews the node's lease (`myriad_membership::lease`): a node
 //! stops serving chunks before silence can make it failed. Views of superpeer liveness may differ
 //! for a moment: a node is then watched twice or briefly not at all, never wrongly failed
 //! for that reason alone.

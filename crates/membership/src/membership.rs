@@ -22,7 +22,8 @@
 //!
 //! # Who calls it
 //! Clients (through `myriad-client`'s API), peers (`myriad-node` joins with it) and chunk
-//! routing (through the [`Directory`] implementation).
+//! routing (`myriad-client`'s `Directory` trait, implemented with the node-directory
+//! methods [`Membership::lookup`], [`Membership::is_alive`] and friends).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener};
@@ -44,9 +45,8 @@ use myriad_types::{ChunkId, NodeId};
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{broadcast, Notify};
 
-use crate::directory::Directory;
 use crate::lease::Lease;
-use crate::ClientError;
+use crate::MembershipError;
 
 /// Events queued per subscriber before it misses the oldest.
 pub const EVENTS_QUEUED_MAX: usize = 1024;
@@ -164,14 +164,14 @@ struct Joined {
     lease: Duration,
 }
 
-fn check_config(config: &JoinConfig) -> Result<(), ClientError> {
+fn check_config(config: &JoinConfig) -> Result<(), MembershipError> {
     if config.superpeers.is_empty() {
-        return Err(ClientError::InvalidArgument(
+        return Err(MembershipError::InvalidArgument(
             "no superpeer configured".to_owned(),
         ));
     }
     if config.role == Role::Superpeer {
-        return Err(ClientError::InvalidArgument(
+        return Err(MembershipError::InvalidArgument(
             "superpeers do not join through Membership".to_owned(),
         ));
     }
@@ -183,7 +183,7 @@ async fn join_exchange(
     config: &JoinConfig,
     request: &JoinRequest,
     deadline: tokio::time::Instant,
-) -> Result<Joined, ClientError> {
+) -> Result<Joined, MembershipError> {
     let payload = request.encode();
     let mut last_error = String::from("no superpeer answered");
     let mut index = 0usize;
@@ -204,7 +204,7 @@ async fn join_exchange(
             },
             Handlers::new(),
         )
-        .map_err(|error| ClientError::Join(format!("provisional endpoint: {error}")))?;
+        .map_err(|error| MembershipError::Join(format!("provisional endpoint: {error}")))?;
         for (id, address) in &config.superpeers {
             provisional.set_address(*id, *address);
         }
@@ -226,7 +226,7 @@ async fn join_exchange(
             Err(error) => last_error = format!("superpeer {target}: {}", net_failure(&error)),
             Ok(bytes) => match JoinReply::decode(bytes) {
                 Err(error) => {
-                    return Err(ClientError::Protocol(format!(
+                    return Err(MembershipError::Protocol(format!(
                         "join reply from {target}: {error}"
                     )))
                 }
@@ -246,7 +246,7 @@ async fn join_exchange(
                         lease: Duration::from_millis(u64::from(lease_ms)),
                     })
                 }
-                Ok(JoinReply::Refused(error)) => return Err(ClientError::Meta(error)),
+                Ok(JoinReply::Refused(error)) => return Err(MembershipError::Meta(error)),
                 Ok(JoinReply::NotLeader { leader }) => {
                     last_error = format!("superpeer {target} is not the leader");
                     if leader.is_some() {
@@ -261,7 +261,7 @@ async fn join_exchange(
         }
         tokio::time::sleep(RETRY_PAUSE).await;
     }
-    Err(ClientError::SuperpeersUnavailable(format!(
+    Err(MembershipError::SuperpeersUnavailable(format!(
         "join not answered in time: {last_error}"
     )))
 }
@@ -272,10 +272,10 @@ impl Membership {
     pub async fn join(
         config: JoinConfig,
         handlers: Handlers,
-    ) -> Result<(Endpoint, Arc<Membership>), ClientError> {
+    ) -> Result<(Endpoint, Arc<Membership>), MembershipError> {
         check_config(&config)?;
         let listener = TcpListener::bind(config.listen)
-            .map_err(|error| ClientError::Join(format!("bind {}: {error}", config.listen)))?;
+            .map_err(|error| MembershipError::Join(format!("bind {}: {error}", config.listen)))?;
         let request = join_request(&config, &listener)?;
         let lease = Arc::new(Lease::new());
         let deadline = tokio::time::Instant::now() + config.request_timeout;
@@ -288,7 +288,7 @@ impl Membership {
             handlers,
             listener,
         )
-        .map_err(|error| ClientError::Join(format!("endpoint: {error}")))?;
+        .map_err(|error| MembershipError::Join(format!("endpoint: {error}")))?;
         let membership = Membership::install(&config, joined, endpoint.handle(), &slot, lease);
         Ok((endpoint, membership))
     }
@@ -298,21 +298,21 @@ impl Membership {
     pub fn join_blocking(
         config: JoinConfig,
         handlers: Handlers,
-    ) -> Result<(Endpoint, Arc<Membership>), ClientError> {
+    ) -> Result<(Endpoint, Arc<Membership>), MembershipError> {
         check_config(&config)?;
         if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(ClientError::InvalidArgument(
+            return Err(MembershipError::InvalidArgument(
                 "join_blocking called inside an async runtime; use join".to_owned(),
             ));
         }
         let listener = TcpListener::bind(config.listen)
-            .map_err(|error| ClientError::Join(format!("bind {}: {error}", config.listen)))?;
+            .map_err(|error| MembershipError::Join(format!("bind {}: {error}", config.listen)))?;
         let request = join_request(&config, &listener)?;
         let lease = Arc::new(Lease::new());
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|error| ClientError::Join(format!("runtime: {error}")))?;
+            .map_err(|error| MembershipError::Join(format!("runtime: {error}")))?;
         let joined = runtime.block_on(async {
             let deadline = tokio::time::Instant::now() + config.request_timeout;
             join_exchange(&config, &request, deadline).await
@@ -322,7 +322,7 @@ impl Membership {
         let handlers = with_own_handlers(handlers, &slot, joined.epoch)?;
         let endpoint =
             Endpoint::start_with_listener(endpoint_config(&config, joined.id), handlers, listener)
-                .map_err(|error| ClientError::Join(format!("endpoint: {error}")))?;
+                .map_err(|error| MembershipError::Join(format!("endpoint: {error}")))?;
         let membership = Membership::install(&config, joined, endpoint.handle(), &slot, lease);
         Ok((endpoint, membership))
     }
@@ -418,7 +418,7 @@ impl Membership {
     pub async fn recovery_status(
         &self,
         timeout: Duration,
-    ) -> Result<myriad_proto::recovery::RecoveryStatusReply, ClientError> {
+    ) -> Result<myriad_proto::recovery::RecoveryStatusReply, MembershipError> {
         let mut last_error = String::from("no superpeer is configured");
         for &(superpeer, _) in &self.superpeers {
             let reply = self
@@ -434,19 +434,19 @@ impl Membership {
                 Ok(bytes) => match myriad_proto::recovery::RecoveryStatusReply::decode(bytes) {
                     Ok(status) if status.leader => return Ok(status),
                     Ok(_) => last_error = format!("superpeer {superpeer} does not lead"),
-                    Err(error) => return Err(ClientError::Protocol(error.to_string())),
+                    Err(error) => return Err(MembershipError::Protocol(error.to_string())),
                 },
                 Err(error) => last_error = format!("superpeer {superpeer}: {error}"),
             }
         }
-        Err(ClientError::SuperpeersUnavailable(last_error))
+        Err(MembershipError::SuperpeersUnavailable(last_error))
     }
 
     /// Sends `request` to the superpeer group: to the leader as far as known, following
     /// `NotLeader` answers and trying the other superpeers until
     /// [`JoinConfig::request_timeout`]. A write whose outcome is unknown is not retried
-    /// (it may have been applied): it fails with [`ClientError::Timeout`].
-    pub async fn request(&self, request: MetaRequest) -> Result<MetaReply, ClientError> {
+    /// (it may have been applied): it fails with [`MembershipError::Timeout`].
+    pub async fn request(&self, request: MetaRequest) -> Result<MetaReply, MembershipError> {
         let is_write = matches!(request, MetaRequest::Write(_));
         let payload = request.encode();
         let started = tokio::time::Instant::now();
@@ -473,7 +473,7 @@ impl Membership {
                     last_error = format!("superpeer {target}: {error}");
                     self.forget_leader(target);
                     if matches!(error, NetError::Timeout(_)) && is_write {
-                        return Err(ClientError::Timeout {
+                        return Err(MembershipError::Timeout {
                             what: format!("write to superpeer {target} (outcome unknown)"),
                             timeout_ms: self.request_timeout.as_millis() as u64,
                         });
@@ -482,7 +482,7 @@ impl Membership {
                     continue;
                 }
                 Ok(bytes) => MetaReply::decode(bytes).map_err(|error| {
-                    ClientError::Protocol(format!("reply from superpeer {target}: {error}"))
+                    MembershipError::Protocol(format!("reply from superpeer {target}: {error}"))
                 })?,
             };
             match reply {
@@ -499,7 +499,7 @@ impl Membership {
                 MetaReply::Unavailable(reason) => {
                     last_error = format!("superpeer {target}: {reason}");
                     if is_write && !reason.starts_with("no quorum") {
-                        return Err(ClientError::Timeout {
+                        return Err(MembershipError::Timeout {
                             what: format!("write on superpeer {target}: {reason}"),
                             timeout_ms: self.request_timeout.as_millis() as u64,
                         });
@@ -515,7 +515,7 @@ impl Membership {
                 }
             }
         }
-        Err(ClientError::SuperpeersUnavailable(format!(
+        Err(MembershipError::SuperpeersUnavailable(format!(
             "no answer within {} ms: {last_error}",
             self.request_timeout.as_millis()
         )))
@@ -528,10 +528,10 @@ impl Membership {
         }
     }
 
-    /// Commits `command` through the group. A refusal becomes [`ClientError::Meta`].
-    pub async fn write(&self, command: Command) -> Result<Response, ClientError> {
+    /// Commits `command` through the group. A refusal becomes [`MembershipError::Meta`].
+    pub async fn write(&self, command: Command) -> Result<Response, MembershipError> {
         match self.request(MetaRequest::Write(command)).await? {
-            MetaReply::Response(Response::Error(error)) => Err(ClientError::Meta(error)),
+            MetaReply::Response(Response::Error(error)) => Err(MembershipError::Meta(error)),
             MetaReply::Response(response) => Ok(response),
             other => Err(unexpected(&other)),
         }
@@ -545,7 +545,7 @@ impl Membership {
         id: u32,
         value: u64,
         timeout: Duration,
-    ) -> Result<Vec<(NodeId, u64)>, ClientError> {
+    ) -> Result<Vec<(NodeId, u64)>, MembershipError> {
         let deadline = tokio::time::Instant::now() + timeout;
         let command = Command::BarrierSignOn {
             id,
@@ -558,17 +558,17 @@ impl Membership {
                 None => outcome.round,
             },
             Ok(other) => {
-                return Err(ClientError::Protocol(format!(
+                return Err(MembershipError::Protocol(format!(
                     "barrier sign-on answered with {other:?}"
                 )))
             }
             // A retried sign-on that the group had applied already: wait for the current
             // round.
-            Err(ClientError::Meta(MetaError::AlreadySignedOn(_))) => {
+            Err(MembershipError::Meta(MetaError::AlreadySignedOn(_))) => {
                 match self.request(MetaRequest::BarrierStatus(id)).await? {
                     MetaReply::Barrier(Some(status)) => status.round,
                     MetaReply::Barrier(None) => {
-                        return Err(ClientError::Meta(MetaError::BarrierNotFound(id)))
+                        return Err(MembershipError::Meta(MetaError::BarrierNotFound(id)))
                     }
                     other => return Err(unexpected(&other)),
                 }
@@ -583,7 +583,7 @@ impl Membership {
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                return Err(ClientError::Timeout {
+                return Err(MembershipError::Timeout {
                     what: format!("barrier {id} round {round}"),
                     timeout_ms: timeout.as_millis() as u64,
                 });
@@ -595,13 +595,13 @@ impl Membership {
                         return Ok(status.last_released)
                     }
                     MetaReply::Barrier(Some(status)) if status.round > round + 1 => {
-                        return Err(ClientError::Meta(MetaError::InvalidArgument(format!(
+                        return Err(MembershipError::Meta(MetaError::InvalidArgument(format!(
                             "barrier {id} round {round} was superseded before its values were seen"
                         ))))
                     }
                     MetaReply::Barrier(Some(_)) => {}
                     MetaReply::Barrier(None) => {
-                        return Err(ClientError::Meta(MetaError::BarrierNotFound(id)))
+                        return Err(MembershipError::Meta(MetaError::BarrierNotFound(id)))
                     }
                     other => return Err(unexpected(&other)),
                 }
@@ -613,7 +613,7 @@ impl Membership {
     }
 
     /// Leaves the cluster in an orderly way (the caller then drops the endpoint).
-    pub async fn leave(&self) -> Result<(), ClientError> {
+    pub async fn leave(&self) -> Result<(), MembershipError> {
         self.write(Command::Leave { node: self.node_id })
             .await
             .map(|_| ())
@@ -828,14 +828,17 @@ impl Membership {
     }
 }
 
-fn unexpected(reply: &MetaReply) -> ClientError {
-    ClientError::Protocol(format!("unexpected reply: {reply:?}"))
+fn unexpected(reply: &MetaReply) -> MembershipError {
+    MembershipError::Protocol(format!("unexpected reply: {reply:?}"))
 }
 
-fn join_request(config: &JoinConfig, listener: &TcpListener) -> Result<JoinRequest, ClientError> {
+fn join_request(
+    config: &JoinConfig,
+    listener: &TcpListener,
+) -> Result<JoinRequest, MembershipError> {
     let address = listener
         .local_addr()
-        .map_err(|error| ClientError::Join(format!("listener address: {error}")))?;
+        .map_err(|error| MembershipError::Join(format!("listener address: {error}")))?;
     Ok(JoinRequest {
         role: config.role,
         address: address.to_string(),
@@ -860,8 +863,9 @@ fn with_own_handlers(
     mut handlers: Handlers,
     slot: &Slot,
     join_epoch: u64,
-) -> Result<Handlers, ClientError> {
-    let register = |error: NetError| ClientError::Join(format!("handler registration: {error}"));
+) -> Result<Handlers, MembershipError> {
+    let register =
+        |error: NetError| MembershipError::Join(format!("handler registration: {error}"));
     let events = slot.clone();
     handlers
         .register(types::EVENT, move |message: Incoming| {
@@ -938,31 +942,32 @@ fn full_ranges(creator: NodeId, moved: &[(u64, u64, NodeId)]) -> Vec<LookupRange
     ranges
 }
 
-impl Directory for Membership {
-    fn local_node(&self) -> NodeId {
-        self.node_id
-    }
-
-    async fn lookup(&self, cid: ChunkId) -> Result<LookupRange, ClientError> {
+/// The node directory: where chunks live and which nodes are up, as far as this node
+/// knows (the client's chunk routing reaches it through its `Directory` trait).
+impl Membership {
+    /// Asks the superpeer group for the lookup range holding `cid` (never a cached answer).
+    pub async fn lookup(&self, cid: ChunkId) -> Result<LookupRange, MembershipError> {
         match self.request(MetaRequest::Lookup(cid)).await? {
             MetaReply::Lookup(range) => Ok(range),
             other => Err(unexpected(&other)),
         }
     }
 
-    async fn lookup_all(&self, creator: NodeId) -> Option<Result<Vec<LookupRange>, ClientError>> {
-        let reply = self.request(MetaRequest::LookupTree(creator)).await;
-        Some(match reply {
-            Ok(MetaReply::LookupTree(mut moved)) => {
+    /// Asks the superpeer group for every lookup range of `creator`, covering all of its
+    /// local IDs (gaps between the moved ranges belong to the creator).
+    pub async fn lookup_all(&self, creator: NodeId) -> Result<Vec<LookupRange>, MembershipError> {
+        match self.request(MetaRequest::LookupTree(creator)).await? {
+            MetaReply::LookupTree(mut moved) => {
                 moved.sort_unstable_by_key(|&(first, _, _)| first);
                 Ok(full_ranges(creator, &moved))
             }
-            Ok(other) => Err(unexpected(&other)),
-            Err(error) => Err(error),
-        })
+            other => Err(unexpected(&other)),
+        }
     }
 
-    fn is_alive(&self, node: NodeId) -> bool {
+    /// Whether `node` is a member that is alive as far as this node knows (joined and not
+    /// failed or gone).
+    pub fn is_alive(&self, node: NodeId) -> bool {
         self.table
             .read()
             .nodes
@@ -970,9 +975,10 @@ impl Directory for Membership {
             .is_some_and(|record| record.state == NodeState::Alive)
     }
 
-    /// A peer that failed (its zones are being recovered) or that is alive in the table
-    /// but does not answer (its failure is not detected yet).
-    fn may_recover(&self, node: NodeId) -> bool {
+    /// Whether chunks routed to the unreachable `node` may become available again by a
+    /// recovery: a peer that failed (its zones are being recovered) or that is alive in
+    /// the table but does not answer (its failure is not detected yet).
+    pub fn may_recover(&self, node: NodeId) -> bool {
         self.table.read().nodes.get(&node).is_some_and(|record| {
             record.role == Role::Peer
                 && matches!(record.state, NodeState::Alive | NodeState::Failed { .. })

@@ -1,10 +1,12 @@
-//! The peer: a memory manager serving chunks to remote clients.
+//! The peer's chunk service: a memory manager serving chunks to remote clients.
 //!
 //! # Job
 //! [`ChunkService`] executes the [`ChunkRequest`]s of [`myriad_proto::chunk`] against the
-//! peer's [`MemoryManager`]: for remote nodes through the messaging layer
-//! ([`ChunkService::register`]), for applications in the same process through
-//! [`ChunkService::execute`] or the client's [`LocalChunks`] trait (no network hop).
+//! peer's [`MemoryManager`]: for remote nodes through the messaging layer (the CHUNK
+//! handler of [`super::dispatch`], which picks the thread: [`ChunkService::serve`] inline,
+//! [`ChunkService::serve_incoming`] or the slow path), for applications in the same
+//! process through [`ChunkService::execute`] or the client's [`LocalChunks`] trait (no
+//! network hop).
 //!
 //! # Invariants
 //! - Nothing a request holds makes it panic: bad payloads are answered with
@@ -54,7 +56,7 @@
 //!   the chunks up again and find the restorers. There is no way back: the node must exit
 //!   (or rejoin as a new, empty incarnation).
 //! - The same answers come while this node's lease with the superpeers has lapsed
-//!   ([`ChunkService::with_lease`], `myriad_client::lease`): a node that was paused or cut
+//!   ([`ChunkService::with_lease`], `myriad_membership::lease`): a node that was paused or cut
 //!   off stops serving on its own clock before a verdict on it can commit, so it never
 //!   serves a read of a chunk already recovered and changed elsewhere, nor takes an
 //!   `async` write nobody keeps (assuming a request is not itself stalled for a quarter of
@@ -62,10 +64,11 @@
 //!   this ends when a heartbeat renews the lease.
 //!
 //! # Who calls it
-//! The peer process (`myriad peer`, [`crate::peer_node::PeerNode`]) builds one service per
-//! node (with its replicator when replication is on), registers it before the endpoint is
-//! reachable, and calls [`ChunkService::set_owner`] on the superpeers'
-//! ownership events and [`ChunkService::release_locks_of`] on failure/leave events.
+//! The peer process (`myriad peer`, [`super::PeerNode`]) builds one service per node (with
+//! its replicator when replication is on), hands it to its dispatch
+//! ([`super::PeerDispatch::serve`]) once the node has joined, and calls
+//! [`ChunkService::set_owner`] on the superpeers' ownership events and
+//! [`ChunkService::release_locks_of`] on failure/leave events.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -74,10 +77,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use myriad_client::chunk::LocalChunks;
-use myriad_client::lease::Lease;
 use myriad_mem::{MemError, MemoryManager};
+use myriad_membership::Lease;
 use myriad_meta::LookupTree;
-use myriad_net::{Handlers, Incoming, NetError};
+use myriad_net::Incoming;
 use myriad_proto::chunk::{
     ChunkReply, ChunkRequest, ChunkStats, DataReplyWriter, ItemError, LIST_RANGES_MAX,
 };
@@ -332,25 +335,6 @@ impl ChunkService {
     /// The memory manager served.
     pub fn memory(&self) -> &Arc<MemoryManager> {
         &self.mem
-    }
-
-    /// Registers the [`myriad_proto::types::CHUNK`] handler. Call before other nodes may
-    /// send chunk requests.
-    ///
-    /// The handler runs on the endpoint's handler pool, not inline on the I/O thread: a
-    /// chunk request can wait for a chunk lock (a `Lock` request up to its timeout, and a
-    /// get, put or remove of a chunk another node has locked up to the memory manager's
-    /// lock timeout), and an inline handler that waits stalls every connection of that
-    /// I/O thread. The hand-off costs one thread wake-up per request: single 64-byte gets
-    /// from one client thread over loopback ran at 5,100–6,300/s on the pool against
-    /// 6,400–6,900/s inline (debug build, shared 2-core machine, two runs each), a 10–25%
-    /// latency cost accepted for never stalling a connection behind a lock wait.
-    pub fn register(self: &Arc<Self>, handlers: &mut Handlers) -> Result<(), NetError> {
-        let service = Arc::clone(self);
-        handlers.register(myriad_proto::types::CHUNK, move |incoming: Incoming| {
-            service.serve_incoming(incoming);
-        })?;
-        Ok(())
     }
 
     /// Whether `payload` can be served on the messaging layer's I/O thread: it must not
