@@ -366,7 +366,12 @@ impl TestCluster {
     pub fn leader(&self) -> &Superpeer {
         let mut leader = None;
         self.wait_until(START_TIMEOUT, "a superpeer leads the group", || {
-            leader = self.superpeers().position(Superpeer::is_leader);
+            // Indexes into all superpeers, stopped ones included (`superpeers()` skips
+            // them, so a position there is not an index).
+            leader = self
+                .superpeers
+                .iter()
+                .position(|superpeer| superpeer.as_ref().is_some_and(Superpeer::is_leader));
             leader.is_some()
         });
         let index = leader.expect("the wait returned once a leader was found");

@@ -174,9 +174,22 @@ fn dep_line(manifest_text: &str, name: &str) -> Option<usize> {
     None
 }
 
-/// Formats an arrow as it appears in `docs/ARCHITECTURE.md`: `- a → b`.
-pub fn doc_line(from: &str, to: &str) -> String {
-    format!("- {from} → {to}")
+/// Formats the arrows of one crate as they appear in `docs/ARCHITECTURE.md`:
+/// `- a → b, c` (one line per crate that depends on others).
+pub fn doc_line(from: &str, to: &[&str]) -> String {
+    format!("- {from} → {}", to.join(", "))
+}
+
+/// The doc lines of `arrows`, one per depending crate, in name order.
+fn doc_lines(arrows: &BTreeSet<(String, String)>) -> Vec<String> {
+    let mut grouped: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (from, to) in arrows {
+        grouped.entry(from.as_str()).or_default().push(to.as_str());
+    }
+    grouped
+        .into_iter()
+        .map(|(from, to)| doc_line(from, &to))
+        .collect()
 }
 
 /// The arrows of the tree, written both as the `const` list of `tests/tidy.rs` and as the
@@ -187,8 +200,8 @@ pub fn render_arrows(arrows: &BTreeSet<(String, String)>) -> String {
         out.push_str(&format!("    (\"{from}\", \"{to}\"),\n"));
     }
     out.push_str(&format!("and as the block in {DOC_PATH}:\n{DOC_BEGIN}\n"));
-    for (from, to) in arrows {
-        out.push_str(&doc_line(from, to));
+    for line in doc_lines(arrows) {
+        out.push_str(&line);
         out.push('\n');
     }
     out.push_str(DOC_END);
@@ -226,7 +239,7 @@ pub fn check_arrows(graph: &Graph, expected: &[(&str, &str)]) -> Vec<Violation> 
 }
 
 /// The block of arrows in `root/docs/ARCHITECTURE.md` against `expected`: the block must
-/// exist once and list exactly the same arrows, one `- a → b` per line.
+/// exist once and list exactly the same arrows, as lines `- a → b, c`.
 pub fn check_architecture_doc(root: &Path, expected: &[(&str, &str)]) -> Result<Vec<Violation>> {
     let doc = Path::new(DOC_PATH);
     let text = source::read(&root.join(doc))?;
@@ -249,13 +262,15 @@ pub fn check_architecture_doc(root: &Path, expected: &[(&str, &str)]) -> Result<
             continue;
         }
         match parse_doc_line(line) {
-            Some(arrow) => {
-                documented.insert(arrow, index + 1);
+            Some(arrows) => {
+                for arrow in arrows {
+                    documented.insert(arrow, index + 1);
+                }
             }
             None => violations.push(Violation::new(
                 doc,
                 Some(index + 1),
-                format!("not an arrow of the form `- a → b`: `{line}`"),
+                format!("not a line of arrows of the form `- a → b, c`: `{line}`"),
             )),
         }
     }
@@ -281,18 +296,27 @@ pub fn check_architecture_doc(root: &Path, expected: &[(&str, &str)]) -> Result<
     Ok(violations)
 }
 
-/// `- a → b` (or `- a -> b`) as `(a, b)`.
-fn parse_doc_line(line: &str) -> Option<(String, String)> {
+/// `- a → b, c` (or `->`) as `[(a, b), (a, c)]`.
+fn parse_doc_line(line: &str) -> Option<Vec<(String, String)>> {
     let arrow = line.strip_prefix("- ")?;
-    let (from, to) = arrow.split_once('→').or_else(|| arrow.split_once("->"))?;
-    let (from, to) = (from.trim(), to.trim());
+    let (from, targets) = arrow.split_once('→').or_else(|| arrow.split_once("->"))?;
     let is_name = |name: &str| {
         !name.is_empty()
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     };
-    (is_name(from) && is_name(to)).then(|| (from.to_string(), to.to_string()))
+    let from = from.trim();
+    if !is_name(from) {
+        return None;
+    }
+    targets
+        .split(',')
+        .map(|to| {
+            let to = to.trim();
+            is_name(to).then(|| (from.to_string(), to.to_string()))
+        })
+        .collect()
 }
 
 /// One violation per dependency cycle between workspace crates, naming the cycle.
@@ -437,7 +461,7 @@ mod tests {
     fn doc(arrows: &[(&str, &str)]) -> String {
         let mut text = format!("# Architecture\n\n## Crate dependencies\n\n{DOC_BEGIN}\n");
         for (from, to) in arrows {
-            text.push_str(&doc_line(from, to));
+            text.push_str(&doc_line(from, &[to]));
             text.push('\n');
         }
         text.push_str(DOC_END);
@@ -561,7 +585,23 @@ mod tests {
         let dir = clean_tree(&[("docs/ARCHITECTURE.md", garbled)]);
         let violations = check_architecture_doc(dir.path(), ALLOWED).expect("doc is readable");
         assert_eq!(violations.len(), 2, "{violations:?}");
-        assert!(violations[0].message.contains("not an arrow"));
+        assert!(violations[0].message.contains("not a line of arrows"));
+    }
+
+    #[test]
+    fn a_doc_line_lists_several_targets() {
+        let allowed = &[("myriad-node", "myriad-mem"), ("myriad-node", "myriad-net")];
+        let text = format!("{DOC_BEGIN}\n- myriad-node → myriad-mem, myriad-net\n{DOC_END}\n");
+        let dir = clean_tree(&[("docs/ARCHITECTURE.md", text)]);
+        let violations = check_architecture_doc(dir.path(), allowed).expect("doc is readable");
+        assert!(violations.is_empty(), "{violations:?}");
+        let text = format!("{DOC_BEGIN}\n- myriad-node → myriad-mem, , myriad-net\n{DOC_END}\n");
+        let dir = clean_tree(&[("docs/ARCHITECTURE.md", text)]);
+        let violations = check_architecture_doc(dir.path(), allowed).expect("doc is readable");
+        assert!(
+            violations[0].message.contains("not a line of arrows"),
+            "{violations:?}"
+        );
     }
 
     #[test]
