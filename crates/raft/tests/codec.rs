@@ -377,32 +377,7 @@ fn membership_without_a_voter_address_is_refused() {
     );
 }
 
-/// FNV-1a over each encoding's length (8 bytes, little-endian) and bytes: one number that
-/// changes when any byte of any encoding does.
-#[derive(Debug, PartialEq, Eq)]
-struct Digest {
-    encodings: usize,
-    bytes: usize,
-    fnv: u64,
-}
-
-impl Digest {
-    fn new() -> Digest {
-        Digest {
-            encodings: 0,
-            bytes: 0,
-            fnv: 0xcbf2_9ce4_8422_2325,
-        }
-    }
-
-    fn add(&mut self, encoding: &[u8]) {
-        self.encodings += 1;
-        self.bytes += encoding.len();
-        for &byte in (encoding.len() as u64).to_le_bytes().iter().chain(encoding) {
-            self.fnv = (self.fnv ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
+use myriad_types::digest::EncodingDigest as Digest;
 
 /// Byte identity of the Raft RPC, log-file and snapshot-file formats across codec changes
 /// (issue 16 moved them to `myriad_types::codec`): a fixed, seeded sample of requests,

@@ -475,23 +475,7 @@ mod tests {
         }
     }
 
-    /// FNV-1a over each encoding's length (8 bytes, little-endian) and bytes.
-    #[derive(Debug, PartialEq, Eq)]
-    struct Digest {
-        encodings: usize,
-        bytes: usize,
-        fnv: u64,
-    }
-
-    impl Digest {
-        fn add(&mut self, encoding: &[u8]) {
-            self.encodings += 1;
-            self.bytes += encoding.len();
-            for &byte in (encoding.len() as u64).to_le_bytes().iter().chain(encoding) {
-                self.fnv = (self.fnv ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-            }
-        }
-    }
+    use myriad_types::digest::EncodingDigest as Digest;
 
     /// Byte identity of the replication wire format across codec changes (issue 16 moved
     /// the codec to `myriad_types::codec`): a seeded sample of log messages and acks folded
@@ -501,11 +485,7 @@ mod tests {
         use proptest::strategy::ValueTree;
         use proptest::test_runner::TestRunner;
         let mut runner = TestRunner::deterministic();
-        let mut digest = Digest {
-            encodings: 0,
-            bytes: 0,
-            fnv: 0xcbf2_9ce4_8422_2325,
-        };
+        let mut digest = Digest::new();
         let message = (
             any::<u64>(),
             1u64..u64::MAX / 2,

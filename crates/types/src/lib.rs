@@ -6,6 +6,8 @@
 //! - [`codec`]: the one byte codec of every wire and disk format: [`Encoder`], [`Decoder`]
 //!   and [`DecodeError`] (LEB128 varints, fixed-width little-endian integers,
 //!   length-prefixed byte strings; documented in `docs/wire-format.md`, "Payload encoders").
+//! - [`digest`]: [`digest::EncodingDigest`], the fingerprint of many encodings that the
+//!   format-identity tests compare with a recorded one.
 //! - [`limits`]: the bounds more than one layer enforces (node ID ranges, address length).
 //!   Limits that belong to one layer stay in that layer.
 //!
@@ -26,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod codec;
+pub mod digest;
 pub mod ids;
 pub mod limits;
 
