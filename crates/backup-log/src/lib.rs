@@ -8,8 +8,9 @@
 //!
 //! ## Parts
 //! - **Storage boundary** (`storage`): [`Storage`] and [`LogFile`]; [`DiskStorage`] with
-//!   O_DIRECT (detected per file, buffered fallback) and [`MemStorage`], an in-memory
-//!   backend that injects torn writes, failing syncs and crashes for tests.
+//!   O_DIRECT (detected per file, buffered fallback; [`DiskStorage::drop_page_cache`]
+//!   empties the page cache of its files for cold-read benchmarks) and [`MemStorage`], an
+//!   in-memory backend that injects torn writes, failing syncs and crashes for tests.
 //! - **Entry header** (`header`): self-describing, variable-width, CRC32C-checked.
 //! - **Write buffer, flusher, writer and syncer** (`engine`): appends go into a bounded
 //!   buffer (`engine::append`); a flusher thread sorts them by zone (`engine::flush`) and
@@ -111,7 +112,8 @@ pub use error::{DecodeError, LogError, LogResult};
 pub use format::FORMAT_VERSION;
 pub use recovery::{RecoveredChunk, RecoveryOptions, RecoveryReport};
 pub use storage::{
-    round_up_to_page, AlignedBuf, DiskStorage, IoMode, LogFile, MemStorage, Storage, PAGE_BYTES,
+    round_up_to_page, AlignedBuf, DiskStorage, IoMode, LogFile, MemStorage, PageCacheDrop, Storage,
+    PAGE_BYTES,
 };
 pub use version::{
     BlockDecoder, EntryLoc, OpenChain, SegmentUsage, Version, VersionLog, VersionManager,
