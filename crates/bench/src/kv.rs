@@ -6,14 +6,15 @@
 //!   N peers) started with the launcher, keys preloaded, then for each op (get, put), each
 //!   `--threads` value and batch 1 and `--batch`: the closed-loop [`driver`] for
 //!   `--duration-secs` after `--warmup-secs`. The client calls are behind the
-//!   [`myriad::client_session`] hook; while it is unimplemented Myriad is reported as
-//!   skipped.
+//!   [`myriad::client_session`] hook.
 //! - **redis**: `redis-server` + `redis-benchmark` (GET and SET, `-d` object bytes,
 //!   `-P 1` and `-P 16`, `-c` = threads); see [`redis`] for the mapping.
 //! - **memcached**: `memcached` driven by the same driver over the text protocol (single
 //!   get/set, multi-key get and pipelined sets of `--batch`); see [`memcached`].
 //!
-//! A missing baseline binary gives a "skipped" line, never a failed bench.
+//! A missing baseline binary gives a `skipped` line. Any other failure, Myriad's or a
+//! baseline's, prints a `failed` line naming what failed; the other parts still run, and
+//! then the bench exits with an error listing every failure (never "skipped" and exit 0).
 //!
 //! # Output
 //! A table by default; `--json` prints one object per line. Result lines have `system`,
@@ -22,7 +23,9 @@
 //! what one latency sample is: `per_call` (one operation or one whole batch; this crate's
 //! driver) or `per_request` (redis-benchmark's per-request figure). Then `ratio` lines
 //! (Myriad / Redis at equal client concurrency) with the targets: single ops ≥ 1×
-//! Redis unpipelined, batched get ≥ 3× Redis pipelined GET.
+//! Redis unpipelined, batched get ≥ 3× Redis pipelined GET. A ratio whose Redis figure is
+//! missing does not vanish: its line has `ratio: null` and `missing` says why (Redis not
+//! installed, or its run failed); only `--no-redis` leaves the ratio lines out.
 
 pub mod driver;
 pub mod memcached;
@@ -142,10 +145,12 @@ fn finite(value: f64) -> Value {
     }
 }
 
-/// Prints rows and notes as a table or as JSON lines.
+/// Prints rows and notes as a table or as JSON lines, and collects the failures.
 struct Printer {
     json: bool,
     header_printed: bool,
+    /// One entry per failed part ("myriad (3 peers): ..."), for the final error.
+    failures: Vec<String>,
 }
 
 impl Printer {
@@ -204,6 +209,54 @@ impl Printer {
             format!("{label}: skipped: {reason}"),
         );
     }
+
+    /// Prints a `failed` line and remembers the failure: the run will exit with an error.
+    fn failed(&mut self, system: &str, peers: Option<usize>, error: &str) {
+        let label = match peers {
+            Some(peers) => format!("{system} ({peers} peers)"),
+            None => system.to_string(),
+        };
+        self.note(
+            json!({"kind": "failed", "system": system, "peers": peers, "error": error}),
+            format!("{label}: FAILED: {error}"),
+        );
+        self.failures.push(format!("{label}: {error}"));
+    }
+}
+
+/// What became of the Redis baseline, which says why a ratio has no Redis figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RedisState {
+    /// Not run (`--no-redis`): ratio lines are left out.
+    Skipped,
+    /// `redis-server` or `redis-benchmark` is not installed.
+    NotInstalled,
+    /// It ran; a missing figure means that configuration failed.
+    Ran,
+}
+
+impl RedisState {
+    /// Why a ratio has no Redis figure (`None`: leave the ratio out).
+    fn missing(self) -> Option<&'static str> {
+        match self {
+            RedisState::Skipped => None,
+            RedisState::NotInstalled => Some("redis not installed"),
+            RedisState::Ran => Some("the redis run failed (see its failed line)"),
+        }
+    }
+}
+
+/// `Ok` if nothing failed, else an error naming every failure.
+fn outcome(failures: &[String]) -> Result<(), String> {
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "bench kv: {} part(s) failed: {}",
+            failures.len(),
+            failures.join("; ")
+        ))
+    }
 }
 
 fn row_from(
@@ -250,6 +303,7 @@ pub fn run(args: &KvArgs) -> Result<(), String> {
     let mut printer = Printer {
         json: args.json,
         header_printed: false,
+        failures: Vec::new(),
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let load = std::fs::read_to_string("/proc/loadavg")
@@ -279,24 +333,30 @@ pub fn run(args: &KvArgs) -> Result<(), String> {
     if !args.no_myriad {
         rows.extend(run_myriad(args, &batches, &mut printer));
     }
+    let mut redis_state = RedisState::Skipped;
     if !args.no_redis {
-        rows.extend(run_redis(args, &mut printer));
+        let (redis_rows, state) = run_redis(args, &mut printer);
+        rows.extend(redis_rows);
+        redis_state = state;
     }
     if !args.no_memcached {
         rows.extend(run_memcached(args, &batches, &mut printer));
     }
-    for ratio in ratios(&rows, args.batch) {
+    for ratio in ratios(&rows, args.batch, redis_state) {
+        let figure = match ratio["ratio"].as_f64() {
+            Some(value) => format!("{value:.2}x"),
+            None => format!("n/a ({})", ratio["missing"].as_str().unwrap_or("no figure")),
+        };
         let text = format!(
-            "ratio myriad/redis ({} peers, {} threads) {}: {:.2}x (target >= {}x)",
+            "ratio myriad/redis ({} peers, {} threads) {}: {figure} (target >= {}x)",
             ratio["peers"],
             ratio["threads"],
             ratio["what"].as_str().unwrap_or(""),
-            ratio["ratio"].as_f64().unwrap_or(f64::NAN),
             ratio["target"]
         );
         printer.note(ratio, text);
     }
-    Ok(())
+    outcome(&printer.failures)
 }
 
 fn run_myriad(args: &KvArgs, batches: &[usize], printer: &mut Printer) -> Vec<KvRow> {
@@ -333,7 +393,7 @@ fn run_myriad(args: &KvArgs, batches: &[usize], printer: &mut Printer) -> Vec<Kv
         })();
         match result {
             Ok(measured) => rows.extend(measured),
-            Err(reason) => printer.skipped("myriad", Some(peers), &reason),
+            Err(reason) => printer.failed("myriad", Some(peers), &reason),
         }
     }
     if args.dir.is_none() {
@@ -342,16 +402,16 @@ fn run_myriad(args: &KvArgs, batches: &[usize], printer: &mut Printer) -> Vec<Kv
     rows
 }
 
-fn run_redis(args: &KvArgs, printer: &mut Printer) -> Vec<KvRow> {
+fn run_redis(args: &KvArgs, printer: &mut Printer) -> (Vec<KvRow>, RedisState) {
     let server = match redis::RedisServer::start() {
         Ok(Some(server)) => server,
         Ok(None) => {
             printer.skipped("redis", None, "redis-server or redis-benchmark not found");
-            return Vec::new();
+            return (Vec::new(), RedisState::NotInstalled);
         }
         Err(error) => {
-            printer.skipped("redis", None, &error);
-            return Vec::new();
+            printer.failed("redis", None, &error);
+            return (Vec::new(), RedisState::Ran);
         }
     };
     let duration = Duration::from_secs_f64(args.duration_secs.max(0.01));
@@ -383,11 +443,15 @@ fn run_redis(args: &KvArgs, printer: &mut Printer) -> Vec<KvRow> {
                         rows.push(row);
                     }
                 }
-                Err(error) => printer.skipped("redis", None, &error),
+                Err(error) => printer.failed(
+                    "redis",
+                    None,
+                    &format!("-c {threads} -P {pipeline}: {error}"),
+                ),
             }
         }
     }
-    rows
+    (rows, RedisState::Ran)
 }
 
 fn run_memcached(args: &KvArgs, batches: &[usize], printer: &mut Printer) -> Vec<KvRow> {
@@ -401,12 +465,12 @@ fn run_memcached(args: &KvArgs, batches: &[usize], printer: &mut Printer) -> Vec
             return Vec::new();
         }
         Err(error) => {
-            printer.skipped("memcached", None, &error);
+            printer.failed("memcached", None, &error);
             return Vec::new();
         }
     };
     if let Err(error) = server.preload(args.keys, args.object_bytes) {
-        printer.skipped("memcached", None, &format!("preload: {error}"));
+        printer.failed("memcached", None, &format!("preload: {error}"));
         return Vec::new();
     }
     let mut rows = Vec::new();
@@ -436,7 +500,11 @@ fn run_memcached(args: &KvArgs, batches: &[usize], printer: &mut Printer) -> Vec
                         printer.row(&row);
                         rows.push(row);
                     }
-                    Err(error) => printer.skipped("memcached", None, &error),
+                    Err(error) => printer.failed(
+                        "memcached",
+                        None,
+                        &format!("{} {threads} threads batch {batch}: {error}", op.name()),
+                    ),
                 }
             }
         }
@@ -444,8 +512,10 @@ fn run_memcached(args: &KvArgs, batches: &[usize], printer: &mut Printer) -> Vec
     rows
 }
 
-/// Myriad / Redis ratios at equal thread counts, with targets.
-fn ratios(rows: &[KvRow], batch: usize) -> Vec<Value> {
+/// Myriad / Redis ratios at equal thread counts, with targets. A Myriad row whose Redis
+/// counterpart is missing gets a line with `ratio: null` and the reason in `missing`
+/// (none when Redis was skipped on purpose).
+fn ratios(rows: &[KvRow], batch: usize, redis_state: RedisState) -> Vec<Value> {
     let find = |system: &str, op: &str, threads: usize, batch: usize, pipeline: usize| {
         rows.iter().find(|r| {
             r.system == system
@@ -472,7 +542,25 @@ fn ratios(rows: &[KvRow], batch: usize) -> Vec<Value> {
         } else {
             continue;
         };
-        let Some(redis) = redis else { continue };
+        let Some(redis) = redis else {
+            if let Some(missing) = redis_state.missing() {
+                out.push(json!({
+                    "kind": "ratio",
+                    "what": what,
+                    "peers": myriad.peers,
+                    "threads": myriad.threads,
+                    "op": myriad.op,
+                    "batch": myriad.batch,
+                    "myriad_ops_per_sec": myriad.ops_per_sec.round(),
+                    "redis_ops_per_sec": null,
+                    "ratio": null,
+                    "target": target,
+                    "met": null,
+                    "missing": missing,
+                }));
+            }
+            continue;
+        };
         let ratio = myriad.ops_per_sec / redis.ops_per_sec.max(1e-9);
         out.push(json!({
             "kind": "ratio",
@@ -527,12 +615,68 @@ mod tests {
             row("redis", "get", 1, 16, 1000.0),
             row("memcached", "get", 1, 1, 1.0),
         ];
-        let ratios = ratios(&rows, 16);
+        let ratios = ratios(&rows, 16, RedisState::Ran);
         assert_eq!(ratios.len(), 2);
         assert_eq!(ratios[0]["ratio"], 2.0);
         assert_eq!(ratios[0]["met"], true);
         assert_eq!(ratios[1]["ratio"], 3.0);
         assert_eq!(ratios[1]["target"], 3.0);
+    }
+
+    #[test]
+    fn ratio_lines_do_not_vanish_when_a_redis_figure_is_missing() {
+        // The pipelined redis run failed: only the unpipelined figure exists.
+        let rows = vec![
+            row("myriad", "get", 1, 1, 200.0),
+            row("myriad", "get", 16, 1, 3000.0),
+            row("redis", "get", 1, 1, 100.0),
+        ];
+        let lines = ratios(&rows, 16, RedisState::Ran);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0]["ratio"], 2.0);
+        assert!(lines[1]["ratio"].is_null());
+        assert!(lines[1]["met"].is_null());
+        assert!(lines[1]["missing"]
+            .as_str()
+            .is_some_and(|m| m.contains("failed")));
+        let not_installed = ratios(&rows[..2], 16, RedisState::NotInstalled);
+        assert_eq!(not_installed.len(), 2);
+        assert_eq!(not_installed[0]["missing"], "redis not installed");
+        // --no-redis: left out on purpose.
+        assert!(ratios(&rows[..2], 16, RedisState::Skipped).is_empty());
+    }
+
+    #[test]
+    fn any_failure_fails_the_run_and_names_it() {
+        assert_eq!(outcome(&[]), Ok(()));
+        let error = outcome(&[
+            "myriad (3 peers): client connect: refused".to_string(),
+            "redis: -c 8 -P 16: exit status: 1".to_string(),
+        ])
+        .expect_err("fails");
+        assert!(error.contains("2 part(s) failed"), "{error}");
+        assert!(
+            error.contains("myriad (3 peers): client connect: refused"),
+            "{error}"
+        );
+        assert!(error.contains("redis: -c 8 -P 16"), "{error}");
+    }
+
+    #[test]
+    fn a_failed_part_is_recorded_not_skipped() {
+        let mut printer = Printer {
+            json: true,
+            header_printed: false,
+            failures: Vec::new(),
+        };
+        printer.skipped("memcached", None, "memcached not found");
+        assert!(printer.failures.is_empty());
+        printer.failed("myriad", Some(3), "preload: timed out");
+        assert_eq!(
+            printer.failures,
+            vec!["myriad (3 peers): preload: timed out"]
+        );
+        assert!(outcome(&printer.failures).is_err());
     }
 
     #[test]

@@ -14,3 +14,4 @@ pub mod recovery;
 pub mod recovery_local;
 pub mod replication;
 pub mod report;
+pub mod tool;

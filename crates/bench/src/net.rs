@@ -9,8 +9,10 @@
 //! (pipelined, 1 and 2 threads); 1 KB and 1 MB one-way throughput; the child's CPU use
 //! while idle. Baselines in the same run: a raw TCP blast between two plain sockets, and
 //! `redis-benchmark` against a local `redis-server` (PING and 64-byte GET, pipelined 16)
-//! when both binaries are installed (otherwise reported as `null`). Reference figures:
-//! the issue's targets and Java DXNet's published numbers for this machine kind.
+//! when both binaries are installed (otherwise `null`, with `status` "not installed", or
+//! "failed" and the `error` that says what failed). Reference figures: the issue's targets
+//! and Java DXNet's numbers for this machine kind, from an earlier run and labelled so
+//! (`dxnet_source`) wherever a ratio divides by them.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -26,6 +28,7 @@ use myriad_types::NodeId;
 use serde_json::{json, Value};
 
 use crate::process;
+use crate::tool::{self, ToolError};
 
 /// Sink: counts messages and bytes.
 const SINK: MessageType = MessageType::unordered(1, 1);
@@ -48,11 +51,15 @@ const TARGET_MSG64_PER_SEC: f64 = 2.0e6;
 const TARGET_RTT_P50_US: f64 = 30.0;
 const TARGET_MB1_SHARE_OF_RAW: f64 = 0.7;
 /// Java DXNet on this machine kind (from the issue): one-way 64-byte messages per second
-/// with 1 and 2 sending threads, and the mean and p99 request round trip.
+/// with 1 and 2 sending threads, and the mean and p99 request round trip. Measured in an
+/// earlier run, not this one: every line that divides by them says so (`dxnet_source`).
 const DXNET_MSG64_PER_SEC_1T: f64 = 0.66e6;
 const DXNET_MSG64_PER_SEC_2T: f64 = 0.95e6;
 const DXNET_RTT_MEAN_US: (f64, f64) = (4_600.0, 6_900.0);
 const DXNET_RTT_P99_US: f64 = 28_000.0;
+/// Where the DXNet figures come from, printed beside every ratio to them.
+pub const DXNET_SOURCE: &str =
+    "DXNet figure from an earlier run on this machine kind (the issue), not measured in this run";
 
 /// Options of `myriad bench net`.
 #[derive(clap::Args, Debug, Clone)]
@@ -444,20 +451,20 @@ fn raw_tcp_blast(total_bytes: u64) -> Result<f64, String> {
     Ok(received as f64 / started.elapsed().as_secs_f64() / 1e9)
 }
 
-fn on_path(binary: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(binary).is_file()))
-}
-
 /// `redis-benchmark` PING and 64-byte GET (after SET), 50 clients, pipelined 16, against a
-/// `redis-server` started here. `None` if either binary is missing.
-fn redis_baseline(requests: u64) -> Result<Option<(f64, f64)>, String> {
-    if !on_path("redis-server") || !on_path("redis-benchmark") {
-        return Ok(None);
+/// `redis-server` started here: (PING/s, GET/s). [`ToolError::NotInstalled`] if either
+/// binary is missing, [`ToolError::Failed`] (with what failed) otherwise.
+fn redis_baseline(requests: u64) -> Result<(f64, f64), ToolError> {
+    for binary in ["redis-server", "redis-benchmark"] {
+        if !tool::on_path(binary) {
+            return Err(ToolError::NotInstalled {
+                tool: binary.to_string(),
+            });
+        }
     }
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
+        .map_err(|e| ToolError::failed("redis-server", format!("no free port: {e}")))?
         .port();
     let server = Command::new("redis-server")
         .args([
@@ -470,23 +477,40 @@ fn redis_baseline(requests: u64) -> Result<Option<(f64, f64)>, String> {
         ])
         .args(["--appendonly", "no", "--daemonize", "no"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("starting redis-server: {e}"))?;
-    let _server = ChildGuard(server);
+        .map_err(|e| ToolError::failed("redis-server", format!("could not start: {e}")))?;
+    let mut server = ChildGuard(server);
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = server.0.try_wait() {
+            let mut stderr = Vec::new();
+            if let Some(mut pipe) = server.0.stderr.take() {
+                let _ = pipe.read_to_end(&mut stderr);
+            }
+            return Err(ToolError::failed(
+                "redis-server",
+                format!(
+                    "exited before listening ({status}); stderr: {}",
+                    tool::stderr_tail(&stderr)
+                ),
+            ));
+        }
         if Instant::now() > deadline {
-            return Err("redis-server did not start listening".into());
+            return Err(ToolError::failed(
+                "redis-server",
+                format!("not listening on port {port} after 10 s"),
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let output = Command::new("redis-benchmark")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
-        .args(["-t", "ping,set,get", "-d", "64", "-P", "16", "-c", "50"])
-        .args(["-n", &requests.to_string(), "-q", "--csv"])
-        .output()
-        .map_err(|e| format!("running redis-benchmark: {e}"))?;
+    let output = tool::run(
+        "redis-benchmark",
+        Command::new("redis-benchmark")
+            .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-t", "ping,set,get", "-d", "64", "-P", "16", "-c", "50"])
+            .args(["-n", &requests.to_string(), "-q", "--csv"]),
+    )?;
     let text = String::from_utf8_lossy(&output.stdout);
     let rate = |test: &str| {
         text.lines().find_map(|line| {
@@ -500,8 +524,11 @@ fn redis_baseline(requests: u64) -> Result<Option<(f64, f64)>, String> {
         rate("PING_MBULK").or_else(|| rate("PING_INLINE")),
         rate("GET"),
     ) {
-        (Some(ping), Some(get)) => Ok(Some((ping, get))),
-        _ => Err(format!("could not parse redis-benchmark output: {text}")),
+        (Some(ping), Some(get)) => Ok((ping, get)),
+        _ => Err(ToolError::failed(
+            "redis-benchmark",
+            format!("could not parse its output: {text}"),
+        )),
     }
 }
 
@@ -592,9 +619,10 @@ fn bench_msg64(
             &format!("msg64_{threads}t"),
             json!({ "threads": threads, "messages": args.messages, "msgs_per_sec": rate,
                     "cpu_s_per_million_msgs": cpu_per_m, "frames_per_write": run.frames_per_write,
-                    "target_ratio": ratio(rate, TARGET_MSG64_PER_SEC), "dxnet_ratio": ratio(rate, dxnet) }),
+                    "target_ratio": ratio(rate, TARGET_MSG64_PER_SEC), "dxnet_ratio": ratio(rate, dxnet),
+                    "dxnet_msgs_per_sec": dxnet, "dxnet_source": DXNET_SOURCE }),
             format!(
-                "one-way 64 B, {threads} thread(s): {:.2} M msgs/s ({:.2}x target 2 M/s, {:.1}x DXNet {:.2} M/s); {:.2} CPU s per million (both processes); {:.0} messages per write call",
+                "one-way 64 B, {threads} thread(s): {:.2} M msgs/s ({:.2}x target 2 M/s, {:.1}x DXNet {:.2} M/s from an earlier run on this machine kind); {:.2} CPU s per million (both processes); {:.0} messages per write call",
                 rate / 1e6, ratio(rate, TARGET_MSG64_PER_SEC), ratio(rate, dxnet), dxnet / 1e6, cpu_per_m, run.frames_per_write
             ),
         );
@@ -631,9 +659,10 @@ fn bench_round_trips(net: &NetHandle, args: &NetArgs, report: &mut Report) -> Re
             json!({ "path": path, "round_trips": args.round_trips, "p50_us": p50, "p99_us": p99,
                     "p999_us": p999, "mean_us": mean, "raw_tcp_p50_us": floor_p50,
                     "target_ratio": ratio(TARGET_RTT_P50_US, p50),
-                    "dxnet_mean_ratio": ratio(DXNET_RTT_MEAN_US.0, mean) }),
+                    "dxnet_mean_ratio": ratio(DXNET_RTT_MEAN_US.0, mean),
+                    "dxnet_mean_us": DXNET_RTT_MEAN_US.0, "dxnet_source": DXNET_SOURCE }),
             format!(
-                "64 B request/response, 1 outstanding, {path}: p50 {p50:.1} µs, p99 {p99:.1} µs, p99.9 {p999:.1} µs, mean {mean:.1} µs (target p50 ≤ 30 µs: {}; raw TCP ping-pong p50 {floor_p50:.1} µs; DXNet mean {:.1}–{:.1} ms, p99 ≈ {:.0} ms: {:.0}x lower mean)",
+                "64 B request/response, 1 outstanding, {path}: p50 {p50:.1} µs, p99 {p99:.1} µs, p99.9 {p999:.1} µs, mean {mean:.1} µs (target p50 ≤ 30 µs: {}; raw TCP ping-pong p50 {floor_p50:.1} µs; DXNet mean {:.1}–{:.1} ms, p99 ≈ {:.0} ms, from an earlier run on this machine kind: {:.0}x lower mean)",
                 if p50 <= TARGET_RTT_P50_US { "met" } else { "missed" },
                 DXNET_RTT_MEAN_US.0 / 1e3, DXNET_RTT_MEAN_US.1 / 1e3, DXNET_RTT_P99_US / 1e3,
                 ratio(DXNET_RTT_MEAN_US.0, mean)
@@ -742,39 +771,46 @@ fn bench_idle(server_pid: &str, report: &mut Report) {
     report.headline("idle_cpu_percent", Some(idle_percent));
 }
 
-/// Baseline: redis (optional: a failure to start or parse it is reported, not fatal).
+/// Baseline: redis. Not installed, failed (with what failed) and skipped are told apart;
+/// none of them fails the benchmark.
 fn bench_redis(args: &NetArgs, best_pipelined: f64, report: &mut Report) {
     let redis = if args.no_redis {
         None
     } else {
-        // The baseline is optional: a failure to start or parse it is reported, not fatal.
-        redis_baseline(args.requests.max(100_000)).unwrap_or_else(|error| {
-            eprintln!("redis baseline failed: {error}");
-            None
-        })
+        Some(redis_baseline(args.requests.max(100_000)))
     };
-    match redis {
-        Some((ping, get)) => report.line(
+    match &redis {
+        Some(Ok((ping, get))) => report.line(
             "redis",
             json!({ "ping_per_sec": ping, "get_per_sec": get, "pipeline": 16, "clients": 50,
-                    "myriad_pipelined_ratio": ratio(best_pipelined, get) }),
+                    "myriad_pipelined_ratio": ratio(best_pipelined, *get), "status": "ok" }),
             format!(
                 "redis-benchmark -P 16 -c 50: PING {:.2} M/s, GET 64 B {:.2} M/s; myriad pipelined requests: {:.2}x redis GET (target ≥ 1)",
                 ping / 1e6,
                 get / 1e6,
-                ratio(best_pipelined, get)
+                ratio(best_pipelined, *get)
             ),
+        ),
+        Some(Err(error)) => report.line(
+            "redis",
+            json!({ "ping_per_sec": null, "get_per_sec": null, "status": error.status(),
+                    "error": error.to_string() }),
+            match error {
+                ToolError::NotInstalled { .. } => format!(
+                    "redis baseline: {error} (apt-get install redis-server redis-tools)"
+                ),
+                ToolError::Failed { .. } | ToolError::Skipped { .. } => {
+                    format!("redis baseline: {error}")
+                }
+            },
         ),
         None => report.line(
             "redis",
-            json!({ "ping_per_sec": null, "get_per_sec": null }),
-            if args.no_redis {
-                "redis baseline: skipped (--no-redis)".into()
-            } else {
-                "redis baseline: not installed (apt-get install redis-server redis-tools)".into()
-            },
+            json!({ "ping_per_sec": null, "get_per_sec": null, "status": "skipped" }),
+            "redis baseline: skipped (--no-redis)".into(),
         ),
     }
-    report.headline("redis_ping_per_sec", redis.map(|r| r.0));
-    report.headline("redis_get_per_sec", redis.map(|r| r.1));
+    let figures = redis.and_then(Result::ok);
+    report.headline("redis_ping_per_sec", figures.map(|r| r.0));
+    report.headline("redis_get_per_sec", figures.map(|r| r.1));
 }
