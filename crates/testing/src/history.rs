@@ -197,12 +197,13 @@ fn check_register(
         // Candidate 2i linearizes event i; 2i + 1 drops it, for an optional event with a
         // deadline (a write a crash may have lost): left pending, its end would hold back
         // everything that started later. (Unknown writes have no deadline and simply stay
-        // pending.)
+        // pending.) Either only once it could go next: dropping it later changes nothing
+        // but the horizon, which only gets tighter, so the search need not try that.
         while frame.next_candidate < 2 * count {
             let index = frame.next_candidate / 2;
             let drop = frame.next_candidate % 2 == 1;
             frame.next_candidate += 1;
-            if is_done(&frame.done, index) {
+            if is_done(&frame.done, index) || events[index].start > horizon {
                 continue;
             }
             let value = if drop {
@@ -211,9 +212,6 @@ fn check_register(
                 }
                 frame.value
             } else {
-                if events[index].start > horizon {
-                    continue;
-                }
                 match events[index].action {
                     Action::Write(value) => Some(value),
                     Action::Read(read) if read == frame.value => frame.value,
