@@ -14,8 +14,9 @@
 //!   wrote new values to the adopted chunks: every acknowledged value comes back (R = 3,
 //!   five peers).
 //! - Client threads put and get a few hundred chunks of a peer while it is SIGKILLed; the
-//!   history is checked for linearizability per chunk (`replicated`), or the acknowledged
-//!   writes lost are counted (`async`).
+//!   history is checked for linearizability per chunk (`replicated`), or (`async`) for
+//!   linearizability with only the writes acknowledged within the async loss window before
+//!   the kill allowed to be lost.
 //!
 //! Every process is SIGKILLed when the cluster harness drops, also when a test panics (a
 //! stopped process too: SIGKILL ends stopped processes). The tests run one cluster at a
@@ -637,7 +638,10 @@ fn writes_to_adopted_chunks_survive_their_restorers_death() {
 /// What one workload run recorded.
 struct Run {
     history: Vec<Operation>,
+    /// The workload clock just before the fault.
     killed_at: u64,
+    /// The workload clock once the killed peer was gone (the pause: as `killed_at`).
+    kill_done: u64,
 }
 
 /// Chunk payloads of the workload: the value in 8 bytes, padded to a fixed size.
@@ -729,9 +733,11 @@ fn workload(durability: u8, fault: Fault) -> Run {
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     let killed_at = nanos();
+    let mut kill_done = killed_at;
     match fault {
         Fault::Kill => {
             setup.cluster.kill(victim.0);
+            kill_done = nanos();
             // Go on across the recovery and a while after it.
             std::thread::sleep(Duration::from_secs(5));
         }
@@ -772,7 +778,11 @@ fn workload(durability: u8, fault: Fault) -> Run {
         .iter()
         .all(|zone| zone.state == RecoveryState::Done && zone.owner == victim));
     client.shutdown();
-    Run { history, killed_at }
+    Run {
+        history,
+        killed_at,
+        kill_done,
+    }
 }
 
 fn summary(run: &Run) -> String {
@@ -812,7 +822,8 @@ fn replicated_history_across_a_kill_is_linearizable() {
         "the workload must go on across the recovery"
     );
     history::check(&run.history, Some(0)).expect("linearizable per chunk");
-    assert_eq!(history::lost_acknowledged_writes(&run.history), 0);
+    let lost = history::lost_writes(&run.history);
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }
 
 /// The paused peer wakes up while the clients keep working: whatever it still does must
@@ -822,27 +833,52 @@ fn replicated_history_across_a_pause_and_wake_up_is_linearizable() {
     let run = workload(myriad_proto::chunk::DURABILITY_REPLICATED, Fault::Pause);
     println!("replicated, paused: {}", summary(&run));
     history::check(&run.history, Some(0)).expect("linearizable per chunk");
-    assert_eq!(history::lost_acknowledged_writes(&run.history), 0);
+    let lost = history::lost_writes(&run.history);
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
 }
 
+/// The `async` loss window this test asserts: an owner's SIGKILL may lose only `async`
+/// writes it acknowledged at most this long before it died (docs/design-notes.md, "The
+/// async loss window": what is queued or in flight, normally the last few milliseconds).
+const ASYNC_LOSS_WINDOW: Duration = Duration::from_secs(1);
+
+/// Which writes were lost, not how many: any acknowledged write that the history shows
+/// missing (a later read returned an older value, at any point, not only the final reads)
+/// must have been acknowledged within [`ASYNC_LOSS_WINDOW`] before the kill; the rest of
+/// the history, before and after the kill, must be linearizable per chunk.
 #[test]
 fn async_history_loses_only_writes_of_the_last_moment() {
     let run = workload(myriad_proto::chunk::DURABILITY_ASYNC, Fault::Kill);
     println!("async: {}", summary(&run));
-    let lost = history::lost_acknowledged_writes(&run.history);
-    let window = Duration::from_secs(1).as_nanos() as u64;
-    let in_window = run
+    let crash = history::Crash {
+        start: run.killed_at,
+        end: run.kill_done,
+        window: ASYNC_LOSS_WINDOW.as_nanos() as u64,
+    };
+    let acknowledged_before_window = run
         .history
         .iter()
         .filter(|o| {
             matches!(o.action, Action::Write(_))
                 && o.outcome == Outcome::Ok
-                && o.end <= run.killed_at
-                && o.end + window >= run.killed_at
+                && o.end < crash.start.saturating_sub(crash.window)
         })
         .count();
+    // The final reads show losses on chunks not written again after the recovery.
+    let lost = history::lost_writes(&run.history);
+    let ms = |nanos: u64| nanos as f64 / 1e6;
     println!(
-        "async: {lost} acknowledged writes lost; {in_window} acknowledged writes ended within 1 s before the kill"
+        "async: {} acknowledged writes shown lost by the final reads{}; {acknowledged_before_window} acknowledged more than {ASYNC_LOSS_WINDOW:?} before the kill",
+        lost.len(),
+        lost.iter()
+            .map(|l| format!(", acknowledged {:.1} ms before the kill", ms(crash.start.saturating_sub(l.write.end))))
+            .collect::<String>()
     );
-    assert!(lost <= in_window, "lost writes outside the async window");
+    assert!(
+        acknowledged_before_window > 0,
+        "no write acknowledged before the window: the check below would check nothing"
+    );
+    if let Err(error) = history::check(&history::relax_for_crash(&run.history, crash), Some(0)) {
+        panic!("a write acknowledged more than {ASYNC_LOSS_WINDOW:?} before the kill was lost, or the history is not linearizable otherwise: {error}");
+    }
 }

@@ -1,11 +1,15 @@
 //! `myriad superpeer` as real processes: a group of three survives twenty leader kills
-//! with its metadata intact; a peer that stops answering heartbeats is declared failed and
-//! the other members hear of it; configuration errors and SIGTERM end the process cleanly.
+//! with its metadata intact, while clients register and read names throughout (the
+//! history of every name, through the kills, is linearizable: each acknowledged
+//! registration is read back with its value); a peer that stops answering heartbeats is
+//! declared failed and the other members hear of it; configuration errors and SIGTERM end
+//! the process cleanly.
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use myriad_client::membership::{JoinConfig, Membership};
@@ -13,8 +17,10 @@ use myriad_meta::Role;
 use myriad_net::{Endpoint, Fault, Handlers};
 use myriad_proto::meta::{Event, MetaReply, MetaRequest, StatusReply};
 use myriad_proto::types;
+use myriad_testing::history::{self, Action, Operation, Outcome};
 use myriad_testing::process::{signal, wait_until, Myriad, Process};
 use myriad_types::{ChunkId, NodeId};
+use rand::{Rng, SeedableRng};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_myriad");
 
@@ -190,6 +196,78 @@ async fn wait_leader(
     None
 }
 
+/// Metadata writers during the leader kills: each task registers its own names (one
+/// writer per name, so a write the client retried after a lost answer cannot interleave
+/// with another's) and reads everyone's.
+const NAME_WRITERS: u64 = 3;
+/// Names per writer.
+const NAMES_PER_WRITER: u64 = 4;
+
+/// The name of register `key` (writer `key / NAMES_PER_WRITER`).
+fn register_name(key: u64) -> String {
+    format!("register-{key}")
+}
+
+/// Registrations and reads of the writers' names until `stop`, each recorded with its
+/// times on `clock` and its outcome: a registration's value is its (unique) CID, a failed
+/// or unanswered call is unknown.
+async fn name_workload(
+    client: Arc<Membership>,
+    writer: u64,
+    clock: Instant,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<Vec<Operation>>>,
+) {
+    let nanos = || clock.elapsed().as_nanos() as u64;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(writer);
+    let keys = NAME_WRITERS * NAMES_PER_WRITER;
+    let mut sequence = 0u64;
+    let mut mine = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let start = nanos();
+        let operation = if rng.gen_bool(0.5) {
+            let key = writer * NAMES_PER_WRITER + rng.gen_range(0..NAMES_PER_WRITER);
+            sequence += 1;
+            let cid = ChunkId::new(NodeId(200 + writer as u16), sequence).unwrap();
+            let result = client
+                .write(myriad_meta::Command::NameRegister {
+                    name: register_name(key),
+                    cid,
+                })
+                .await;
+            Operation {
+                key,
+                action: Action::Write(cid.raw()),
+                start,
+                end: nanos(),
+                outcome: if result.is_ok() {
+                    Outcome::Ok
+                } else {
+                    Outcome::Unknown
+                },
+            }
+        } else {
+            let key = rng.gen_range(0..keys);
+            let reply = client
+                .request(MetaRequest::NameGet(register_name(key)))
+                .await;
+            let (action, outcome) = match reply {
+                Ok(MetaReply::Name(cid)) => (Action::Read(cid.map(ChunkId::raw)), Outcome::Ok),
+                _ => (Action::Read(None), Outcome::Unknown),
+            };
+            Operation {
+                key,
+                action,
+                start,
+                end: nanos(),
+                outcome,
+            }
+        };
+        mine.push(operation);
+    }
+    history.lock().unwrap().extend(mine);
+}
+
 #[test]
 fn group_survives_twenty_leader_kills_with_names_intact() {
     let started = Instant::now();
@@ -216,6 +294,24 @@ fn group_survives_twenty_leader_kills_with_names_intact() {
                 .unwrap();
         }
     });
+    // Registrations and reads run through every kill below.
+    let clock = Instant::now();
+    let nanos = || clock.elapsed().as_nanos() as u64;
+    let stop = Arc::new(AtomicBool::new(false));
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let writers: Vec<_> = (0..NAME_WRITERS)
+        .map(|writer| {
+            runtime.spawn(name_workload(
+                Arc::clone(&client),
+                writer,
+                clock,
+                Arc::clone(&stop),
+                Arc::clone(&history),
+            ))
+        })
+        .collect();
+    // From each kill to the new leader's election.
+    let mut leaderless = Vec::new();
     for round in 0..20 {
         let leader = runtime
             .block_on(wait_leader(&group, &client, None, Duration::from_secs(5)))
@@ -223,6 +319,7 @@ fn group_survives_twenty_leader_kills_with_names_intact() {
         let index = group.index(leader);
         group.processes[index].kill();
         let killed_at = Instant::now();
+        let killed_nanos = nanos();
         let new_leader = runtime
             .block_on(wait_leader(
                 &group,
@@ -235,6 +332,7 @@ fn group_survives_twenty_leader_kills_with_names_intact() {
             });
         assert_ne!(new_leader, leader);
         let elected_after = killed_at.elapsed();
+        leaderless.push((killed_nanos, nanos()));
         runtime.block_on(async {
             for (name, cid) in &names {
                 let reply = client.request(MetaRequest::NameGet(name.clone())).await;
@@ -269,8 +367,64 @@ fn group_survives_twenty_leader_kills_with_names_intact() {
             "round {round}: killed {leader:?}, new leader {new_leader:?} after {elected_after:?}"
         );
     }
+    stop.store(true, Ordering::Relaxed);
+    for writer in writers {
+        runtime.block_on(writer).expect("name workload task");
+    }
+    // Every register once more, after the kills (through the leader, linearizable).
+    let mut history = std::mem::take(&mut *history.lock().unwrap());
+    runtime.block_on(async {
+        for key in 0..NAME_WRITERS * NAMES_PER_WRITER {
+            let start = nanos();
+            let reply = client
+                .request(MetaRequest::NameGet(register_name(key)))
+                .await;
+            let cid = match reply {
+                Ok(MetaReply::Name(cid)) => cid,
+                other => panic!("final read of {}: {other:?}", register_name(key)),
+            };
+            history.push(Operation {
+                key,
+                action: Action::Read(cid.map(ChunkId::raw)),
+                start,
+                end: nanos(),
+                outcome: Outcome::Ok,
+            });
+        }
+    });
+    let count = |write: bool, outcome: Outcome| {
+        history
+            .iter()
+            .filter(|o| matches!(o.action, Action::Write(_)) == write && o.outcome == outcome)
+            .count()
+    };
+    // Acknowledged registrations that were waiting while the group had no leader.
+    let across_kills = history
+        .iter()
+        .filter(|o| {
+            matches!(o.action, Action::Write(_))
+                && o.outcome == Outcome::Ok
+                && leaderless
+                    .iter()
+                    .any(|&(killed, elected)| o.start < elected && o.end > killed)
+        })
+        .count();
+    println!(
+        "names: {} registrations acknowledged ({across_kills} of them across a kill), {} unknown; {} reads acknowledged, {} unknown",
+        count(true, Outcome::Ok),
+        count(true, Outcome::Unknown),
+        count(false, Outcome::Ok),
+        count(false, Outcome::Unknown),
+    );
     assert!(
-        started.elapsed() < Duration::from_secs(90),
+        across_kills > 0,
+        "no registration ran across a leader kill: the workload did not test the kills"
+    );
+    history::check(&history, None).expect("the names' history is linearizable per name");
+    let lost = history::lost_writes(&history);
+    assert!(lost.is_empty(), "acknowledged registrations lost: {lost:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
         "took {:?}",
         started.elapsed()
     );

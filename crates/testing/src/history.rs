@@ -9,15 +9,18 @@
 //! - [`Outcome::Failed`]: definitely not applied (the system refused it). Ignored.
 //! - [`Outcome::Unknown`]: the client does not know (timeout, connection lost). A write may
 //!   have taken effect at any instant after its start — or never; a read tells nothing.
+//! - [`Outcome::MaybeLost`]: acknowledged, but a crash may have lost it since (made by
+//!   [`relax_for_crash`]): a write took effect between start and end, or never.
 //!
 //! Written values must be unique per chunk (tests write counters), which is what makes
 //! violations easy to read. The search is Wing & Gong's with Lowe's memoization of
 //! (linearized set, register value) states, per chunk, bounded by a state budget.
 //!
-//! For the `async` durability mode, where the last acknowledged writes before a crash may be
-//! lost, [`relax_for_loss_window`] turns acknowledged writes that ended within the window
-//! before the crash into `Unknown` ones, and [`lost_acknowledged_writes`] measures how many
-//! acknowledged writes a history shows lost.
+//! For a crash that may lose the last acknowledged writes (`async` on an owner crash,
+//! `replicated` on a power loss of the whole cluster), [`relax_for_crash`] turns the
+//! history into one [`check`] accepts exactly when only writes acknowledged within the
+//! crash's window before it (or never acknowledged) went missing, and [`lost_writes`] lists
+//! the acknowledged writes a history shows lost, with their times.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -42,6 +45,9 @@ pub enum Outcome {
     Failed,
     /// Unknown (timeout, lost connection): a write may or may not have been applied.
     Unknown,
+    /// Acknowledged, but a crash may have lost it since ([`relax_for_crash`]): a write
+    /// took effect between its start and end, or (as far as later reads can tell) never.
+    MaybeLost,
 }
 
 /// One recorded operation.
@@ -111,7 +117,8 @@ struct Event {
     start: u64,
     /// `u64::MAX` for unknown writes: they may take effect arbitrarily late.
     end: u64,
-    /// May be left out (an unknown write that never took effect).
+    /// May be left out (an unknown write that never took effect, a write a crash may
+    /// have lost).
     optional: bool,
 }
 
@@ -131,7 +138,13 @@ fn check_register(
             }
         }
         match (operation.action, operation.outcome) {
-            (_, Outcome::Failed) | (Action::Read(_), Outcome::Unknown) => {}
+            (_, Outcome::Failed) | (Action::Read(_), Outcome::Unknown | Outcome::MaybeLost) => {}
+            (Action::Write(_), Outcome::MaybeLost) => events.push(Event {
+                action: operation.action,
+                start: operation.start,
+                end: operation.end,
+                optional: true,
+            }),
             (Action::Write(_), Outcome::Unknown) => events.push(Event {
                 action: operation.action,
                 start: operation.start,
@@ -181,16 +194,29 @@ fn check_register(
             .min()
             .unwrap_or(u64::MAX);
         let mut advanced = None;
-        while frame.next_candidate < count {
-            let index = frame.next_candidate;
+        // Candidate 2i linearizes event i; 2i + 1 drops it, for an optional event with a
+        // deadline (a write a crash may have lost): left pending, its end would hold back
+        // everything that started later. (Unknown writes have no deadline and simply stay
+        // pending.) Either only once it could go next: dropping it later changes nothing
+        // but the horizon, which only gets tighter, so the search need not try that.
+        while frame.next_candidate < 2 * count {
+            let index = frame.next_candidate / 2;
+            let drop = frame.next_candidate % 2 == 1;
             frame.next_candidate += 1;
             if is_done(&frame.done, index) || events[index].start > horizon {
                 continue;
             }
-            let value = match events[index].action {
-                Action::Write(value) => Some(value),
-                Action::Read(read) if read == frame.value => frame.value,
-                Action::Read(_) => continue,
+            let value = if drop {
+                if !events[index].optional || events[index].end == u64::MAX {
+                    continue;
+                }
+                frame.value
+            } else {
+                match events[index].action {
+                    Action::Write(value) => Some(value),
+                    Action::Read(read) if read == frame.value => frame.value,
+                    Action::Read(_) => continue,
+                }
             };
             let mut done = frame.done.clone();
             done[index / 64] |= 1 << (index % 64);
@@ -236,59 +262,128 @@ fn check_register(
     })
 }
 
-/// Treats acknowledged writes that ended in `[crash_at - window, crash_at]` as unknown: in
-/// `async` mode those may be lost in a crash of their owner.
-pub fn relax_for_loss_window(history: &[Operation], crash_at: u64, window: u64) -> Vec<Operation> {
+/// A crash, as a test saw it, of the processes that held some chunks: they died at one
+/// instant in `[start, end]` (the test's clock just before it sent the kill and once the
+/// processes were gone), and the durability mode in use may lose writes acknowledged up to
+/// `window` before that instant (`async`: those its owner had not sent to the backups yet;
+/// `replicated`, on a power loss of every backup: those still in the backups' write
+/// buffers; `durable`: none, window 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crash {
+    /// The earliest instant the processes may have died.
+    pub start: u64,
+    /// The latest instant: every process was gone then.
+    pub end: u64,
+    /// How long before the crash an acknowledged write may still be lost.
+    pub window: u64,
+}
+
+impl Crash {
+    /// Whether a crash may lose `operation`, a write: it started before the crash was over
+    /// and was either acknowledged within the window before it (or during it) or never
+    /// acknowledged.
+    fn may_lose(&self, operation: &Operation) -> bool {
+        let Action::Write(_) = operation.action else {
+            return false;
+        };
+        operation.start <= self.end
+            && match operation.outcome {
+                Outcome::Ok => operation.end >= self.start.saturating_sub(self.window),
+                Outcome::Unknown | Outcome::MaybeLost => true,
+                Outcome::Failed => false,
+            }
+    }
+}
+
+/// The history as [`check`] must see it when `crash` may lose writes: each chunk's value
+/// after the crash is the value of some write linearized before it, and every write
+/// linearized after that one is one the crash may lose (acknowledged within the window or
+/// never). So acknowledged writes the crash may lose become [`Outcome::MaybeLost`] (they
+/// took effect within their interval or, as far as later reads can tell, never), and reads that began before the crash was over and returned the value of a
+/// write the crash may lose are left out (they saw a value that may since have vanished,
+/// which a register cannot model). Everything else stays: an acknowledged write older than
+/// the window that a later read does not show, or that is overwritten by an older value, is
+/// still a violation.
+pub fn relax_for_crash(history: &[Operation], crash: Crash) -> Vec<Operation> {
+    let lossy: HashSet<(u64, Value)> = history
+        .iter()
+        .filter(|operation| crash.may_lose(operation))
+        .filter_map(|operation| match operation.action {
+            Action::Write(value) => Some((operation.key, value)),
+            Action::Read(_) => None,
+        })
+        .collect();
     history
         .iter()
-        .map(|operation| {
-            let in_window = operation.end <= crash_at && operation.end + window >= crash_at;
-            match (operation.action, operation.outcome) {
-                (Action::Write(_), Outcome::Ok) if in_window => Operation {
-                    outcome: Outcome::Unknown,
-                    ..*operation
-                },
-                _ => *operation,
+        .filter(|operation| match operation.action {
+            Action::Read(Some(value)) => {
+                operation.start > crash.end || !lossy.contains(&(operation.key, value))
             }
+            _ => true,
+        })
+        .map(|operation| match (operation.action, operation.outcome) {
+            (Action::Write(_), Outcome::Ok) if crash.may_lose(operation) => Operation {
+                outcome: Outcome::MaybeLost,
+                ..*operation
+            },
+            _ => *operation,
         })
         .collect()
 }
 
-/// Acknowledged writes that a history shows lost: for each chunk, acknowledged writes that
-/// ended before the last acknowledged read started, were not followed by another
-/// acknowledged write, and whose value that read did not return. (A lower bound on the loss;
-/// exact when each chunk is read once after the faults, as the recovery tests do.)
-pub fn lost_acknowledged_writes(history: &[Operation]) -> usize {
+/// An acknowledged write that a history shows lost, and the read that shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LostWrite {
+    /// The acknowledged write.
+    pub write: Operation,
+    /// The chunk's last acknowledged read, which returned an older value.
+    pub read: Operation,
+}
+
+/// Every acknowledged write that the last acknowledged read of its chunk shows lost: writes
+/// that ended before that read started and certainly took effect after the write whose
+/// value it returned (they started after that write was acknowledged), or all of them if it
+/// returned a value no write wrote (the initial one). Exact for histories in which each
+/// chunk is read once after the faults, with no write running then (the restart tests); a
+/// lower bound otherwise (a loss that later writes covered does not show; [`check`] with
+/// [`relax_for_crash`] finds those).
+pub fn lost_writes(history: &[Operation]) -> Vec<LostWrite> {
     let mut per_key: BTreeMap<u64, Vec<&Operation>> = BTreeMap::new();
-    for operation in history.iter().filter(|o| o.outcome == Outcome::Ok) {
+    for operation in history.iter().filter(|o| o.outcome != Outcome::Failed) {
         per_key.entry(operation.key).or_default().push(operation);
     }
-    let mut lost = 0;
+    let mut lost = Vec::new();
     for operations in per_key.values() {
-        let Some(last_read) = operations
+        let Some(read) = operations
             .iter()
-            .filter(|o| matches!(o.action, Action::Read(_)))
+            .filter(|o| matches!(o.action, Action::Read(_)) && o.outcome == Outcome::Ok)
             .max_by_key(|o| o.start)
         else {
             continue;
         };
-        let Action::Read(observed) = last_read.action else {
+        let Action::Read(observed) = read.action else {
             continue;
         };
-        let last_write = operations
+        // When the write of the value read took effect at the latest (an unknown write may
+        // have taken effect any time after it started).
+        let source = operations
             .iter()
-            .filter(|o| matches!(o.action, Action::Write(_)) && o.end < last_read.start)
-            .max_by_key(|o| o.end);
-        if let Some(write) = last_write {
-            if let Action::Write(value) = write.action {
-                let concurrent_or_later = operations.iter().any(|o| {
-                    matches!(o.action, Action::Write(v) if Some(v) == observed)
-                        && o.end >= write.start
-                });
-                if observed != Some(value) && !concurrent_or_later {
-                    lost += 1;
-                }
-            }
+            .find(|o| matches!(o.action, Action::Write(v) if Some(v) == observed));
+        let source_end = match source {
+            Some(source) if source.outcome == Outcome::Ok => source.end,
+            Some(_) => u64::MAX,
+            None => 0,
+        };
+        for write in operations.iter().filter(|o| {
+            matches!(o.action, Action::Write(_))
+                && o.outcome == Outcome::Ok
+                && o.end < read.start
+                && (source.is_none() || o.start > source_end)
+        }) {
+            lost.push(LostWrite {
+                write: **write,
+                read: **read,
+            });
         }
     }
     lost
