@@ -17,7 +17,7 @@ use syn::visit::{self, Visit};
 use syn::{ImplItem, ImplItemFn, Item, ItemFn, ItemImpl, ItemTrait, TraitItem, TraitItemFn};
 
 use crate::headers::first_content_line;
-use crate::source::{self, SourceFile};
+use crate::source::SourceFile;
 use crate::syntax::{self, end_line, start_line};
 use crate::{Result, Violation};
 
@@ -31,15 +31,8 @@ const LONG_FN: &str = "// tidy: long-fn:";
 
 /// Files under `crates/*/src` with more than `max_lines` lines outside test code.
 pub fn check_file_lengths(root: &Path, max_lines: usize) -> Result<Vec<Violation>> {
-    let mut violations = Vec::new();
-    for file in source::src_files(root, false)? {
-        let ast = match syntax::parse(&file) {
-            Ok(ast) => ast,
-            Err(violation) => {
-                violations.push(violation);
-                continue;
-            }
-        };
+    let (files, mut violations) = syntax::parsed_src_files(root)?;
+    for (file, ast) in files {
         let mut visitor = FnVisitor::default();
         visitor.visit_file(&ast);
         let total = file.text.lines().count();
@@ -69,15 +62,8 @@ pub fn check_file_lengths(root: &Path, max_lines: usize) -> Result<Vec<Violation
 
 /// Functions under `crates/*/src` longer than `max_lines` lines, outside test code.
 pub fn check_fn_lengths(root: &Path, max_lines: usize) -> Result<Vec<Violation>> {
-    let mut violations = Vec::new();
-    for file in source::src_files(root, false)? {
-        let ast = match syntax::parse(&file) {
-            Ok(ast) => ast,
-            Err(violation) => {
-                violations.push(violation);
-                continue;
-            }
-        };
+    let (files, mut violations) = syntax::parsed_src_files(root)?;
+    for (file, ast) in files {
         let mut visitor = FnVisitor::default();
         visitor.visit_file(&ast);
         let lines = file.lines();

@@ -21,6 +21,25 @@ pub(crate) fn parse(file: &SourceFile) -> Result<syn::File, Violation> {
     })
 }
 
+/// Parsed source files, each with its syntax tree.
+pub(crate) type ParsedFiles = Vec<(SourceFile, syn::File)>;
+
+/// Every non-test `src/` file under `root`, parsed; a file that does not parse is reported
+/// in the returned violations instead (the checks that walk syntax trees share this).
+pub(crate) fn parsed_src_files(
+    root: &std::path::Path,
+) -> crate::Result<(ParsedFiles, Vec<Violation>)> {
+    let mut parsed = Vec::new();
+    let mut violations = Vec::new();
+    for file in crate::source::src_files(root, false)? {
+        match parse(&file) {
+            Ok(ast) => parsed.push((file, ast)),
+            Err(violation) => violations.push(violation),
+        }
+    }
+    Ok((parsed, violations))
+}
+
 /// The 1-based line where `span` starts.
 pub(crate) fn start_line(span: Span) -> usize {
     span.start().line

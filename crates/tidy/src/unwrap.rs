@@ -11,21 +11,13 @@ use std::path::Path;
 use syn::visit::{self, Visit};
 use syn::{ExprMethodCall, ImplItem, Item, Macro, TraitItem};
 
-use crate::source;
 use crate::syntax::{self, start_line};
 use crate::{Result, Violation};
 
 /// Every `.unwrap()` call in non-test code under `crates/*/src`.
 pub fn check_unwraps(root: &Path) -> Result<Vec<Violation>> {
-    let mut violations = Vec::new();
-    for file in source::src_files(root, false)? {
-        let ast = match syntax::parse(&file) {
-            Ok(ast) => ast,
-            Err(violation) => {
-                violations.push(violation);
-                continue;
-            }
-        };
+    let (files, mut violations) = syntax::parsed_src_files(root)?;
+    for (file, ast) in files {
         let mut visitor = UnwrapVisitor::default();
         visitor.visit_file(&ast);
         for line in visitor.lines {
