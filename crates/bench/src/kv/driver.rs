@@ -97,8 +97,7 @@ pub fn run_closed_loop(
         let handle = std::thread::Builder::new()
             .name(format!("kv-driver-{index}"))
             .spawn(move || -> Result<(Histogram<u64>, u64), String> {
-                let mut histogram = Histogram::<u64>::new_with_bounds(1, LATENCY_MAX_US, 3)
-                    .map_err(|e| e.to_string())?;
+                let mut histogram = latency_histogram()?;
                 let mut rng = SmallRng::seed_from_u64(config.seed.wrapping_add(index as u64));
                 let mut keys = vec![0u64; config.batch];
                 start_line.wait();
@@ -122,9 +121,7 @@ pub fn run_closed_loop(
                         return Err(error);
                     }
                     if called >= measure_from {
-                        let micros = called.elapsed().as_micros();
-                        let micros = u64::try_from(micros).unwrap_or(u64::MAX);
-                        histogram.saturating_record(micros.clamp(1, LATENCY_MAX_US));
+                        record_latency(&mut histogram, called.elapsed());
                         calls += 1;
                     }
                 }
@@ -134,8 +131,7 @@ pub fn run_closed_loop(
         handles.push(handle);
     }
     start_line.wait();
-    let mut merged =
-        Histogram::<u64>::new_with_bounds(1, LATENCY_MAX_US, 3).map_err(|e| e.to_string())?;
+    let mut merged = latency_histogram()?;
     let mut calls = 0u64;
     let mut first_error = None;
     for handle in handles {
@@ -155,15 +151,34 @@ pub fn run_closed_loop(
     if let Some(error) = first_error {
         return Err(error);
     }
-    Ok(DriverResult {
-        ops: calls * config.batch as u64,
-        calls,
-        elapsed: config.duration,
-        p50_us: merged.value_at_quantile(0.50) as f64,
-        p99_us: merged.value_at_quantile(0.99) as f64,
-        p999_us: merged.value_at_quantile(0.999) as f64,
-        mean_us: merged.mean(),
-    })
+    Ok(DriverResult::from_histogram(&merged, calls, config))
+}
+
+/// A fresh latency histogram of the driver's bounds (1 µs .. 60 s, 3 digits).
+pub fn latency_histogram() -> Result<Histogram<u64>, String> {
+    Histogram::<u64>::new_with_bounds(1, LATENCY_MAX_US, 3).map_err(|e| e.to_string())
+}
+
+/// Records one call's latency, clamped to the histogram's bounds.
+pub fn record_latency(histogram: &mut Histogram<u64>, latency: Duration) {
+    let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+    histogram.saturating_record(micros.clamp(1, LATENCY_MAX_US));
+}
+
+impl DriverResult {
+    /// The result of `calls` calls of `config.batch` operations each, measured over
+    /// `config.duration`, with their merged latency histogram.
+    pub fn from_histogram(merged: &Histogram<u64>, calls: u64, config: &DriverConfig) -> Self {
+        DriverResult {
+            ops: calls * config.batch as u64,
+            calls,
+            elapsed: config.duration,
+            p50_us: merged.value_at_quantile(0.50) as f64,
+            p99_us: merged.value_at_quantile(0.99) as f64,
+            p999_us: merged.value_at_quantile(0.999) as f64,
+            mean_us: merged.mean(),
+        }
+    }
 }
 
 #[cfg(test)]

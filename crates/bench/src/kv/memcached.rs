@@ -291,6 +291,11 @@ impl MemcachedServer {
         }))
     }
 
+    /// The server's PID.
+    pub fn pid(&self) -> u32 {
+        self._child.0.id()
+    }
+
     /// Stores every key of `0..keys` with an `object_bytes` value.
     pub fn preload(&self, keys: u64, object_bytes: usize) -> Result<(), String> {
         let mut connection = MemcachedConnection::connect(self.port, object_bytes)?;

@@ -3,7 +3,13 @@
 //!
 //! [`client_session`] joins the cluster with a `myriad-client` [`Client`] (one more per
 //! extra worker thread), preloads the keys spread over the peers in create batches, and hands
-//! out one blocking worker per thread.
+//! out one blocking worker per thread ([`MyriadClientSession::workers`]), or runs the async
+//! driver ([`MyriadClientSession::run_async`]): one client, its single I/O thread, and
+//! `inflight` tasks each with one call outstanding, the shape of `redis-benchmark`'s one
+//! event-loop thread with many connections.
+//!
+//! The cluster's nodes get a config with the mode's replication (R = 0 for `none`, R = 2
+//! otherwise) and default durability (`async`, `replicated` or `durable`).
 //!
 //! # Invariants
 //! - The cluster is started owned: it is SIGKILLed when the [`MyriadTarget`] is dropped,
@@ -12,8 +18,9 @@
 //!   measures the build it is part of.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use myriad_client::client::Client;
@@ -22,7 +29,11 @@ use myriad_types::{ChunkId, NodeId};
 
 use myriad_launcher::{LaunchSpec, LocalCluster};
 
-use super::driver::WorkerFn;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::driver::{latency_histogram, record_latency, DriverConfig, DriverResult, WorkerFn};
+use super::Mode;
 
 /// The operation a worker performs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +63,16 @@ pub trait MyriadClientSession {
     /// `threads` workers, each with its own connection or handle: a worker given `B` key
     /// indexes performs one `op` (`B` = 1) or one batch of `B` `op`s.
     fn workers(&mut self, op: Op, threads: usize) -> Result<Vec<WorkerFn>, String>;
+
+    /// The async driver: `inflight` tasks on one client's runtime, each calling `op` (one
+    /// operation or a batch of `config.batch`) back to back over uniform keys for
+    /// `config.warmup` and then `config.duration`.
+    fn run_async(
+        &mut self,
+        op: Op,
+        inflight: usize,
+        config: &DriverConfig,
+    ) -> Result<DriverResult, String>;
 }
 
 /// Connects a client session to the cluster whose superpeers are `superpeers` (node ID,
@@ -192,6 +213,130 @@ impl MyriadClientSession for ClientSession {
             .collect();
         Ok(workers)
     }
+
+    fn run_async(
+        &mut self,
+        op: Op,
+        inflight: usize,
+        config: &DriverConfig,
+    ) -> Result<DriverResult, String> {
+        if self.cids.is_empty() {
+            return Err("preload first".into());
+        }
+        if inflight == 0 {
+            return Err("the async driver needs at least one call in flight".into());
+        }
+        let runtime = self.client.membership().net().runtime();
+        let value = Bytes::from(vec![0xa5; self.object_bytes]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let measure_from = Instant::now() + config.warmup;
+        let window = (measure_from, measure_from + config.duration);
+        let load = AsyncLoad {
+            client: self.client.clone(),
+            cids: Arc::clone(&self.cids),
+            value,
+            op,
+            batch: config.batch,
+            window,
+            stop,
+        };
+        let tasks: Vec<_> = (0..inflight)
+            .map(|index| {
+                runtime.spawn(async_task(
+                    load.clone(),
+                    config.seed.wrapping_add(index as u64),
+                ))
+            })
+            .collect();
+        let mut merged = latency_histogram()?;
+        let mut calls = 0u64;
+        let mut first_error = None;
+        for task in tasks {
+            match runtime.block_on(task) {
+                Ok(Ok((histogram, task_calls))) => {
+                    merged.add(&histogram).map_err(|e| e.to_string())?;
+                    calls += task_calls;
+                }
+                Ok(Err(error)) => {
+                    first_error.get_or_insert(error);
+                }
+                Err(error) => {
+                    first_error.get_or_insert(format!("an async driver task failed: {error}"));
+                }
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(DriverResult::from_histogram(&merged, calls, config)),
+        }
+    }
+}
+
+/// What every async task of one run shares.
+#[derive(Clone)]
+struct AsyncLoad {
+    client: Client,
+    cids: Arc<Vec<ChunkId>>,
+    value: Bytes,
+    op: Op,
+    batch: usize,
+    /// Measure from, stop at.
+    window: (Instant, Instant),
+    stop: Arc<AtomicBool>,
+}
+
+/// One async task's closed loop; returns its histogram and measured calls.
+async fn async_task(
+    load: AsyncLoad,
+    seed: u64,
+) -> Result<(hdrhistogram::Histogram<u64>, u64), String> {
+    let AsyncLoad {
+        client,
+        cids,
+        value,
+        op,
+        batch,
+        window: (measure_from, end),
+        stop,
+    } = load;
+    let mut histogram = latency_histogram()?;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut calls = 0u64;
+    let chunks = client.chunks();
+    let pick = |rng: &mut SmallRng| cids[rng.gen_range(0..cids.len())];
+    while !stop.load(Ordering::Relaxed) {
+        let called = Instant::now();
+        if called >= end {
+            break;
+        }
+        let result = match (op, batch) {
+            (Op::Get, 1) => chunks.get(pick(&mut rng)).await.map(drop),
+            (Op::Put, 1) => chunks.put(pick(&mut rng), value.clone()).await,
+            (Op::Get, _) => {
+                let wanted: Vec<ChunkId> = (0..batch).map(|_| pick(&mut rng)).collect();
+                chunks
+                    .get_batch(&wanted)
+                    .await
+                    .into_iter()
+                    .try_for_each(|result| result.map(drop))
+            }
+            (Op::Put, _) => {
+                let items: Vec<(ChunkId, Bytes)> = (0..batch)
+                    .map(|_| (pick(&mut rng), value.clone()))
+                    .collect();
+                chunks.put_batch(&items).await.into_iter().collect()
+            }
+        };
+        if let Err(error) = result {
+            stop.store(true, Ordering::Relaxed);
+            return Err(error.to_string());
+        }
+        if called >= measure_from {
+            record_latency(&mut histogram, called.elapsed());
+            calls += 1;
+        }
+    }
+    Ok((histogram, calls))
 }
 
 /// A local cluster of `peers` peers plus a client session on it.
@@ -202,12 +347,18 @@ pub struct MyriadTarget {
 }
 
 impl MyriadTarget {
-    /// Starts a cluster (one superpeer, `peers` peers of `peer_memory_mb` MiB each) in
-    /// `dir` with this binary and connects a client session to it.
-    pub fn start(dir: &Path, peers: usize, peer_memory_mb: u64) -> Result<Self, String> {
+    /// Starts a cluster (one superpeer, `peers` peers of `peer_memory_mb` MiB each, with
+    /// the replication and durability of `mode`) in `dir` with this binary and connects a
+    /// client session to it.
+    pub fn start(
+        dir: &Path,
+        peers: usize,
+        peer_memory_mb: u64,
+        mode: Mode,
+    ) -> Result<Self, String> {
         let binary =
             std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
-        Self::start_with(dir, binary, peers, peer_memory_mb)
+        Self::start_with(dir, binary, peers, peer_memory_mb, mode)
     }
 
     /// Like [`start`](Self::start) with an explicit node binary.
@@ -216,11 +367,17 @@ impl MyriadTarget {
         binary: PathBuf,
         peers: usize,
         peer_memory_mb: u64,
+        mode: Mode,
     ) -> Result<Self, String> {
-        let mut spec = LaunchSpec::new(dir, binary);
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let config = dir.join("bench-kv.toml");
+        std::fs::write(&config, mode.node_config())
+            .map_err(|e| format!("writing {}: {e}", config.display()))?;
+        let mut spec = LaunchSpec::new(dir.join("cluster"), binary);
         spec.superpeers = 1;
         spec.peers = peers;
         spec.peer_memory_mb = Some(peer_memory_mb);
+        spec.extra_args = vec!["--config".into(), config.display().to_string()];
         spec.ready_timeout = Duration::from_secs(30);
         let cluster = LocalCluster::start_owned(spec).map_err(|e| e.to_string())?;
         let session = client_session(&cluster.superpeer_addresses())?;
@@ -240,5 +397,20 @@ impl MyriadTarget {
     /// See [`MyriadClientSession::workers`].
     pub fn workers(&mut self, op: Op, threads: usize) -> Result<Vec<WorkerFn>, String> {
         self.session.workers(op, threads)
+    }
+
+    /// See [`MyriadClientSession::run_async`].
+    pub fn run_async(
+        &mut self,
+        op: Op,
+        inflight: usize,
+        config: &DriverConfig,
+    ) -> Result<DriverResult, String> {
+        self.session.run_async(op, inflight, config)
+    }
+
+    /// The PIDs of every node process of the cluster (superpeer and peers).
+    pub fn pids(&self) -> Vec<u32> {
+        self.cluster.nodes().iter().map(|node| node.pid).collect()
     }
 }

@@ -1,25 +1,38 @@
-//! The Redis baseline of `bench kv`: `redis-benchmark` against a `redis-server` started
-//! here on a free 127.0.0.1 port without persistence.
+//! The Redis baseline of `bench kv`: `redis-server`s started here on free 127.0.0.1
+//! ports, configured for the durability of the Myriad mode they are compared with, driven
+//! two ways.
 //!
-//! # Mapping to the Myriad runs
-//! - `-c <threads>`: redis-benchmark opens that many connections (its clients), each
-//!   with one request (or one pipeline of `-P` requests) outstanding: the same client
-//!   concurrency as `threads` closed-loop threads with one call outstanding each. Its
-//!   clients share one event-loop thread (`--threads` is left at 1).
-//! - `-P 1` is the single-operation baseline, `-P 16` the batched one; `-d 64` the object
-//!   size; `-r <keys>` spreads keys uniformly over the same key-space size. SET runs first
-//!   (`-t set,get`) so GETs find values.
-//! - redis-benchmark runs a request count, not a duration: a short calibration run sets
-//!   `-n` so each measurement lasts about `--duration-secs`.
-//! - Its latencies are per request (in a pipeline: from the pipeline's send to that
-//!   request's reply), reported from the CSV's `p50_latency_ms` and `p99_latency_ms`.
+//! # Durability per mode ([`Mode`])
+//! - `none`: one server, no persistence (`--save "" --appendonly no`).
+//! - `async`: one server with AOF `everysec` (a write is on disk within about a second).
+//! - `replicated`: a master without persistence and 2 replicas with AOF `everysec`; every
+//!   write (or pipeline of writes) is followed by `WAIT 2`, so it is acknowledged once both
+//!   replicas have it, as Myriad's `replicated` acknowledges once R = 2 backups have it.
+//! - `durable`: as `replicated`, with `appendfsync always` on all three. Redis 7.0 has no
+//!   `WAITAOF` (7.2+), so the replicas' fsync is not awaited: this baseline does less than
+//!   Myriad's `durable` (whose backups fsync before acknowledging) and favours Redis.
+//!
+//! # Drivers
+//! - **threads** ([`RedisServer::workers`]): this crate's closed-loop driver, one
+//!   connection per client thread, each with one request (or one pipeline of `batch`
+//!   requests, plus one `WAIT` in the replicated modes) outstanding: exactly the requests in
+//!   flight of the Myriad threads it is compared with. Every GET must hit.
+//! - **redis-benchmark** ([`RedisServer::benchmark_for`], modes `none` and `async`, which
+//!   need no `WAIT`): `-c <connections>` clients on one event-loop thread, `-P` pipelining,
+//!   `-d` object bytes, `-r <keys>` uniform keys; a short calibration run sets `-n` so a
+//!   measurement lasts about `--duration-secs`. Its latencies are per request. It is the
+//!   counterpart of Myriad's async driver (many requests in flight from one thread).
 //!
 //! A missing binary is a skip (`None`), never a failure of the whole bench.
 
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::driver::WorkerFn;
+use super::resp::{Reply, RespConnection};
+use super::Mode;
 /// One line of `redis-benchmark --csv`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RedisCsvRow {
@@ -117,49 +130,221 @@ pub(crate) fn wait_listening(port: u16, what: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A running `redis-server` (killed on drop).
+/// Redis replicas of the replicated modes.
+const REPLICAS: usize = 2;
+/// How long a `WAIT` may block before the write counts as failed, ms.
+const WAIT_TIMEOUT_MS: &str = "5000";
+/// Keys per pipeline while preloading.
+const PRELOAD_PIPELINE: u64 = 1_000;
+
+/// The key name of key index `index` (the same scheme as the memcached baseline).
+pub fn key_name(index: u64) -> String {
+    format!("key:{index:012}")
+}
+
+/// A running `redis-server` set (master plus replicas in the replicated modes), killed on
+/// drop; its AOF directory is removed on drop.
 pub struct RedisServer {
     port: u16,
-    _child: ChildGuard,
+    mode: Mode,
+    pids: Vec<u32>,
+    dir: PathBuf,
+    _children: Vec<ChildGuard>,
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // The children are killed by their guards (dropped after this body).
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn spawn_redis(port: u16, dir: &std::path::Path, extra: &[&str]) -> Result<ChildGuard, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("redis dir {}: {e}", dir.display()))?;
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--daemonize", "no", "--dir"])
+        .arg(dir)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("starting redis-server: {e}"))?;
+    let guard = ChildGuard(child);
+    wait_listening(port, "redis-server")?;
+    Ok(guard)
+}
+
+/// The persistence arguments of a server in `mode` (`master`: the one clients write to).
+fn persistence_args(mode: Mode, master: bool) -> &'static [&'static str] {
+    match (mode, master) {
+        (Mode::None, _) | (Mode::Replicated, true) => &["--appendonly", "no"],
+        (Mode::Async, _) | (Mode::Replicated, false) => {
+            &["--appendonly", "yes", "--appendfsync", "everysec"]
+        }
+        (Mode::Durable, _) => &["--appendonly", "yes", "--appendfsync", "always"],
+    }
+}
+
+/// Waits until the master reports `count` replicas online.
+fn wait_replicas_online(port: u16, count: usize) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut connection = RespConnection::connect(port)?;
+    loop {
+        let info = match connection.call(&[b"INFO", b"replication"])? {
+            Reply::Bulk(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+            other => return Err(format!("INFO replication answered {other:?}")),
+        };
+        let online = info
+            .lines()
+            .filter(|line| line.starts_with("slave") && line.contains("state=online"))
+            .count();
+        if online >= count {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "only {online} of {count} redis replicas came online"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 impl RedisServer {
-    /// Starts `redis-server` on a free port, no persistence; `Ok(None)` if `redis-server` or
-    /// `redis-benchmark` is not installed.
-    pub fn start() -> Result<Option<RedisServer>, String> {
+    /// Starts the servers of `mode`; `Ok(None)` if `redis-server` or `redis-benchmark` is
+    /// not installed.
+    pub fn start(mode: Mode) -> Result<Option<RedisServer>, String> {
         if !on_path("redis-server") || !on_path("redis-benchmark") {
             return Ok(None);
         }
+        let dir = std::env::temp_dir().join(format!(
+            "myriad-bench-kv-redis-{}-{}",
+            std::process::id(),
+            mode.name()
+        ));
         let port = free_port()?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("starting redis-server: {e}"))?;
-        let guard = ChildGuard(child);
-        wait_listening(port, "redis-server")?;
+        let mut children = vec![spawn_redis(
+            port,
+            &dir.join("master"),
+            persistence_args(mode, true),
+        )?];
+        if mode.replicated() {
+            let master = port.to_string();
+            for replica in 0..REPLICAS {
+                let mut args = persistence_args(mode, false).to_vec();
+                args.extend(["--replicaof", "127.0.0.1", &master]);
+                let replica_port = free_port()?;
+                children.push(spawn_redis(
+                    replica_port,
+                    &dir.join(format!("replica-{replica}")),
+                    &args,
+                )?);
+            }
+            wait_replicas_online(port, REPLICAS)?;
+        }
+        let pids = children.iter().map(|child| child.0.id()).collect();
         Ok(Some(RedisServer {
             port,
-            _child: guard,
+            mode,
+            pids,
+            dir,
+            _children: children,
         }))
     }
 
-    /// Runs `redis-benchmark -t set,get` with `clients` connections, pipeline `pipeline`,
-    /// `object_bytes` values over `keys` random keys, `requests` requests per test.
+    /// The PIDs of every server process (master first).
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+
+    /// Stores every key of `0..keys` with an `object_bytes` value (pipelined, then awaited
+    /// on the replicas in the replicated modes).
+    pub fn preload(&self, keys: u64, object_bytes: usize) -> Result<(), String> {
+        let mut connection = RespConnection::connect(self.port)?;
+        let value = vec![0x5a_u8; object_bytes];
+        let mut next = 0;
+        while next < keys {
+            let end = (next + PRELOAD_PIPELINE).min(keys);
+            let names: Vec<String> = (next..end).map(key_name).collect();
+            for name in &names {
+                connection.queue(&[b"SET", name.as_bytes(), &value]);
+            }
+            connection.flush()?;
+            for _ in &names {
+                expect_ok(connection.read_reply()?)?;
+            }
+            next = end;
+        }
+        if self.mode.replicated() {
+            expect_replicas(connection.call(&[b"WAIT", b"2", WAIT_TIMEOUT_MS.as_bytes()])?)?;
+        }
+        Ok(())
+    }
+
+    /// One closed-loop worker per thread, each with its own connection: a call with `B`
+    /// keys sends `B` GETs or SETs in one write (plus `WAIT 2` after the SETs in the
+    /// replicated modes) and reads every reply.
+    pub fn workers(
+        &self,
+        threads: usize,
+        object_bytes: usize,
+        get: bool,
+    ) -> Result<Vec<WorkerFn>, String> {
+        let wait = self.mode.replicated() && !get;
+        (0..threads)
+            .map(|_| {
+                let mut connection = RespConnection::connect(self.port)?;
+                let value = vec![0xa5_u8; object_bytes];
+                let worker: WorkerFn = Box::new(move |keys: &[u64]| {
+                    for &key in keys {
+                        let name = key_name(key);
+                        if get {
+                            connection.queue(&[b"GET", name.as_bytes()]);
+                        } else {
+                            connection.queue(&[b"SET", name.as_bytes(), &value]);
+                        }
+                    }
+                    if wait {
+                        connection.queue(&[b"WAIT", b"2", WAIT_TIMEOUT_MS.as_bytes()]);
+                    }
+                    connection.flush()?;
+                    for _ in keys {
+                        let reply = connection.read_reply()?;
+                        if get {
+                            match reply {
+                                Reply::Bulk(Some(bytes)) if bytes.len() == object_bytes => {}
+                                other => return Err(format!("redis GET answered {other:?}")),
+                            }
+                        } else {
+                            expect_ok(reply)?;
+                        }
+                    }
+                    if wait {
+                        expect_replicas(connection.read_reply()?)?;
+                    }
+                    Ok(())
+                });
+                Ok(worker)
+            })
+            .collect()
+    }
+
+    /// Runs `redis-benchmark -t <test>` (`set` or `get`) with `clients` connections,
+    /// pipeline `pipeline`, `object_bytes` values over `keys` random keys, `requests`
+    /// requests.
     pub fn benchmark(
         &self,
+        test: &str,
         clients: usize,
         pipeline: usize,
-        object_bytes: usize,
-        keys: u64,
+        (object_bytes, keys): (usize, u64),
         requests: u64,
     ) -> Result<Vec<RedisCsvRow>, String> {
         let output = Command::new("redis-benchmark")
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-t", "set,get", "-d", &object_bytes.to_string()])
+            .args(["-t", test, "-d", &object_bytes.to_string()])
             .args(["-P", &pipeline.to_string(), "-c", &clients.to_string()])
             .args(["-r", &keys.to_string(), "-n", &requests.to_string()])
             .args(["--csv"])
@@ -177,30 +362,55 @@ impl RedisServer {
     }
 
     /// Like [`benchmark`](Self::benchmark), with the request count chosen by a short
-    /// calibration run so that each test lasts about `duration`.
+    /// calibration run so that the test lasts about `duration`; also returns the CPU
+    /// seconds the servers used during the measured run (not the calibration) and its
+    /// request count.
     pub fn benchmark_for(
         &self,
+        test: &str,
         clients: usize,
         pipeline: usize,
-        object_bytes: usize,
-        keys: u64,
+        (object_bytes, keys): (usize, u64),
         duration: Duration,
-    ) -> Result<Vec<RedisCsvRow>, String> {
+    ) -> Result<(RedisCsvRow, f64, u64), String> {
         let calibration_requests = (5_000 * pipeline as u64).max(10_000);
-        let calibration =
-            self.benchmark(clients, pipeline, object_bytes, keys, calibration_requests)?;
-        let slowest = calibration
-            .iter()
+        let calibration = self.benchmark(
+            test,
+            clients,
+            pipeline,
+            (object_bytes, keys),
+            calibration_requests,
+        )?;
+        let rate = calibration
+            .first()
             .map(|row| row.rps)
             .filter(|rps| rps.is_finite() && *rps > 0.0)
-            .fold(f64::INFINITY, f64::min);
-        let rate = if slowest.is_finite() {
-            slowest
-        } else {
-            50_000.0
-        };
+            .unwrap_or(50_000.0);
         let requests = (rate * duration.as_secs_f64()).clamp(10_000.0, 100_000_000.0) as u64;
-        self.benchmark(clients, pipeline, object_bytes, keys, requests)
+        let mark = super::cpu::CpuMark::now(&self.pids)?;
+        let rows = self.benchmark(test, clients, pipeline, (object_bytes, keys), requests)?;
+        let (cpu_secs, _) = mark.since()?;
+        let row = rows
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("redis-benchmark -t {test} printed no result"))?;
+        Ok((row, cpu_secs, requests))
+    }
+}
+
+fn expect_ok(reply: Reply) -> Result<(), String> {
+    match reply {
+        Reply::Simple(text) if text == "OK" => Ok(()),
+        other => Err(format!("redis SET answered {other:?}")),
+    }
+}
+
+fn expect_replicas(reply: Reply) -> Result<(), String> {
+    match reply {
+        Reply::Integer(acked) if acked >= REPLICAS as i64 => Ok(()),
+        other => Err(format!(
+            "redis WAIT {REPLICAS} answered {other:?} within {WAIT_TIMEOUT_MS} ms"
+        )),
     }
 }
 
