@@ -312,7 +312,8 @@ pub fn ratios(rows: &[KvRow], redis_state: impl Fn(Mode) -> RedisState) -> Vec<V
             Some(redis) => {
                 let ratio = myriad.ops_per_sec / redis.ops_per_sec.max(1e-9);
                 line["redis_ops_per_sec"] = json!(redis.ops_per_sec.round());
-                line["ratio"] = json!(round2(ratio));
+                // Four decimals: a tiny ratio must not print as 0.
+                line["ratio"] = json!((ratio * 1e4).round() / 1e4);
                 line["met"] = json!(target.map(|t| ratio >= t));
                 if let (Some(m), Some(r)) =
                     (myriad.server_cpu_s_per_mop, redis.server_cpu_s_per_mop)
