@@ -34,6 +34,17 @@ impl Hub {
         !cut(from) && !cut(to)
     }
 
+    /// The running, connected node that considers itself leader with the highest term.
+    pub fn leader(&self) -> Option<MetaRaft> {
+        let slots = self.slots.lock().unwrap();
+        slots
+            .values()
+            .filter(|slot| !slot.cut)
+            .filter_map(|slot| slot.raft.clone())
+            .filter(|raft| raft.metrics().role == RaftRole::Leader)
+            .max_by_key(|raft| raft.metrics().term)
+    }
+
     fn route(&self, from: u64, to: u64) -> Option<MetaRaft> {
         if !self.connected(from, to) {
             return None;
