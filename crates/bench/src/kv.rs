@@ -23,8 +23,11 @@
 //! # CPU
 //! Each row has the CPU seconds per million operations of the server processes (every
 //! Myriad node, or every redis-server) and of the client (this process; not measured for
-//! `redis-benchmark`), from `/proc` (see [`cpu`]). After each preload an `idle_cpu` line
-//! gives the servers' CPU use over `--idle-secs` with no load.
+//! `redis-benchmark`), from `/proc` (see [`cpu`]). After each preload the bench waits until
+//! the servers are quiet (peers prefault part of their memory in the background at start,
+//! a core each for seconds; backups write the preload to their logs), prints how long that
+//! took (`settled`), then an `idle_cpu` line: the servers' CPU use over `--idle-secs` with
+//! no load. Nothing is measured before the servers settle.
 //!
 //! # Failures
 //! A missing baseline binary gives a `skipped` line. Any other failure, Myriad's or a
@@ -297,18 +300,42 @@ fn window_share(args: &KvArgs) -> f64 {
     measured / (measured + args.warmup_secs.max(0.0))
 }
 
-fn idle_line(printer: &mut Printer, args: &KvArgs, system: &str, label: String, pids: &[u32]) {
-    if args.idle_secs <= 0.0 {
-        return;
-    }
-    match cpu::idle_percent(pids, Duration::from_secs_f64(args.idle_secs)) {
-        Ok(percent) => printer.note(
-            json!({"kind": "idle_cpu", "system": system, "what": label,
-                   "processes": pids.len(), "percent_of_one_core": (percent * 100.0).round() / 100.0}),
-            format!("idle CPU of {label} ({} processes): {percent:.2}% of one core", pids.len()),
+/// Below this share of one core (percent) a cluster counts as quiet.
+const QUIET_PERCENT: f64 = 5.0;
+/// The longest wait for a cluster to become quiet before measuring.
+const QUIET_MAX: Duration = Duration::from_secs(90);
+
+/// Waits until the servers are quiet (see [`cpu::wait_quiet`]), says how long that took,
+/// then prints their idle CPU over `--idle-secs`.
+fn settle_and_idle(
+    printer: &mut Printer,
+    args: &KvArgs,
+    system: &str,
+    label: String,
+    pids: &[u32],
+) -> Result<(), String> {
+    let settled = cpu::wait_quiet(pids, QUIET_PERCENT, Duration::from_millis(500), QUIET_MAX)?;
+    printer.note(
+        json!({"kind": "settled", "system": system, "what": label,
+               "secs": (settled.as_secs_f64() * 10.0).round() / 10.0}),
+        format!(
+            "{label}: quiet (< {QUIET_PERCENT}% of a core) after {:.1} s of waiting",
+            settled.as_secs_f64()
         ),
-        Err(error) => printer.failed(system, None, &format!("idle CPU: {error}")),
+    );
+    if args.idle_secs <= 0.0 {
+        return Ok(());
     }
+    let percent = cpu::idle_percent(pids, Duration::from_secs_f64(args.idle_secs))?;
+    printer.note(
+        json!({"kind": "idle_cpu", "system": system, "what": label,
+               "processes": pids.len(), "percent_of_one_core": (percent * 100.0).round() / 100.0}),
+        format!(
+            "idle CPU of {label} ({} processes): {percent:.2}% of one core",
+            pids.len()
+        ),
+    );
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -387,13 +414,13 @@ fn myriad_cluster_rows(
     let mut target = MyriadTarget::start(dir, peers, args.peer_memory_mb, mode)?;
     target.preload(args.keys, args.object_bytes)?;
     let pids = target.pids();
-    idle_line(
+    settle_and_idle(
         printer,
         args,
         "myriad",
         format!("myriad {} ({peers} peers + 1 superpeer)", mode.name()),
         &pids,
-    );
+    )?;
     let share = window_share(args);
     let mut rows = Vec::new();
     let mut push = |row: KvRow, printer: &mut Printer| {
@@ -464,13 +491,16 @@ fn run_redis(args: &KvArgs, mode: Mode, printer: &mut Printer) -> (Vec<KvRow>, R
         return (Vec::new(), RedisState::Ran);
     }
     let pids = server.pids().to_vec();
-    idle_line(
+    if let Err(error) = settle_and_idle(
         printer,
         args,
         "redis",
         format!("redis {} {}", mode.name(), mode.redis_setup()),
         &pids,
-    );
+    ) {
+        printer.failed("redis", None, &format!("{}: {error}", mode.name()));
+        return (Vec::new(), RedisState::Ran);
+    }
     let share = window_share(args);
     let mut rows = Vec::new();
     for op in [Op::Get, Op::Put] {

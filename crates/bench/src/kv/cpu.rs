@@ -87,6 +87,31 @@ pub fn idle_percent(pids: &[u32], window: Duration) -> Result<f64, String> {
     Ok(cpu / wall.as_secs_f64().max(1e-9) * 100.0)
 }
 
+/// Waits until the processes use less than `percent` of one core over a `window`, at most
+/// `max`; returns how long it took (`Err` if they never settled or a process is gone).
+/// Peers start by prefaulting memory in the background (a full core each for seconds),
+/// and backups write preloaded data to their logs: measuring before that ends would
+/// charge it to the first configurations.
+pub fn wait_quiet(
+    pids: &[u32],
+    percent: f64,
+    window: Duration,
+    max: Duration,
+) -> Result<Duration, String> {
+    let started = Instant::now();
+    loop {
+        let used = idle_percent(pids, window)?;
+        if used < percent {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > max {
+            return Err(format!(
+                "the servers still used {used:.1}% of a core after {max:?} without load"
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
