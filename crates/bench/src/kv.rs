@@ -120,6 +120,12 @@ pub struct KvArgs {
     /// Durability modes to measure (comma-separated: none, async, replicated, durable).
     #[arg(long, value_delimiter = ',', default_values = ["none", "async"])]
     pub modes: Vec<Mode>,
+    /// Operations to measure (comma-separated: get, put).
+    #[arg(long, value_delimiter = ',', default_values = ["get", "put"])]
+    pub ops: Vec<String>,
+    /// Drivers to run (comma-separated: threads, async).
+    #[arg(long, value_delimiter = ',', default_values = ["threads", "async"])]
+    pub drivers: Vec<String>,
     /// Client thread counts of the threads driver (comma-separated).
     #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 8, 16])]
     pub threads: Vec<usize>,
@@ -177,7 +183,18 @@ impl KvArgs {
     }
 
     fn inflights(&self) -> Vec<usize> {
+        if !self.runs_driver("async") {
+            return Vec::new();
+        }
         self.inflight.iter().copied().filter(|&n| n > 0).collect()
+    }
+
+    fn thread_counts(&self) -> Vec<usize> {
+        if self.runs_driver("threads") {
+            self.threads.clone()
+        } else {
+            Vec::new()
+        }
     }
 
     fn config(&self, batch: usize, seed: u64) -> DriverConfig {
@@ -190,7 +207,32 @@ impl KvArgs {
         }
     }
 
+    fn ops(&self) -> Vec<Op> {
+        [Op::Get, Op::Put]
+            .into_iter()
+            .filter(|op| self.ops.iter().any(|name| name == op.name()))
+            .collect()
+    }
+
+    fn runs_driver(&self, name: &str) -> bool {
+        self.drivers.iter().any(|driver| driver == name)
+    }
+
     fn check(&self) -> Result<(), String> {
+        if let Some(bad) = self
+            .ops
+            .iter()
+            .find(|op| !["get", "put"].contains(&op.as_str()))
+        {
+            return Err(format!("--ops: {bad:?} is not get or put"));
+        }
+        if let Some(bad) = self
+            .drivers
+            .iter()
+            .find(|d| !["threads", "async"].contains(&d.as_str()))
+        {
+            return Err(format!("--drivers: {bad:?} is not threads or async"));
+        }
         if self.batch.iter().any(|&b| b == 0 || b > driver::BATCH_MAX) {
             return Err(format!("every --batch must be 1..={}", driver::BATCH_MAX));
         }
@@ -427,8 +469,8 @@ fn myriad_cluster_rows(
         printer.row(&row);
         rows.push(row);
     };
-    for op in [Op::Get, Op::Put] {
-        for &threads in &args.threads {
+    for op in args.ops() {
+        for threads in args.thread_counts() {
             for depth in args.depths() {
                 let workers = target.workers(op, threads)?;
                 let config = args.config(depth, threads as u64);
@@ -503,8 +545,8 @@ fn run_redis(args: &KvArgs, mode: Mode, printer: &mut Printer) -> (Vec<KvRow>, R
     }
     let share = window_share(args);
     let mut rows = Vec::new();
-    for op in [Op::Get, Op::Put] {
-        for &threads in &args.threads {
+    for op in args.ops() {
+        for threads in args.thread_counts() {
             for depth in args.depths() {
                 let measured = server
                     .workers(threads, args.object_bytes, op == Op::Get)
@@ -556,7 +598,11 @@ fn run_redis_benchmark(
 ) -> Vec<KvRow> {
     let duration = Duration::from_secs_f64(args.duration_secs.max(0.01));
     let mut rows = Vec::new();
-    for (test, op) in [("get", "get"), ("set", "put")] {
+    for (test, op) in [("get", Op::Get), ("set", Op::Put)] {
+        if !args.ops().contains(&op) {
+            continue;
+        }
+        let op = op.name();
         for clients in args.inflights() {
             for depth in args.depths() {
                 let measured = server.benchmark_for(
@@ -626,8 +672,8 @@ fn run_memcached(args: &KvArgs, printer: &mut Printer) -> Vec<KvRow> {
     let pids = vec![server.pid()];
     let share = window_share(args);
     let mut rows = Vec::new();
-    for op in [Op::Get, Op::Put] {
-        for &threads in &args.threads {
+    for op in args.ops() {
+        for threads in args.thread_counts() {
             for depth in args.depths() {
                 let measured = server
                     .workers(threads, args.object_bytes, op == Op::Get)
