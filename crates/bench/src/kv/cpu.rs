@@ -128,14 +128,20 @@ mod tests {
     fn this_process_uses_cpu_and_a_dead_pid_is_an_error() {
         let me = std::process::id();
         let mark = CpuMark::now(&[me]).expect("own stat");
-        let spin = Instant::now();
+        // A fixed amount of work (not of wall time: the machine may be busy) until at least
+        // two clock ticks of CPU show, bounded.
         let mut x = 0u64;
-        while spin.elapsed() < Duration::from_millis(120) {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let mut cpu = 0.0;
+        for _ in 0..1000 {
+            for _ in 0..1_000_000 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            cpu = mark.since().expect("own stat").0;
+            if cpu >= 0.02 {
+                break;
+            }
         }
-        std::hint::black_box(x);
-        let (cpu, _) = mark.since().expect("own stat");
-        assert!(cpu >= 0.05, "spun 120 ms but counted {cpu} s");
+        assert!(cpu >= 0.02, "a billion multiply-adds but counted {cpu} s of CPU");
         assert!(process_cpu_secs(u32::MAX - 1).is_err());
         assert_eq!(secs_per_million(2.0, 4_000_000), Some(0.5));
         assert_eq!(secs_per_million(2.0, 0), None);
