@@ -124,6 +124,18 @@ impl Lane {
         deadline: Instant,
         message_bytes_max: usize,
     ) -> Result<Bytes, LaneFailure> {
+        let sent = self.send(header, payload)?;
+        self.receive(&sent, deadline, message_bytes_max)
+    }
+
+    /// Writes one request (its message ID assigned here); returns the header sent, which
+    /// [`receive`](Self::receive) matches the response against. Nothing else may be sent
+    /// on the lane until that response was read.
+    pub fn send(
+        &mut self,
+        header: FrameHeader,
+        payload: &Bytes,
+    ) -> Result<FrameHeader, LaneFailure> {
         let request_id = self.next_request_id;
         self.next_request_id = self.next_request_id.wrapping_add(1).max(1);
         let header = FrameHeader {
@@ -131,6 +143,17 @@ impl Lane {
             ..header
         };
         self.write_frame(&header.encode(), payload)?;
+        Ok(header)
+    }
+
+    /// Reads the response to the request `sent` (reassembling fragments), blocking this
+    /// thread until it is complete or `deadline` passes.
+    pub fn receive(
+        &mut self,
+        sent: &FrameHeader,
+        deadline: Instant,
+        message_bytes_max: usize,
+    ) -> Result<Bytes, LaneFailure> {
         let decoder = FrameDecoder::default();
         let mut reassembler = Reassembler::new(message_bytes_max);
         loop {
@@ -140,9 +163,9 @@ impl Lane {
             {
                 let got = frame.header;
                 if got.kind != Kind::Response
-                    || got.message_id != request_id
-                    || got.type_id != header.type_id
-                    || got.subtype != header.subtype
+                    || got.message_id != sent.message_id
+                    || got.type_id != sent.type_id
+                    || got.subtype != sent.subtype
                 {
                     return Err(LaneFailure::Unexpected);
                 }

@@ -438,3 +438,97 @@ fn a_lane_to_an_older_instance_is_not_reused_after_the_peer_restarted() {
         old.lane_stats(NodeId(1)).incoming == 0
     });
 }
+
+/// Starts servers 2..=1+count sharing `gate`, each known to `a`.
+fn servers(a: &Endpoint, count: u16, gate: &Gate) -> Vec<Endpoint> {
+    (2..2 + count)
+        .map(|id| {
+            let server = Endpoint::start(config(id), handlers(gate)).expect("server starts");
+            a.set_address(server.node_id(), server.local_addr());
+            server.set_address(a.node_id(), a.local_addr());
+            server
+        })
+        .collect()
+}
+
+#[test]
+fn requests_blocking_sends_to_every_node_before_awaiting_any_response() {
+    let gate = Gate::default();
+    let a = Endpoint::start(config(1), Handlers::new()).expect("client starts");
+    let _servers = servers(&a, 3, &gate);
+    let requests: Vec<(NodeId, MessageType, Bytes)> = (2..5u16)
+        .map(|id| (NodeId(id), GATED, Bytes::from(format!("to {id}"))))
+        .collect();
+    std::thread::scope(|scope| {
+        let caller = scope.spawn(|| a.requests_blocking(requests, TIMEOUT));
+        // All three handlers must be waiting at once: a caller that awaited each
+        // response before sending the next request would leave two unsent, and the
+        // gate would never open (the wait fails after 10 s).
+        wait_until("all three requests are being handled", || {
+            gate.waiting() == 3
+        });
+        gate.open();
+        let results = caller.join().expect("caller");
+        for (id, result) in (2..5u16).zip(results) {
+            assert_eq!(&result.expect("answer")[..], format!("to {id}").as_bytes());
+        }
+    });
+    for id in 2..5u16 {
+        let lanes = a.lane_stats(NodeId(id));
+        assert_eq!(lanes.outgoing_open, 1, "node {id}: one lane, {lanes:?}");
+        assert_eq!(lanes.outgoing_idle, 1, "node {id}: handed back");
+    }
+}
+
+#[test]
+fn requests_blocking_keeps_order_across_lanes_connections_and_errors() {
+    let gate = Gate::default();
+    gate.open();
+    let a = Endpoint::start(config(1), Handlers::new()).expect("client starts");
+    let _servers = servers(&a, 2, &gate);
+    // Over one frame: goes through the connection, not a lane.
+    let big = Bytes::from(vec![7u8; myriad_net::wire::FRAME_PAYLOAD_BYTES_MAX + 10]);
+    let requests = vec![
+        (NodeId(2), ECHO, Bytes::from_static(b"first")),
+        (NodeId(9), ECHO, Bytes::from_static(b"unknown node")),
+        (NodeId(3), ECHO, big.clone()),
+        (NodeId(2), ECHO, Bytes::from_static(b"second to 2")),
+        (NodeId(3), GATED, Bytes::from_static(b"pooled handler")),
+    ];
+    let results = a.requests_blocking(requests, TIMEOUT);
+    assert_eq!(results.len(), 5);
+    assert_eq!(&results[0].as_ref().expect("first")[..], b"first");
+    assert!(
+        matches!(results[1], Err(NetError::UnknownNode(NodeId(9)))),
+        "{:?}",
+        results[1]
+    );
+    assert_eq!(results[2].as_ref().expect("big").len(), big.len());
+    assert_eq!(&results[3].as_ref().expect("second")[..], b"second to 2");
+    assert_eq!(&results[4].as_ref().expect("gated")[..], b"pooled handler");
+    // Two requests to node 2 were in flight at once: two lanes.
+    assert_eq!(a.lane_stats(NodeId(2)).outgoing_open, 2);
+}
+
+#[test]
+fn requests_blocking_refuses_async_callers_for_every_request() {
+    let gate = Gate::default();
+    let a = Endpoint::start(config(1), Handlers::new()).expect("client starts");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let results = runtime.block_on(async {
+        a.requests_blocking(
+            vec![
+                (NodeId(2), ECHO, Bytes::from_static(b"x")),
+                (NodeId(3), ECHO, Bytes::from_static(b"y")),
+            ],
+            TIMEOUT,
+        )
+    });
+    drop(gate);
+    assert_eq!(results.len(), 2);
+    assert!(results
+        .iter()
+        .all(|r| matches!(r, Err(NetError::BlockingInAsyncContext))));
+}

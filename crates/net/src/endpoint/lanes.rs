@@ -23,6 +23,13 @@ use crate::lane::{Lane, LaneFailure, Take};
 use crate::wire::{Kind, Verdict, FRAME_PAYLOAD_BYTES_MAX};
 use crate::NodeId;
 
+/// The deadline of a request with `timeout` from now (far away if it overflows).
+pub(super) fn lane_deadline(timeout: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + DEADLINE_FAR)
+}
+
 impl NetHandle {
     /// The lane path of [`NetHandle::request_blocking`]; `None` to use the connection.
     pub(super) fn request_on_lane(
@@ -32,6 +39,27 @@ impl NetHandle {
         payload: &Bytes,
         timeout: Duration,
     ) -> Option<Result<Bytes, NetError>> {
+        let deadline = lane_deadline(timeout);
+        let mut lane = match self.acquire_lane(to, message_type, payload, deadline)? {
+            Ok(lane) => lane,
+            Err(error) => return Some(Err(error)),
+        };
+        let header = whole_header(Kind::Request, message_type, 0, payload.len());
+        let message_bytes_max = self.shared.config.message_bytes_max;
+        let result = lane.call(header, payload, deadline, message_bytes_max);
+        Some(self.release_lane(to, lane, result))
+    }
+
+    /// A lane to `to` for this request, idle or newly opened, taken out of the pool;
+    /// `None` to use the connection (lanes off, an ordered type, a payload over one
+    /// frame, a network filter on `to`, or every lane to `to` busy).
+    pub(super) fn acquire_lane(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: &Bytes,
+        deadline: std::time::Instant,
+    ) -> Option<Result<Lane, NetError>> {
         let max = self.shared.config.lanes_per_node_max;
         if max == 0 || message_type.ordered || payload.len() > FRAME_PAYLOAD_BYTES_MAX {
             return None;
@@ -47,10 +75,6 @@ impl NetHandle {
         if self.is_fenced(to) {
             return Some(Err(NetError::Fenced(to)));
         }
-        let now = std::time::Instant::now();
-        let deadline = now
-            .checked_add(timeout)
-            .unwrap_or_else(|| now + DEADLINE_FAR);
         // The peer's instance as its connection knows it: an idle lane of another one
         // (the peer restarted) is never reused, even if its socket looks open.
         let instance = if let Some(conn) = self.lookup(to) {
@@ -75,46 +99,57 @@ impl NetHandle {
         };
         let lanes = &self.shared.lanes;
         // Bounded: each pass takes an idle lane out of the pool for good or ends.
-        let mut lane = loop {
+        loop {
             match lanes.take(to, max) {
                 Take::Idle(mut lane) => {
                     if lane.peer_instance != instance || lane.is_stale(LANE_CHECK_IDLE) {
                         lanes.discard(to, lane);
                         continue;
                     }
-                    break lane;
+                    return Some(Ok(lane));
                 }
-                Take::Open => match self.open_lane(to, deadline) {
-                    Ok(Some(lane)) => break lane,
-                    Ok(None) => return None,
-                    Err(error) => return Some(Err(error)),
-                },
+                Take::Open => {
+                    return match self.open_lane(to, deadline) {
+                        Ok(Some(lane)) => Some(Ok(lane)),
+                        Ok(None) => None,
+                        Err(error) => Some(Err(error)),
+                    }
+                }
                 Take::Full => return None,
             }
-        };
-        let header = whole_header(Kind::Request, message_type, 0, payload.len());
-        let message_bytes_max = self.shared.config.message_bytes_max;
-        match lane.call(header, payload, deadline, message_bytes_max) {
+        }
+    }
+
+    /// Ends the use of a lane: back to the pool after a complete response, dropped after
+    /// any failure, which becomes the error the connection path would have given.
+    pub(super) fn release_lane(
+        &self,
+        to: NodeId,
+        lane: Lane,
+        result: Result<Bytes, LaneFailure>,
+    ) -> Result<Bytes, NetError> {
+        let lanes = &self.shared.lanes;
+        match result {
             Ok(response) => {
                 lanes.give_back(to, lane);
-                Some(Ok(response))
+                Ok(response)
             }
             Err(failure) => {
                 lanes.discard(to, lane);
                 if self.shared.shut_down.load(Ordering::Acquire) {
-                    return Some(Err(NetError::Shutdown));
+                    return Err(NetError::Shutdown);
                 }
                 if self.is_fenced(to) {
-                    return Some(Err(NetError::Fenced(to)));
+                    return Err(NetError::Fenced(to));
                 }
-                Some(Err(match failure {
+                Err(match failure {
                     LaneFailure::Timeout => NetError::Timeout(to),
                     LaneFailure::Io(_) => NetError::ConnectionLost(to),
                     LaneFailure::Protocol(_) | LaneFailure::Unexpected => {
                         tracing::warn!(peer = %to, %failure, "lane closed");
                         NetError::ConnectionLost(to)
                     }
-                }))
+                })
             }
         }
     }

@@ -274,4 +274,66 @@ impl NetHandle {
         self.request_later_blocking(to, message_type, payload, timeout)?
             .wait_blocking()
     }
+
+    /// Several [`NetHandle::request_blocking`]s at once, for non-async threads: every
+    /// request is sent before any response is awaited, so requests to different nodes are
+    /// served in parallel while this thread waits once. Each request takes a direct lane
+    /// of its node when it can (one write now, its response read by this thread later)
+    /// and otherwise goes through the node's connection. Results come in request order,
+    /// each with the errors [`NetHandle::request_blocking`] gives; all share one deadline,
+    /// `timeout` from now.
+    pub fn requests_blocking(
+        &self,
+        requests: Vec<(NodeId, MessageType, Bytes)>,
+        timeout: Duration,
+    ) -> Vec<Result<Bytes, NetError>> {
+        if let Err(error) = ensure_blocking_allowed() {
+            return requests.iter().map(|_| Err(error.clone())).collect();
+        }
+        let deadline = super::lanes::lane_deadline(timeout);
+        let message_bytes_max = self.shared.config.message_bytes_max;
+        let steps: Vec<Step> = requests
+            .into_iter()
+            .map(|(to, message_type, payload)| {
+                match self.acquire_lane(to, message_type, &payload, deadline) {
+                    Some(Ok(mut lane)) => {
+                        let header = whole_header(Kind::Request, message_type, 0, payload.len());
+                        match lane.send(header, &payload) {
+                            Ok(sent) => Step::Lane(to, lane, sent),
+                            Err(failure) => Step::Done(self.release_lane(to, lane, Err(failure))),
+                        }
+                    }
+                    Some(Err(error)) => Step::Done(Err(error)),
+                    None => {
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        match self.request_later_blocking(to, message_type, payload, left) {
+                            Ok(pending) => Step::Connection(pending),
+                            Err(error) => Step::Done(Err(error)),
+                        }
+                    }
+                }
+            })
+            .collect();
+        steps
+            .into_iter()
+            .map(|step| match step {
+                Step::Lane(to, mut lane, sent) => {
+                    let result = lane.receive(&sent, deadline, message_bytes_max);
+                    self.release_lane(to, lane, result)
+                }
+                Step::Connection(pending) => pending.wait_blocking(),
+                Step::Done(result) => result,
+            })
+            .collect()
+    }
+}
+
+/// One request of [`NetHandle::requests_blocking`] between its send and its response.
+enum Step {
+    /// Sent on a direct lane; the response is read from it.
+    Lane(NodeId, crate::lane::Lane, crate::wire::FrameHeader),
+    /// Sent through the node's connection.
+    Connection(PendingResponse),
+    /// Already ended (refused before sending, or the send failed).
+    Done(Result<Bytes, NetError>),
 }
