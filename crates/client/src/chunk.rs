@@ -1085,9 +1085,128 @@ impl<D: Directory> BlockingChunks<'_, D> {
         }
     }
 
-    /// [`Chunks::get_batch`].
+    /// [`Chunks::get_batch`]. Like [`BlockingChunks::get`], first tried on this thread:
+    /// one request per presumed owner, all sent before any answer is awaited (direct
+    /// request lanes, see [`BlockingChunks::direct_batch`]); the items without a clean
+    /// answer go through the routed call.
     pub fn get_batch(&self, cids: &[ChunkId]) -> Vec<Result<Bytes, ClientError>> {
-        self.block_each(cids.len(), self.chunks.get_batch(cids))
+        self.batch(
+            cids,
+            |indices| ChunkRequest::Get {
+                cids: indices.iter().map(|&i| cids[i]).collect(),
+            },
+            parse_data,
+            |rest| {
+                let rest: Vec<ChunkId> = rest.iter().map(|&i| cids[i]).collect();
+                self.block_each(rest.len(), self.chunks.get_batch(&rest))
+            },
+        )
+    }
+
+    /// A batched call on this thread with a routed fallback: [`direct_batch`]
+    /// (Self::direct_batch) answers what it can; `routed(indices)` performs the call for
+    /// the remaining items (their indices, in order) and returns their results in order.
+    fn batch<T>(
+        &self,
+        cids: &[ChunkId],
+        build: impl Fn(&[usize]) -> ChunkRequest,
+        parse: fn(ChunkReply, usize) -> ItemResults<T>,
+        routed: impl FnOnce(&[usize]) -> Vec<Result<T, ClientError>>,
+    ) -> Vec<Result<T, ClientError>> {
+        let Some(mut results) = self.direct_batch(cids, build, parse) else {
+            let all: Vec<usize> = (0..cids.len()).collect();
+            return routed(&all);
+        };
+        let rest: Vec<usize> = (0..cids.len()).filter(|&i| results[i].is_none()).collect();
+        if !rest.is_empty() {
+            for (index, result) in rest.iter().zip(routed(&rest)) {
+                results[*index] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .map(|result| {
+                result
+                    .unwrap_or_else(|| Err(ClientError::Protocol("no result for the item".into())))
+            })
+            .collect()
+    }
+
+    /// The direct attempt of a batched call: the items grouped by presumed owner, one
+    /// request per owner, all sent from this thread before any answer is awaited
+    /// (`NetHandle::requests_blocking`: no hand-off to the I/O thread when a direct lane
+    /// is free). Per item: `Some` final result, or `None` to route it (`NotOwner`, an
+    /// unreachable owner). `None` as a whole when some owner is this node, is not alive
+    /// in the directory, or this thread runs async tasks: the routed call handles those.
+    fn direct_batch<T>(
+        &self,
+        cids: &[ChunkId],
+        build: impl Fn(&[usize]) -> ChunkRequest,
+        parse: fn(ChunkReply, usize) -> ItemResults<T>,
+    ) -> Option<Vec<Option<Result<T, ClientError>>>> {
+        let chunks = self.chunks;
+        if cids.is_empty() || tokio::runtime::Handle::try_current().is_ok() {
+            return None;
+        }
+        let mut groups: Vec<(NodeId, Vec<usize>)> = Vec::new();
+        for (index, &cid) in cids.iter().enumerate() {
+            let owner = chunks.owner_of(cid);
+            match groups.iter_mut().find(|(node, _)| *node == owner) {
+                Some((_, indices)) => indices.push(index),
+                None => {
+                    if chunks.is_local(owner).is_some() || !chunks.directory.is_alive(owner) {
+                        return None;
+                    }
+                    groups.push((owner, vec![index]));
+                }
+            }
+        }
+        let requests = groups
+            .iter()
+            .map(|(owner, indices)| (*owner, myriad_proto::types::CHUNK, build(indices).encode()))
+            .collect();
+        let replies = chunks
+            .net
+            .requests_blocking(requests, chunks.options.timeout);
+        let mut results: Vec<Option<Result<T, ClientError>>> =
+            (0..cids.len()).map(|_| None).collect();
+        for ((owner, indices), reply) in groups.into_iter().zip(replies) {
+            let bytes = match reply {
+                Ok(bytes) => bytes,
+                Err(error) => {
+                    if let CallError::Final(error) =
+                        net_failure(error, owner, chunks.options.timeout)
+                    {
+                        for &index in &indices {
+                            results[index] = Some(Err(error.clone()));
+                        }
+                    }
+                    continue;
+                }
+            };
+            let items = ChunkReply::decode(bytes)
+                .map_err(|error| {
+                    ClientError::Protocol(format!("undecodable reply from node {owner}: {error}"))
+                })
+                .and_then(|reply| parse(reply, indices.len()));
+            match items {
+                Ok(items) => {
+                    for (&index, item) in indices.iter().zip(items) {
+                        results[index] = match item {
+                            Ok(value) => Some(Ok(value)),
+                            Err(ItemError::NotOwner) => None,
+                            Err(error) => Some(Err(item_failure(error, cids[index], owner))),
+                        };
+                    }
+                }
+                Err(error) => {
+                    for &index in &indices {
+                        results[index] = Some(Err(error.clone()));
+                    }
+                }
+            }
+        }
+        Some(results)
     }
 
     /// [`Chunks::put`]. Like [`BlockingChunks::get`], first tried as one blocking request
@@ -1105,9 +1224,22 @@ impl<D: Directory> BlockingChunks<'_, D> {
         self.block(self.chunks.put(cid, data))
     }
 
-    /// [`Chunks::put_batch`].
+    /// [`Chunks::put_batch`], first tried on this thread like [`BlockingChunks::get_batch`].
     pub fn put_batch(&self, items: &[(ChunkId, Bytes)]) -> Vec<Result<(), ClientError>> {
-        self.block_each(items.len(), self.chunks.put_batch(items))
+        let cids: Vec<ChunkId> = items.iter().map(|(cid, _)| *cid).collect();
+        let durability = self.chunks.options.durability;
+        self.batch(
+            &cids,
+            |indices| ChunkRequest::Put {
+                durability,
+                items: indices.iter().map(|&i| items[i].clone()).collect(),
+            },
+            parse_statuses,
+            |rest| {
+                let rest: Vec<(ChunkId, Bytes)> = rest.iter().map(|&i| items[i].clone()).collect();
+                self.block_each(rest.len(), self.chunks.put_batch(&rest))
+            },
+        )
     }
 
     /// [`Chunks::remove`].

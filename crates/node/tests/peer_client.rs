@@ -121,10 +121,28 @@ fn batches_across_three_peers_come_back_in_caller_order() {
         .flat_map(|i| (0..3).map(move |peer| peer * 4 + i))
         .map(|index| cids[index])
         .collect();
+    let lanes_before: Vec<u64> = cluster
+        .ids
+        .iter()
+        .map(|&peer| cluster.net.lane_stats(peer).outgoing_opened_total)
+        .collect();
     let got = api.get_batch(&order);
     for (cid, result) in order.iter().zip(&got) {
         let expected = format!("p{}-{}", cid.creator().0, cid.local_id());
         assert_eq!(result.as_ref().unwrap(), &bytes(&expected), "{cid}");
+    }
+    // The blocking batch went out on this thread over direct lanes, one per owner (a lane
+    // opened to every peer, or one already open reused: none is left in use).
+    for (&peer, before) in cluster.ids.iter().zip(lanes_before) {
+        let lanes = cluster.net.lane_stats(peer);
+        assert!(
+            lanes.outgoing_opened_total > before || lanes.outgoing_open > 0,
+            "no lane to {peer}: {lanes:?}"
+        );
+        assert_eq!(
+            lanes.outgoing_idle, lanes.outgoing_open,
+            "{peer}: {lanes:?}"
+        );
     }
     let puts: Vec<(ChunkId, Bytes)> = order
         .iter()
