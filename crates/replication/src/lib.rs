@@ -48,9 +48,9 @@ pub mod wire;
 
 pub use backup::{BackupConfig, BackupError, BackupService};
 pub use master::{
-    Adoption, AsyncChange, BackupCandidates, ChunkSource, RegisterFuture, RegistryError,
-    ReplicaEvent, Replicator, ReplicatorConfig, ReplicatorStats, StreamStats, ZoneRegistry,
-    ZoneReplacement, ZoneStats,
+    AckCallback, Adoption, AsyncChange, BackupCandidates, ChunkSource, RegisterFuture,
+    RegistryError, ReplicaEvent, Replicator, ReplicatorConfig, ReplicatorStats, StreamStats,
+    ZoneRegistry, ZoneReplacement, ZoneStats,
 };
 pub use myriad_placement::{Candidate, Strategy};
 pub use myriad_types::{ChunkId, NodeId};

@@ -52,6 +52,7 @@
 //! memory), `adopt` (adopted zones) and `stats`.
 
 mod adopt;
+mod deferred;
 mod rebackup;
 mod sender;
 mod stats;
@@ -60,6 +61,7 @@ mod submit;
 mod zones;
 
 pub use adopt::Adoption;
+pub use deferred::AckCallback;
 pub use rebackup::ZoneReplacement;
 pub use stats::{ReplicatorStats, StreamStats, ZoneStats};
 pub use submit::AsyncChange;
@@ -251,6 +253,8 @@ struct State {
     zones: BTreeMap<u32, ZoneState>,
     streams: HashMap<NodeId, Stream>,
     last_stream_id: u64,
+    /// Deferred waits for acknowledgements (`on_changes_deferred`).
+    waiters: Vec<deferred::Waiter>,
 }
 
 /// The replicator's shared part: the sender thread, the send tasks, the acknowledgement
@@ -314,6 +318,7 @@ impl Replicator {
             zones: BTreeMap::new(),
             streams: HashMap::new(),
             last_stream_id: 0,
+            waiters: Vec::new(),
         };
         let inner = Arc::new(Inner {
             config,
@@ -477,6 +482,42 @@ impl Replicator {
         )
     }
 
+    /// Reports puts and removes without ever waiting, like
+    /// [`Replicator::on_changes_nowait`], but with any durability: instead of blocking
+    /// until the backups acknowledge, `done` is called once they have (`replicated`: every
+    /// backup of the zone applied the changes; `durable`: every backup has them on disk),
+    /// or with the error that ends the wait (the same ones a blocking call gives, after at
+    /// most `wait_timeout`). `done` runs on the thread that handles the acknowledgement
+    /// (a messaging I/O thread), on the sender thread (timeouts), or here (already
+    /// acknowledged, or `async`); never under a lock of the replicator. When the changes
+    /// cannot be reported without waiting (a put's chunk has no registered zone, a zone's
+    /// backup order is being registered, or the replicator is shut down), nothing is
+    /// reported and the error comes back with `done`, not called.
+    pub fn on_changes_deferred(
+        &self,
+        changes: &[AsyncChange<'_>],
+        durability: Durability,
+        done: AckCallback,
+    ) -> Result<(), (ReplicaError, AckCallback)> {
+        let list: Vec<Change<'_>> = changes.iter().map(|c| c.change()).collect();
+        let deadline = std::time::Instant::now() + self.inner.config.wait_timeout;
+        let targets = match self.inner.submit_targets(
+            list.iter().copied(),
+            durability,
+            Mode::NoWait(&list),
+            deadline,
+        ) {
+            Ok(targets) => targets,
+            Err(error) => return Err((error, done)),
+        };
+        let finished = {
+            let mut state = self.inner.state.lock();
+            self.inner.defer(&mut state, targets, durability, done)
+        };
+        deferred::run(finished);
+        Ok(())
+    }
+
     /// Replaces `failed` in every zone it backs: the replacement (chosen by the placement
     /// strategy among the current candidates) goes to the end of the backup order, the new
     /// order is registered, and the zone is copied to the replacement from memory in the
@@ -584,8 +625,13 @@ impl Drop for Replicator {
         for worker in workers {
             let _ = worker.join();
         }
-        // Dropping the streams ends their send tasks.
-        self.inner.state.lock().streams.clear();
+        // Dropping the streams ends their send tasks; deferred waits end with Shutdown.
+        let finished = {
+            let mut state = self.inner.state.lock();
+            state.streams.clear();
+            Inner::fail_waiters(&mut state, &ReplicaError::Shutdown)
+        };
+        deferred::run(finished);
     }
 }
 

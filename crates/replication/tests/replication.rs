@@ -993,3 +993,112 @@ fn a_zone_read_during_writes_keeps_every_chunk() {
         stop.store(true, Ordering::Relaxed);
     });
 }
+
+/// Records what deferred callbacks were called with.
+fn callback(
+    tx: &std::sync::mpsc::Sender<Result<(), ReplicaError>>,
+) -> myriad_replication::AckCallback {
+    let tx = tx.clone();
+    Box::new(move |result| {
+        let _ = tx.send(result);
+    })
+}
+
+#[test]
+fn deferred_reports_call_back_once_the_backups_acknowledged() {
+    use myriad_replication::AsyncChange;
+    use std::sync::mpsc::channel;
+    let cluster = Cluster::start(2, 2, Registry::default(), |config| {
+        config.wait_timeout = Duration::from_millis(1500);
+    });
+    let (tx, rx) = channel();
+    // No registered zone yet: refused, nothing reported, the callback handed back.
+    let unplaced = ChunkId::new(MASTER, 0).unwrap();
+    let data = payload(0, 0, 16);
+    match cluster.replicator.on_changes_deferred(
+        &[AsyncChange::Put(unplaced, &data)],
+        Durability::Replicated,
+        callback(&tx),
+    ) {
+        Err((ReplicaError::WouldWait, _)) => {}
+        other => panic!("expected WouldWait, got {:?}", other.map_err(|(e, _)| e)),
+    }
+    assert!(rx.try_recv().is_err(), "a refused report never calls back");
+
+    for local in 0..20 {
+        cluster
+            .create(local, payload(local, 0, 24), Durability::Replicated)
+            .unwrap();
+    }
+    // Replicated, then durable: each callback says Ok once every backup has the change.
+    for (round, durability) in [(1u8, Durability::Replicated), (2, Durability::Durable)] {
+        for local in 0..20 {
+            let cid = ChunkId::new(MASTER, local).unwrap();
+            let data = payload(local, round, 24);
+            cluster.memory.0.lock().insert(cid.raw(), data.clone());
+            let change = [AsyncChange::Put(cid, &data)];
+            assert!(cluster.replicator.ready_without_waiting(&change));
+            cluster
+                .replicator
+                .on_changes_deferred(&change, durability, callback(&tx))
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+        for _ in 0..20 {
+            let result = rx
+                .recv_timeout(Duration::from_secs(5))
+                .expect("called back");
+            assert_eq!(result, Ok(()));
+        }
+        // Called back only after the backups applied it: they already match memory.
+        cluster.check_backups_match_memory();
+    }
+
+    // A backup that stops acknowledging: no callback until the wait times out.
+    let backup = cluster.backups[0].node;
+    cluster
+        .master
+        .handle()
+        .set_fault(backup, Fault::DropOutgoing);
+    let cid = ChunkId::new(MASTER, 3).unwrap();
+    let data = payload(3, 9, 24);
+    cluster.memory.0.lock().insert(cid.raw(), data.clone());
+    cluster
+        .replicator
+        .on_changes_deferred(
+            &[AsyncChange::Put(cid, &data)],
+            Durability::Replicated,
+            callback(&tx),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "acknowledged without the silent backup"
+    );
+    match rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("timed out waiter called back")
+    {
+        Err(ReplicaError::Timeout { missing, .. }) => assert_eq!(missing, vec![backup]),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+
+    // A waiter pending at shutdown ends with Shutdown.
+    cluster
+        .replicator
+        .on_changes_deferred(
+            &[AsyncChange::Put(cid, &data)],
+            Durability::Durable,
+            callback(&tx),
+        )
+        .map_err(|(e, _)| e)
+        .unwrap();
+    drop(cluster);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5))
+            .expect("called back at shutdown"),
+        Err(ReplicaError::Shutdown)
+    );
+    assert!(rx.try_recv().is_err(), "each callback runs once");
+}

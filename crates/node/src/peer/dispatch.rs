@@ -4,8 +4,10 @@
 //! [`PeerDispatch::register`] registers, before the endpoint starts:
 //! - [`types::CHUNK`], inline on the I/O thread: requests that cannot wait (reads, and
 //!   writes while nothing can make them wait; `async` changes the replicator queues
-//!   without waiting) are served right there, the lowest latency; replicated changes go
-//!   to the messaging runtime's blocking threads ([`ChunkService::serve_incoming`]); the
+//!   without waiting; `replicated`/`durable` puts whose reply the replicator sends once the
+//!   backups acknowledged, [`ChunkService::serve_change_deferred`]) are served right
+//!   there, the lowest latency; other replicated changes go to the messaging runtime's
+//!   blocking threads ([`ChunkService::serve_incoming`]); the
 //!   rest (locks, waits) to the slow path's handler threads (`slow_path`).
 //! - [`types::MIGRATE`]: `migrate` (on a handler thread: it blocks).
 //! - [`types::RECOVER`]: the superpeer leader's recovery requests, served by the backup
@@ -203,6 +205,9 @@ fn dispatch_chunk(service: &Arc<ChunkService>, slow: &SlowPath, mut incoming: In
     }
     if let Some(reply) = service.serve_change_inline(from, &incoming.payload) {
         let _ = incoming.respond(reply);
+        return;
+    }
+    if service.serve_change_deferred(from, &mut incoming) {
         return;
     }
     if service.replicator().is_some() && myriad_proto::chunk::is_change_request(&incoming.payload) {

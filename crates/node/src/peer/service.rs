@@ -84,7 +84,7 @@ use myriad_net::Incoming;
 use myriad_proto::chunk::{
     ChunkReply, ChunkRequest, ChunkStats, DataReplyWriter, ItemError, LIST_RANGES_MAX,
 };
-use myriad_replication::{AsyncChange, Replicator};
+use myriad_replication::{AckCallback, AsyncChange, Replicator};
 use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
@@ -423,6 +423,75 @@ impl ChunkService {
             }
             _ => None,
         }
+    }
+
+    /// Serves a `replicated` or `durable` put on the calling thread, the messaging
+    /// layer's I/O thread, without blocking any thread on the backups: under the same
+    /// conditions as [`ChunkService::serve_change_inline`], memory is written and the
+    /// change queued for the zone's backups, and the reply goes out from the replicator's
+    /// callback once the backups acknowledged as the durability asks
+    /// ([`Replicator::on_changes_deferred`]; on an error, the stored items fail as on the
+    /// blocking path). Returns `false` (nothing done, the request untouched) when the
+    /// request must take the blocking path ([`ChunkService::serve_incoming`]).
+    pub fn serve_change_deferred(&self, from: NodeId, incoming: &mut Incoming) -> bool {
+        let Some(replication) = self.replication.as_ref() else {
+            return false;
+        };
+        if self.locked_chunks.load(Ordering::Acquire) != 0
+            || self.migrations.load(Ordering::Acquire) != 0
+            || self.refusing()
+            || !myriad_proto::chunk::is_change_request(&incoming.payload)
+        {
+            return false;
+        }
+        let replicator = &replication.replicator;
+        let Ok(ChunkRequest::Put { items, durability }) =
+            ChunkRequest::decode(incoming.payload.clone())
+        else {
+            return false;
+        };
+        let durability =
+            durability_of(durability).unwrap_or(replicator.config().default_durability);
+        if durability == myriad_replication::Durability::Async {
+            return false;
+        }
+        let changes: Vec<AsyncChange<'_>> = items
+            .iter()
+            .map(|(cid, data)| AsyncChange::Put(*cid, data))
+            .collect();
+        let Some(_order) = replication.try_lock(items.iter().map(|(cid, _)| *cid)) else {
+            return false;
+        };
+        if !replicator.ready_without_waiting(&changes) {
+            return false;
+        }
+        let Some(responder) = incoming.take_responder() else {
+            return false;
+        };
+        let statuses = self.put_memory(from, &items);
+        let stored: Vec<AsyncChange<'_>> = changes
+            .into_iter()
+            .zip(&statuses)
+            .filter(|(_, status)| status.is_ok())
+            .map(|(change, _)| change)
+            .collect();
+        self.changes_inline.fetch_add(1, Ordering::Relaxed);
+        let done: AckCallback = Box::new(move |result| {
+            let mut statuses = statuses;
+            if let Err(error) = result {
+                fail_succeeded(&mut statuses, &replica_error(error));
+            }
+            // A lost connection leaves the requester to its own timeout.
+            let _ = responder.respond(ChunkReply::Statuses(statuses).encode());
+        });
+        if stored.is_empty() {
+            done(Ok(()));
+            return true;
+        }
+        if let Err((error, done)) = replicator.on_changes_deferred(&stored, durability, done) {
+            done(Err(error));
+        }
+        true
     }
 
     /// How many replicated change requests were served on the I/O thread

@@ -21,6 +21,7 @@ impl Inner {
         let tick = (self.config.ack_timeout / 4).max(Duration::from_millis(5));
         loop {
             let mut unreachable = Vec::new();
+            let finished;
             {
                 let mut state = self.state.lock();
                 // Resend requests wait for the next tick (at most a quarter of the ack
@@ -126,7 +127,10 @@ impl Inner {
                         }
                     }
                 }
+                // Deferred waits past their deadline, or whose stream was replaced.
+                finished = self.finished_waiters(&mut state);
             }
+            super::deferred::run(finished);
             for backup in unreachable {
                 tracing::warn!(%backup, "backup unreachable");
                 self.emit(ReplicaEvent::BackupUnreachable(backup));

@@ -265,6 +265,7 @@ impl Inner {
             }
         };
         let mut refused = None;
+        let finished;
         {
             let mut state = self.state.lock();
             let Some(stream) = state.streams.get_mut(&backup) else {
@@ -310,7 +311,9 @@ impl Inner {
                 }
             }
             self.progress.notify_all();
+            finished = self.finished_waiters(&mut state);
         }
+        super::deferred::run(finished);
         if let Some(reason) = refused {
             tracing::warn!(%backup, %reason, "backup refuses replication");
             self.emit(ReplicaEvent::BackupRefused { backup, reason });

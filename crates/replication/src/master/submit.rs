@@ -113,17 +113,32 @@ impl Inner {
         durability: Option<Durability>,
         mode: Mode<'_, 'a>,
     ) -> Result<(), ReplicaError> {
+        let durability = durability.unwrap_or(self.config.default_durability);
+        let deadline = Instant::now() + self.config.wait_timeout;
+        let targets = self.submit_targets(changes, durability, mode, deadline)?;
+        self.wait_targets_until(&targets, durability, deadline)
+    }
+
+    /// Queues the changes on their backups' streams (see [`submit_mode`](Self::submit_mode))
+    /// and returns the stream positions their acknowledgements must reach, without waiting
+    /// for them. A no-wait submission accepts any durability here: the caller waits (or
+    /// defers) the acknowledgements itself.
+    pub(super) fn submit_targets<'a>(
+        self: &Arc<Self>,
+        changes: impl Iterator<Item = Change<'a>>,
+        durability: Durability,
+        mode: Mode<'_, 'a>,
+        deadline: Instant,
+    ) -> Result<Vec<Target>, ReplicaError> {
         if self.shutdown.load(Ordering::Acquire) {
             return Err(ReplicaError::Shutdown);
         }
-        let durability = durability.unwrap_or(self.config.default_durability);
         let wants_durable = durability == Durability::Durable;
-        let deadline = Instant::now() + self.config.wait_timeout;
         let mut targets: Vec<Target> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
         let mut state = self.state.lock();
         if let Mode::NoWait(all) = mode {
-            if durability != Durability::Async || !self.ready_now(&state, all, false) {
+            if !self.ready_now(&state, all, false) {
                 return Err(ReplicaError::WouldWait);
             }
         }
@@ -249,6 +264,6 @@ impl Inner {
             }
         }
         drop(state);
-        self.wait_targets_until(&targets, durability, deadline)
+        Ok(targets)
     }
 }

@@ -1,0 +1,137 @@
+//! Deferred acknowledgements: a `replicated` or `durable` change reported without waiting
+//! (`Replicator::on_changes_deferred`) leaves a [`Waiter`] holding its stream targets and a
+//! callback, instead of a thread blocked on the progress condition. Acknowledgements end
+//! waiters (`on_ack`), the sender's tick ends those past their deadline or whose backup
+//! stream was replaced, and shutdown ends the rest.
+//!
+//! Invariants: a waiter's callback runs exactly once, never under the state lock (it may
+//! answer a request or take other locks), with `Ok` only once every target stream's
+//! applied (or, for `durable`, durable) mark reached its sequence number: the same rule as
+//! the blocking wait (`wait_targets_until`), and the same errors (`BackupReplaced`,
+//! `Timeout`, `Shutdown`).
+
+use std::time::Instant;
+
+use super::stream::Target;
+use super::{Inner, State};
+use crate::{Durability, ReplicaError};
+
+/// What a deferred change calls once its acknowledgements are in, or with the error that
+/// ends its wait.
+pub type AckCallback = Box<dyn FnOnce(Result<(), ReplicaError>) + Send>;
+
+/// One deferred wait for acknowledgements.
+pub(super) struct Waiter {
+    targets: Vec<Target>,
+    durability: Durability,
+    deadline: Instant,
+    done: AckCallback,
+}
+
+/// How a waiter stands against the current state: `None` while it must wait.
+fn outcome(
+    state: &State,
+    waiter: &Waiter,
+    now: Instant,
+    wait_ms: u64,
+) -> Option<Result<(), ReplicaError>> {
+    let mut missing = Vec::new();
+    for target in &waiter.targets {
+        match state.streams.get(&target.backup) {
+            Some(stream) if stream.id == target.stream => {
+                let reached = match waiter.durability {
+                    Durability::Durable => stream.durable,
+                    _ => stream.applied,
+                };
+                if reached < target.seq {
+                    missing.push(target.backup);
+                }
+            }
+            _ => return Some(Err(ReplicaError::BackupReplaced(target.backup))),
+        }
+    }
+    if missing.is_empty() {
+        return Some(Ok(()));
+    }
+    if now >= waiter.deadline {
+        return Some(Err(ReplicaError::Timeout {
+            what: match waiter.durability {
+                Durability::Durable => "durable acknowledgements",
+                _ => "replicated acknowledgements",
+            },
+            waited: std::time::Duration::from_millis(wait_ms),
+            missing,
+        }));
+    }
+    None
+}
+
+/// Callbacks to run (after the state lock is released) with their results.
+pub(super) type Finished = Vec<(AckCallback, Result<(), ReplicaError>)>;
+
+/// Runs finished callbacks; call without holding the state lock.
+pub(super) fn run(finished: Finished) {
+    for (done, result) in finished {
+        done(result);
+    }
+}
+
+impl Inner {
+    /// Registers a deferred wait for `targets`, or returns it as finished at once (already
+    /// acknowledged, nothing to wait for, or a target already replaced).
+    pub(super) fn defer(
+        &self,
+        state: &mut State,
+        targets: Vec<Target>,
+        durability: Durability,
+        done: AckCallback,
+    ) -> Finished {
+        let waiter = Waiter {
+            targets,
+            durability,
+            deadline: Instant::now() + self.config.wait_timeout,
+            done,
+        };
+        if durability == Durability::Async || waiter.targets.is_empty() {
+            return vec![(waiter.done, Ok(()))];
+        }
+        let wait_ms = self.config.wait_timeout.as_millis() as u64;
+        match outcome(state, &waiter, Instant::now(), wait_ms) {
+            Some(result) => vec![(waiter.done, result)],
+            None => {
+                state.waiters.push(waiter);
+                Vec::new()
+            }
+        }
+    }
+
+    /// Takes the waiters that end now (acknowledged, timed out, backup replaced).
+    pub(super) fn finished_waiters(&self, state: &mut State) -> Finished {
+        if state.waiters.is_empty() {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        let wait_ms = self.config.wait_timeout.as_millis() as u64;
+        let mut finished = Vec::new();
+        let mut index = 0;
+        while index < state.waiters.len() {
+            match outcome(state, &state.waiters[index], now, wait_ms) {
+                Some(result) => {
+                    let waiter = state.waiters.swap_remove(index);
+                    finished.push((waiter.done, result));
+                }
+                None => index += 1,
+            }
+        }
+        finished
+    }
+
+    /// Takes every waiter with `error` (shutdown).
+    pub(super) fn fail_waiters(state: &mut State, error: &ReplicaError) -> Finished {
+        state
+            .waiters
+            .drain(..)
+            .map(|waiter| (waiter.done, Err(error.clone())))
+            .collect()
+    }
+}
