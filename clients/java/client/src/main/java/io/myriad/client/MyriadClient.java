@@ -160,6 +160,14 @@ public final class MyriadClient implements AutoCloseable {
         return await(nodesAsync());
     }
 
+    /** The group's state as the answering superpeer sees it (the leader as far as known, else any). */
+    public SuperpeerStatus superpeerStatus() {
+        MetaReply reply = await(membership.request(MetaProto.status(), false));
+        expect(reply, MetaReply.STATUS);
+        long[] s = reply.status;
+        return new SuperpeerStatus((int) s[0], s[1], (int) s[2], s[3], reply.members);
+    }
+
     private static void expect(MetaReply reply, int tag) {
         if (reply.tag != tag) {
             throw new MyriadException.Protocol("unexpected superpeer reply tag " + reply.tag);
