@@ -457,6 +457,32 @@ public final class MyriadClient implements AutoCloseable {
         return reply.stats;
     }
 
+    /**
+     * Moves the chunks {@code first..=last} (CIDs of one creator, all on one owner) to peer
+     * {@code to}; the number of chunks moved. Afterwards this client's range cache is
+     * emptied, and routing finds the chunks at the new owner ("not owner" refresh).
+     */
+    public long migrate(long first, long last, int to) {
+        checkOpen();
+        if (ChunkIds.creator(first) != ChunkIds.creator(last) || Long.compareUnsigned(first, last) > 0) {
+            throw new MyriadException.InvalidArgument(ChunkIds.format(first) + "..=" + ChunkIds.format(last)
+                    + " is not an ascending range of one creator");
+        }
+        int owner = router.ownerOf(first);
+        byte[] reply = await(endpoint.request(owner, io.myriad.client.net.MessageType.MIGRATE,
+                ChunkProto.migrate(first, last, to)).orTimeout(60, TimeUnit.SECONDS)
+                .exceptionally(error -> {
+                    throw Router.translate(error, owner, 60_000);
+                }), 60_000);
+        String[] reason = new String[1];
+        long moved = ChunkProto.decodeMigrateReply(reply, reason);
+        if (moved < 0) {
+            throw new MyriadException.Server(owner, reason[0]);
+        }
+        router.clearCache();
+        return moved;
+    }
+
     private static long[] pick(long[] cids, int[] indices) {
         if (indices.length == cids.length) {
             boolean identity = true;

@@ -252,6 +252,8 @@ final class Router {
         final boolean[] refreshed;
         final int[] waitingOn;
         final int[] refusedBy;
+        /** The node whose last answer for an item was "not owner" (kept across rounds). */
+        final int[] lastRefusal;
         final int[] lastOwner;
         int rounds;
         final CompletableFuture<List<ItemResult<T>>> result = new CompletableFuture<>();
@@ -269,9 +271,11 @@ final class Router {
             refreshed = new boolean[n];
             waitingOn = new int[n];
             refusedBy = new int[n];
+            lastRefusal = new int[n];
             lastOwner = new int[n];
             java.util.Arrays.fill(waitingOn, -1);
             java.util.Arrays.fill(refusedBy, -1);
+            java.util.Arrays.fill(lastRefusal, -1);
         }
 
         void finish(int index, Object value, MyriadException error) {
@@ -373,7 +377,7 @@ final class Router {
                 }
                 MyriadException failure = translate(error, owner, timeoutMs);
                 for (int index : indices) {
-                    if (failure instanceof MyriadException.Timeout && refusedBy[index] == owner) {
+                    if (failure instanceof MyriadException.Timeout && lastRefusal[index] == owner) {
                         continue; // the refusal is the last real answer
                     }
                     finish(index, null, failure);
@@ -396,6 +400,7 @@ final class Router {
                     finish(index, parsed.values[k], null);
                 } else if (itemError.code == ItemError.NOT_OWNER) {
                     refusedBy[index] = owner;
+                    lastRefusal[index] = owner;
                     toRefresh.add(index);
                 } else {
                     finish(index, null, itemFailure(itemError, cids[index], owner));

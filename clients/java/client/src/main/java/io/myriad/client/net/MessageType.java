@@ -19,6 +19,8 @@ public final class MessageType {
     public static final MessageType BARRIER_RELEASED = new MessageType(11, 5, false);
     /** Client to peer: a chunk request. */
     public static final MessageType CHUNK = new MessageType(20, 0, false);
+    /** Client to the peer owning a CID range: move the range to another peer. */
+    public static final MessageType MIGRATE = new MessageType(20, 1, false);
 
     /** Type byte. */
     public final int type;

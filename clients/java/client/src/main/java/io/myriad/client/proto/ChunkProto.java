@@ -149,6 +149,31 @@ public final class ChunkProto {
         return new byte[] {STATS};
     }
 
+    /** A migration of {@code first..=last} (one creator) to peer {@code to} (message type 20.1). */
+    public static byte[] migrate(long first, long last, int to) {
+        return new Encoder(18).u64(first).u64(last).u16(to).toByteArray();
+    }
+
+    /**
+     * Decodes a migration reply: the number of chunks moved, or -1 with the peer's reason in
+     * {@code reason[0]}.
+     */
+    public static long decodeMigrateReply(byte[] payload, String[] reason) {
+        Decoder in = new Decoder(payload);
+        int tag = in.u8("migrate reply tag");
+        long moved;
+        if (tag == 0) {
+            moved = in.varint("moved chunks");
+        } else if (tag == 1) {
+            reason[0] = in.str("failure reason");
+            moved = -1;
+        } else {
+            throw new MyriadException.Protocol("unknown migrate reply tag " + tag);
+        }
+        in.finish();
+        return moved;
+    }
+
     private static String text(Decoder in) {
         return in.str("status text", STATUS_TEXT_BYTES_MAX);
     }
