@@ -1,7 +1,7 @@
 //! Conformance vectors for the Java client (`clients/java`): the Rust encoders' bytes of
 //! one case per request and reply form the Java client speaks (frame header, handshake
-//! greeting and proofs, chunk requests and replies, metadata requests, replies, joins,
-//! heartbeats, events, barrier releases), written to
+//! greeting and proofs, chunk requests and replies, migrations, metadata requests,
+//! replies, joins, heartbeats, events, barrier releases), written to
 //! `clients/java/client/src/test/resources/conformance/vectors.txt` (`name<TAB>hex`).
 //!
 //! This test fails when the checked-in file differs from what the encoders produce now, so
@@ -20,6 +20,7 @@ use myriad_net::wire::{
     acceptor_proof, connector_proof, Fragment, FrameHeader, Greeting, Kind, NONCE_BYTES,
 };
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ChunkStats, ItemError};
+use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::meta::{
     BarrierReleased, BarrierStatus, Event, EventPush, Heartbeat, HeartbeatReply, JoinReply,
     JoinRequest, MetaReply, MetaRequest, StatusReply,
@@ -480,6 +481,20 @@ fn events() -> Vec<(&'static str, Bytes)> {
                     owner: NodeId(3),
                 },
             ),
+        ),
+        (
+            "migrate.request",
+            MigrateRequest {
+                first: cid(2, 5),
+                last: cid(2, 300),
+                to: NodeId(3),
+            }
+            .encode(),
+        ),
+        ("migrate.reply.moved", MigrateReply::Moved(296).encode()),
+        (
+            "migrate.reply.failed",
+            MigrateReply::Failed("not the owner".into()).encode(),
         ),
         (
             "barrier.released",

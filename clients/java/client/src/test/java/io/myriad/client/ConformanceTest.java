@@ -124,6 +124,11 @@ class ConformanceTest {
         same("chunk.list", ChunkProto.list(2, 1000));
         same("chunk.list_all", ChunkProto.list(-1, 5));
         same("chunk.stats", ChunkProto.stats());
+        same("migrate.request", ChunkProto.migrate(ChunkIds.of(2, 5), ChunkIds.of(2, 300), 3));
+        String[] reason = new String[1];
+        assertEquals(296, ChunkProto.decodeMigrateReply(vector("migrate.reply.moved"), reason));
+        assertEquals(-1, ChunkProto.decodeMigrateReply(vector("migrate.reply.failed"), reason));
+        assertEquals("not the owner", reason[0]);
     }
 
     @Test

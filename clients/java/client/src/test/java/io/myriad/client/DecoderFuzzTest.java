@@ -31,6 +31,7 @@ class DecoderFuzzTest {
             MetaProto::decodeHeartbeat,
             MetaProto::decodeEvent,
             MetaProto::decodeBarrierReleased,
+            bytes -> ChunkProto.decodeMigrateReply(bytes, new String[1]),
             bytes -> Frame.decode(bytes, 0),
             bytes -> Handshake.Greeting.decode(bytes),
             bytes -> MetaProto.record(new io.myriad.client.wire.Decoder(bytes)));

@@ -49,6 +49,8 @@ public class MyriadYcsbClient extends DB {
     private static final AtomicInteger SCANS_LOGGED = new AtomicInteger();
 
     private MyriadClient client;
+    private String schemeTable;
+    private KeyScheme scheme;
     private Durability durability;
     private int fieldCount;
 
@@ -92,6 +94,16 @@ public class MyriadYcsbClient extends DB {
 
     /** The key scheme of a table: its peer list, fixed by the first user (load) in tmp storage. */
     private KeyScheme scheme(String table) {
+        if (table.equals(schemeTable)) {
+            return scheme;
+        }
+        KeyScheme found = sharedScheme(table);
+        schemeTable = table;
+        scheme = found;
+        return found;
+    }
+
+    private KeyScheme sharedScheme(String table) {
         synchronized (LOCK) {
             KeyScheme scheme = SCHEMES.get(table);
             if (scheme != null) {
