@@ -189,10 +189,11 @@ public class MyriadYcsbClient extends DB {
                     // the stored record has other fields or sizes: merge below
                 }
             }
-            Map<String, byte[]> record = RecordCodec.decode(client.get(cid));
+            byte[] stored = client.get(cid);
+            Map<String, byte[]> record = RecordCodec.decode(stored);
             record.putAll(update);
             byte[] encoded = RecordCodec.encode(record);
-            if (client.size(cid) != encoded.length) {
+            if (stored.length != encoded.length) {
                 client.resize(cid, encoded.length, durability);
             }
             client.put(cid, encoded, durability);

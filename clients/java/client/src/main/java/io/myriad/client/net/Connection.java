@@ -10,17 +10,19 @@ import java.io.OutputStream;
 import java.net.Socket;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.locks.ReentrantLock;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
 /**
- * One authenticated TCP connection to another node, after the handshake: a writer thread
- * that aggregates queued frames into few socket writes, and a reader thread that cuts
- * frames, reassembles fragments, completes pending requests by message ID and hands
- * requests and messages to the endpoint's handlers.
+ * One authenticated TCP connection to another node, after the handshake. Sending threads
+ * queue their frames and the one that gets the write lock writes everything queued in one
+ * go (flat combining: many small frames share a socket write, and no hand-off to a writer
+ * thread); a reader thread cuts frames, reassembles fragments, completes pending requests
+ * by message ID and hands requests and messages to the endpoint's handlers.
  *
  * <p>Invariants: any number of threads may send at once, with up to
  * {@link #PENDING_MAX} requests in flight; a fragmented message is queued as one unit, so
@@ -32,14 +34,15 @@ public final class Connection {
     private static final Logger LOG = Logger.getLogger(Connection.class.getName());
     /** Most requests in flight on one connection. */
     public static final int PENDING_MAX = 65_536;
-    private static final byte[] CLOSE = new byte[0];
 
     final int remoteNode;
     private final Endpoint endpoint;
     private final Socket socket;
     private final ConcurrentHashMap<Integer, CompletableFuture<byte[]>> pending = new ConcurrentHashMap<>();
     private final AtomicInteger nextId = new AtomicInteger(1);
-    private final LinkedBlockingQueue<byte[]> queue = new LinkedBlockingQueue<>();
+    private final ConcurrentLinkedQueue<byte[]> queue = new ConcurrentLinkedQueue<>();
+    private final ReentrantLock writeLock = new ReentrantLock();
+    private OutputStream out;
     private final AtomicBoolean closed = new AtomicBoolean();
     private final int messageBytesMax;
 
@@ -50,13 +53,11 @@ public final class Connection {
         this.messageBytesMax = messageBytesMax;
     }
 
-    void start() {
+    void start() throws IOException {
+        out = new BufferedOutputStream(socket.getOutputStream(), 64 * 1024);
         Thread reader = new Thread(this::readLoop, "myriad-read-" + remoteNode);
         reader.setDaemon(true);
-        Thread writer = new Thread(this::writeLoop, "myriad-write-" + remoteNode);
-        writer.setDaemon(true);
         reader.start();
-        writer.start();
     }
 
     /** The node at the other end. */
@@ -141,27 +142,26 @@ public final class Connection {
     }
 
     private void enqueue(byte[] bytes) {
-        if (!closed.get()) {
-            queue.add(bytes);
+        if (closed.get()) {
+            return;
         }
-    }
-
-    private void writeLoop() {
-        try (OutputStream out = new BufferedOutputStream(socket.getOutputStream(), 64 * 1024)) {
-            while (true) {
-                byte[] next = queue.take();
-                while (next != null) {
-                    if (next == CLOSE) {
-                        out.flush();
-                        return;
-                    }
+        queue.add(bytes);
+        // Whoever holds the lock writes what is queued; after unlocking it looks again, so
+        // a frame queued while the lock was taken is never left behind.
+        while (!queue.isEmpty() && writeLock.tryLock()) {
+            try {
+                byte[] next;
+                while ((next = queue.poll()) != null) {
                     out.write(next);
-                    next = queue.poll();
                 }
                 out.flush();
+            } catch (IOException e) {
+                queue.clear();
+                close("write failed: " + e.getMessage());
+                return;
+            } finally {
+                writeLock.unlock();
             }
-        } catch (IOException | InterruptedException e) {
-            close("write failed: " + e.getMessage());
         }
     }
 
@@ -237,7 +237,7 @@ public final class Connection {
         if (!closed.compareAndSet(false, true)) {
             return;
         }
-        queue.add(CLOSE);
+        queue.clear();
         try {
             socket.close();
         } catch (IOException ignored) {
