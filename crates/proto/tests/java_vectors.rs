@@ -20,11 +20,11 @@ use myriad_net::wire::{
     acceptor_proof, connector_proof, Fragment, FrameHeader, Greeting, Kind, NONCE_BYTES,
 };
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ChunkStats, ItemError};
-use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::meta::{
     BarrierReleased, BarrierStatus, Event, EventPush, Heartbeat, HeartbeatReply, JoinReply,
     JoinRequest, MetaReply, MetaRequest, StatusReply,
 };
+use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_types::{ChunkId, NodeId};
 
 const VECTORS: &str = "../../clients/java/client/src/test/resources/conformance/vectors.txt";
@@ -202,7 +202,10 @@ fn chunk_replies() -> Vec<(&'static str, Bytes)> {
                 rereplication_pending: 6,
             }),
         ),
-        ("chunk.reply.failed", ChunkReply::Failed(ItemError::OutOfMemory)),
+        (
+            "chunk.reply.failed",
+            ChunkReply::Failed(ItemError::OutOfMemory),
+        ),
         (
             "chunk.reply.malformed",
             ChunkReply::Malformed("truncated".into()),
@@ -278,7 +281,12 @@ fn meta_requests() -> Vec<(&'static str, Bytes)> {
 fn meta_replies() -> Vec<(&'static str, Bytes)> {
     let nodes = vec![
         node(1, Role::Superpeer, "127.0.0.1:4000", NodeState::Alive),
-        node(2, Role::Peer, "127.0.0.1:4001", NodeState::Failed { epoch: 9 }),
+        node(
+            2,
+            Role::Peer,
+            "127.0.0.1:4001",
+            NodeState::Failed { epoch: 9 },
+        ),
         node(0x300, Role::Client, "10.0.0.1:5", NodeState::Left),
     ];
     vec![
