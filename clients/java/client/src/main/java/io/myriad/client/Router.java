@@ -346,7 +346,7 @@ final class Router {
                     return null;
                 }));
             }
-            CompletableFuture.allOf(parts.toArray(new CompletableFuture[0]))
+            CompletableFuture.allOf(parts.toArray(new CompletableFuture<?>[0]))
                     .thenCompose(ignored -> refresh(new ArrayList<>(toRefresh)))
                     .whenComplete((ignored, error) -> {
                         if (error != null) {
