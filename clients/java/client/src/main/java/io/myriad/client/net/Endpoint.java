@@ -1,0 +1,358 @@
+package io.myriad.client.net;
+
+import io.myriad.client.MyriadException;
+import io.myriad.client.wire.Handshake;
+import java.io.DataInputStream;
+import java.io.IOException;
+import java.io.OutputStream;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.security.SecureRandom;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * This client's messaging endpoint: node ID and instance, the cluster secret, one
+ * connection per remote node (dialed on first use, or accepted from it), the address table
+ * and the handlers of incoming types.
+ *
+ * <p>Connections are opened with the handshake of {@code docs/wire-format.md}: as connector
+ * when this node sends first, as acceptor when a superpeer dials this node (heartbeats).
+ * A dial answered {@code duplicate} uses the connection the other node opened to us.
+ * Thread-safe.
+ */
+public final class Endpoint implements AutoCloseable {
+    private static final Logger LOG = Logger.getLogger(Endpoint.class.getName());
+    private static final SecureRandom RANDOM = new SecureRandom();
+    /** Largest message (same default as the Rust endpoint). */
+    public static final int MESSAGE_BYTES_MAX = 256 << 20;
+
+    private volatile int nodeId;
+    private final long instance = RANDOM.nextLong();
+    private final byte[] secret;
+    private final int connectTimeoutMs;
+    private final ServerSocket listener;
+    private final Map<Integer, InetSocketAddress> addresses = new ConcurrentHashMap<>();
+    private final Map<Integer, Connection> connections = new ConcurrentHashMap<>();
+    private final Map<Integer, CompletableFuture<Connection>> dialing = new ConcurrentHashMap<>();
+    private final Map<Integer, Handler> handlers = new ConcurrentHashMap<>();
+    private final ExecutorService dialer;
+    private final AtomicBoolean closed = new AtomicBoolean();
+
+    /**
+     * An endpoint under {@code nodeId}; with {@code listen} non-null it accepts connections
+     * there (bound now, so its address can be announced before the ID is known).
+     */
+    public Endpoint(int nodeId, byte[] secret, InetSocketAddress listen, int connectTimeoutMs) {
+        if (secret.length == 0 || secret.length > Handshake.SECRET_BYTES_MAX) {
+            throw new MyriadException.InvalidArgument("the secret must have 1 to 1024 bytes");
+        }
+        this.nodeId = nodeId;
+        this.secret = secret.clone();
+        this.connectTimeoutMs = connectTimeoutMs;
+        this.dialer = Executors.newCachedThreadPool(runnable -> {
+            Thread thread = new Thread(runnable, "myriad-dial");
+            thread.setDaemon(true);
+            return thread;
+        });
+        if (listen == null) {
+            listener = null;
+            return;
+        }
+        try {
+            listener = new ServerSocket();
+            listener.bind(listen);
+        } catch (IOException e) {
+            dialer.shutdownNow();
+            throw new MyriadException.Join("cannot listen on " + listen + ": " + e.getMessage(), e);
+        }
+        Thread acceptor = new Thread(this::acceptLoop, "myriad-accept");
+        acceptor.setDaemon(true);
+        acceptor.start();
+    }
+
+    /** This node's ID. */
+    public int nodeId() {
+        return nodeId;
+    }
+
+    /** Sets the node ID (once the superpeers assigned it; before any connection). */
+    public void setNodeId(int id) {
+        this.nodeId = id;
+    }
+
+    /** The address this endpoint accepts connections on, or null. */
+    public InetSocketAddress listenAddress() {
+        return listener == null ? null : (InetSocketAddress) listener.getLocalSocketAddress();
+    }
+
+    /** Registers the handler of a message type. */
+    public void register(MessageType type, Handler handler) {
+        handlers.put(type.key(), handler);
+    }
+
+    Handler handler(int type, int subtype) {
+        return handlers.get(type << 8 | subtype);
+    }
+
+    /** Sets (or replaces) a node's address. */
+    public void setAddress(int node, InetSocketAddress address) {
+        InetSocketAddress old = addresses.put(node, address);
+        if (old != null && !old.equals(address)) {
+            Connection connection = connections.get(node);
+            if (connection != null) {
+                connection.close("address changed");
+            }
+        }
+    }
+
+    /** Forgets a node's address and closes its connection. */
+    public void removeAddress(int node) {
+        addresses.remove(node);
+        Connection connection = connections.get(node);
+        if (connection != null) {
+            connection.close("node removed");
+        }
+    }
+
+    /** Whether this endpoint knows where {@code node} listens. */
+    public boolean hasAddress(int node) {
+        return addresses.containsKey(node);
+    }
+
+    /** Sends a request to {@code node}; see {@link Connection#request}. */
+    public CompletableFuture<byte[]> request(int node, MessageType type, byte[] payload) {
+        Connection connection = connections.get(node);
+        if (connection != null && connection.isOpen()) {
+            return connection.request(type, payload);
+        }
+        return connection(node).thenCompose(c -> c.request(type, payload));
+    }
+
+    /** Sends a one-way message to {@code node} (best effort). */
+    public CompletableFuture<Void> send(int node, MessageType type, byte[] payload) {
+        return connection(node).thenAccept(c -> c.send(type, payload));
+    }
+
+    /** The connection to {@code node}, opened if needed (on a dialing thread). */
+    public CompletableFuture<Connection> connection(int node) {
+        Connection connection = connections.get(node);
+        if (connection != null && connection.isOpen()) {
+            return CompletableFuture.completedFuture(connection);
+        }
+        if (closed.get()) {
+            return CompletableFuture.failedFuture(new MyriadException.Shutdown());
+        }
+        CompletableFuture<Connection> created = new CompletableFuture<>();
+        CompletableFuture<Connection> existing = dialing.putIfAbsent(node, created);
+        if (existing != null) {
+            return existing;
+        }
+        try {
+            dialer.execute(() -> {
+                try {
+                    created.complete(dial(node));
+                } catch (RuntimeException e) {
+                    created.completeExceptionally(e);
+                } finally {
+                    dialing.remove(node, created);
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            dialing.remove(node, created);
+            created.completeExceptionally(new MyriadException.Shutdown());
+        }
+        return created;
+    }
+
+    private Connection dial(int node) {
+        Connection live = connections.get(node);
+        if (live != null && live.isOpen()) {
+            return live;
+        }
+        InetSocketAddress address = addresses.get(node);
+        if (address == null) {
+            throw new ConnectionLostException(node, "no address known");
+        }
+        Socket socket = new Socket();
+        try {
+            socket.connect(address, connectTimeoutMs);
+            socket.setTcpNoDelay(true);
+            socket.setSoTimeout(connectTimeoutMs);
+            OutputStream out = socket.getOutputStream();
+            DataInputStream in = new DataInputStream(socket.getInputStream());
+            byte[] nonce = new byte[Handshake.NONCE_BYTES];
+            RANDOM.nextBytes(nonce);
+            byte[] mine = new Handshake.Greeting(nodeId, instance, nonce, false).encode();
+            out.write(mine);
+            out.flush();
+            byte[] theirs = new byte[Handshake.GREETING_BYTES];
+            in.readFully(theirs);
+            Handshake.Greeting greeting = Handshake.Greeting.decode(theirs);
+            if (greeting.node != node || greeting.lane) {
+                throw new MyriadException.Protocol("dialed node " + node + ", answered by " + greeting.node);
+            }
+            byte[] proof = new byte[Handshake.PROOF_BYTES];
+            in.readFully(proof);
+            if (!Handshake.proofsEqual(Handshake.acceptorProof(secret, mine, theirs), proof)) {
+                throw new MyriadException.Protocol("node " + node + " failed authentication (wrong secret?)");
+            }
+            out.write(Handshake.connectorProof(secret, mine, theirs));
+            out.flush();
+            int verdict = in.read();
+            if (verdict == Handshake.ACCEPTED) {
+                socket.setSoTimeout(0);
+                return register(new Connection(this, socket, node, MESSAGE_BYTES_MAX));
+            }
+            socket.close();
+            if (verdict == Handshake.DUPLICATE) {
+                return awaitIncoming(node);
+            }
+            throw new ConnectionLostException(node, verdict == Handshake.REFUSED ? "refused (fenced)"
+                    : "bad verdict " + verdict);
+        } catch (IOException | MyriadException e) {
+            try {
+                socket.close();
+            } catch (IOException ignored) {
+                // already failing
+            }
+            throw new ConnectionLostException(node, "connect to " + address + ": " + e.getMessage());
+        }
+    }
+
+    /** After a {@code duplicate} verdict: the connection the other node opened to us. */
+    private Connection awaitIncoming(int node) {
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(connectTimeoutMs);
+        while (System.nanoTime() < deadline) {
+            Connection connection = connections.get(node);
+            if (connection != null && connection.isOpen()) {
+                return connection;
+            }
+            try {
+                Thread.sleep(5);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                break;
+            }
+        }
+        throw new ConnectionLostException(node, "duplicate connection never arrived");
+    }
+
+    private Connection register(Connection connection) {
+        if (closed.get()) {
+            connection.close("endpoint closed");
+            throw new MyriadException.Shutdown();
+        }
+        Connection old = connections.put(connection.remoteNode, connection);
+        try {
+            connection.start();
+        } catch (IOException e) {
+            connection.close("start failed: " + e.getMessage());
+            throw new ConnectionLostException(connection.remoteNode, "start failed: " + e.getMessage());
+        }
+        if (old != null && old != connection && !old.isOpen()) {
+            LOG.log(Level.FINE, "replaced a closed connection to " + connection.remoteNode);
+        }
+        return connection;
+    }
+
+    private void acceptLoop() {
+        while (!closed.get()) {
+            Socket socket;
+            try {
+                socket = listener.accept();
+            } catch (IOException e) {
+                if (!closed.get()) {
+                    LOG.log(Level.WARNING, "accept failed: " + e.getMessage());
+                }
+                return;
+            }
+            try {
+                dialer.execute(() -> accept(socket));
+            } catch (java.util.concurrent.RejectedExecutionException e) {
+                closeQuietly(socket);
+            }
+        }
+    }
+
+    private void accept(Socket socket) {
+        try {
+            socket.setTcpNoDelay(true);
+            socket.setSoTimeout(connectTimeoutMs);
+            DataInputStream in = new DataInputStream(socket.getInputStream());
+            OutputStream out = socket.getOutputStream();
+            byte[] theirs = new byte[Handshake.GREETING_BYTES];
+            in.readFully(theirs);
+            Handshake.Greeting greeting = Handshake.Greeting.decode(theirs);
+            if (greeting.node == nodeId || greeting.lane) {
+                closeQuietly(socket);
+                return;
+            }
+            byte[] nonce = new byte[Handshake.NONCE_BYTES];
+            RANDOM.nextBytes(nonce);
+            byte[] mine = new Handshake.Greeting(nodeId, instance, nonce, false).encode();
+            out.write(mine);
+            out.write(Handshake.acceptorProof(secret, theirs, mine));
+            out.flush();
+            byte[] proof = new byte[Handshake.PROOF_BYTES];
+            in.readFully(proof);
+            if (!Handshake.proofsEqual(Handshake.connectorProof(secret, theirs, mine), proof)) {
+                LOG.log(Level.WARNING, "node " + greeting.node + " failed authentication");
+                closeQuietly(socket);
+                return;
+            }
+            out.write(Handshake.ACCEPTED);
+            out.flush();
+            socket.setSoTimeout(0);
+            register(new Connection(this, socket, greeting.node, MESSAGE_BYTES_MAX));
+        } catch (SocketTimeoutException e) {
+            closeQuietly(socket);
+        } catch (IOException | RuntimeException e) {
+            LOG.log(Level.FINE, "handshake failed: " + e.getMessage());
+            closeQuietly(socket);
+        }
+    }
+
+    private static void closeQuietly(Socket socket) {
+        try {
+            socket.close();
+        } catch (IOException ignored) {
+            // nothing to do
+        }
+    }
+
+    void closed(Connection connection) {
+        connections.remove(connection.remoteNode, connection);
+    }
+
+    /** Closes the listener and every connection. */
+    @Override
+    public void close() {
+        if (!closed.compareAndSet(false, true)) {
+            return;
+        }
+        if (listener != null) {
+            try {
+                listener.close();
+            } catch (IOException ignored) {
+                // closing anyway
+            }
+        }
+        List<Connection> all = new ArrayList<>(connections.values());
+        for (Connection connection : all) {
+            connection.close("endpoint closed");
+        }
+        dialer.shutdownNow();
+    }
+}

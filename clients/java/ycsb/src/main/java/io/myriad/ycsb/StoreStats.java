@@ -1,0 +1,29 @@
+package io.myriad.ycsb;
+
+import io.myriad.client.MyriadClient;
+
+/**
+ * Prints the chunk memory of a cluster's peers, summed: {@code chunks payload_bytes
+ * used_bytes} (used = payload, slack and allocator metadata of the memory managers, the
+ * owners' cost of the records; backups keep theirs on disk). Used by {@code scripts/ycsb}
+ * after a load. Usage: {@code StoreStats <superpeer list>}.
+ */
+public final class StoreStats {
+    private StoreStats() {}
+
+    /** Entry point. */
+    public static void main(String[] args) {
+        try (MyriadClient client = MyriadClient.connect(args[0])) {
+            long chunks = 0;
+            long payload = 0;
+            long used = 0;
+            for (int peer : client.peers()) {
+                long[] stats = client.stats(peer);
+                chunks += stats[0];
+                payload += stats[1];
+                used += stats[2];
+            }
+            System.out.println(chunks + " " + payload + " " + used);
+        }
+    }
+}
