@@ -9,6 +9,9 @@
 //! - The GIL is never held while a call waits: `block` waits inside `Python::detach`;
 //!   `spawn` takes the GIL only to build the result, on a blocking-pool thread, so the
 //!   runtime's I/O workers never wait for the GIL.
+//! - After `close`, no call starts (each raises `ShutdownError`); `close` shuts the
+//!   runtime down only after the calls in flight ended (an async call once its future is
+//!   resolved), so no call runs on a runtime that is gone.
 //! - At most [`CHUNK_APIS_MAX`] chunk APIs (one per timeout and durability pair) are
 //!   kept; beyond that the map is emptied (they only hold a routing cache).
 
@@ -17,6 +20,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +47,8 @@ pub const CHUNK_APIS_MAX: usize = 32;
 pub const CALL_TIMEOUT_DEFAULT: f64 = 2.0;
 /// Default longest wait to join the cluster, seconds.
 pub const CONNECT_TIMEOUT_DEFAULT: f64 = 10.0;
+/// Longest wait of `close` for the calls in flight to end.
+pub const CLOSE_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Durability names by level (`myriad_proto::chunk::DURABILITY_*`).
 pub const DURABILITY_NAMES: [&str; 4] = ["default", "async", "replicated", "durable"];
 
@@ -54,12 +60,23 @@ pub struct Core {
     durability: u8,
     /// Chunk APIs by (durability, timeout): `ChunkOptions` are per API in the Rust client.
     apis: Mutex<HashMap<(u8, Duration), Arc<Chunks<Membership>>>>,
+    /// Set by `close`: new calls fail with `ShutdownError`.
+    closed: AtomicBool,
+    /// Calls started and not finished (an async one until its future is resolved).
+    in_flight: AtomicUsize,
 }
 
 impl Drop for Core {
     fn drop(&mut self) {
-        // Leaves the cluster (bounded, 2 s) unless `close` did already.
-        self.client.shutdown();
+        // Leaves the cluster (bounded, 2 s) unless `close` did already. The last
+        // reference may go on a runtime thread (an async call's), where the runtime
+        // cannot be shut down: a plain thread does it then.
+        if Handle::try_current().is_ok() {
+            let client = self.client.clone();
+            std::thread::spawn(move || client.shutdown());
+        } else {
+            self.client.shutdown();
+        }
     }
 }
 
@@ -182,6 +199,8 @@ impl Core {
             timeout: spec.call_timeout,
             durability: spec.durability,
             apis: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
         })
     }
 
@@ -219,30 +238,44 @@ impl Core {
         Ok((Arc::clone(api), timeout))
     }
 
+    /// Counts a call in flight, or refuses it once the client is closed.
+    fn enter(self: &Arc<Self>) -> Result<InFlight, ClientError> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight {
+            core: Arc::clone(self),
+        };
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(ClientError::Shutdown);
+        }
+        Ok(guard)
+    }
+
     /// Runs `future` on the client's runtime and waits for it with the GIL released.
-    pub fn block<T, F>(&self, py: Python<'_>, timeout: Duration, future: F) -> PyResult<T>
+    pub fn block<T, F>(self: &Arc<Self>, py: Python<'_>, timeout: Duration, future: F) -> PyResult<T>
     where
         T: Send,
         F: Future<Output = Result<T, ClientError>> + Send,
     {
+        let _guard = self.enter().map_err(|error| errors::to_py(py, error))?;
         let handle = self.handle.clone();
         let result = py.detach(move || handle.block_on(bounded(timeout, future)));
         result.map_err(|error| errors::to_py(py, error))
     }
 
     /// Runs a blocking closure (which waits on the network) with the GIL released.
-    pub fn wait<T, F>(&self, py: Python<'_>, call: F) -> PyResult<T>
+    pub fn wait<T, F>(self: &Arc<Self>, py: Python<'_>, call: F) -> PyResult<T>
     where
         T: Send,
         F: FnOnce() -> Result<T, ClientError> + Send,
     {
+        let _guard = self.enter().map_err(|error| errors::to_py(py, error))?;
         py.detach(call).map_err(|error| errors::to_py(py, error))
     }
 
     /// Starts `future` on the client's runtime and returns an `asyncio` future (of the
     /// running loop) that `convert` resolves with the result.
     pub fn spawn<'py, T, F, C>(
-        &self,
+        self: &Arc<Self>,
         py: Python<'py>,
         timeout: Duration,
         future: F,
@@ -256,12 +289,14 @@ impl Core {
         let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
         let awaitable = event_loop.call_method0("create_future")?;
         let resolve = py.import("myriad._aio")?.getattr("_resolve")?.unbind();
+        let guard = self.enter().map_err(|error| errors::to_py(py, error))?;
         let event_loop = event_loop.unbind();
         let target = awaitable.clone().unbind();
         let handle = self.handle.clone();
         self.handle.spawn(async move {
             let result = bounded(timeout, future).await;
             // Building Python objects needs the GIL: wait for it off the I/O workers.
+            // The guard lives until the future is resolved: `close` waits for it.
             let _ = handle.spawn_blocking(move || {
                 Python::attach(|py| {
                     let (ok, value) = match result.map_err(|e| errors::to_py(py, e)) {
@@ -277,16 +312,36 @@ impl Core {
                         "call_soon_threadsafe",
                         (resolve, target, ok, value),
                     );
+                    drop(guard);
                 })
             });
         });
         Ok(awaitable)
     }
 
-    /// Leaves the cluster (bounded) with the GIL released; later calls fail with
-    /// `ShutdownError`.
+    /// Refuses new calls, waits (at most [`CLOSE_WAIT_MAX`]) for the calls in flight,
+    /// then leaves the cluster (bounded) -- all with the GIL released. Later calls fail
+    /// with `ShutdownError`.
     pub fn close(&self, py: Python<'_>) {
-        py.detach(|| self.client.shutdown());
+        self.closed.store(true, Ordering::SeqCst);
+        py.detach(|| {
+            let deadline = std::time::Instant::now() + CLOSE_WAIT_MAX;
+            while self.in_flight.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            self.client.shutdown();
+        });
+    }
+}
+
+/// One call in flight (see [`Core::enter`]); uncounted when dropped.
+struct InFlight {
+    core: Arc<Core>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.core.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
