@@ -79,6 +79,9 @@ impl AsyncClient {
     }
 
     fn __repr__(&self) -> String {
-        format!("<myriad.AsyncClient node={}>", self.core.client().node_id().0)
+        format!(
+            "<myriad.AsyncClient node={}>",
+            self.core.client().node_id().0
+        )
     }
 }

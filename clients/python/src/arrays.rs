@@ -54,6 +54,9 @@ where
         .await
 }
 
+/// A packed read: the payloads back to back and the `n + 1` offsets.
+type Packed = (Vec<u8>, Vec<u64>);
+
 /// Items per piece for values of about `size` bytes.
 fn piece_items(size: usize) -> usize {
     (PIECE_BYTES / size.max(1)).clamp(1, PIECE_ITEMS_MAX)
@@ -121,10 +124,7 @@ fn flatten<T>(pieces: Vec<Vec<Result<T, ClientError>>>) -> Result<Vec<T>, ItemFa
 }
 
 /// Python value of a call that may have failed at one item.
-fn item_result(
-    py: Python<'_>,
-    result: Result<Py<PyAny>, ItemFailure>,
-) -> PyResult<Py<PyAny>> {
+fn item_result(py: Python<'_>, result: Result<Py<PyAny>, ItemFailure>) -> PyResult<Py<PyAny>> {
     result.map_err(|(index, error)| errors::item_to_py(py, error, index))
 }
 
@@ -177,7 +177,7 @@ impl Core {
         self: &Arc<Self>,
         cids: &Bound<'_, PyAny>,
         timeout: Option<f64>,
-    ) -> PyResult<Call<Result<(Vec<u8>, Vec<u64>), ItemFailure>>> {
+    ) -> PyResult<Call<Result<Packed, ItemFailure>>> {
         let (api, timeout) = self.chunks(timeout, None)?;
         let cids = cid_vec(cids)?;
         let future = async move {
@@ -203,7 +203,10 @@ impl Core {
         };
         Ok(Call::new(self, timeout, future, |py, result| {
             let value = result.map(|(data, offsets)| {
-                let pair = (PyArray1::from_vec(py, data), PyArray1::from_vec(py, offsets));
+                let pair = (
+                    PyArray1::from_vec(py, data),
+                    PyArray1::from_vec(py, offsets),
+                );
                 convert::object(py, pair)
             });
             match value {
@@ -270,10 +273,15 @@ impl Core {
             }
             Ok(cids)
         };
-        Ok(Call::new(self, timeout, future, |py, cids: Vec<ChunkId>| {
-            let raw: Vec<u64> = cids.into_iter().map(ChunkId::raw).collect();
-            Ok(PyArray1::from_vec(py, raw).into_any().unbind())
-        }))
+        Ok(Call::new(
+            self,
+            timeout,
+            future,
+            |py, cids: Vec<ChunkId>| {
+                let raw: Vec<u64> = cids.into_iter().map(ChunkId::raw).collect();
+                Ok(PyArray1::from_vec(py, raw).into_any().unbind())
+            },
+        ))
     }
 
     /// Removes the chunks of a CID array.

@@ -106,7 +106,12 @@ impl LocalCluster {
     /// The peers' node IDs.
     #[getter]
     fn peer_ids(&self) -> Vec<u16> {
-        self.inner.lock().peer_ids().into_iter().map(|id| id.0).collect()
+        self.inner
+            .lock()
+            .peer_ids()
+            .into_iter()
+            .map(|id| id.0)
+            .collect()
     }
 
     /// Every node: dicts with `name`, `role`, `node_id`, `address`, `pid`, `alive`,

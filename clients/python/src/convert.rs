@@ -7,8 +7,8 @@ use myriad_meta::{NodeRecord, NodeState, Role};
 use myriad_proto::meta::{BarrierStatus, StatusReply};
 use myriad_proto::recovery::{RecoveryState, RecoveryStatusReply};
 use pyo3::prelude::*;
-use pyo3::IntoPyObjectExt;
 use pyo3::types::{PyBytes, PyDict};
+use pyo3::IntoPyObjectExt;
 
 /// `superpeer`, `peer` or `client`.
 pub fn role_name(role: Role) -> &'static str {

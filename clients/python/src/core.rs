@@ -52,6 +52,11 @@ pub const CLOSE_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Durability names by level (`myriad_proto::chunk::DURABILITY_*`).
 pub const DURABILITY_NAMES: [&str; 4] = ["default", "async", "replicated", "durable"];
 
+/// The chunk API of a cluster client.
+pub type ChunkApi = Chunks<Membership>;
+/// Superpeers as the client configuration names them.
+pub type Superpeers = Vec<(NodeId, SocketAddr)>;
+
 /// What a Python client holds: the Rust client, its runtime and the call defaults.
 pub struct Core {
     client: Client,
@@ -59,7 +64,7 @@ pub struct Core {
     timeout: Duration,
     durability: u8,
     /// Chunk APIs by (durability, timeout): `ChunkOptions` are per API in the Rust client.
-    apis: Mutex<HashMap<(u8, Duration), Arc<Chunks<Membership>>>>,
+    apis: Mutex<HashMap<(u8, Duration), Arc<ChunkApi>>>,
     /// Set by `close`: new calls fail with `ShutdownError`.
     closed: AtomicBool,
     /// Calls started and not finished (an async one until its future is resolved).
@@ -119,7 +124,10 @@ fn superpeer_entry(text: &str) -> PyResult<(NodeId, SocketAddr)> {
             "superpeer {text:?}: expected 'ID@HOST:PORT' (e.g. '1@127.0.0.1:7000')"
         ))
     };
-    let (id, address) = text.split_once('@').or_else(|| text.split_once('=')).ok_or_else(bad)?;
+    let (id, address) = text
+        .split_once('@')
+        .or_else(|| text.split_once('='))
+        .ok_or_else(bad)?;
     let id = myriad_launcher::parse_node_id(id.trim()).ok_or_else(bad)?;
     let address = address.trim().parse().map_err(|_| bad())?;
     Ok((NodeId(id), address))
@@ -147,7 +155,7 @@ pub fn superpeer_list(items: &Bound<'_, PyAny>) -> PyResult<Vec<(NodeId, SocketA
 }
 
 /// The superpeers and the secret of the cluster described by `DIR/cluster.json`.
-pub fn from_cluster_dir(dir: &Path) -> PyResult<(Vec<(NodeId, SocketAddr)>, Option<String>)> {
+pub fn from_cluster_dir(dir: &Path) -> PyResult<(Superpeers, Option<String>)> {
     let cluster = Launched::open(dir).map_err(|error| {
         PyValueError::new_err(format!("cluster directory {}: {error}", dir.display()))
     })?;
@@ -251,7 +259,12 @@ impl Core {
     }
 
     /// Runs `future` on the client's runtime and waits for it with the GIL released.
-    pub fn block<T, F>(self: &Arc<Self>, py: Python<'_>, timeout: Duration, future: F) -> PyResult<T>
+    pub fn block<T, F>(
+        self: &Arc<Self>,
+        py: Python<'_>,
+        timeout: Duration,
+        future: F,
+    ) -> PyResult<T>
     where
         T: Send,
         F: Future<Output = Result<T, ClientError>> + Send,
@@ -297,7 +310,8 @@ impl Core {
             let result = bounded(timeout, future).await;
             // Building Python objects needs the GIL: wait for it off the I/O workers.
             // The guard lives until the future is resolved: `close` waits for it.
-            let _ = handle.spawn_blocking(move || {
+            // The join handle is not awaited: the closure resolves the future itself.
+            drop(handle.spawn_blocking(move || {
                 Python::attach(|py| {
                     let (ok, value) = match result.map_err(|e| errors::to_py(py, e)) {
                         Ok(value) => match convert(py, value) {
@@ -314,7 +328,7 @@ impl Core {
                     );
                     drop(guard);
                 })
-            });
+            }));
         });
         Ok(awaitable)
     }
@@ -326,7 +340,8 @@ impl Core {
         self.closed.store(true, Ordering::SeqCst);
         py.detach(|| {
             let deadline = std::time::Instant::now() + CLOSE_WAIT_MAX;
-            while self.in_flight.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            while self.in_flight.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline
+            {
                 std::thread::sleep(Duration::from_millis(2));
             }
             self.client.shutdown();

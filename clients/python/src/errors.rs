@@ -58,9 +58,7 @@ fn build(py: Python<'_>, error: &ClientError, index: Option<usize>) -> PyResult<
     value.setattr("kind", kind)?;
     value.setattr("index", index)?;
     let (cid, node, timeout_ms) = match error {
-        ClientError::NotFound(cid) | ClientError::LockTimeout(cid) => {
-            (Some(cid.raw()), None, None)
-        }
+        ClientError::NotFound(cid) | ClientError::LockTimeout(cid) => (Some(cid.raw()), None, None),
         ClientError::NodeUnavailable(node)
         | ClientError::OutOfSpace { node, .. }
         | ClientError::Server { node, .. } => (None, Some(node.0), None),

@@ -27,9 +27,9 @@ pub mod client;
 pub mod cluster;
 pub mod convert;
 pub mod core;
+pub mod errors;
 pub mod methods;
 pub mod ops;
-pub mod errors;
 
 use pyo3::prelude::*;
 

@@ -42,7 +42,10 @@ fn cid_list(py: Python<'_>, list: Vec<ChunkId>) -> PyResult<Py<PyAny>> {
     convert::object(py, list.into_iter().map(ChunkId::raw).collect::<Vec<_>>())
 }
 
-fn batch_none(py: Python<'_>, results: Vec<Result<(), myriad_client::ClientError>>) -> PyResult<Py<PyAny>> {
+fn batch_none(
+    py: Python<'_>,
+    results: Vec<Result<(), myriad_client::ClientError>>,
+) -> PyResult<Py<PyAny>> {
     errors::all_ok(py, results)?;
     Ok(py.None())
 }
@@ -280,9 +283,12 @@ impl Core {
     ) -> PyResult<Call<Option<ChunkId>>> {
         let (client, timeout) = (self.client().clone(), self.timeout(timeout)?);
         let future = async move { client.name_get(&name).await };
-        Ok(Call::new(self, timeout, future, |py, cid: Option<ChunkId>| {
-            convert::object(py, cid.map(ChunkId::raw))
-        }))
+        Ok(Call::new(
+            self,
+            timeout,
+            future,
+            |py, cid: Option<ChunkId>| convert::object(py, cid.map(ChunkId::raw)),
+        ))
     }
 
     /// Every name with its CID, as a dict.
@@ -292,13 +298,18 @@ impl Core {
     ) -> PyResult<Call<Vec<(String, ChunkId)>>> {
         let (client, timeout) = (self.client().clone(), self.timeout(timeout)?);
         let future = async move { client.name_list().await };
-        Ok(Call::new(self, timeout, future, |py, names: Vec<(String, ChunkId)>| {
-            let map: std::collections::BTreeMap<String, u64> = names
-                .into_iter()
-                .map(|(name, cid)| (name, cid.raw()))
-                .collect();
-            convert::object(py, map)
-        }))
+        Ok(Call::new(
+            self,
+            timeout,
+            future,
+            |py, names: Vec<(String, ChunkId)>| {
+                let map: std::collections::BTreeMap<String, u64> = names
+                    .into_iter()
+                    .map(|(name, cid)| (name, cid.raw()))
+                    .collect();
+                convert::object(py, map)
+            },
+        ))
     }
 
     /// Removes a name.
@@ -337,10 +348,15 @@ impl Core {
     ) -> PyResult<Call<Vec<(NodeId, u64)>>> {
         let (client, timeout) = (self.client().clone(), self.timeout(timeout)?);
         let future = async move { client.barrier_sign_on(id, value, timeout).await };
-        Ok(Call::new(self, timeout, future, |py, values: Vec<(NodeId, u64)>| {
-            let list: Vec<(u16, u64)> = values.into_iter().map(|(n, v)| (n.0, v)).collect();
-            convert::object(py, list)
-        }))
+        Ok(Call::new(
+            self,
+            timeout,
+            future,
+            |py, values: Vec<(NodeId, u64)>| {
+                let list: Vec<(u16, u64)> = values.into_iter().map(|(n, v)| (n.0, v)).collect();
+                convert::object(py, list)
+            },
+        ))
     }
 
     /// A barrier's status dict, or `None`.
@@ -403,9 +419,12 @@ impl Core {
     ) -> PyResult<Call<Option<Bytes>>> {
         let (client, timeout) = (self.client().clone(), self.timeout(timeout)?);
         let future = async move { client.tmp_get(&name).await };
-        Ok(Call::new(self, timeout, future, |py, data: Option<Bytes>| {
-            data.map_or(Ok(py.None()), |data| convert::bytes(py, data))
-        }))
+        Ok(Call::new(
+            self,
+            timeout,
+            future,
+            |py, data: Option<Bytes>| data.map_or(Ok(py.None()), |data| convert::bytes(py, data)),
+        ))
     }
 
     /// Removes a blob from temporary storage.
@@ -426,9 +445,18 @@ impl Core {
     ) -> PyResult<Call<Vec<(String, u64)>>> {
         let (client, timeout) = (self.client().clone(), self.timeout(timeout)?);
         let future = async move { client.tmp_list().await };
-        Ok(Call::new(self, timeout, future, |py, list: Vec<(String, u64)>| {
-            convert::object(py, list.into_iter().collect::<std::collections::BTreeMap<_, _>>())
-        }))
+        Ok(Call::new(
+            self,
+            timeout,
+            future,
+            |py, list: Vec<(String, u64)>| {
+                convert::object(
+                    py,
+                    list.into_iter()
+                        .collect::<std::collections::BTreeMap<_, _>>(),
+                )
+            },
+        ))
     }
 
     // ----- cluster -----------------------------------------------------------------------
