@@ -16,7 +16,9 @@ What runs, in this order, each on this machine's loopback:
 3. **redis**: ``redis-server`` on a free 127.0.0.1 port (no persistence), the same keys
    preloaded, redis-py with one connection per thread: GET/SET for batch 1, a
    non-transactional pipeline of ``--batch`` GETs/SETs for batches (equal depth).
-   A missing ``redis-server`` or redis-py fails the run (no silent skip).
+   A missing ``redis-server`` or redis-py fails the run (no silent skip); whether
+   redis-py parses with hiredis (the faster parser; scripts/bench-python installs it)
+   is printed.
 
 Printed: one line per configuration (ops/s, call latency p50/p99 in µs), then ratio
 lines: python / rust at equal threads and batch (target for batched gets: ≥ 0.8) and
@@ -144,7 +146,7 @@ def python_rows(args, binary: str) -> list[dict]:
                     return lambda keys: client.get_array(cids[keys], size)
                 return lambda keys: client.put_array(cids[keys], values)
 
-            for op in ("get", "put"):
+            for op in args.ops:
                 for threads in args.threads:
                     for batch in (1, args.batch):
                         workers = [worker(clients[i], op, batch) for i in range(threads)]
@@ -207,6 +209,10 @@ def redis_rows(args) -> list[dict]:
         import redis  # noqa: PLC0415 (only this part needs it)
     except ImportError as error:
         raise RuntimeError("redis-py is not installed (pip install redis)") from error
+    from redis.utils import HIREDIS_AVAILABLE  # noqa: PLC0415
+
+    print(json.dumps({"kind": "baseline", "system": "redis-py", "version": redis.__version__,
+                      "hiredis_parser": HIREDIS_AVAILABLE}), flush=True)
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="myriad-bench-redis-")
     process = subprocess.Popen(
@@ -253,7 +259,7 @@ def redis_rows(args) -> list[dict]:
 
             return pipelined
 
-        for op in ("get", "put"):
+        for op in args.ops:
             for threads in args.threads:
                 for batch in (1, args.batch):
                     workers = [worker(connections[i], op, batch) for i in range(threads)]
@@ -294,6 +300,8 @@ def emit(record: dict, args) -> None:
 
 
 def ratios(python: list[dict], others: list[dict], name: str, args) -> None:
+    if not others:
+        return
     index = {(r["op"], r["threads"], r["batch"]): r for r in others}
     for mine in python:
         key = (mine["op"], mine["threads"], mine["batch"])
@@ -325,13 +333,16 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--peer-memory-mb", type=int, default=1024)
+    parser.add_argument("--ops", type=lambda s: s.split(","), default=["get", "put"])
+    parser.add_argument("--skip", type=lambda s: s.split(","), default=[],
+                        help="parts to leave out (python, rust, redis), e.g. for a quick look")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     binary = str(myriad.find_binary(args.binary))
     machine(args)
-    python = python_rows(args, binary)
-    rust = rust_rows(args, binary)
-    redis = redis_rows(args)
+    python = python_rows(args, binary) if "python" not in args.skip else []
+    rust = rust_rows(args, binary) if "rust" not in args.skip else []
+    redis = redis_rows(args) if "redis" not in args.skip else []
     ratios(python, rust, "rust", args)
     ratios(python, redis, "redis-py", args)
     machine(args)
