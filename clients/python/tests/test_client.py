@@ -199,7 +199,7 @@ def test_node_list_cluster_status_and_recovery_status(cluster, client):
 
 
 def test_the_gil_is_released_while_a_call_waits(client):
-    """A thread waits 1 s inside a call; the main thread must run Python meanwhile."""
+    """A thread waits 1.5 s inside a call; the main thread must run Python meanwhile."""
     barrier = client.barrier_alloc(2)
     inside = threading.Event()
     done = threading.Event()
@@ -207,7 +207,7 @@ def test_the_gil_is_released_while_a_call_waits(client):
     def wait_alone():
         inside.set()
         try:
-            client.barrier_sign_on(barrier, 0, timeout=1.0)
+            client.barrier_sign_on(barrier, 0, timeout=1.5)
         except myriad.TimeoutError:
             pass
         done.set()
@@ -215,13 +215,17 @@ def test_the_gil_is_released_while_a_call_waits(client):
     thread = threading.Thread(target=wait_alone)
     thread.start()
     inside.wait(5)
+    began = time.monotonic()
+    time.sleep(0.2)  # lets the thread get into the call
     spins = 0
-    while not done.is_set() and spins < 10**9:
+    while time.monotonic() < began + 0.7:
         spins += 1
+    still_waiting = not done.is_set()
     thread.join(5)
-    # Held GIL: the loop would get only the interpreter's switch slices (5 ms each,
-    # contending with a thread that never gives it back) -- released: a full second.
-    assert spins > 1_000_000, spins
+    # With the GIL held during the wait, the main thread would not run again before
+    # the call ended (about 1.5 s): no spins in the window, and the call already over.
+    assert still_waiting
+    assert spins > 10_000, spins
     client.barrier_free(barrier)
 
 
