@@ -331,13 +331,24 @@ impl MemoryManager {
     /// Removes the chunk and frees its memory. Its local ID is reused by later creates if
     /// this node created it.
     pub fn remove(&self, cid: ChunkId) -> MemResult<()> {
+        self.remove_inner(cid, true)
+    }
+
+    /// Removes the chunk and frees its memory, but never reuses its local ID: for a chunk
+    /// that lives on elsewhere under the same CID (migrated to another peer), whose ID a
+    /// later create here must not hand out again.
+    pub fn remove_moved(&self, cid: ChunkId) -> MemResult<()> {
+        self.remove_inner(cid, false)
+    }
+
+    fn remove_inner(&self, cid: ChunkId, reuse_id: bool) -> MemResult<()> {
         let (guard, _, len) = self.write_locked(cid)?;
         if entry::pinned(guard.value) {
             return Err(MemError::Pinned(cid));
         }
         self.allocator.free(entry::offset(guard.value), len);
         guard.release_with(entry::REMOVED);
-        if cid.creator() == self.config.node_id {
+        if reuse_id && cid.creator() == self.config.node_id {
             let mut spare = self.spare_local_ids.lock();
             if spare.len() < self.config.spare_local_ids_max {
                 spare.push(cid.local_id());

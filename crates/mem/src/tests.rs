@@ -350,3 +350,19 @@ fn miri_typed_chunks() {
         Err(MemError::Decode { .. })
     ));
 }
+
+#[test]
+fn a_moved_chunks_local_id_is_never_reused() {
+    let memory = small();
+    let moved = memory.create_with_data(b"moved away").unwrap();
+    let kept = memory.create_with_data(b"kept").unwrap();
+    memory.remove_moved(moved).unwrap();
+    assert_eq!(memory.get_vec(moved), Err(MemError::Removed(moved)));
+    let next = memory.create(4).unwrap();
+    assert_ne!(next, moved, "a migrated chunk's ID was handed out again");
+    assert_ne!(next, kept);
+    // An ordinary remove still recycles its ID.
+    memory.remove(kept).unwrap();
+    assert_eq!(memory.create(4).unwrap(), kept);
+    memory.check_consistency().unwrap();
+}

@@ -544,3 +544,34 @@ fn single_get_round_trips_per_second() {
     );
     assert!(via_api > 100.0 && raw > 100.0);
 }
+
+/// A create after a migration never hands out a migrated chunk's ID again (two chunks
+/// would share one CID, the lookup sending one of them to the other's owner).
+#[test]
+fn creates_after_a_migration_never_reuse_a_migrated_id() {
+    let inner = TestCluster::builder()
+        .peers(2)
+        .memory_bytes(32 << 20)
+        .start();
+    let client = inner.client();
+    let api = client.blocking();
+    let ids = inner.peer_ids();
+    let (one, two) = (ids[0], ids[1]);
+    let payloads: Vec<Bytes> = (0..4).map(|i| bytes(&format!("first {i}"))).collect();
+    let cids = api
+        .chunks()
+        .create_with_data(one, payloads.clone())
+        .unwrap();
+    assert_eq!(api.migrate(cids[0], cids[2], two).unwrap(), 3);
+    let fresh: Vec<Bytes> = (0..4).map(|i| bytes(&format!("fresh {i}"))).collect();
+    let created = api.chunks().create_with_data(one, fresh.clone()).unwrap();
+    for cid in &created {
+        assert!(
+            !cids.contains(cid),
+            "{cid} handed out again after its migration"
+        );
+    }
+    for (cid, payload) in cids.iter().zip(&payloads).chain(created.iter().zip(&fresh)) {
+        assert_eq!(&api.chunks().get(*cid).unwrap(), payload, "{cid}");
+    }
+}

@@ -207,7 +207,8 @@ fn store_at_target(
 fn drop_old_copies(service: &ChunkService, locked: Vec<ChunkId>, sizes: Vec<usize>) {
     let mem = service.memory();
     for (cid, size) in locked.into_iter().zip(sizes) {
-        if let Err(error) = mem.remove(cid) {
+        // The CID lives on at the target: its local ID must never be handed out again here.
+        if let Err(error) = mem.remove_moved(cid) {
             tracing::warn!(%cid, %error, "could not drop a migrated chunk's old copy");
             continue;
         }
