@@ -421,7 +421,12 @@ impl Inner {
                         .marks
                         .push_back((applied, log_seq, message.durable_requested));
                 }
-                self.marks_cv.notify_all();
+                // Only a mark someone waits for (durability requested) needs the
+                // durability thread now; the others it takes on its next poll. (Waking
+                // it for every message cost a thread switch per replicated write.)
+                if message.durable_requested {
+                    self.marks_cv.notify_all();
+                }
             }
             entry.durable
         };

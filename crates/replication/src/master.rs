@@ -335,7 +335,11 @@ impl Replicator {
             workers: Mutex::new(Vec::new()),
         });
         let weak: Weak<Inner> = Arc::downgrade(&inner);
-        net.register(wire::ACK, move |incoming: Incoming| {
+        // Inline on the I/O thread: an acknowledgement only moves marks under the state
+        // lock (never held across a wait) and runs deferred callbacks, which answer
+        // requests without waiting; a hand-off to a handler thread cost a thread switch
+        // per acknowledgement.
+        net.register_inline(wire::ACK, move |incoming: Incoming| {
             if let Some(inner) = weak.upgrade() {
                 inner.on_ack(incoming);
             }

@@ -87,6 +87,21 @@ impl NetHandle {
         Ok(())
     }
 
+    /// Registers a handler after start that runs on the I/O thread that read the message
+    /// (like `Handlers::register_inline`): it must be quick and must never wait. Peers must
+    /// not send the type before this returns.
+    pub fn register_inline(
+        &self,
+        message_type: MessageType,
+        handler: impl crate::Handler,
+    ) -> Result<(), NetError> {
+        let mut current = self.shared.handlers.write();
+        let mut map = HandlerMap::clone(&current);
+        crate::handler::insert(&mut map, message_type, Arc::new(handler), true)?;
+        *current = Arc::new(map);
+        Ok(())
+    }
+
     /// Subscribes to connection-lost events from now on.
     pub fn subscribe(&self) -> ConnectionEvents {
         ConnectionEvents {
