@@ -102,7 +102,8 @@ pub struct SuperpeerConfig {
 }
 
 impl SuperpeerConfig {
-    /// A configuration with the defaults of [`NodeConfig`].
+    /// A configuration with the defaults of [`NodeConfig`], hence no secret: set `secret`
+    /// before starting (an empty one is refused).
     pub fn new(
         id: NodeId,
         listen: SocketAddr,
@@ -289,7 +290,8 @@ impl Superpeer {
             myriad_net::Config::new(config.id, config.listen, config.secret.clone());
         net_config.handler_threads = config.handler_threads.max(1);
         let slot: Arc<OnceLock<Arc<Core>>> = Arc::new(OnceLock::new());
-        let handlers = handlers(&slot)?;
+        let members: Vec<NodeId> = config.members.iter().map(|(id, _)| *id).collect();
+        let handlers = handlers(&slot, &members)?;
         let endpoint = Endpoint::start_on(runtime.handle().clone(), net_config, handlers)?;
         let net = endpoint.handle();
         for (id, address) in &config.members {
@@ -438,7 +440,9 @@ impl Drop for Superpeer {
 // ----- handlers ----------------------------------------------------------------------------
 
 /// Registers every type a superpeer receives. Each handler hands its work to a task.
-fn handlers(slot: &Arc<OnceLock<Arc<Core>>>) -> Result<Handlers, NodeError> {
+/// Raft RPCs, events and barrier releases are only accepted from the group's `members`
+/// (anyone else's connection is closed: roles, see `docs/security.md`).
+fn handlers(slot: &Arc<OnceLock<Arc<Core>>>, members: &[NodeId]) -> Result<Handlers, NodeError> {
     let mut handlers = Handlers::new();
     let with_core = |slot: &Arc<OnceLock<Arc<Core>>>,
                      serve: fn(Arc<Core>, Incoming)|
@@ -483,6 +487,11 @@ fn handlers(slot: &Arc<OnceLock<Arc<Core>>>) -> Result<Handlers, NodeError> {
     // Other superpeers' leaders push events here too; the applied state already has them.
     handlers.register(types::EVENT, |_message: Incoming| {})?;
     handlers.register(types::BARRIER_RELEASED, |_message: Incoming| {})?;
+    let members: Arc<[NodeId]> = members.into();
+    for message_type in [types::RAFT_RPC, types::EVENT, types::BARRIER_RELEASED] {
+        let members = Arc::clone(&members);
+        handlers.restrict(message_type, move |from| members.contains(&from))?;
+    }
     Ok(handlers)
 }
 
