@@ -259,3 +259,122 @@ fn nodes_without_a_secret_refuse_to_start() {
     assert!(!output.success());
     assert!(output.stderr.contains("chmod 600"), "{}", output.stderr);
 }
+
+/// Opens `count` connections to `address` and holds them without a word.
+fn half_open(address: &str, count: usize) -> Vec<std::net::TcpStream> {
+    (0..count)
+        .filter_map(|_| std::net::TcpStream::connect(address).ok())
+        .collect()
+}
+
+/// Opens `count` connections to `address`, writes garbage of varying length to each and
+/// closes it.
+fn garbage(address: &str, count: usize) {
+    use std::io::Write;
+    for index in 0..count {
+        if let Ok(mut stream) = std::net::TcpStream::connect(address) {
+            let bytes: Vec<u8> = (0..(index % 200) + 1)
+                .map(|i| (i * 131 + index) as u8)
+                .collect();
+            let _ = stream.write_all(&bytes);
+        }
+    }
+}
+
+#[test]
+fn a_flood_of_unauthenticated_connections_does_not_stop_the_cluster() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = myriad_testing::process::Cluster::builder(BINARY, dir.path())
+        .superpeers(1)
+        .peers(2)
+        .peer_memory_mb(64)
+        .start();
+    let secret = cluster.secret().expect("secret");
+    let peer = cluster.peer_ids()[0];
+    let peer_address = cluster.node(peer.0).address.clone();
+    let superpeer_address = cluster.superpeer_addresses()[0].1.clone();
+    let client = Client::connect(cluster.superpeers(), secret.clone()).expect("client joins");
+
+    // A writer: create, put and read back one chunk after another, remembering every
+    // acknowledged value; its connections are open before the flood starts.
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(AtomicUsize::new(0));
+    let written: Arc<Mutex<Vec<(myriad_types::ChunkId, Bytes)>>> = Arc::default();
+    let writer = {
+        let (client, stop, failures, written) = (
+            client.clone(),
+            stop.clone(),
+            failures.clone(),
+            written.clone(),
+        );
+        std::thread::spawn(move || {
+            let blocking = client.blocking();
+            let chunks = blocking.chunks();
+            let mut round = 0u64;
+            while !stop.load(Ordering::Relaxed) && round < 100_000 {
+                let value = Bytes::from(format!("value {round:08}"));
+                let result = chunks
+                    .create_with_data(peer, vec![value.clone()])
+                    .and_then(|cids| {
+                        let read = chunks.get(cids[0])?;
+                        Ok((cids[0], read))
+                    });
+                match result {
+                    Ok((cid, read)) if read == value => written.lock().unwrap().push((cid, value)),
+                    _ => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                round += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    myriad_testing::process::wait_until(Duration::from_secs(10), "writes before the flood", || {
+        written.lock().unwrap().len() >= 20
+    });
+
+    // The flood: more half-open connections than a node keeps pending handshakes for
+    // (myriad_net::PENDING_HANDSHAKES_MAX), held for seconds, and garbage, to the peer
+    // and the superpeer.
+    let before = written.lock().unwrap().len();
+    let flood_start = std::time::Instant::now();
+    let mut held = half_open(&peer_address, myriad_net::PENDING_HANDSHAKES_MAX * 2);
+    held.extend(half_open(
+        &superpeer_address,
+        myriad_net::PENDING_HANDSHAKES_MAX * 2,
+    ));
+    while flood_start.elapsed() < Duration::from_secs(3) {
+        garbage(&peer_address, 50);
+        garbage(&superpeer_address, 50);
+    }
+    let during = written.lock().unwrap().len() - before;
+    drop(held);
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    assert!(
+        during >= 10,
+        "only {during} writes went through during the flood"
+    );
+    assert_eq!(failures.load(Ordering::Relaxed), 0, "operations failed");
+
+    // Nothing lost; new connections are accepted again (a new client joins and reads).
+    let reader = Client::connect(cluster.superpeers(), secret).expect("a new client joins");
+    let written = written.lock().unwrap().clone();
+    for (cid, value) in &written {
+        assert_eq!(
+            &reader.blocking().chunks().get(*cid).expect("read back"),
+            value
+        );
+    }
+    reader.shutdown();
+    client.shutdown();
+    let log = std::fs::read_to_string(&cluster.node(peer.0).log).expect("peer log");
+    assert!(
+        log.contains("too many pending handshakes"),
+        "the peer never hit its handshake cap"
+    );
+}

@@ -629,11 +629,58 @@ impl Core {
                 return;
             }
         };
+        if let MetaRequest::Write(command) = &request {
+            if !core.may_write(message.from, command) {
+                tracing::warn!(from = %message.from, "a client's internal metadata command refused");
+                respond(
+                    responder,
+                    MetaReply::Response(Response::Error(MetaError::InvalidArgument(
+                        "clients may not commit this command (roles, see docs/security.md)"
+                            .to_owned(),
+                    )))
+                    .encode(),
+                );
+                return;
+            }
+        }
         let runtime = core.net.runtime();
         runtime.spawn(async move {
             let reply = core.serve(request).await;
             respond(responder, reply.encode());
         });
+    }
+
+    /// Whether `from` may commit `command`: a node known as a client only the commands
+    /// of the client API (names, barriers, temporary storage, its own leave); the
+    /// cluster-internal ones (failure verdicts, ownership, zones, ID reservations) come
+    /// from peers and superpeers only. A node not known (yet) is let through, as for
+    /// replication (see `docs/security.md`).
+    fn may_write(&self, from: NodeId, command: &Command) -> bool {
+        let Some(raft) = self.raft() else {
+            return true;
+        };
+        let is_client = raft.read_local(|state: &MetaState| {
+            state
+                .node(from)
+                .is_some_and(|record| record.role == Role::Client)
+        });
+        if !is_client {
+            return true;
+        }
+        match command {
+            Command::Leave { node } => *node == from,
+            Command::NameRegister { .. }
+            | Command::NameRemove { .. }
+            | Command::BarrierAlloc { .. }
+            | Command::BarrierSignOn { .. }
+            | Command::BarrierResize { .. }
+            | Command::BarrierFree { .. }
+            | Command::TmpPut { .. }
+            | Command::TmpRemove { .. }
+            // An operator's (the terminal's) release of a gone peer's ID.
+            | Command::ReleaseId { .. } => true,
+            _ => false,
+        }
     }
 
     /// Serves one metadata request (the leader executes; others answer `NotLeader`).

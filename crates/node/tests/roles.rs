@@ -4,11 +4,14 @@
 //! releases) loses its connection before any handler runs; the node goes on serving that
 //! same client over a new connection, and nothing changed: the chunks, the node table and
 //! the leader are as before. A type clients may send (the recovery status) is answered.
+//! Cluster-internal metadata commands (a failure verdict, another node's leave) from a
+//! client are refused by the superpeer; the client API's (temporary storage) are not.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use myriad_meta::Role;
+use myriad_membership::MembershipError;
+use myriad_meta::{Command, MetaError, Role};
 use myriad_net::{MessageType, NetError};
 use myriad_proto::types;
 use myriad_replication::wire;
@@ -93,6 +96,29 @@ fn a_client_cannot_send_peer_or_superpeer_internal_types() {
             );
         }
     }
+
+    // Cluster-internal metadata commands are refused for a client (the superpeer answers
+    // with an error and commits nothing); the client API's commands are not.
+    let runtime = net.runtime();
+    let membership = std::sync::Arc::clone(client.membership());
+    let incarnation = membership.node(peers[0]).expect("peer record").incarnation;
+    let fail = runtime.block_on(membership.write(Command::Fail {
+        node: peers[0],
+        incarnation,
+    }));
+    assert!(
+        matches!(fail, Err(MembershipError::Meta(MetaError::InvalidArgument(ref reason))) if reason.contains("clients may not")),
+        "a client's failure verdict: {fail:?}"
+    );
+    let own_leave = runtime.block_on(membership.write(Command::Leave { node: peers[1] }));
+    assert!(own_leave.is_err(), "a client made another node leave");
+    runtime
+        .block_on(membership.write(Command::TmpPut {
+            name: "roles".into(),
+            data: b"allowed".to_vec(),
+            create_only: false,
+        }))
+        .expect("a client may use temporary storage");
 
     // A type clients may send is answered.
     net.request_blocking(
