@@ -57,8 +57,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// How often a waiting barrier sign-on polls the barrier's status as a fallback.
 const BARRIER_POLL_INTERVAL: Duration = Duration::from_millis(200);
 
-/// How a node joins the cluster.
-#[derive(Debug, Clone)]
+/// How a node joins the cluster. Its `Debug` output never shows the secret.
+#[derive(Clone)]
 pub struct JoinConfig {
     /// The configured superpeers: ID and address.
     pub superpeers: Vec<(NodeId, SocketAddr)>,
@@ -83,6 +83,24 @@ pub struct JoinConfig {
     /// Deadline of one metadata request (including retries across superpeers) and of the
     /// join itself.
     pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for JoinConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinConfig")
+            .field("superpeers", &self.superpeers)
+            .field("role", &self.role)
+            .field("listen", &self.listen)
+            .field("capabilities", &self.capabilities)
+            .field("rack", &self.rack)
+            .field("switch", &self.switch)
+            .field("reclaim", &self.reclaim)
+            .field("secret", &"<redacted>")
+            .field("handler_threads", &self.handler_threads)
+            .field("io_threads", &self.io_threads)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
 }
 
 impl JoinConfig {
