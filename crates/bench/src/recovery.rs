@@ -240,8 +240,12 @@ type Connect = dyn Fn(Duration, u8) -> Result<Client, String> + Sync;
 
 fn run_in(args: &RecoveryArgs, binary: &Path) -> Result<(), String> {
     let (mut cluster, superpeers, master) = start_cluster(args, binary)?;
+    let secret = cluster
+        .secret()
+        .map_err(|e| format!("cluster secret: {e}"))?;
     let connect = move |timeout: Duration, durability: u8| {
         let mut config = ClientConfig::new(superpeers.clone());
+        config.join.secret = secret.clone();
         config.chunks = ChunkOptions {
             timeout,
             durability,

@@ -75,9 +75,10 @@ pub struct StartArgs {
     /// Configuration file given to every node.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Shared secret given to every node.
+    /// File holding the cluster secret (mode 0600), given to every node as
+    /// `--secret-file`; default: DIR/secret, created with a random secret if missing.
     #[arg(long)]
-    secret: Option<String>,
+    secret_file: Option<PathBuf>,
     /// Seconds to wait for each group of nodes to be ready.
     #[arg(long, default_value_t = 30)]
     ready_timeout_secs: u64,
@@ -105,14 +106,12 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
                 spec.extra_args.push("--config".into());
                 spec.extra_args.push(config.display().to_string());
             }
-            if let Some(secret) = &args.secret {
-                spec.extra_args.push("--secret".into());
-                spec.extra_args.push(secret.clone());
-            }
+            spec.secret_file = args.secret_file.clone();
             let mut cluster = LocalCluster::start(spec)?;
             println!("cluster started in {}", cluster.dir().display());
             print!("{}", render_status(&cluster.status()));
             println!("superpeers: {}", cluster.superpeer_list());
+            println!("secret file: {}", cluster.secret_file().display());
             Ok(())
         }
         ClusterCommand::Status { dir, json } => {

@@ -116,7 +116,7 @@ fn exercise(cluster: &mut LocalCluster, args: &DemoArgs) -> anyhow::Result<()> {
         .into_iter()
         .map(|(id, address)| Ok((NodeId(id), address.parse()?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let client = Client::connect(superpeers)?;
+    let client = Client::connect(superpeers, cluster.secret()?)?;
     let api = client.blocking();
     println!("\njoined as client {}", client.node_id());
     let peers: Vec<NodeId> = cluster.peer_ids();

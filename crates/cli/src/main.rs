@@ -108,6 +108,17 @@ pub(crate) fn init_tracing() {
         .try_init();
 }
 
+/// The cluster secret's file: `flag` (`--secret-file`), else the one named by
+/// `MYRIAD_SECRET_FILE`. The secret itself is never taken from the command line, where
+/// every user of the machine could read it in a `ps` listing.
+pub(crate) fn secret_file_arg(flag: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    flag.map(std::path::Path::to_path_buf).or_else(|| {
+        std::env::var_os(myriad_net::secret::SECRET_FILE_ENV)
+            .filter(|value| !value.is_empty())
+            .map(std::path::PathBuf::from)
+    })
+}
+
 /// How often a node started with `--exit-with-parent` checks its parent.
 const PARENT_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 

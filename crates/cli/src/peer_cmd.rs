@@ -27,9 +27,10 @@ pub struct PeerArgs {
     /// Directory of the peer's persistent state (its node ID).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// The cluster secret.
+    /// File holding the cluster secret (mode 0600; default: $MYRIAD_SECRET_FILE, else
+    /// the configuration's `secret_file` or `secret`).
     #[arg(long)]
-    pub secret: Option<String>,
+    pub secret_file: Option<PathBuf>,
     /// Memory for chunks, in MiB.
     #[arg(long)]
     pub memory_mb: Option<u64>,
@@ -72,8 +73,9 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
         listen: args.listen,
         superpeers: args.superpeers.clone(),
         data_dir: args.data_dir.clone(),
-        secret: args.secret.clone(),
+        secret_file: crate::secret_file_arg(args.secret_file.as_deref()),
     })?;
+    config.read_secret_file()?;
     if let Some(memory_mb) = args.memory_mb {
         config.peer.memory_mb = memory_mb;
     }

@@ -32,9 +32,10 @@ pub struct SuperpeerArgs {
     /// Directory of the Raft log and snapshot.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Cluster secret.
+    /// File holding the cluster secret (mode 0600; default: $MYRIAD_SECRET_FILE, else
+    /// the configuration's `secret_file` or `secret`).
     #[arg(long)]
-    secret: Option<String>,
+    secret_file: Option<PathBuf>,
     /// Write a JSON line here once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -69,8 +70,9 @@ pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
         listen: args.listen,
         superpeers: args.superpeers.clone(),
         data_dir: args.data_dir.clone(),
-        secret: args.secret.clone(),
+        secret_file: crate::secret_file_arg(args.secret_file.as_deref()),
     })?;
+    config.read_secret_file()?;
     let superpeer_config = SuperpeerConfig::from_node_config(&config)?;
     // Signal handlers first, so that a SIGTERM right after the ready file is seen is
     // handled as a clean stop.

@@ -6,11 +6,14 @@ use myriad_testing::process::Myriad;
 
 fn peer_with(args: &[&str]) -> (bool, String) {
     let dir = tempfile::tempdir().expect("tempdir");
+    let secret = dir.path().join("secret");
+    myriad_net::secret::create_file(&secret).expect("secret file");
     // Killed on timeout (the flags must be refused before any network wait).
     let output = Myriad::new(env!("CARGO_BIN_EXE_myriad"), ["peer"])
         .args(["--superpeers", "1=127.0.0.1:1", "--data-dir"])
         .arg(dir.path())
         .args(args)
+        .env("MYRIAD_SECRET_FILE", &secret)
         .timeout(Duration::from_secs(20))
         .run();
     (output.success(), output.stderr)

@@ -27,6 +27,10 @@ fn superpeers(cluster: &Cluster) -> Vec<(NodeId, SocketAddr)> {
     cluster.superpeers()
 }
 
+fn secret(cluster: &Cluster) -> Vec<u8> {
+    cluster.secret().expect("the cluster's secret file")
+}
+
 fn peers(cluster: &Cluster) -> Vec<NodeId> {
     cluster.peer_ids()
 }
@@ -39,7 +43,7 @@ fn payload(index: usize) -> Bytes {
 fn remote_and_batch_chunk_operations_across_three_peers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = start(dir.path(), 1, 3);
-    let client = Client::connect(superpeers(&cluster)).expect("client joins");
+    let client = Client::connect(superpeers(&cluster), secret(&cluster)).expect("client joins");
     let api = client.blocking();
     let chunks = api.chunks();
     let peers = peers(&cluster);
@@ -125,8 +129,8 @@ fn clients_follow_a_migrated_range_to_its_new_owner() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = start(dir.path(), 1, 2);
     let peers = peers(&cluster);
-    let reader = Client::connect(superpeers(&cluster)).expect("reader joins");
-    let mover = Client::connect(superpeers(&cluster)).expect("mover joins");
+    let reader = Client::connect(superpeers(&cluster), secret(&cluster)).expect("reader joins");
+    let mover = Client::connect(superpeers(&cluster), secret(&cluster)).expect("mover joins");
     let values: Vec<Bytes> = (0..300).map(payload).collect();
     let cids = reader
         .blocking()
@@ -182,7 +186,7 @@ fn nameservice_barriers_and_temporary_storage_across_nodes() {
     let cluster = start(dir.path(), 1, 1);
     let peer = peers(&cluster)[0];
     let clients: Vec<Client> = (0..3)
-        .map(|_| Client::connect(superpeers(&cluster)).expect("joins"))
+        .map(|_| Client::connect(superpeers(&cluster), secret(&cluster)).expect("joins"))
         .collect();
     let ids: Vec<NodeId> = clients.iter().map(Client::node_id).collect();
     assert_eq!(
@@ -301,11 +305,11 @@ fn nameservice_barriers_and_temporary_storage_across_nodes() {
 fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = start(dir.path(), 1, 2);
-    let client = Client::connect(superpeers(&cluster)).expect("joins");
+    let client = Client::connect(superpeers(&cluster), secret(&cluster)).expect("joins");
     let victim = peers(&cluster)[0];
 
     // A client's ID comes back to the next client once it left.
-    let first = Client::connect(superpeers(&cluster)).expect("joins");
+    let first = Client::connect(superpeers(&cluster), secret(&cluster)).expect("joins");
     let first_id = first.node_id();
     first.shutdown();
     assert!(poll_until(Duration::from_secs(5), || {
@@ -319,7 +323,7 @@ fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
             })
             .unwrap_or(false)
     }));
-    let second = Client::connect(superpeers(&cluster)).expect("joins");
+    let second = Client::connect(superpeers(&cluster), secret(&cluster)).expect("joins");
     assert_eq!(second.node_id(), first_id, "a gone client's ID is reused");
     second.shutdown();
 
@@ -373,6 +377,7 @@ fn a_peer_id_is_reused_only_after_its_node_is_gone_and_released() {
 
 fn peer_options(cluster: &Cluster, dir: &Path, name: &str) -> myriad_node::peer_node::PeerOptions {
     let mut join = myriad_client::membership::JoinConfig::new(superpeers(cluster), Role::Peer);
+    join.secret = secret(cluster);
     join.listen = "127.0.0.1:0".parse().expect("address");
     myriad_node::peer_node::PeerOptions {
         join,
@@ -388,7 +393,7 @@ fn peer_options(cluster: &Cluster, dir: &Path, name: &str) -> myriad_node::peer_
 fn killing_the_raft_leader_keeps_metadata_and_chunks_serving() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cluster = start(dir.path(), 3, 2);
-    let client = Client::connect(superpeers(&cluster)).expect("joins");
+    let client = Client::connect(superpeers(&cluster), secret(&cluster)).expect("joins");
     let peers = peers(&cluster);
     let values: Vec<Bytes> = (0..50).map(payload).collect();
     let cids = client
@@ -440,8 +445,8 @@ fn a_locked_chunk_delays_only_its_own_readers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cluster = start(dir.path(), 1, 1);
     let peer = peers(&cluster)[0];
-    let holder = Client::connect(superpeers(&cluster)).expect("joins");
-    let reader = Client::connect(superpeers(&cluster)).expect("joins");
+    let holder = Client::connect(superpeers(&cluster), secret(&cluster)).expect("joins");
+    let reader = Client::connect(superpeers(&cluster), secret(&cluster)).expect("joins");
     let values: Vec<Bytes> = (0..2).map(payload).collect();
     let cids = holder
         .blocking()

@@ -47,9 +47,10 @@ fn a_node_exits_when_its_parent_is_killed() {
         .expect("a free port")
         .port();
     let ready = dir.path().join("ready.json");
+    myriad_net::secret::create_file(&dir.path().join("secret")).expect("secret file");
     let script = r#"node="$1"; port="$2"; dir="$3"
 "$node" superpeer --id 1 --listen "127.0.0.1:$port" --superpeers "1=127.0.0.1:$port" \
-  --data-dir "$dir/data" --ready-file "$dir/ready.json" --exit-with-parent $$ \
+  --data-dir "$dir/data" --secret-file "$dir/secret" --ready-file "$dir/ready.json" --exit-with-parent $$ \
   > "$dir/node.log" 2>&1 &
 wait"#;
     let mut node = NodeGuard(None);

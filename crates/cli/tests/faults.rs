@@ -105,6 +105,7 @@ fn start_peers(dir: &Path, replication: usize, peer_count: usize) -> Setup {
 impl Setup {
     fn client(&self, durability: u8, timeout: Duration) -> Client {
         let mut config = ClientConfig::new(self.superpeers.clone());
+        config.join.secret = self.cluster.secret().expect("the cluster's secret");
         config.chunks = ChunkOptions {
             timeout,
             durability,

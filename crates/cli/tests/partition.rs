@@ -251,10 +251,17 @@ struct Terminal {
 }
 
 impl Terminal {
-    fn start(processes: &mut Processes, namespaces: &Namespaces, namespace: &str) -> Terminal {
+    fn start(
+        processes: &mut Processes,
+        namespaces: &Namespaces,
+        namespace: &str,
+        secret_file: &Path,
+    ) -> Terminal {
         let args = vec![
             "term".to_string(),
             "--json".into(),
+            "--secret-file".into(),
+            secret_file.display().to_string(),
             "--superpeers".into(),
             format!("1={ADDRESS_A}:{SUPERPEER_PORT}"),
         ];
@@ -324,12 +331,19 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
     let mut processes = Processes::default();
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path();
+    // The nodes listen on non-loopback addresses: they need the cluster secret.
+    let secret_file = dir.join("secret");
+    myriad_net::secret::create_file(&secret_file).expect("secret file");
     // Fast failure detection; R = 2 so each zone of the victim is on both peers of A.
     std::fs::write(
         dir.join("cluster.toml"),
-        "[failure]\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 1000\n\n\
-         [backup]\nreplication = 2\nzone_mb = 1\nsegment_kb = 64\nwrite_buffer_kb = 1024\n\
-         primary_log_kb = 4096\ndurability = \"durable\"\n",
+        format!(
+            "secret_file = \"{}\"\n\
+             [failure]\nheartbeat_interval_ms = 100\nfailure_timeout_ms = 1000\n\n\
+             [backup]\nreplication = 2\nzone_mb = 1\nsegment_kb = 64\nwrite_buffer_kb = 1024\n\
+             primary_log_kb = 4096\ndurability = \"durable\"\n",
+            secret_file.display()
+        ),
     )
     .expect("config");
     let superpeers = format!("1={ADDRESS_A}:{SUPERPEER_PORT}");
@@ -376,7 +390,7 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
     let victim = ids[2];
 
     // Chunks on the victim, each written once (durable: on both backups' disks).
-    let mut client_a = Terminal::start(&mut processes, &namespaces, &namespaces.a);
+    let mut client_a = Terminal::start(&mut processes, &namespaces, &namespaces.a, &secret_file);
     let created = client_a.run(&format!("chunkcreate 16 {victim} {CHUNKS}"));
     let cids: Vec<String> = created
         .as_array()
@@ -391,7 +405,7 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
             .unwrap_or_else(|error| panic!("put before the cut: {error}"));
     }
     // A client on the victim's side routes to it (its route is cached before the cut).
-    let mut client_b = Terminal::start(&mut processes, &namespaces, &namespaces.b);
+    let mut client_b = Terminal::start(&mut processes, &namespaces, &namespaces.b, &secret_file);
     assert_eq!(
         client_b.get(&cids[0]).as_deref(),
         Ok(value(0, "before").as_str())

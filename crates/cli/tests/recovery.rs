@@ -58,6 +58,7 @@ fn start(dir: &Path) -> Cluster {
 /// A client of `cluster` whose chunk calls are durable and wait up to `timeout`.
 fn durable_client(cluster: &Cluster, timeout: Duration) -> Client {
     let mut config = ClientConfig::new(cluster.superpeers());
+    config.join.secret = cluster.secret().expect("the cluster's secret");
     config.chunks = ChunkOptions {
         timeout,
         durability: 3,
@@ -94,6 +95,7 @@ fn kill_and_recover(kill_first_backup: bool) {
     let victim = peers[0];
 
     let mut config = ClientConfig::new(superpeers.clone());
+    config.join.secret = cluster.secret().expect("the cluster's secret");
     config.chunks = ChunkOptions {
         timeout: Duration::from_secs(15),
         durability: 3,

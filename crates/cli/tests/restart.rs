@@ -80,6 +80,7 @@ fn peers(cluster: &Cluster) -> Vec<(String, NodeId)> {
 
 fn connect(cluster: &Cluster, durability: u8) -> Client {
     let mut config = ClientConfig::new(superpeers(cluster));
+    config.join.secret = cluster.secret().expect("the cluster's secret");
     config.chunks = ChunkOptions {
         timeout: Duration::from_secs(5),
         durability,
@@ -252,6 +253,8 @@ fn start_writers(
     (0..WRITERS)
         .map(|thread| {
             let mut config = ClientConfig::new(superpeers(cluster));
+            config.join.secret = cluster.secret().expect("the cluster's secret");
+            config.join.secret = cluster.secret().expect("the cluster's secret");
             config.chunks = ChunkOptions {
                 // Short: once the cluster is gone, a put gives up soon.
                 timeout: Duration::from_secs(2),

@@ -47,6 +47,9 @@ fn free_port() -> SocketAddr {
 struct Group {
     dir: tempfile::TempDir,
     config: PathBuf,
+    /// The cluster secret's file (mode 0600) and its content.
+    secret_file: PathBuf,
+    secret: Vec<u8>,
     members: Vec<(NodeId, SocketAddr)>,
     processes: Vec<Process>,
 }
@@ -56,10 +59,14 @@ impl Group {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("myriad.toml");
         std::fs::write(&config, CONFIG).unwrap();
+        let secret_file = dir.path().join("secret");
+        let secret = myriad_net::secret::create_file(&secret_file).unwrap();
         let members = (1..=count).map(|id| (NodeId(id), free_port())).collect();
         Group {
             dir,
             config,
+            secret_file,
+            secret,
             members,
             processes: Vec::new(),
         }
@@ -91,8 +98,8 @@ impl Group {
                 .arg(self.superpeers_flag())
                 .arg("--data-dir")
                 .arg(self.dir.path().join(format!("sp{}", id.0)))
-                .arg("--secret")
-                .arg("myriad")
+                .arg("--secret-file")
+                .arg(&self.secret_file)
                 .arg("--ready-file")
                 .arg(&ready)
                 .env("RUST_LOG", "warn")
@@ -144,6 +151,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn join(group: &Group, role: Role) -> (Endpoint, Arc<Membership>) {
     let mut config = JoinConfig::new(group.members.clone(), role);
+    config.secret = group.secret.clone();
     config.request_timeout = Duration::from_secs(10);
     Membership::join(config, Handlers::new()).await.unwrap()
 }
@@ -468,10 +476,14 @@ fn silent_peer_is_declared_failed_and_another_member_hears_it() {
 
 #[test]
 fn bad_configuration_exits_nonzero_with_a_reason() {
+    let secret_dir = tempfile::tempdir().unwrap();
+    let group_secret = secret_dir.path().join("secret");
+    myriad_net::secret::create_file(&group_secret).unwrap();
     let output = Myriad::new(
         BINARY,
         ["superpeer", "--id", "4", "--superpeers", "1=127.0.0.1:1"],
     )
+    .env("MYRIAD_SECRET_FILE", &group_secret)
     .env_remove("RUST_BACKTRACE")
     .run();
     assert!(!output.success());
@@ -502,6 +514,8 @@ fn sigterm_stops_cleanly_and_a_second_process_on_the_directory_is_refused() {
         .arg(format!("1=127.0.0.1:{}", free_port().port()))
         .arg("--data-dir")
         .arg(group.dir.path().join("sp1"))
+        .arg("--secret-file")
+        .arg(&group.secret_file)
         .env_remove("RUST_BACKTRACE")
         .run();
     assert!(!output.success());

@@ -26,7 +26,19 @@ fn one_shot_parse_error_exits_nonzero_with_message() {
 
 #[test]
 fn one_shot_command_without_a_reachable_cluster_fails_clearly_in_json() {
-    let output = term(&["--json", "-c", "nodelist", "--superpeers", "1=127.0.0.1:9"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = dir.path().join("secret");
+    myriad_net::secret::create_file(&secret).expect("secret file");
+    let secret = secret.display().to_string();
+    let output = term(&[
+        "--json",
+        "-c",
+        "nodelist",
+        "--superpeers",
+        "1=127.0.0.1:9",
+        "--secret-file",
+        &secret,
+    ]);
     assert_eq!(output.code(), Some(1));
     let text = &output.stdout;
     let value: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
@@ -34,4 +46,17 @@ fn one_shot_command_without_a_reachable_cluster_fails_clearly_in_json() {
     assert!(value["error"]
         .as_str()
         .is_some_and(|e| e.contains("could not connect to the cluster")));
+}
+
+#[test]
+fn one_shot_command_without_a_secret_says_how_to_give_one() {
+    let output = Myriad::new(env!("CARGO_BIN_EXE_myriad"), ["term"])
+        .args(["--json", "-c", "nodelist", "--superpeers", "1=127.0.0.1:9"])
+        .env_remove("MYRIAD_SECRET_FILE")
+        .run();
+    assert_eq!(output.code(), Some(1));
+    let value: serde_json::Value = serde_json::from_str(output.stdout.trim()).expect("JSON");
+    let error = value["error"].as_str().unwrap_or_default();
+    assert!(error.contains("no cluster secret"), "{error}");
+    assert!(error.contains("--secret-file"), "{error}");
 }

@@ -37,12 +37,21 @@ pub struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// Defaults for the given superpeers.
+    /// Defaults for the given superpeers, with no secret yet: set `join.secret` (or use
+    /// [`ClientConfig::with_secret_file`]); joining without one is refused.
     pub fn new(superpeers: Vec<(NodeId, SocketAddr)>) -> ClientConfig {
         ClientConfig {
             join: JoinConfig::new(superpeers, Role::Client),
             chunks: ChunkOptions::default(),
         }
+    }
+
+    /// Sets the cluster secret to the content of `path` (a file of mode `0600`, such as a
+    /// local cluster's `DIR/secret`; see `myriad_net::secret::read_file`).
+    pub fn with_secret_file(mut self, path: &std::path::Path) -> Result<ClientConfig, ClientError> {
+        self.join.secret = myriad_net::secret::read_file(path)
+            .map_err(|error| ClientError::InvalidArgument(error.to_string()))?;
+        Ok(self)
     }
 }
 
@@ -73,9 +82,15 @@ fn unexpected(reply: MetaReply) -> ClientError {
 }
 
 impl Client {
-    /// Joins the cluster with default settings. Blocking: call from outside a tokio runtime.
-    pub fn connect(superpeers: Vec<(NodeId, SocketAddr)>) -> Result<Client, ClientError> {
-        Client::connect_with(ClientConfig::new(superpeers))
+    /// Joins the cluster with default settings and the cluster secret `secret`. Blocking:
+    /// call from outside a tokio runtime.
+    pub fn connect(
+        superpeers: Vec<(NodeId, SocketAddr)>,
+        secret: impl Into<Vec<u8>>,
+    ) -> Result<Client, ClientError> {
+        let mut config = ClientConfig::new(superpeers);
+        config.join.secret = secret.into();
+        Client::connect_with(config)
     }
 
     /// Joins the cluster. Blocking: call from outside a tokio runtime.

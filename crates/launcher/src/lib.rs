@@ -14,10 +14,19 @@
 //! [`restart_all`](LocalCluster::restart_all) every node that is down (a whole cluster
 //! after a power outage: superpeers from their Raft state, peers reclaiming their IDs).
 //!
-//! Directory layout under `DIR`: `cluster.json`, `logs/<name>.log`, `data/<name>/` (the
-//! node's `--data-dir`) and `run/<name>.ready` (the node's `--ready-file`). Node names are
+//! Directory layout under `DIR`: `cluster.json`, `secret` (the cluster secret, mode
+//! `0600`), `logs/<name>.log`, `data/<name>/` (the node's `--data-dir`) and
+//! `run/<name>.ready` (the node's `--ready-file`). Node names are
 //! `superpeer-<id>` (ids 1..=n) and `peer-<k>` (k from 1); a peer's node ID is the one its
 //! ready file reports, since superpeers assign peer IDs.
+//!
+//! # The cluster secret
+//! Unless the spec names a secret file of its own ([`LaunchSpec::secret_file`]), `start`
+//! uses `DIR/secret`: the one already there (a cluster directory started before), else a
+//! new random one written with mode `0600` (`myriad_net::secret`). Every node gets
+//! `--secret-file PATH`: the path is on the command line and in `cluster.json`
+//! ([`ClusterFile::secret_file`]), the secret never is. Clients read it with
+//! [`LocalCluster::secret`].
 //!
 //! # Invariants
 //! - A node counts as serving only once its ready file holds a valid JSON line with the
@@ -116,6 +125,9 @@ pub enum LaunchError {
     /// No node of that name or node ID.
     #[error("no node {0} in this cluster")]
     UnknownNode(String),
+    /// The cluster secret's file could not be created or read.
+    #[error(transparent)]
+    Secret(#[from] myriad_net::secret::SecretError),
     /// Sending a signal failed.
     #[error("signal {signal} to pid {pid}: {source}")]
     Signal {
@@ -192,8 +204,11 @@ pub struct LaunchSpec {
     /// behind). Default true; `myriad cluster start` turns it off, since its nodes must
     /// outlive the command. Nodes restarted through [`LocalCluster::open`] do not get it.
     pub exit_with_parent: bool,
-    /// Extra arguments given to every node (e.g. `--config FILE`, `--secret S`).
+    /// Extra arguments given to every node (e.g. `--config FILE`).
     pub extra_args: Vec<String>,
+    /// The cluster secret's file (mode `0600`); `None`: `DIR/secret`, created with a
+    /// random secret if missing.
+    pub secret_file: Option<PathBuf>,
     /// Longest wait for each group of nodes (superpeers, then peers) to be ready.
     pub ready_timeout: Duration,
 }
@@ -210,6 +225,7 @@ impl LaunchSpec {
             peer_prefault_mb: None,
             exit_with_parent: true,
             extra_args: Vec::new(),
+            secret_file: None,
             ready_timeout: Duration::from_secs(30),
         }
     }
@@ -247,6 +263,10 @@ pub struct ClusterFile {
     pub binary: PathBuf,
     /// The `--superpeers` list given to every node.
     pub superpeers: String,
+    /// The cluster secret's file, given to every node as `--secret-file` (its path only;
+    /// empty in files written before secrets had files).
+    #[serde(default)]
+    pub secret_file: PathBuf,
     /// Every node, superpeers first.
     pub nodes: Vec<NodeEntry>,
 }
@@ -320,6 +340,19 @@ impl LocalCluster {
         }
         let dir = fs::canonicalize(&spec.dir)
             .map_err(io_error(format!("resolving {}", spec.dir.display())))?;
+        let secret_file = match &spec.secret_file {
+            Some(path) => {
+                let path = fs::canonicalize(path)
+                    .map_err(io_error(format!("resolving {}", path.display())))?;
+                myriad_net::secret::read_file(&path)?;
+                path
+            }
+            None => {
+                let path = dir.join(myriad_net::secret::SECRET_FILE_NAME);
+                myriad_net::secret::read_or_create(&path)?;
+                path
+            }
+        };
 
         let ports = free_ports(spec.superpeers)?;
         let superpeers = ports
@@ -334,6 +367,7 @@ impl LocalCluster {
                 version: CLUSTER_FILE_VERSION,
                 binary: spec.binary.clone(),
                 superpeers: superpeers.clone(),
+                secret_file: secret_file.clone(),
                 nodes: Vec::new(),
             },
             children: HashMap::new(),
@@ -356,7 +390,7 @@ impl LocalCluster {
                 "--listen".into(),
                 format!("127.0.0.1:{port}"),
             ];
-            args.extend(paths.common_args(&superpeers));
+            args.extend(paths.common_args(&superpeers, &secret_file));
             args.extend(spec.extra_args.iter().cloned());
             superpeer_entries.push(paths.entry(name, NodeRole::Superpeer, args));
         }
@@ -365,7 +399,7 @@ impl LocalCluster {
             let name = format!("peer-{k}");
             let paths = NodePaths::new(&dir, &name);
             let mut args = vec!["peer".to_string(), "--listen".into(), "127.0.0.1:0".into()];
-            args.extend(paths.common_args(&superpeers));
+            args.extend(paths.common_args(&superpeers, &secret_file));
             if let Some(mb) = spec.peer_memory_mb {
                 args.push("--memory-mb".into());
                 args.push(mb.to_string());
@@ -430,6 +464,20 @@ impl LocalCluster {
             ready_timeout: Duration::from_secs(30),
             exit_with_parent: false,
         })
+    }
+
+    /// The cluster secret's file (for `myriad term`, clients, `MYRIAD_SECRET_FILE`).
+    pub fn secret_file(&self) -> PathBuf {
+        if self.file.secret_file.as_os_str().is_empty() {
+            self.dir.join(myriad_net::secret::SECRET_FILE_NAME)
+        } else {
+            self.file.secret_file.clone()
+        }
+    }
+
+    /// The cluster secret, read from [`secret_file`](Self::secret_file).
+    pub fn secret(&self) -> Result<Vec<u8>, LaunchError> {
+        Ok(myriad_net::secret::read_file(&self.secret_file())?)
     }
 
     /// Sets the wait after SIGTERM before [`stop`](Self::stop) sends SIGKILL.
@@ -770,8 +818,10 @@ impl NodePaths {
         }
     }
 
-    fn common_args(&self, superpeers: &str) -> Vec<String> {
+    fn common_args(&self, superpeers: &str, secret_file: &Path) -> Vec<String> {
         vec![
+            "--secret-file".into(),
+            secret_file.display().to_string(),
             "--superpeers".into(),
             superpeers.into(),
             "--data-dir".into(),

@@ -231,3 +231,55 @@ fn invalid_specs_are_refused() {
         Err(LaunchError::ClusterFile { .. })
     ));
 }
+
+#[test]
+fn the_cluster_secret_file_is_created_reused_or_given_and_only_its_path_is_passed() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().expect("tempdir");
+    // No secret file given: DIR/secret is created (0600) and every node gets its path.
+    let mut cluster = LocalCluster::start_owned(spec(root.path(), 1, 1)).expect("start");
+    let path = cluster.secret_file();
+    assert_eq!(path, cluster.dir().join("secret"));
+    assert_eq!(
+        fs::metadata(&path)
+            .expect("secret file")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let secret = cluster.secret().expect("secret");
+    let text = String::from_utf8(secret.clone()).expect("hex text");
+    for node in cluster.nodes() {
+        let at = node.args.iter().position(|arg| arg == "--secret-file");
+        let given = at.and_then(|at| node.args.get(at + 1));
+        assert_eq!(given, Some(&path.display().to_string()), "{:?}", node.args);
+        assert!(!node.args.iter().any(|arg| arg.contains(&text)));
+    }
+    let json = fs::read_to_string(cluster.dir().join("cluster.json")).expect("cluster.json");
+    assert!(!json.contains(&text), "cluster.json holds the secret");
+    cluster.stop().expect("stop");
+    drop(cluster);
+
+    // A second start in the same directory keeps the secret (restarts keep working).
+    let cluster = LocalCluster::start_owned(spec(root.path(), 1, 0)).expect("restart");
+    assert_eq!(cluster.secret().expect("secret"), secret);
+    drop(cluster);
+
+    // A given file is used as it is; one that others may read is refused before any
+    // node starts.
+    let given = root.path().join("given-secret");
+    let given_secret = myriad_net::secret::create_file(&given).expect("given secret");
+    let mut other = spec(root.path(), 1, 0);
+    other.dir = root.path().join("other");
+    other.secret_file = Some(given.clone());
+    let cluster = LocalCluster::start_owned(other.clone()).expect("start with a given file");
+    assert_eq!(cluster.secret().expect("secret"), given_secret);
+    assert!(!cluster.dir().join("secret").exists());
+    drop(cluster);
+    fs::set_permissions(&given, fs::Permissions::from_mode(0o644)).expect("chmod");
+    other.dir = root.path().join("third");
+    let refused = LocalCluster::start_owned(other).expect_err("a loose secret file");
+    assert!(refused.to_string().contains("chmod 600"), "{refused}");
+    assert!(!root.path().join("third").join("cluster.json").exists());
+}

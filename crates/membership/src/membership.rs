@@ -57,8 +57,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// How often a waiting barrier sign-on polls the barrier's status as a fallback.
 const BARRIER_POLL_INTERVAL: Duration = Duration::from_millis(200);
 
-/// How a node joins the cluster.
-#[derive(Debug, Clone)]
+/// How a node joins the cluster. Its `Debug` output never shows the secret.
+#[derive(Clone)]
 pub struct JoinConfig {
     /// The configured superpeers: ID and address.
     pub superpeers: Vec<(NodeId, SocketAddr)>,
@@ -85,8 +85,27 @@ pub struct JoinConfig {
     pub request_timeout: Duration,
 }
 
+impl std::fmt::Debug for JoinConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinConfig")
+            .field("superpeers", &self.superpeers)
+            .field("role", &self.role)
+            .field("listen", &self.listen)
+            .field("capabilities", &self.capabilities)
+            .field("rack", &self.rack)
+            .field("switch", &self.switch)
+            .field("reclaim", &self.reclaim)
+            .field("secret", &"<redacted>")
+            .field("handler_threads", &self.handler_threads)
+            .field("io_threads", &self.io_threads)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
 impl JoinConfig {
-    /// Defaults: listen on `127.0.0.1:0`, secret `b"myriad"`, all capabilities, rack and
+    /// Defaults: listen on `127.0.0.1:0`, no secret (set `secret`: joining without one is
+    /// refused; there is no default secret), all capabilities, rack and
     /// switch 0, 2 handler threads, 1 I/O thread, 10 s request timeout.
     pub fn new(superpeers: Vec<(NodeId, SocketAddr)>, role: Role) -> JoinConfig {
         JoinConfig {
@@ -97,7 +116,7 @@ impl JoinConfig {
             rack: 0,
             switch: 0,
             reclaim: None,
-            secret: b"myriad".to_vec(),
+            secret: Vec::new(),
             handler_threads: 2,
             io_threads: 1,
             request_timeout: Duration::from_secs(10),
@@ -173,6 +192,11 @@ fn check_config(config: &JoinConfig) -> Result<(), MembershipError> {
     if config.role == Role::Superpeer {
         return Err(MembershipError::InvalidArgument(
             "superpeers do not join through Membership".to_owned(),
+        ));
+    }
+    if config.secret.is_empty() {
+        return Err(MembershipError::InvalidArgument(
+            "no cluster secret configured (read it from the cluster's secret file)".to_owned(),
         ));
     }
     Ok(())
@@ -281,7 +305,7 @@ impl Membership {
         let deadline = tokio::time::Instant::now() + config.request_timeout;
         let joined = join_exchange(&config, &request, deadline).await?;
         let slot: Slot = Arc::new(OnceLock::new());
-        let handlers = with_own_handlers(handlers, &slot, joined.epoch)?;
+        let handlers = with_own_handlers(handlers, &slot, joined.epoch, &config.superpeers)?;
         let endpoint = Endpoint::start_on_listener(
             tokio::runtime::Handle::current(),
             endpoint_config(&config, joined.id),
@@ -319,7 +343,7 @@ impl Membership {
         })?;
         drop(runtime);
         let slot: Slot = Arc::new(OnceLock::new());
-        let handlers = with_own_handlers(handlers, &slot, joined.epoch)?;
+        let handlers = with_own_handlers(handlers, &slot, joined.epoch, &config.superpeers)?;
         let endpoint =
             Endpoint::start_with_listener(endpoint_config(&config, joined.id), handlers, listener)
                 .map_err(|error| MembershipError::Join(format!("endpoint: {error}")))?;
@@ -402,6 +426,20 @@ impl Membership {
     /// One node's record.
     pub fn node(&self, id: NodeId) -> Option<NodeRecord> {
         self.table.read().nodes.get(&id).cloned()
+    }
+
+    /// The role of a node this node knows of (no copy of its record: cheap enough for a
+    /// check per message, see `myriad_net::Handlers::restrict`).
+    pub fn role_of(&self, id: NodeId) -> Option<Role> {
+        self.table.read().nodes.get(&id).map(|record| record.role)
+    }
+
+    /// Whether `id` may send peer-to-peer messages (replication, acknowledgements): not
+    /// a node this node knows as a client. A node not known yet is let through (a peer
+    /// that joined a moment ago may replicate before its join event arrived here); see
+    /// `docs/security.md` for what this does and does not stop.
+    pub fn is_not_client(&self, id: NodeId) -> bool {
+        self.role_of(id) != Some(Role::Client)
     }
 
     /// Events from now on, each delivered after the node table was updated.
@@ -859,10 +897,15 @@ fn endpoint_config(config: &JoinConfig, id: NodeId) -> myriad_net::Config {
 /// Adds membership's handlers to the caller's. Before the membership is installed (a
 /// moment after the endpoint starts) heartbeats are answered with the join's epoch and
 /// events are dropped (the next heartbeat shows the gap and triggers a resync).
+///
+/// Roles: only the configured superpeers may send these types (events, heartbeats and
+/// barrier releases from a client or peer close its connection, see
+/// `myriad_net::Handlers::restrict`).
 fn with_own_handlers(
     mut handlers: Handlers,
     slot: &Slot,
     join_epoch: u64,
+    superpeers: &[(NodeId, SocketAddr)],
 ) -> Result<Handlers, MembershipError> {
     let register =
         |error: NetError| MembershipError::Join(format!("handler registration: {error}"));
@@ -900,6 +943,13 @@ fn with_own_handlers(
             }
         })
         .map_err(register)?;
+    let superpeers: Arc<[NodeId]> = superpeers.iter().map(|(id, _)| *id).collect();
+    for message_type in [types::EVENT, types::HEARTBEAT, types::BARRIER_RELEASED] {
+        let superpeers = superpeers.clone();
+        handlers
+            .restrict(message_type, move |from| superpeers.contains(&from))
+            .map_err(register)?;
+    }
     Ok(handlers)
 }
 

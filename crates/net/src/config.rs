@@ -45,6 +45,9 @@ pub const EVENTS_QUEUED_MAX: usize = 1024;
 /// (one non-blocking peek) before it carries a request; busier lanes skip the check.
 pub const LANE_CHECK_IDLE: Duration = Duration::from_millis(1);
 
+/// Default of [`Config::pending_handshakes_max`].
+pub const PENDING_HANDSHAKES_MAX: usize = 256;
+
 /// Longest cluster secret accepted (bytes).
 pub const SECRET_BYTES_MAX: usize = 1024;
 
@@ -64,6 +67,11 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// Time an incoming connection has to finish its handshake.
     pub handshake_timeout: Duration,
+    /// Incoming connections still in their handshake (not authenticated yet) at most: a
+    /// connection accepted beyond this is closed at once, so a flood of half-open or
+    /// garbage connections costs bounded memory and tasks (at most this many, each for at
+    /// most `handshake_timeout`). Established connections are not affected.
+    pub pending_handshakes_max: usize,
     /// Longest a sender waits for space in a full send queue before `SendTimeout`.
     pub send_timeout: Duration,
     /// Bytes queued for sending per connection before senders wait (back-pressure).
@@ -98,6 +106,7 @@ impl std::fmt::Debug for Config {
             .field("connections_max", &self.connections_max)
             .field("connect_timeout", &self.connect_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
+            .field("pending_handshakes_max", &self.pending_handshakes_max)
             .field("send_timeout", &self.send_timeout)
             .field("send_queue_bytes_max", &self.send_queue_bytes_max)
             .field(
@@ -114,7 +123,8 @@ impl std::fmt::Debug for Config {
 }
 
 impl Config {
-    /// Defaults: 100 connections, 2 s connect and handshake timeouts, 10 s send timeout,
+    /// Defaults: 100 connections, 2 s connect and handshake timeouts, at most
+    /// [`PENDING_HANDSHAKES_MAX`] handshakes in progress, 10 s send timeout,
     /// 4 MiB send queue, 4 MiB unprocessed receive bytes, 256 MiB messages, 2 handler
     /// threads, 1 I/O thread, 64 lanes per node closed after 30 s idle.
     pub fn new(node_id: NodeId, listen_addr: SocketAddr, secret: impl Into<Vec<u8>>) -> Self {
@@ -125,6 +135,7 @@ impl Config {
             connections_max: 100,
             connect_timeout: Duration::from_secs(2),
             handshake_timeout: Duration::from_secs(2),
+            pending_handshakes_max: PENDING_HANDSHAKES_MAX,
             send_timeout: Duration::from_secs(10),
             send_queue_bytes_max: 4 << 20,
             receive_unprocessed_bytes_max: 4 << 20,

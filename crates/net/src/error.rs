@@ -76,6 +76,14 @@ pub enum NetError {
         /// Subtype byte.
         subtype: u8,
     },
+    /// A message type has no handler (to restrict).
+    #[error("message type {type_id}/{subtype} has no handler")]
+    NoHandler {
+        /// Type byte.
+        type_id: u8,
+        /// Subtype byte.
+        subtype: u8,
+    },
     /// A message type is already registered.
     #[error("message type {type_id}/{subtype} is already registered")]
     DuplicateHandler {
@@ -121,6 +129,17 @@ pub enum FrameError {
     /// No handler is registered for the message type.
     #[error("unknown message type {type_id}/{subtype}")]
     UnknownType {
+        /// Type byte.
+        type_id: u8,
+        /// Subtype byte.
+        subtype: u8,
+    },
+    /// The sender may not send this type ([`crate::Handlers::restrict`]): e.g. a client
+    /// sending a message only peers or superpeers exchange.
+    #[error("node {from} may not send message type {type_id}/{subtype}")]
+    SenderRefused {
+        /// The sender.
+        from: NodeId,
         /// Type byte.
         type_id: u8,
         /// Subtype byte.

@@ -77,7 +77,13 @@ pub(crate) struct Registered {
     /// Runs on the connection's reader task instead of the handler pool.
     pub inline: bool,
     pub handler: Arc<dyn Handler>,
+    /// Who may send this type (`None`: any authenticated node); see [`Handlers::restrict`].
+    pub senders: Option<SenderCheck>,
 }
+
+/// Whether a node may send a message type: asked on the reader task for every message
+/// of a restricted type, so it must be quick and never block.
+pub type SenderCheck = Arc<dyn Fn(NodeId) -> bool + Send + Sync>;
 
 pub(crate) type HandlerMap = HashMap<u16, Registered>;
 
@@ -124,6 +130,43 @@ impl Handlers {
         insert(&mut self.map, message_type, Arc::new(handler), true)?;
         Ok(self)
     }
+
+    /// Lets only senders for which `allowed` holds send `message_type` (registered
+    /// before): a frame of that type from any other node closes its connection
+    /// ([`FrameError::SenderRefused`](crate::FrameError::SenderRefused), logged) before
+    /// the handler sees anything. Enforces roles: e.g. only superpeers push membership
+    /// events, clients never replicate. `allowed` runs on the reader task for every such
+    /// frame: keep it a quick lookup. A second call replaces the first check.
+    pub fn restrict(
+        &mut self,
+        message_type: MessageType,
+        allowed: impl Fn(NodeId) -> bool + Send + Sync + 'static,
+    ) -> Result<&mut Self, NetError> {
+        restrict_in(&mut self.map, message_type, Arc::new(allowed))?;
+        Ok(self)
+    }
+
+    /// Whether `message_type` is restricted to some senders ([`Handlers::restrict`]).
+    pub fn is_restricted(&self, message_type: MessageType) -> bool {
+        self.map
+            .get(&type_key(message_type.type_id, message_type.subtype))
+            .is_some_and(|entry| entry.senders.is_some())
+    }
+}
+
+/// Sets the sender check of `message_type`'s registered handler.
+pub(crate) fn restrict_in(
+    map: &mut HandlerMap,
+    message_type: MessageType,
+    allowed: SenderCheck,
+) -> Result<(), NetError> {
+    let key = type_key(message_type.type_id, message_type.subtype);
+    let entry = map.get_mut(&key).ok_or(NetError::NoHandler {
+        type_id: message_type.type_id,
+        subtype: message_type.subtype,
+    })?;
+    entry.senders = Some(allowed);
+    Ok(())
 }
 
 pub(crate) fn insert(
@@ -151,6 +194,7 @@ pub(crate) fn insert(
             ordered: message_type.ordered,
             inline,
             handler,
+            senders: None,
         },
     );
     Ok(())

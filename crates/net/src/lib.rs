@@ -31,6 +31,8 @@
 //! # Structure
 //! - [`wire`]: frame header, frame decoder, reassembly, handshake (the byte format,
 //!   documented in `docs/wire-format.md`).
+//! - [`secret`]: the cluster secret's file (generated, written `0600`, read back; the
+//!   `MYRIAD_SECRET_FILE` variable). An endpoint refuses to start with an empty secret.
 //! - Payloads are encoded field by field with `myriad_types::codec` (varints,
 //!   little-endian integers, length-prefixed slices shared with the received buffer).
 //! - `fault`: the per-link network filters for tests ([`Fault`]: drop, partition, delay,
@@ -115,19 +117,20 @@ mod handler;
 mod lane;
 mod pool;
 mod reader;
+pub mod secret;
 pub mod wire;
 
 pub use bytes::Bytes;
 pub use config::{
     Config, ACCEPT_RETRY_DELAY, AGGREGATION_BUFFER_BYTES, COPY_PAYLOAD_BYTES_MAX, DEADLINE_FAR,
-    EVENTS_QUEUED_MAX, IO_SLICES_MAX, LANE_CHECK_IDLE, PENDING_REQUESTS_MAX, READ_BUFFER_BYTES,
-    READ_SPACE_BYTES_MIN, SECRET_BYTES_MAX,
+    EVENTS_QUEUED_MAX, IO_SLICES_MAX, LANE_CHECK_IDLE, PENDING_HANDSHAKES_MAX,
+    PENDING_REQUESTS_MAX, READ_BUFFER_BYTES, READ_SPACE_BYTES_MIN, SECRET_BYTES_MAX,
 };
 pub use conn::{CloseReason, ConnectionStats};
 pub use endpoint::{ConnectionEvents, ConnectionLost, Endpoint, NetHandle, PendingResponse};
 pub use error::{FrameError, HandshakeError, NetError};
 pub use fault::Fault;
-pub use handler::{Handler, Handlers, Incoming, MessageType, Responder};
+pub use handler::{Handler, Handlers, Incoming, MessageType, Responder, SenderCheck};
 pub use lane::LaneStats;
 
 /// A node's 16-bit ID: the one [`myriad_types::NodeId`] of every layer, re-exported for

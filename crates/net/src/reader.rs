@@ -243,6 +243,15 @@ fn cut_and_dispatch(
                     subtype: header.subtype,
                 });
             }
+            if let Some(allowed) = &entry.senders {
+                if !allowed(conn.peer) {
+                    return Err(FrameError::SenderRefused {
+                        from: conn.peer,
+                        type_id: header.type_id,
+                        subtype: header.subtype,
+                    });
+                }
+            }
             Some(entry)
         };
         let Some(message) = reassembler.push(frame)? else {

@@ -12,7 +12,7 @@
 //! ```toml
 //! listen = "127.0.0.1:22221"
 //! data_dir = "/var/lib/myriad/sp1"
-//! secret = "change me"
+//! secret_file = "/var/lib/myriad/secret"   # mode 0600; or `secret = "..."` inline
 //! superpeers = ["1=127.0.0.1:22221", "2=127.0.0.1:22222", "3=127.0.0.1:22223"]
 //! capabilities = ["storage", "backup"]
 //!
@@ -44,6 +44,15 @@
 //! primary_log_kb = 262144  # at least 2 write buffers
 //! wait_timeout_ms = 10000  # longest a replicated/durable change waits
 //! ```
+//!
+//! # The cluster secret
+//! There is no default secret: a node refuses to start without one, on a loopback address
+//! as well as on any other (another user of the same machine could otherwise join; and
+//! `myriad cluster start` writes one to `DIR/secret` anyway). It comes, first match wins,
+//! from `--secret-file FILE`, the file named by `MYRIAD_SECRET_FILE`, `secret_file` in the
+//! configuration, or `secret` in the configuration (a file of mode `0600` too, then).
+//! [`NodeConfig::read_secret_file`] reads the file; it never reaches a command line or a
+//! log. Files are read by `myriad_net::secret::read_file` (owner-only files only).
 //!
 //! # Who calls it
 //! The `myriad` binary (`superpeer`, `peer` subcommands) and tests.
@@ -377,8 +386,12 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// Directory of persistent state (the superpeer's Raft log and snapshot).
     pub data_dir: PathBuf,
-    /// The cluster secret of the messaging layer's handshake.
+    /// The cluster secret of the messaging layer's handshake (no default: empty means
+    /// none configured, which [`NodeConfig::validate`] refuses).
     pub secret: String,
+    /// A file holding the cluster secret (empty: none); read into `secret` by
+    /// [`NodeConfig::read_secret_file`].
+    pub secret_file: PathBuf,
     /// Rack number.
     pub rack: u16,
     /// Switch number.
@@ -402,7 +415,8 @@ impl Default for NodeConfig {
         NodeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: PathBuf::from("myriad-data"),
-            secret: "myriad".to_owned(),
+            secret: String::new(),
+            secret_file: PathBuf::new(),
             rack: 0,
             switch: 0,
             capabilities: vec![
@@ -430,8 +444,8 @@ pub struct Overrides {
     pub superpeers: Option<String>,
     /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
-    /// `--secret`.
-    pub secret: Option<String>,
+    /// `--secret-file` (or `MYRIAD_SECRET_FILE`).
+    pub secret_file: Option<PathBuf>,
 }
 
 impl NodeConfig {
@@ -463,9 +477,27 @@ impl NodeConfig {
         if let Some(dir) = &overrides.data_dir {
             self.data_dir = dir.clone();
         }
-        if let Some(secret) = &overrides.secret {
-            self.secret = secret.clone();
+        if let Some(file) = &overrides.secret_file {
+            self.secret_file = file.clone();
         }
+        Ok(())
+    }
+
+    /// Reads `secret_file`, if one is set, into `secret` (the file wins over an inline
+    /// `secret`). Refuses a file that others may read, an empty or over-long secret and
+    /// one that is not UTF-8 text.
+    pub fn read_secret_file(&mut self) -> Result<(), ConfigError> {
+        if self.secret_file.as_os_str().is_empty() {
+            return Ok(());
+        }
+        let bytes = myriad_net::secret::read_file(&self.secret_file)
+            .map_err(|error| ConfigError::Invalid(error.to_string()))?;
+        self.secret = String::from_utf8(bytes).map_err(|_| {
+            ConfigError::Invalid(format!(
+                "cluster secret file {} is not UTF-8 text",
+                self.secret_file.display()
+            ))
+        })?;
         Ok(())
     }
 
@@ -539,7 +571,21 @@ impl NodeConfig {
                 return invalid(format!("superpeer ID {} is listed twice", superpeer.id.0));
             }
         }
-        if self.secret.is_empty() || self.secret.len() > myriad_net::SECRET_BYTES_MAX {
+        if self.secret.is_empty() {
+            let hint = "give --secret-file FILE (a file of mode 0600), set MYRIAD_SECRET_FILE, \
+                        or set secret_file in the configuration; `myriad cluster start` \
+                        writes one to DIR/secret";
+            return invalid(if self.listen.ip().is_loopback() {
+                format!("no cluster secret configured: {hint}")
+            } else {
+                format!(
+                    "refusing to listen on the non-loopback address {} without a cluster \
+                     secret: {hint}",
+                    self.listen
+                )
+            });
+        }
+        if self.secret.len() > myriad_net::SECRET_BYTES_MAX {
             return invalid(format!(
                 "the secret must have 1 to {} bytes",
                 myriad_net::SECRET_BYTES_MAX
@@ -713,7 +759,7 @@ prefault_mb = 16
                 listen: Some("127.0.0.1:7002".parse().unwrap()),
                 superpeers: Some("2=127.0.0.1:7002".to_owned()),
                 data_dir: Some(PathBuf::from("/tmp/sp2")),
-                secret: Some("other".to_owned()),
+                secret_file: Some(PathBuf::from("/tmp/secret")),
             })
             .unwrap();
         assert_eq!(config.superpeer.id, 2);
@@ -722,8 +768,42 @@ prefault_mb = 16
             vec![(NodeId(2), "127.0.0.1:7002".parse().unwrap())]
         );
         assert_eq!(config.data_dir, PathBuf::from("/tmp/sp2"));
-        assert_eq!(config.secret, "other");
+        assert_eq!(config.secret_file, PathBuf::from("/tmp/secret"));
         config.validate_superpeer().unwrap();
+    }
+
+    #[test]
+    fn a_node_without_a_secret_is_refused_and_a_secret_file_is_read() {
+        let mut config = NodeConfig::from_toml(FULL).unwrap();
+        config.secret.clear();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("no cluster secret"), "{error}");
+        assert!(error.contains("--secret-file"), "{error}");
+        config.listen = "0.0.0.0:7001".parse().unwrap();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(
+            error.contains("non-loopback address 0.0.0.0:7001"),
+            "{error}"
+        );
+
+        // The file wins over an inline secret; a file others may read is refused.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("secret");
+        let secret = myriad_net::secret::create_file(&path).unwrap();
+        config.secret = "inline".into();
+        config
+            .apply(&Overrides {
+                secret_file: Some(path.clone()),
+                ..Overrides::default()
+            })
+            .unwrap();
+        config.read_secret_file().unwrap();
+        assert_eq!(config.secret.as_bytes(), &secret[..]);
+        config.validate().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let error = config.read_secret_file().unwrap_err().to_string();
+        assert!(error.contains("chmod 600"), "{error}");
     }
 
     #[test]

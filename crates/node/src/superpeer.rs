@@ -102,7 +102,8 @@ pub struct SuperpeerConfig {
 }
 
 impl SuperpeerConfig {
-    /// A configuration with the defaults of [`NodeConfig`].
+    /// A configuration with the defaults of [`NodeConfig`], hence no secret: set `secret`
+    /// before starting (an empty one is refused).
     pub fn new(
         id: NodeId,
         listen: SocketAddr,
@@ -289,7 +290,8 @@ impl Superpeer {
             myriad_net::Config::new(config.id, config.listen, config.secret.clone());
         net_config.handler_threads = config.handler_threads.max(1);
         let slot: Arc<OnceLock<Arc<Core>>> = Arc::new(OnceLock::new());
-        let handlers = handlers(&slot)?;
+        let members: Vec<NodeId> = config.members.iter().map(|(id, _)| *id).collect();
+        let handlers = handlers(&slot, &members)?;
         let endpoint = Endpoint::start_on(runtime.handle().clone(), net_config, handlers)?;
         let net = endpoint.handle();
         for (id, address) in &config.members {
@@ -438,7 +440,9 @@ impl Drop for Superpeer {
 // ----- handlers ----------------------------------------------------------------------------
 
 /// Registers every type a superpeer receives. Each handler hands its work to a task.
-fn handlers(slot: &Arc<OnceLock<Arc<Core>>>) -> Result<Handlers, NodeError> {
+/// Raft RPCs, events and barrier releases are only accepted from the group's `members`
+/// (anyone else's connection is closed: roles, see `docs/security.md`).
+fn handlers(slot: &Arc<OnceLock<Arc<Core>>>, members: &[NodeId]) -> Result<Handlers, NodeError> {
     let mut handlers = Handlers::new();
     let with_core = |slot: &Arc<OnceLock<Arc<Core>>>,
                      serve: fn(Arc<Core>, Incoming)|
@@ -483,6 +487,11 @@ fn handlers(slot: &Arc<OnceLock<Arc<Core>>>) -> Result<Handlers, NodeError> {
     // Other superpeers' leaders push events here too; the applied state already has them.
     handlers.register(types::EVENT, |_message: Incoming| {})?;
     handlers.register(types::BARRIER_RELEASED, |_message: Incoming| {})?;
+    let members: Arc<[NodeId]> = members.into();
+    for message_type in [types::RAFT_RPC, types::EVENT, types::BARRIER_RELEASED] {
+        let members = Arc::clone(&members);
+        handlers.restrict(message_type, move |from| members.contains(&from))?;
+    }
     Ok(handlers)
 }
 
@@ -620,11 +629,58 @@ impl Core {
                 return;
             }
         };
+        if let MetaRequest::Write(command) = &request {
+            if !core.may_write(message.from, command) {
+                tracing::warn!(from = %message.from, "a client's internal metadata command refused");
+                respond(
+                    responder,
+                    MetaReply::Response(Response::Error(MetaError::InvalidArgument(
+                        "clients may not commit this command (roles, see docs/security.md)"
+                            .to_owned(),
+                    )))
+                    .encode(),
+                );
+                return;
+            }
+        }
         let runtime = core.net.runtime();
         runtime.spawn(async move {
             let reply = core.serve(request).await;
             respond(responder, reply.encode());
         });
+    }
+
+    /// Whether `from` may commit `command`: a node known as a client only the commands
+    /// of the client API (names, barriers, temporary storage, its own leave); the
+    /// cluster-internal ones (failure verdicts, ownership, zones, ID reservations) come
+    /// from peers and superpeers only. A node not known (yet) is let through, as for
+    /// replication (see `docs/security.md`).
+    fn may_write(&self, from: NodeId, command: &Command) -> bool {
+        let Some(raft) = self.raft() else {
+            return true;
+        };
+        let is_client = raft.read_local(|state: &MetaState| {
+            state
+                .node(from)
+                .is_some_and(|record| record.role == Role::Client)
+        });
+        if !is_client {
+            return true;
+        }
+        match command {
+            Command::Leave { node } => *node == from,
+            Command::NameRegister { .. }
+            | Command::NameRemove { .. }
+            | Command::BarrierAlloc { .. }
+            | Command::BarrierSignOn { .. }
+            | Command::BarrierResize { .. }
+            | Command::BarrierFree { .. }
+            | Command::TmpPut { .. }
+            | Command::TmpRemove { .. }
+            // An operator's (the terminal's) release of a gone peer's ID.
+            | Command::ReleaseId { .. } => true,
+            _ => false,
+        }
     }
 
     /// Serves one metadata request (the leader executes; others answer `NotLeader`).

@@ -130,7 +130,6 @@ fn a_partitioned_peer_is_fenced_and_cannot_overwrite_recovered_data() {
 #[test]
 fn a_restorer_fences_the_failed_holder_named_in_the_request() {
     let cluster = start();
-    let client = cluster.client();
     let restorer = cluster.peer(1);
     // Node IDs no member has: fencing them disturbs nothing else in this cluster.
     let (owner, holder) = (NodeId(0x0f00), NodeId(0x0f01));
@@ -139,8 +138,10 @@ fn a_restorer_fences_the_failed_holder_named_in_the_request() {
         zone: 7,
         holder: Some(holder),
     };
-    let reply = client
-        .membership()
+    // Sent as the superpeer leader sends it: recovery orders from anyone else are refused
+    // (roles, docs/security.md).
+    let reply = cluster
+        .leader()
         .net()
         .request_blocking(
             restorer.node_id(),

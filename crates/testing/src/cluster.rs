@@ -201,12 +201,15 @@ fn start_superpeers(
         let members: Vec<(NodeId, SocketAddr)> = (1..=builder.superpeers)
             .map(|id| (NodeId(id as u16), free_address()))
             .collect();
+        // A fresh random secret per cluster (there is no default one).
+        let secret = myriad_net::secret::generate().into_bytes();
         let configs: Vec<SuperpeerConfig> = members
             .iter()
             .enumerate()
             .map(|(index, (id, address))| {
                 let path = dir.path().join(format!("superpeer-{index}-try{attempt}"));
                 let mut config = SuperpeerConfig::new(*id, *address, members.clone(), path);
+                config.secret = secret.clone();
                 config.election_timeout_ms = 150..300;
                 config.raft_heartbeat_ms = 50;
                 if let Some((heartbeat, timeout)) = builder.failure_detection {

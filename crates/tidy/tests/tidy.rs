@@ -38,6 +38,7 @@ const DEPENDENCY_ARROWS: &[(&str, &str)] = &[
     ("myriad-client", "myriad-net"),
     ("myriad-client", "myriad-proto"),
     ("myriad-client", "myriad-types"),
+    ("myriad-launcher", "myriad-net"),
     ("myriad-launcher", "myriad-types"),
     ("myriad-mem", "myriad-types"),
     ("myriad-membership", "myriad-meta"),

@@ -76,10 +76,11 @@ pub trait MyriadClientSession {
 }
 
 /// Connects a client session to the cluster whose superpeers are `superpeers` (node ID,
-/// `127.0.0.1:P`). Each worker thread gets its own client (its own node ID and connection
+/// `127.0.0.1:P`) and secret is `secret`. Each worker thread gets its own client (its own node ID and connection
 /// per peer), matching the baselines' one connection per client thread.
 pub fn client_session(
     superpeers: &[(u16, String)],
+    secret: Vec<u8>,
 ) -> Result<Box<dyn MyriadClientSession>, String> {
     let superpeers = superpeers
         .iter()
@@ -90,9 +91,10 @@ pub fn client_session(
                 .map_err(|e| format!("superpeer address {address}: {e}"))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let client = Client::connect(superpeers).map_err(|e| e.to_string())?;
+    let client = Client::connect(superpeers, secret.clone()).map_err(|e| e.to_string())?;
     Ok(Box::new(ClientSession {
         client,
+        secret,
         extra: Vec::new(),
         cids: Arc::new(Vec::new()),
         object_bytes: 0,
@@ -104,6 +106,8 @@ const PRELOAD_BATCH: usize = 1_000;
 
 struct ClientSession {
     client: Client,
+    /// The cluster secret, for the workers' clients.
+    secret: Vec<u8>,
     /// The clients of worker threads 1.. (thread 0 uses `client`).
     extra: Vec<Client>,
     /// Key index → chunk ID.
@@ -158,7 +162,8 @@ impl MyriadClientSession for ClientSession {
         // One client (one connection per peer) per thread, as redis-benchmark and the
         // memcached driver use one connection per client: thread 0 reuses the session's.
         while self.extra.len() + 1 < threads {
-            let client = Client::connect(self.client.membership().superpeers().to_vec())
+            let superpeers = self.client.membership().superpeers().to_vec();
+            let client = Client::connect(superpeers, self.secret.clone())
                 .map_err(|e| format!("connecting a worker's client: {e}"))?;
             self.extra.push(client);
         }
@@ -380,7 +385,8 @@ impl MyriadTarget {
         spec.extra_args = vec!["--config".into(), config.display().to_string()];
         spec.ready_timeout = Duration::from_secs(30);
         let cluster = LocalCluster::start_owned(spec).map_err(|e| e.to_string())?;
-        let session = client_session(&cluster.superpeer_addresses())?;
+        let secret = cluster.secret().map_err(|e| e.to_string())?;
+        let session = client_session(&cluster.superpeer_addresses(), secret)?;
         Ok(MyriadTarget { session, cluster })
     }
 

@@ -61,16 +61,24 @@ pub const CREATE_BATCH_MAX: usize = 10_000;
 /// Most CID ranges `chunklist` asks a peer for.
 pub const LIST_RANGES_MAX: u64 = 100_000;
 
-/// Builds the backend for the cluster reached through `superpeers` (ID, `host:port`).
+/// Builds the backend for the cluster reached through `superpeers` (ID, `host:port`)
+/// with the cluster secret `secret` (or why there is none).
 ///
 /// Nothing is contacted here: the backend joins on its first command. An empty or
-/// malformed list gives a backend that fails every command with the reason.
-pub fn connect(superpeers: &[(u16, String)]) -> Box<dyn TermBackend> {
+/// malformed list, or no secret, gives a backend that fails every command with the reason.
+pub fn connect(
+    superpeers: &[(u16, String)],
+    secret: Result<Vec<u8>, String>,
+) -> Box<dyn TermBackend> {
     if superpeers.is_empty() {
         return Box::new(UnconnectedBackend {
             reason: "no cluster given (use --cluster DIR or --superpeers LIST)".to_string(),
         });
     }
+    let secret = match secret {
+        Ok(secret) => secret,
+        Err(reason) => return Box::new(UnconnectedBackend { reason }),
+    };
     let mut parsed = Vec::with_capacity(superpeers.len());
     for (id, address) in superpeers {
         match address.parse::<SocketAddr>() {
@@ -82,7 +90,7 @@ pub fn connect(superpeers: &[(u16, String)]) -> Box<dyn TermBackend> {
             }
         }
     }
-    Box::new(ClientBackend::new(parsed))
+    Box::new(ClientBackend::new(parsed, secret))
 }
 
 /// A backend that fails every command with one reason.
@@ -101,6 +109,8 @@ impl TermBackend for UnconnectedBackend {
 /// The terminal's backend over a `myriad-client` [`Client`] (joined lazily, left on drop).
 pub struct ClientBackend {
     superpeers: Vec<(NodeId, SocketAddr)>,
+    /// The cluster secret (never shown: not in `Debug` either).
+    secret: Vec<u8>,
     client: Option<Client>,
     /// The last failed connection attempt: when it ended and why.
     failed: Option<(Instant, String)>,
@@ -119,10 +129,12 @@ impl std::fmt::Debug for ClientBackend {
 }
 
 impl ClientBackend {
-    /// A backend for these superpeers; nothing is contacted until the first command.
-    pub fn new(superpeers: Vec<(NodeId, SocketAddr)>) -> ClientBackend {
+    /// A backend for these superpeers and this cluster secret; nothing is contacted until
+    /// the first command.
+    pub fn new(superpeers: Vec<(NodeId, SocketAddr)>, secret: Vec<u8>) -> ClientBackend {
         ClientBackend {
             superpeers,
+            secret,
             client: None,
             failed: None,
             locks: HashMap::new(),
@@ -141,6 +153,7 @@ impl ClientBackend {
         }
         let mut config = ClientConfig::new(self.superpeers.clone());
         config.join.request_timeout = CONNECT_TIMEOUT;
+        config.join.secret = self.secret.clone();
         // The terminal stores nothing and runs nothing for others.
         config.join.capabilities = Capabilities(0);
         let list: Vec<String> = self

@@ -72,6 +72,10 @@ pub struct TermArgs {
     /// Superpeers as `1=127.0.0.1:P1,2=127.0.0.1:P2`.
     #[arg(long)]
     pub superpeers: Option<String>,
+    /// File holding the cluster secret (mode 0600); default: $MYRIAD_SECRET_FILE, else
+    /// the `--cluster` directory's secret file.
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
 }
 
 /// What running some input did.
@@ -269,12 +273,25 @@ pub fn parse_superpeers(list: &str) -> Result<Vec<(u16, String)>, String> {
 /// Runs `myriad term`; exits the process with status 1 if a one-shot or piped command
 /// failed.
 pub fn main(args: TermArgs) -> anyhow::Result<()> {
+    let mut secret_file = crate::secret_file_arg(args.secret_file.as_deref());
     let superpeers = match (&args.cluster, &args.superpeers) {
-        (Some(dir), _) => myriad_launcher::LocalCluster::open(dir)?.superpeer_addresses(),
+        (Some(dir), _) => {
+            let cluster = myriad_launcher::LocalCluster::open(dir)?;
+            secret_file.get_or_insert_with(|| cluster.secret_file());
+            cluster.superpeer_addresses()
+        }
         (None, Some(list)) => parse_superpeers(list).map_err(anyhow::Error::msg)?,
         (None, None) => Vec::new(),
     };
-    let backend = backend::connect(&superpeers);
+    let secret = match &secret_file {
+        Some(path) => myriad_net::secret::read_file(path).map_err(|error| error.to_string()),
+        None => Err(
+            "no cluster secret: give --secret-file FILE or set MYRIAD_SECRET_FILE \
+                     (a cluster started by `myriad cluster start` keeps it in DIR/secret)"
+                .to_string(),
+        ),
+    };
+    let backend = backend::connect(&superpeers, secret);
     let mut shell = Shell::new(backend, args.json);
     let outcome = if let Some(script) = &args.command {
         shell.run_line(script, &mut io::stdout().lock(), &mut io::stderr().lock())?

@@ -5,7 +5,11 @@
 //! connector's proof has been checked; then `Shared::decide_incoming` or
 //! `Shared::decide_lane` (`table.rs`) decides the verdict, and an accepted connection is in
 //! the table before its verdict is written. Every handshake is bounded by
-//! `Config::handshake_timeout`.
+//! `Config::handshake_timeout`, and at most `Config::pending_handshakes_max` run at once:
+//! a connection accepted beyond that is closed unread (counted, logged at most once per
+//! [`REFUSAL_LOG_INTERVAL`]), so unauthenticated load costs bounded tasks and memory.
+//! Failed handshakes are logged at `debug` only, with a `warn` summary at most once per
+//! interval: a flood of garbage cannot flood the log.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,11 +26,34 @@ use crate::error::HandshakeError;
 use crate::wire::{self, Greeting, GREETING_BYTES, PROOF_BYTES};
 use crate::NodeId;
 
+/// Shortest interval between two warnings about refused or failed handshakes.
+pub(super) const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Counts one pending handshake while alive.
+struct PendingHandshake(Arc<Shared>);
+
+impl Drop for PendingHandshake {
+    fn drop(&mut self) {
+        self.0.pending_handshakes.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Whether a rate-limited warning is due (at most one per [`REFUSAL_LOG_INTERVAL`]).
+fn warning_due(last: &parking_lot::Mutex<Option<std::time::Instant>>) -> bool {
+    let mut last = last.lock();
+    let due = last.is_none_or(|when| when.elapsed() >= REFUSAL_LOG_INTERVAL);
+    if due {
+        *last = Some(std::time::Instant::now());
+    }
+    due
+}
+
 pub(super) async fn accept_loop(
     shared: Arc<Shared>,
     listener: TcpListener,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let last_warning = Arc::new(parking_lot::Mutex::new(None));
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -34,15 +61,36 @@ pub(super) async fn accept_loop(
         };
         match accepted {
             Ok((stream, addr)) => {
+                let pending = shared.pending_handshakes.fetch_add(1, Ordering::AcqRel);
+                let guard = PendingHandshake(shared.clone());
+                if pending >= shared.config.pending_handshakes_max {
+                    drop(guard);
+                    drop(stream);
+                    let refused = shared.handshakes_refused.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::debug!(peer_addr = %addr, "incoming connection closed: too many pending handshakes");
+                    if warning_due(&last_warning) {
+                        tracing::warn!(
+                            refused,
+                            pending_max = shared.config.pending_handshakes_max,
+                            "incoming connections closed unread: too many pending handshakes"
+                        );
+                    }
+                    continue;
+                }
                 let shared = shared.clone();
+                let last_warning = last_warning.clone();
                 shared.runtime.clone().spawn(async move {
+                    let _guard = guard;
                     let timeout = shared.config.handshake_timeout;
-                    match tokio::time::timeout(timeout, accept(&shared, stream)).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(reason)) => {
-                            tracing::warn!(peer_addr = %addr, %reason, "incoming connection refused")
-                        }
-                        Err(_) => tracing::warn!(peer_addr = %addr, "incoming handshake timed out"),
+                    let reason = match tokio::time::timeout(timeout, accept(&shared, stream)).await {
+                        Ok(Ok(())) => return,
+                        Ok(Err(reason)) => reason,
+                        Err(_) => "handshake timed out".to_owned(),
+                    };
+                    let failed = shared.handshakes_failed.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::debug!(peer_addr = %addr, %reason, "incoming connection refused");
+                    if warning_due(&last_warning) {
+                        tracing::warn!(peer_addr = %addr, %reason, failed, "incoming connection refused (failed handshakes so far: {failed})");
                     }
                 });
             }

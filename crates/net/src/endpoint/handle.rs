@@ -102,6 +102,33 @@ impl NetHandle {
         Ok(())
     }
 
+    /// Lets only senders for which `allowed` holds send `message_type` from now on (a
+    /// registered type; see [`crate::Handlers::restrict`], the same for a running
+    /// endpoint). Connections already reading pick it up with their next handler lookup.
+    pub fn restrict(
+        &self,
+        message_type: MessageType,
+        allowed: impl Fn(crate::NodeId) -> bool + Send + Sync + 'static,
+    ) -> Result<(), NetError> {
+        let mut current = self.shared.handlers.write();
+        let mut map = HandlerMap::clone(&current);
+        crate::handler::restrict_in(&mut map, message_type, Arc::new(allowed))?;
+        *current = Arc::new(map);
+        Ok(())
+    }
+
+    /// Incoming handshakes: `(pending now, closed unread because too many were pending,
+    /// failed or timed out)` since the endpoint started (see
+    /// [`Config::pending_handshakes_max`](crate::Config::pending_handshakes_max)).
+    pub fn handshake_counts(&self) -> (usize, u64, u64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.shared.pending_handshakes.load(Ordering::Acquire),
+            self.shared.handshakes_refused.load(Ordering::Relaxed),
+            self.shared.handshakes_failed.load(Ordering::Relaxed),
+        )
+    }
+
     /// Subscribes to connection-lost events from now on.
     pub fn subscribe(&self) -> ConnectionEvents {
         ConnectionEvents {

@@ -51,8 +51,8 @@ impl std::ops::Deref for Endpoint {
     }
 }
 
-/// Binds `config.listen_addr`, refusing an over-long secret first (before any port is
-/// taken).
+/// Binds `config.listen_addr`, refusing an empty or over-long secret first (before any
+/// port is taken).
 fn bind(config: &Config) -> Result<std::net::TcpListener, NetError> {
     check_secret(config)?;
     std::net::TcpListener::bind(config.listen_addr)
@@ -60,6 +60,13 @@ fn bind(config: &Config) -> Result<std::net::TcpListener, NetError> {
 }
 
 fn check_secret(config: &Config) -> Result<(), NetError> {
+    if config.secret.is_empty() {
+        // No default secret: an empty one would let anyone who knows that in.
+        return Err(NetError::Startup(Arc::new(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "no cluster secret configured (an empty secret is refused)",
+        ))));
+    }
     if config.secret.len() > SECRET_BYTES_MAX {
         return Err(NetError::Startup(Arc::new(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -147,6 +154,9 @@ impl Endpoint {
             serial: AtomicU64::new(0),
             lanes: OutgoingLanes::default(),
             incoming_lanes: parking_lot::Mutex::new(HashMap::new()),
+            pending_handshakes: std::sync::atomic::AtomicUsize::new(0),
+            handshakes_refused: AtomicU64::new(0),
+            handshakes_failed: AtomicU64::new(0),
             config,
         });
         runtime.spawn(accept_loop(shared.clone(), listener, shutdown_rx.clone()));

@@ -68,6 +68,13 @@ pub(crate) struct Shared {
     pub(super) lanes: OutgoingLanes,
     /// Direct request lanes other nodes opened to this endpoint, by node.
     pub(super) incoming_lanes: parking_lot::Mutex<HashMap<NodeId, Vec<Arc<Conn>>>>,
+    /// Incoming connections in their handshake now (at most
+    /// `Config::pending_handshakes_max`).
+    pub(super) pending_handshakes: std::sync::atomic::AtomicUsize,
+    /// Incoming connections closed unread because that many handshakes were pending.
+    pub(super) handshakes_refused: AtomicU64,
+    /// Incoming handshakes that failed or timed out (bad bytes, wrong secret, silence).
+    pub(super) handshakes_failed: AtomicU64,
 }
 
 impl ReaderContext for Shared {

@@ -15,6 +15,10 @@
 //! - the backup service's own handlers (with the backup capability), and
 //! - [`types::NODE_SHUTDOWN`]: an operator's request to stop ([`PeerDispatch::shutdown_requested`]).
 //!
+//! Roles ([`PeerDispatch::restrict_roles`]): [`types::RECOVER`] only from the configured
+//! superpeers; replication ([`myriad_replication::wire::REPLICATE`]) never from a node
+//! known as a client. A refused sender's connection is closed before any handler runs.
+//!
 //! Handlers must exist before the endpoint starts, but the chunk service needs the node
 //! ID, known only after the join: the dispatch holds cells that the peer fills once it
 //! has joined ([`PeerDispatch::serve`], [`PeerDispatch::attach_membership`]).
@@ -62,6 +66,27 @@ pub struct PeerDispatch {
 }
 
 impl PeerDispatch {
+    /// Restricts who may send the peer-internal types registered by
+    /// [`PeerDispatch::register`]: recoveries only the `superpeers`, replication no node
+    /// this peer knows as a client (nodes not known yet pass: see
+    /// `Membership::is_not_client`).
+    pub fn restrict_roles(
+        &self,
+        handlers: &mut Handlers,
+        superpeers: &[myriad_types::NodeId],
+        backup: bool,
+    ) -> Result<(), PeerError> {
+        let superpeers: Arc<[myriad_types::NodeId]> = superpeers.into();
+        handlers.restrict(types::RECOVER, move |from| superpeers.contains(&from))?;
+        if backup {
+            let membership = Arc::clone(&self.membership);
+            handlers.restrict(myriad_replication::wire::REPLICATE, move |from| {
+                membership.get().is_none_or(|m| m.is_not_client(from))
+            })?;
+        }
+        Ok(())
+    }
+
     /// Registers every handler of a peer in `handlers` (see the module documentation):
     /// the slow path gets `handler_threads` threads (at least one); `backup` is the backup
     /// service of a peer with the backup capability (its handlers are registered too).

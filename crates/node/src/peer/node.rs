@@ -243,6 +243,8 @@ impl PeerNode {
         let backup = open_backup(&options, &join)?;
         let dispatch =
             PeerDispatch::register(&mut handlers, backup.as_ref(), options.handler_threads)?;
+        let superpeers: Vec<_> = join.superpeers.iter().map(|(id, _)| *id).collect();
+        dispatch.restrict_roles(&mut handlers, &superpeers, backup.is_some())?;
         let stop = Arc::new(AtomicBool::new(false));
         let started = join_and_serve(&options, join, handlers, &backup, &stop)?;
         let Started {
@@ -474,6 +476,13 @@ fn join_and_serve(
             Arc::new(MembershipRegistry::new(Arc::clone(&membership))),
             Arc::new(MemorySource::new(Arc::clone(&mem))),
         )?);
+        // Acknowledgements come from backups, never from a client.
+        let roles = Arc::clone(&membership);
+        membership
+            .net()
+            .restrict(myriad_replication::wire::ACK, move |from| {
+                roles.is_not_client(from)
+            })?;
         replica_events = Some(follow_replica_events(
             &replicator,
             &membership,
