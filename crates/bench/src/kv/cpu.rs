@@ -141,7 +141,10 @@ mod tests {
                 break;
             }
         }
-        assert!(cpu >= 0.02, "a billion multiply-adds but counted {cpu} s of CPU");
+        assert!(
+            cpu >= 0.02,
+            "a billion multiply-adds but counted {cpu} s of CPU"
+        );
         assert!(process_cpu_secs(u32::MAX - 1).is_err());
         assert_eq!(secs_per_million(2.0, 4_000_000), Some(0.5));
         assert_eq!(secs_per_million(2.0, 0), None);

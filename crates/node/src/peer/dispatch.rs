@@ -31,6 +31,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use bytes::Bytes;
 use myriad_membership::Membership;
@@ -196,12 +197,19 @@ impl PeerDispatch {
 /// or to the slow path.
 fn dispatch_chunk(service: &Arc<ChunkService>, slow: &SlowPath, mut incoming: Incoming) {
     let from = incoming.from;
+    let start = Instant::now();
     if service.can_serve_inline(&incoming.payload) {
         let reply = service.serve(from, incoming.payload.clone());
+        service
+            .ops()
+            .record(&incoming.payload, &reply, start.elapsed());
         let _ = incoming.respond(reply);
         return;
     }
     if let Some(reply) = service.serve_change_inline(from, &incoming.payload) {
+        service
+            .ops()
+            .record(&incoming.payload, &reply, start.elapsed());
         let _ = incoming.respond(reply);
         return;
     }
@@ -215,6 +223,7 @@ fn dispatch_chunk(service: &Arc<ChunkService>, slow: &SlowPath, mut incoming: In
             from,
             incoming.payload.clone(),
             responder,
+            start,
         );
     }
 }
