@@ -396,7 +396,7 @@ pub(crate) fn status_json(core: &Core, history: &History) -> Value {
                 .collect();
             json!({
                 "t": sample.unix_ms,
-                "total": sample.rates.iter().map(|(_, rate)| rate).sum::<f64>(),
+                "total": sample.rates.iter().fold(0.0, |sum, (_, rate)| sum + rate),
                 "peers": peers,
                 "chunks": sample.chunks,
             })
