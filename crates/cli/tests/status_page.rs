@@ -1,9 +1,10 @@
-//! The superpeers' web status page in a real browser: a local cluster (1 superpeer, 3
+//! The superpeers' web status page in a real browser: a local cluster (3 superpeers, 3
 //! peers replicating with R = 2) under a small read load; headless Chromium (Debian's
-//! `chromium`) loads the page and the test checks the rendered DOM (every node, its
-//! state, the zones, the Raft line, the throughput legend); then a peer is SIGKILLed and
-//! the page shows it failed, the failure and the recovered zones on the timeline, and the
-//! zone recoveries done. A screenshot is taken (and copied to the path in
+//! `chromium`) loads the leader's page and the test checks the rendered DOM (every node,
+//! its state, the zones, the Raft line, the throughput legend); then a peer is SIGKILLed
+//! and a follower's page shows it failed, the failure and the recovered zones on the
+//! timeline, and the zone recoveries done (the follower asks the leader for its recovery
+//! table). A screenshot is taken (and copied to the path in
 //! `MYRIAD_STATUS_SCREENSHOT`, if set: `docs/status-page.png` was made so).
 //!
 //! Chromium is required: without it (`chromium` on the PATH, or `MYRIAD_CHROMIUM`) the
@@ -106,18 +107,37 @@ fn status_page_shows_the_cluster_and_a_recovery_in_chromium() {
     let browser_dir = dir.path().join("browser");
     std::fs::create_dir_all(&browser_dir).expect("browser dir");
     let mut cluster = Cluster::builder(env!("CARGO_BIN_EXE_myriad"), dir.path())
-        .superpeers(1)
+        .superpeers(3)
         .peers(3)
         .peer_memory_mb(64)
         .config(CONFIG)
         .keep_logs_on_panic()
         .start();
-    let superpeer = cluster
+    let superpeers: Vec<String> = cluster
         .nodes()
         .iter()
-        .find(|node| node.role == NodeRole::Superpeer)
-        .and_then(|node| node.metrics.clone())
-        .expect("the superpeer's HTTP address");
+        .filter(|node| node.role == NodeRole::Superpeer)
+        .map(|node| node.metrics.clone().expect("a superpeer's HTTP address"))
+        .collect();
+    assert_eq!(superpeers.len(), 3);
+    let mut leader = None;
+    assert!(
+        poll_until(Duration::from_secs(15), || {
+            leader = superpeers
+                .iter()
+                .find(|address| status(address)["is_leader"] == true)
+                .cloned();
+            leader.is_some()
+        }),
+        "no superpeer leads"
+    );
+    let superpeer = leader.expect("the leader's HTTP address");
+    let leader_id = status(&superpeer)["node"].as_u64().expect("node");
+    let follower = superpeers
+        .iter()
+        .find(|address| **address != superpeer)
+        .cloned()
+        .expect("a follower");
     let url = format!("http://{superpeer}/");
     let peers: Vec<u16> = cluster.peer_ids().iter().map(|id| id.0).collect();
     assert_eq!(peers.len(), 3);
@@ -169,7 +189,8 @@ fn status_page_shows_the_cluster_and_a_recovery_in_chromium() {
 
     let dom = browse(&browser_dir, &url, "--dump-dom");
     assert!(dom.contains("Myriad cluster"), "{dom}");
-    assert!(dom.contains("Served by superpeer 0x0001 (leader)"), "{dom}");
+    let served_by = format!("Served by superpeer {} (leader)", hex(leader_id as u16));
+    assert!(dom.contains(&served_by), "{served_by} in {dom}");
     for &peer in &peers {
         let row = format!("<tr data-node=\"{}\" data-state=\"alive\">", hex(peer));
         assert!(dom.contains(&row), "{row} in {dom}");
@@ -202,7 +223,32 @@ fn status_page_shows_the_cluster_and_a_recovery_in_chromium() {
     });
     assert!(recovered, "no recovery seen: {:#}", status(&superpeer));
 
+    // A follower's page shows the same: the metadata it applied, the leader's table, and
+    // its own sampler's view of the load.
+    let url = format!("http://{follower}/");
+    let follower_ready = poll_until(Duration::from_secs(10), || {
+        let status = status(&follower);
+        let survivor_rate = status["history"]["samples"]
+            .as_array()
+            .and_then(|samples| samples.last())
+            .and_then(|sample| sample["peers"][survivor.to_string()].as_f64());
+        status["is_leader"] == false
+            && survivor_rate.is_some_and(|rate| rate > 10.0)
+            && status["recoveries"].as_array().is_some_and(|zones| {
+                zones
+                    .iter()
+                    .any(|z| z["owner"] == victim && z["state"] == "done")
+            })
+    });
+    assert!(follower_ready, "follower's status: {:#}", status(&follower));
+    let follower_id = status(&follower)["node"].as_u64().expect("node");
     let dom = browse(&browser_dir, &url, "--dump-dom");
+    let served_by = format!(
+        "Served by superpeer {} · leader {}",
+        hex(follower_id as u16),
+        hex(leader_id as u16)
+    );
+    assert!(dom.contains(&served_by), "{served_by} in {dom}");
     let failed_row = format!("<tr data-node=\"{}\" data-state=\"failed\">", hex(victim));
     assert!(dom.contains(&failed_row), "{failed_row} in {dom}");
     assert!(

@@ -804,7 +804,7 @@ impl Core {
     }
 
     /// Sets the messaging address of `node` from the applied node table.
-    fn sync_address(&self, node: NodeId) {
+    pub(crate) fn sync_address(&self, node: NodeId) {
         if node == self.id || self.is_member(node) {
             return;
         }

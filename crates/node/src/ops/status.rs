@@ -205,6 +205,8 @@ fn recovery_status(core: &Core) -> Option<RecoveryStatusReply> {
 
 /// A peer's `requests_served` counter, if it answers in time.
 fn requests_served(core: &Core, peer: NodeId) -> Option<(u64, u64)> {
+    // A follower learns a peer's address only when it has reason to talk to it.
+    core.sync_address(peer);
     let reply = core
         .net()
         .request_blocking(
