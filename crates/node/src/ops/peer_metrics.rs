@@ -94,7 +94,7 @@ impl PeerRoutes {
             histograms.push((
                 vec![("op", op.op.to_owned())],
                 op.sum_seconds,
-                op.count(),
+                op.timed(),
                 op.buckets.clone(),
             ));
         }

@@ -25,7 +25,8 @@ use super::process::ProcessStats;
 /// A label set: `(name, value)` pairs.
 pub(crate) type Labels = Vec<(&'static str, String)>;
 
-/// One histogram of a family: labels, sum, count and cumulative `(bound, count)` buckets.
+/// One histogram of a family: labels, sum, count and per-bucket `(bound, count)` pairs (not
+/// cumulative: the encoder adds them up).
 pub(crate) type HistogramRow = (Labels, f64, u64, Vec<(f64, u64)>);
 
 /// Where a collector writes its families during one scrape.
@@ -85,7 +86,7 @@ impl Out<'_> {
         Ok(())
     }
 
-    /// A histogram family: per label set the sum, the count and the cumulative buckets
+    /// A histogram family: per label set the sum, the count and the per-bucket counts
     /// `(upper bound, count)` ending with `+Inf`.
     pub(crate) fn histograms(
         &mut self,

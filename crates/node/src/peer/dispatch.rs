@@ -31,7 +31,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use bytes::Bytes;
 use myriad_membership::Membership;
@@ -46,6 +45,7 @@ use super::migrate::migrate;
 use super::node::PeerError;
 use super::service::ChunkService;
 use super::slow_path::SlowPath;
+use crate::ops::chunk_ops::Timer;
 
 /// Where a peer's handlers find the chunk service, filled once it exists.
 type ServiceCell = Arc<OnceLock<Arc<ChunkService>>>;
@@ -197,19 +197,15 @@ impl PeerDispatch {
 /// or to the slow path.
 fn dispatch_chunk(service: &Arc<ChunkService>, slow: &SlowPath, mut incoming: Incoming) {
     let from = incoming.from;
-    let start = Instant::now();
+    let timer = Timer::start();
     if service.can_serve_inline(&incoming.payload) {
         let reply = service.serve(from, incoming.payload.clone());
-        service
-            .ops()
-            .record(&incoming.payload, &reply, start.elapsed());
+        service.ops().record(&incoming.payload, &reply, timer);
         let _ = incoming.respond(reply);
         return;
     }
     if let Some(reply) = service.serve_change_inline(from, &incoming.payload) {
-        service
-            .ops()
-            .record(&incoming.payload, &reply, start.elapsed());
+        service.ops().record(&incoming.payload, &reply, timer);
         let _ = incoming.respond(reply);
         return;
     }
@@ -223,7 +219,7 @@ fn dispatch_chunk(service: &Arc<ChunkService>, slow: &SlowPath, mut incoming: In
             from,
             incoming.payload.clone(),
             responder,
-            start,
+            timer,
         );
     }
 }

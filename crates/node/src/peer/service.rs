@@ -73,7 +73,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use myriad_client::chunk::LocalChunks;
@@ -88,7 +88,7 @@ use myriad_replication::{AsyncChange, Replicator};
 use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
-use crate::ops::chunk_ops::ChunkOps;
+use crate::ops::chunk_ops::{ChunkOps, Timer};
 use crate::replication::durability_of;
 
 /// The longest a `Lock` request may wait for a chunk lock; longer timeouts are cut to it
@@ -461,10 +461,10 @@ impl ChunkService {
         if !incoming.is_request() {
             return;
         }
-        let start = Instant::now();
+        let timer = Timer::start();
         let from = incoming.from;
         let respond = |incoming: Incoming, reply: Bytes| {
-            self.ops.record(&incoming.payload, &reply, start.elapsed());
+            self.ops.record(&incoming.payload, &reply, timer);
             // A lost connection leaves the requester to its own timeout; nothing to do.
             let _ = incoming.respond(reply);
         };
@@ -492,9 +492,7 @@ impl ChunkService {
         let service = Arc::clone(self);
         replication.runtime.spawn_blocking(move || {
             let reply = service.execute(from, request).encode();
-            service
-                .ops
-                .record(&incoming.payload, &reply, start.elapsed());
+            service.ops.record(&incoming.payload, &reply, timer);
             let _ = incoming.respond(reply);
             if let Some(replication) = &service.replication {
                 replication.blocking.fetch_sub(1, Ordering::AcqRel);

@@ -16,7 +16,6 @@
 //! when the CHUNK handler (the only sender) is dropped with the endpoint.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use myriad_net::Responder;
@@ -24,13 +23,14 @@ use myriad_proto::chunk::{ChunkReply, ItemError};
 use myriad_types::NodeId;
 
 use super::service::ChunkService;
+use crate::ops::chunk_ops::Timer;
 
 /// Chunk requests waiting for a handler thread, at most (more are refused as "busy").
 pub const SLOW_PATH_QUEUE_MAX: usize = 16_384;
 
 /// A queued request: the service, the requester, the request, where to reply, and when
 /// the request reached the dispatch (for its latency).
-type Job = (Arc<ChunkService>, NodeId, Bytes, Responder, Instant);
+type Job = (Arc<ChunkService>, NodeId, Bytes, Responder, Timer);
 
 /// Handler threads for chunk requests that may wait (locks, large inserts, writes that
 /// wait for backups), fed by the inline handler.
@@ -49,7 +49,7 @@ impl SlowPath {
                     // Ends when the handler (the only sender) is dropped with the endpoint.
                     for (service, from, payload, responder, start) in receiver {
                         let reply = service.serve(from, payload.clone());
-                        service.ops().record(&payload, &reply, start.elapsed());
+                        service.ops().record(&payload, &reply, start);
                         let _ = responder.respond(reply);
                     }
                 });
@@ -66,7 +66,7 @@ impl SlowPath {
         from: NodeId,
         payload: Bytes,
         responder: Responder,
-        start: Instant,
+        start: Timer,
     ) {
         if let Err(error) = self
             .sender
@@ -77,7 +77,7 @@ impl SlowPath {
                 "peer busy: too many chunk requests waiting".to_owned(),
             ))
             .encode();
-            service.ops().record(&payload, &busy, start.elapsed());
+            service.ops().record(&payload, &busy, start);
             let _ = responder.respond(busy);
         }
     }
