@@ -173,9 +173,12 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
     }
 }
 
-/// The node table: name, role, node ID, address, pid, alive, log.
+/// The node table: name, role, node ID, address, metrics address, pid, alive, log.
 fn render_status(nodes: &[NodeStatus]) -> String {
-    let header = ["NAME", "ROLE", "NODE", "ADDRESS", "PID", "STATE", "LOG"].map(String::from);
+    let header = [
+        "NAME", "ROLE", "NODE", "ADDRESS", "METRICS", "PID", "STATE", "LOG",
+    ]
+    .map(String::from);
     let mut rows = vec![header.to_vec()];
     for status in nodes {
         let node = &status.node;
@@ -184,6 +187,7 @@ fn render_status(nodes: &[NodeStatus]) -> String {
             node.role.to_string(),
             format!("0x{:04x}", node.node_id),
             node.address.clone(),
+            node.metrics.clone().unwrap_or_else(|| "-".to_owned()),
             node.pid.to_string(),
             if status.alive { "alive" } else { "dead" }.to_string(),
             node.log.display().to_string(),

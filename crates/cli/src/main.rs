@@ -98,14 +98,46 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Logs to stderr at `info` (or as `RUST_LOG` says), once per process.
-pub(crate) fn init_tracing() {
+/// How a node writes its log lines (`--log-format`).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum LogFormat {
+    /// One line of text per event; colours only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `target`, `fields`, spans), for
+    /// log shippers.
+    Json,
+}
+
+/// Logs to stderr at `info` (or as `RUST_LOG` says), once per process: text, with ANSI
+/// colours only when stderr is a terminal (a log file gets none), or JSON lines.
+pub(crate) fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+    };
+}
+
+/// Starts the node's HTTP endpoint (metrics, status page) at `listen`, if given.
+pub(crate) fn start_http(
+    listen: Option<std::net::SocketAddr>,
+    routes: impl FnOnce() -> std::sync::Arc<dyn myriad_node::ops::Routes>,
+) -> anyhow::Result<Option<myriad_node::ops::HttpServer>> {
+    let Some(listen) = listen else {
+        return Ok(None);
+    };
+    let server = myriad_node::ops::HttpServer::start(listen, routes())
+        .map_err(|error| anyhow::anyhow!("metrics endpoint on {listen}: {error}"))?;
+    tracing::info!(address = %server.local_addr(), "metrics endpoint listening");
+    Ok(Some(server))
 }
 
 /// The cluster secret's file: `flag` (`--secret-file`), else the one named by

@@ -59,11 +59,17 @@ pub struct PeerArgs {
     /// Exit (status 3) once the parent process is no longer this PID (it died).
     #[arg(long)]
     pub exit_with_parent: Option<u32>,
+    /// HTTP address of the metrics endpoint, `/metrics` (`[metrics] listen`; port 0: any).
+    #[arg(long)]
+    pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t)]
+    pub log_format: crate::LogFormat,
 }
 
 /// Runs the peer until it is told to stop.
 pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
-    crate::init_tracing();
+    crate::init_tracing(args.log_format);
     let mut config = match &args.config {
         Some(path) => NodeConfig::load(path)?,
         None => NodeConfig::default(),
@@ -97,6 +103,9 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
     if let Some(zone_mb) = args.zone_mb {
         config.backup.zone_mb = zone_mb;
     }
+    if let Some(listen) = args.metrics_listen {
+        config.metrics.listen = Some(listen);
+    }
     config.validate()?;
     let backup = config.backup.options()?;
     if config.superpeers.is_empty() {
@@ -121,20 +130,26 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
         backup,
     })
     .context("starting the peer")?;
+    let http = crate::start_http(config.metrics.listen, || {
+        Arc::new(myriad_node::ops::peer_metrics::PeerRoutes::new(&node))
+    })?;
     if let Some(path) = &args.ready_file {
-        let ready = serde_json::json!({
+        let mut ready = serde_json::json!({
             "role": "peer",
             "node_id": node.node_id().0,
             "address": node.address().to_string(),
             "pid": std::process::id(),
         });
+        if let Some(http) = &http {
+            ready["metrics"] = http.local_addr().to_string().into();
+        }
         crate::write_atomically(path, &format!("{ready}\n"))?;
     }
-    eprintln!(
-        "peer {} serving on {} with {} MiB",
-        node.node_id(),
-        node.address(),
-        config.peer.memory_mb
+    tracing::info!(
+        node = %node.node_id(),
+        address = %node.address(),
+        memory_mb = config.peer.memory_mb,
+        "peer serving"
     );
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -145,14 +160,16 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
             // Its memory is stale: answer NotOwner a moment longer (clients still routing
             // here are redirected), then exit with an error.
             let line = line.to_owned();
-            eprintln!("peer {}: {line}", node.node_id());
+            tracing::error!(node = %node.node_id(), "{line}");
             std::thread::sleep(myriad_node::peer_node::DECLARED_FAILED_LINGER);
+            drop(http);
             node.shutdown();
             anyhow::bail!("peer declared failed: {line}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    eprintln!("peer {} leaving", node.node_id());
+    tracing::info!(node = %node.node_id(), "peer leaving");
+    drop(http);
     node.shutdown();
     Ok(())
 }

@@ -42,16 +42,30 @@ pub struct SuperpeerArgs {
     /// Exit (status 3) once the parent process is no longer this PID (it died).
     #[arg(long)]
     exit_with_parent: Option<u32>,
+    /// HTTP address of the metrics endpoint and status page (`[metrics] listen`; port 0:
+    /// any): `/metrics`, `/` (the status page), `/api/status`.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t)]
+    log_format: crate::LogFormat,
 }
 
-fn write_ready_file(path: &Path, superpeer: &Superpeer) -> anyhow::Result<()> {
-    let line = serde_json::json!({
+fn write_ready_file(
+    path: &Path,
+    superpeer: &Superpeer,
+    metrics: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let mut ready = serde_json::json!({
         "role": "superpeer",
         "node_id": superpeer.node_id().0,
         "address": superpeer.local_addr().to_string(),
         "pid": std::process::id(),
-    })
-    .to_string();
+    });
+    if let Some(metrics) = metrics {
+        ready["metrics"] = metrics.to_string().into();
+    }
+    let line = ready.to_string();
     crate::write_atomically(path, &format!("{line}\n"))
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
@@ -59,7 +73,7 @@ fn write_ready_file(path: &Path, superpeer: &Superpeer) -> anyhow::Result<()> {
 
 /// Loads the configuration, runs the superpeer until a termination signal, shuts down.
 pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
-    crate::init_tracing();
+    crate::init_tracing(args.log_format);
     crate::exit_with_parent(args.exit_with_parent);
     let mut config = match &args.config {
         Some(path) => NodeConfig::load(path)?,
@@ -73,6 +87,9 @@ pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
         secret_file: crate::secret_file_arg(args.secret_file.as_deref()),
     })?;
     config.read_secret_file()?;
+    if let Some(listen) = args.metrics_listen {
+        config.metrics.listen = Some(listen);
+    }
     let superpeer_config = SuperpeerConfig::from_node_config(&config)?;
     // Signal handlers first, so that a SIGTERM right after the ready file is seen is
     // handled as a clean stop.
@@ -89,8 +106,9 @@ pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
         )
     };
     let superpeer = Superpeer::start(superpeer_config)?;
+    let http = crate::start_http(config.metrics.listen, || superpeer.http_routes())?;
     if let Some(path) = &args.ready_file {
-        write_ready_file(path, &superpeer)?;
+        write_ready_file(path, &superpeer, http.as_ref().map(|h| h.local_addr()))?;
     }
     let signal = runtime.block_on(async {
         tokio::select! {
@@ -100,6 +118,7 @@ pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
     });
     tracing::info!(signal, "stopping");
     drop(runtime);
+    drop(http);
     superpeer.shutdown();
     Ok(())
 }

@@ -18,7 +18,9 @@
 //! `0600`), `logs/<name>.log`, `data/<name>/` (the node's `--data-dir`) and
 //! `run/<name>.ready` (the node's `--ready-file`). Node names are
 //! `superpeer-<id>` (ids 1..=n) and `peer-<k>` (k from 1); a peer's node ID is the one its
-//! ready file reports, since superpeers assign peer IDs.
+//! ready file reports, since superpeers assign peer IDs. Every node is started with
+//! `--metrics-listen 127.0.0.1:0`; the HTTP address its ready file reports is recorded in
+//! `cluster.json` under `metrics` (Prometheus `/metrics`; the status page on superpeers).
 //!
 //! # The cluster secret
 //! Unless the spec names a secret file of its own ([`LaunchSpec::secret_file`]), `start`
@@ -182,6 +184,9 @@ pub struct ReadyInfo {
     pub address: String,
     /// Its process ID.
     pub pid: u32,
+    /// Where its HTTP endpoint (`/metrics`) listens, `127.0.0.1:P`, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
 }
 
 /// What to start.
@@ -242,6 +247,10 @@ pub struct NodeEntry {
     pub node_id: u16,
     /// Its address (from its ready file).
     pub address: String,
+    /// Its metrics endpoint (from its ready file): `/metrics` over HTTP at this address,
+    /// and on superpeers the status page at `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<String>,
     /// The pid of the process the launcher spawned.
     pub pid: u32,
     /// Its `--data-dir`.
@@ -425,6 +434,7 @@ impl LocalCluster {
                 let ready = wait_ready(&entry, child, deadline, spec.ready_timeout)?;
                 entry.node_id = ready.node_id;
                 entry.address = ready.address;
+                entry.metrics = ready.metrics;
                 if let Some(child) = cluster.children.get(&entry.name) {
                     entry.pid = child.id();
                 }
@@ -695,6 +705,7 @@ impl LocalCluster {
         let mut updated = node.clone();
         updated.node_id = ready.node_id;
         updated.address = ready.address;
+        updated.metrics = ready.metrics;
         updated.pid = pid;
         if let Some(slot) = self.file.nodes.iter_mut().find(|n| n.name == node.name) {
             *slot = updated.clone();
@@ -828,6 +839,10 @@ impl NodePaths {
             self.data_dir.display().to_string(),
             "--ready-file".into(),
             self.ready_file.display().to_string(),
+            // Every local node serves its metrics on a port of its own choice, recorded
+            // from its ready file in `cluster.json` (key `metrics`).
+            "--metrics-listen".into(),
+            "127.0.0.1:0".into(),
         ]
     }
 
@@ -837,6 +852,7 @@ impl NodePaths {
             role,
             node_id: 0,
             address: String::new(),
+            metrics: None,
             pid: 0,
             data_dir: self.data_dir,
             ready_file: self.ready_file,

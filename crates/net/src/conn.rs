@@ -115,6 +115,8 @@ struct OutQueue {
     last_idle_send: Option<std::time::Instant>,
     /// Frames sent or queued so far.
     frames_sent: u64,
+    /// Their bytes, headers included.
+    bytes_sent: u64,
     /// Write system calls so far (writer task and direct writes).
     write_calls: u64,
 }
@@ -170,6 +172,7 @@ pub(crate) struct Conn {
     last_used_ms: AtomicU64,
     frames_received: AtomicU64,
     read_calls: AtomicU64,
+    bytes_received: AtomicU64,
 }
 
 /// Figures about one connection (for tests, monitoring and benchmarks).
@@ -189,12 +192,16 @@ pub struct ConnectionStats {
     pub pending_requests: usize,
     /// Frames sent (queued or written) on this connection.
     pub frames_sent: u64,
+    /// Bytes of those frames, headers included.
+    pub bytes_sent: u64,
     /// Write system calls made for them: `frames_sent / write_calls` is the aggregation.
     pub write_calls: u64,
     /// Frames received.
     pub frames_received: u64,
     /// Read system calls that returned data.
     pub read_calls: u64,
+    /// Bytes those reads returned.
+    pub bytes_received: u64,
 }
 
 impl Conn {
@@ -227,6 +234,7 @@ impl Conn {
                 direct: None,
                 last_idle_send: None,
                 frames_sent: 0,
+                bytes_sent: 0,
                 write_calls: 0,
             }),
             writer_wake: Notify::new(),
@@ -245,6 +253,7 @@ impl Conn {
             last_used_ms: AtomicU64::new(now_ms),
             frames_received: AtomicU64::new(0),
             read_calls: AtomicU64::new(0),
+            bytes_received: AtomicU64::new(0),
         }
     }
 
@@ -261,9 +270,14 @@ impl Conn {
     }
 
     pub fn stats(&self) -> ConnectionStats {
-        let (queued_bytes, frames_sent, write_calls) = {
+        let (queued_bytes, frames_sent, bytes_sent, write_calls) = {
             let queue = self.out.lock();
-            (queue.queued_bytes, queue.frames_sent, queue.write_calls)
+            (
+                queue.queued_bytes,
+                queue.frames_sent,
+                queue.bytes_sent,
+                queue.write_calls,
+            )
         };
         ConnectionStats {
             node: self.peer,
@@ -273,9 +287,11 @@ impl Conn {
             unprocessed_bytes_peak: self.unprocessed_bytes_peak.load(Ordering::Relaxed),
             pending_requests: self.pending.lock().len(),
             frames_sent,
+            bytes_sent,
             write_calls,
             frames_received: self.frames_received.load(Ordering::Relaxed),
             read_calls: self.read_calls.load(Ordering::Relaxed),
+            bytes_received: self.bytes_received.load(Ordering::Relaxed),
         }
     }
 
@@ -332,6 +348,7 @@ impl Conn {
             return Ok(false);
         }
         queue.frames_sent += 1;
+        queue.bytes_sent += frame_bytes as u64;
         let head = header.encode();
         let mut skip = 0;
         // A delayed link writes everything through the writer's delay line.
@@ -512,9 +529,11 @@ impl Conn {
         self.resume_reader.notified().await
     }
 
-    /// Counts a read call that returned data.
-    pub fn count_read(&self) {
+    /// Counts a read call that returned `bytes` bytes.
+    pub fn count_read(&self, bytes: usize) {
         self.read_calls.fetch_add(1, Ordering::Relaxed);
+        self.bytes_received
+            .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// Counts a received frame.

@@ -73,18 +73,18 @@ pub(crate) async fn reader_loop(
                 read = delay.read(&conn, &stream, &mut limited) => read,
             },
         };
-        match read {
+        let received = match read {
             Ok(0) if buf.is_empty() => return CloseReason::PeerClosed,
             Ok(0) => {
                 return CloseReason::Protocol(FrameError::Truncated {
                     buffered_bytes: buf.len(),
                 })
             }
-            Ok(_) => {}
+            Ok(received) => received,
             Err(error) => return CloseReason::Io(error.to_string()),
-        }
+        };
         conn.touch(context.now_ms());
-        conn.count_read();
+        conn.count_read(received);
         // The one fault check of this path: one relaxed load (see `crate::fault`).
         let filter = conn.filter.bits();
         if filter & DELAY_INCOMING != 0 && delayed.is_none() {

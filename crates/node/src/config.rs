@@ -43,6 +43,9 @@
 //! secondary_log_kb = 0     # one zone's secondary log; 0: 2 × zone_mb
 //! primary_log_kb = 262144  # at least 2 write buffers
 //! wait_timeout_ms = 10000  # longest a replicated/durable change waits
+//!
+//! [metrics]
+//! listen = "127.0.0.1:9100"  # HTTP: /metrics (and the status page on superpeers); unset: off
 //! ```
 //!
 //! # The cluster secret
@@ -213,6 +216,15 @@ impl Default for FailureSection {
             recovery_backup_wait_ms: 30_000,
         }
     }
+}
+
+/// Settings of the node's HTTP endpoint (`[metrics]`): Prometheus metrics at
+/// `/metrics`, and on superpeers the status page at `/` (see `myriad_node::ops`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSection {
+    /// Where the endpoint listens (port 0: the OS picks one); unset: no endpoint.
+    pub listen: Option<SocketAddr>,
 }
 
 /// Settings of the peer role.
@@ -408,6 +420,8 @@ pub struct NodeConfig {
     pub peer: PeerSection,
     /// Replication and backup settings (peers).
     pub backup: BackupSection,
+    /// The HTTP endpoint of metrics and the status page.
+    pub metrics: MetricsSection,
 }
 
 impl Default for NodeConfig {
@@ -429,6 +443,7 @@ impl Default for NodeConfig {
             failure: FailureSection::default(),
             peer: PeerSection::default(),
             backup: BackupSection::default(),
+            metrics: MetricsSection::default(),
         }
     }
 }
@@ -692,6 +707,9 @@ failure_timeout_ms = 500
 [peer]
 memory_mb = 64
 prefault_mb = 16
+
+[metrics]
+listen = "127.0.0.1:0"
 "#;
 
     #[test]
@@ -704,6 +722,7 @@ prefault_mb = 16
         assert_eq!(config.peer.memory_mb, 64);
         assert_eq!(config.peer.prefault_mb, Some(16));
         assert_eq!(config.prefault_bytes(), 16 << 20);
+        assert_eq!(config.metrics.listen, Some("127.0.0.1:0".parse().unwrap()));
         assert_eq!(config.peer.handler_threads, 2);
         assert_eq!(config.superpeer.request_timeout_ms, 5_000);
         assert_eq!(config.capability_flags().unwrap(), Capabilities::STORAGE);
@@ -717,6 +736,10 @@ prefault_mb = 16
         assert_eq!(config.failure.heartbeat_interval_ms, 250);
         assert_eq!(config.peer.memory_mb, 1024);
         assert_eq!(config.peer.prefault_mb, None);
+        assert_eq!(
+            config.metrics.listen, None,
+            "no metrics endpoint unless asked"
+        );
         // A backup peer keeps two zones resident ahead, at most a quarter of its memory.
         assert_eq!(config.prefault_bytes(), 256 << 20);
         let mut small = config.clone();

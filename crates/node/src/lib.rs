@@ -23,6 +23,7 @@
 
 pub mod config;
 pub mod log_gc;
+pub mod ops;
 pub mod peer;
 /// The peer process's items at their old path (the same as [`peer`]'s).
 pub use peer as peer_node;

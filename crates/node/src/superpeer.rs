@@ -397,6 +397,18 @@ impl Superpeer {
         self.core.raft()
     }
 
+    /// The zone recoveries it coordinated as leader (what `RECOVERY_STATUS` answers).
+    pub fn recovery_status(&self) -> myriad_proto::recovery::RecoveryStatusReply {
+        self.core.recovery_status()
+    }
+
+    /// The routes of its HTTP endpoint: `/metrics` and the status page.
+    pub fn http_routes(&self) -> Arc<crate::ops::superpeer_metrics::SuperpeerRoutes> {
+        Arc::new(crate::ops::superpeer_metrics::SuperpeerRoutes::new(
+            Arc::clone(&self.core),
+        ))
+    }
+
     /// Its messaging handle.
     pub fn net(&self) -> &NetHandle {
         &self.core.net
@@ -593,8 +605,19 @@ impl Core {
         self.raft.get()
     }
 
-    fn leader(&self) -> Option<NodeId> {
+    pub(crate) fn leader(&self) -> Option<NodeId> {
         self.raft().and_then(MetaRaft::leader).and_then(to_node)
+    }
+
+    /// Its messaging handle.
+    pub(crate) fn net(&self) -> &NetHandle {
+        &self.net
+    }
+
+    /// Its table of zone recoveries (coordinated while it led).
+    pub(crate) fn recovery_status(&self) -> myriad_proto::recovery::RecoveryStatusReply {
+        self.recoveries
+            .status(self.raft().is_some_and(MetaRaft::is_leader))
     }
 
     fn is_member(&self, node: NodeId) -> bool {
@@ -837,7 +860,7 @@ impl Core {
     }
 
     /// Sets the messaging address of `node` from the applied node table.
-    fn sync_address(&self, node: NodeId) {
+    pub(crate) fn sync_address(&self, node: NodeId) {
         if node == self.id || self.is_member(node) {
             return;
         }

@@ -226,6 +226,9 @@ pub struct ChunkStats {
     /// Chunks restored here by a recovery that are not yet handed to this peer's own
     /// replication (re-replication still running when nonzero).
     pub rereplication_pending: u64,
+    /// Remote chunk requests the peer served since it started (every type and result):
+    /// two readings apart give its request rate (the superpeers' status page plots it).
+    pub requests_served: u64,
 }
 
 /// A peer's answer to a [`ChunkRequest`].
@@ -850,7 +853,8 @@ impl ChunkReply {
                     .put_varint(stats.used_bytes)
                     .put_varint(stats.free_bytes)
                     .put_varint(stats.region_bytes)
-                    .put_varint(stats.rereplication_pending);
+                    .put_varint(stats.rereplication_pending)
+                    .put_varint(stats.requests_served);
                 encoder.finish()
             }
             ChunkReply::Failed(error) => {
@@ -920,6 +924,7 @@ impl ChunkReply {
                 free_bytes: decoder.get_varint("free bytes")?,
                 region_bytes: decoder.get_varint("region bytes")?,
                 rereplication_pending: decoder.get_varint("rereplication pending")?,
+                requests_served: decoder.get_varint("requests served")?,
             }),
             tag::REPLY_FAILED => ChunkReply::Failed(get_error(&mut decoder)?),
             tag::REPLY_MALFORMED => ChunkReply::Malformed(get_text(&mut decoder)?),
@@ -1091,10 +1096,19 @@ mod tests {
                 any::<u64>(),
                 any::<u64>(),
                 any::<u64>(),
+                any::<u64>(),
                 any::<u64>()
             )
                 .prop_map(
-                    |(chunks, payload_bytes, used_bytes, free_bytes, region_bytes, pending)| {
+                    |(
+                        chunks,
+                        payload_bytes,
+                        used_bytes,
+                        free_bytes,
+                        region_bytes,
+                        pending,
+                        served,
+                    )| {
                         ChunkReply::Stats(ChunkStats {
                             chunks,
                             payload_bytes,
@@ -1102,6 +1116,7 @@ mod tests {
                             free_bytes,
                             region_bytes,
                             rereplication_pending: pending,
+                            requests_served: served,
                         })
                     }
                 ),
@@ -1161,8 +1176,8 @@ mod tests {
             digest,
             Digest {
                 encodings: 2_000,
-                bytes: 58_521,
-                fnv: 0x7f49d16360aef468
+                bytes: 59_269,
+                fnv: 0x6e9d09135dd706c3
             }
         );
     }

@@ -200,6 +200,7 @@ fn chunk_replies() -> Vec<(&'static str, Bytes)> {
                 free_bytes: 400,
                 region_bytes: 70_000,
                 rereplication_pending: 6,
+                requests_served: 1_000_000,
             }),
         ),
         (

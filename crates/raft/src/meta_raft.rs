@@ -242,6 +242,8 @@ pub struct RaftSummary {
     pub leader: Option<u64>,
     /// Index of its last log entry.
     pub last_log_index: Option<u64>,
+    /// Index of the last entry it knows committed.
+    pub committed_index: Option<u64>,
     /// Index of the last entry applied to its state.
     pub last_applied_index: Option<u64>,
     /// Index of the last entry in its snapshot.
@@ -462,6 +464,7 @@ impl MetaRaft {
             term: metrics.current_term,
             leader: metrics.current_leader,
             last_log_index: metrics.last_log_index,
+            committed_index: metrics.local_committed.map(|log_id| log_id.index),
             last_applied_index: metrics.last_applied.map(|log_id| log_id.index),
             snapshot_index: metrics.snapshot.map(|log_id| log_id.index),
             purged_index: metrics.purged.map(|log_id| log_id.index),

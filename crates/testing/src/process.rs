@@ -11,6 +11,7 @@
 //! - [`Process`]: a long-running child process of the test (a node spawned by hand).
 //! - [`wait_until`]: a bounded wait for a condition, with a panic that says what was
 //!   awaited.
+//! - [`http_get`]: one HTTP/1.1 `GET` with a deadline (a node's metrics endpoint).
 //!
 //! **Invariants.** Nothing outlives the test: a [`Cluster`] SIGKILLs every node when it is
 //! dropped (also when the test panics), a [`Process`] SIGKILLs its child, and a [`Myriad`]
@@ -291,6 +292,39 @@ impl Drop for Cluster {
         }
         // The owned launcher SIGKILLs and reaps every node it spawned when it drops.
     }
+}
+
+/// One HTTP/1.1 `GET http://address/path` with `Connection: close`, each socket
+/// operation bounded by `timeout`: the status code and the body (a chunked body is not
+/// decoded: the nodes' endpoints send their length).
+pub fn http_get(address: &str, path: &str, timeout: Duration) -> Result<(u16, String), String> {
+    let socket: std::net::SocketAddr = address
+        .parse()
+        .map_err(|error| format!("address {address}: {error}"))?;
+    let mut stream = std::net::TcpStream::connect_timeout(&socket, timeout)
+        .map_err(|error| format!("connect {address}: {error}"))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(|error| format!("timeouts: {error}"))?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|error| format!("send to {address}: {error}"))?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|error| format!("read from {address}: {error}"))?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no header end in {text:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse::<u16>().ok())
+        .ok_or_else(|| format!("no status in {head:?}"))?;
+    Ok((status, body.to_owned()))
 }
 
 /// A child process of the test, SIGKILLed and reaped when dropped.

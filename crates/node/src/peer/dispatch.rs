@@ -51,6 +51,7 @@ use super::migrate::migrate;
 use super::node::PeerError;
 use super::service::ChunkService;
 use super::slow_path::SlowPath;
+use crate::ops::chunk_ops::Timer;
 
 /// Where a peer's handlers find the chunk service, filled once it exists.
 type ServiceCell = Arc<OnceLock<Arc<ChunkService>>>;
@@ -223,12 +224,15 @@ impl PeerDispatch {
 /// or to the slow path.
 fn dispatch_chunk(service: &Arc<ChunkService>, slow: &SlowPath, mut incoming: Incoming) {
     let from = incoming.from;
+    let timer = Timer::start();
     if service.can_serve_inline(&incoming.payload) {
         let reply = service.serve(from, incoming.payload.clone());
+        service.ops().record(&incoming.payload, &reply, timer);
         let _ = incoming.respond(reply);
         return;
     }
     if let Some(reply) = service.serve_change_inline(from, &incoming.payload) {
+        service.ops().record(&incoming.payload, &reply, timer);
         let _ = incoming.respond(reply);
         return;
     }
@@ -245,6 +249,7 @@ fn dispatch_chunk(service: &Arc<ChunkService>, slow: &SlowPath, mut incoming: In
             from,
             incoming.payload.clone(),
             responder,
+            timer,
         );
     }
 }

@@ -88,6 +88,7 @@ use myriad_replication::{AckCallback, AsyncChange, Replicator};
 use myriad_types::{ChunkId, NodeId, LOCAL_ID_MAX};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
+use crate::ops::chunk_ops::{ChunkOps, Timer};
 use crate::replication::durability_of;
 
 /// The longest a `Lock` request may wait for a chunk lock; longer timeouts are cut to it
@@ -197,6 +198,8 @@ pub struct ChunkService {
     /// The node's lease with the superpeers; nothing is served while it has lapsed
     /// (`None`: no lease is checked, for a service outside a cluster).
     lease: Option<Arc<Lease>>,
+    /// Requests served by type and result, with latencies (for the metrics endpoint).
+    ops: ChunkOps,
 }
 
 /// Keeps inline serving off while a migration runs ([`ChunkService::migration_guard`]).
@@ -292,6 +295,7 @@ impl ChunkService {
             declared_failed: AtomicBool::new(false),
             changes_inline: AtomicU64::new(0),
             lease: None,
+            ops: ChunkOps::default(),
         }
     }
 
@@ -500,6 +504,18 @@ impl ChunkService {
         self.changes_inline.load(Ordering::Relaxed)
     }
 
+    /// The counts and latencies of the remote chunk requests served (recorded by the
+    /// peer's dispatch, [`ChunkService::serve_incoming`] and the slow path).
+    pub fn ops(&self) -> &ChunkOps {
+        &self.ops
+    }
+
+    /// Restored chunks announced by [`ChunkService::rereplication_begins`] not yet copied
+    /// to their new backups.
+    pub fn rereplication_pending(&self) -> u64 {
+        self.rereplication_pending.load(Ordering::Relaxed)
+    }
+
     /// Marks a migration as running until the guard drops: meanwhile the migration holds
     /// chunk locks the service does not track, so nothing is served inline.
     pub fn migration_guard(&self) -> MigrationGuard<'_> {
@@ -514,18 +530,23 @@ impl ChunkService {
         if !incoming.is_request() {
             return;
         }
+        let timer = Timer::start();
         let from = incoming.from;
-        let Some(replication) = &self.replication else {
-            let reply = self.serve(from, incoming.payload.clone());
+        let respond = |incoming: Incoming, reply: Bytes| {
+            self.ops.record(&incoming.payload, &reply, timer);
             // A lost connection leaves the requester to its own timeout; nothing to do.
             let _ = incoming.respond(reply);
+        };
+        let Some(replication) = &self.replication else {
+            let reply = self.serve(from, incoming.payload.clone());
+            respond(incoming, reply);
             return;
         };
         let request = match ChunkRequest::decode(incoming.payload.clone()) {
             Ok(request) if is_change(&request) => request,
             _ => {
                 let reply = self.serve(from, incoming.payload.clone());
-                let _ = incoming.respond(reply);
+                respond(incoming, reply);
                 return;
             }
         };
@@ -534,12 +555,13 @@ impl ChunkService {
             let reply = ChunkReply::Failed(ItemError::Internal(
                 "overloaded: too many changes waiting for their backups".to_owned(),
             ));
-            let _ = incoming.respond(reply.encode());
+            respond(incoming, reply.encode());
             return;
         }
         let service = Arc::clone(self);
         replication.runtime.spawn_blocking(move || {
             let reply = service.execute(from, request).encode();
+            service.ops.record(&incoming.payload, &reply, timer);
             let _ = incoming.respond(reply);
             if let Some(replication) = &service.replication {
                 replication.blocking.fetch_sub(1, Ordering::AcqRel);
@@ -842,6 +864,7 @@ impl ChunkService {
                     free_bytes: stats.free_bytes,
                     region_bytes: stats.region_bytes,
                     rereplication_pending: self.rereplication_pending.load(Ordering::Relaxed),
+                    requests_served: self.ops.total(),
                 })
             }
         }

@@ -162,7 +162,7 @@ class ConformanceTest {
         assertArrayEquals(new long[] {ChunkIds.of(1, 0), ChunkIds.of(1, 9), ChunkIds.of(3, 7), ChunkIds.of(3, 7)},
                 ranges.ranges);
 
-        assertArrayEquals(new long[] {1, 200, 300, 400, 70_000, 6}, ChunkProto.decodeReply(vector("chunk.reply.stats")).stats);
+        assertArrayEquals(new long[] {1, 200, 300, 400, 70_000, 6, 1_000_000}, ChunkProto.decodeReply(vector("chunk.reply.stats")).stats);
         assertEquals(ItemError.OUT_OF_MEMORY, ChunkProto.decodeReply(vector("chunk.reply.failed")).failed.code);
         assertEquals("truncated", ChunkProto.decodeReply(vector("chunk.reply.malformed")).malformed);
     }

@@ -261,10 +261,10 @@ public final class ChunkProto {
                 break;
             }
             case ChunkReply.STATS: {
-                reply.stats = new long[6];
+                reply.stats = new long[7];
                 String[] names = {"chunks", "payload bytes", "used bytes", "free bytes",
-                    "region bytes", "rereplication pending"};
-                for (int i = 0; i < 6; i++) {
+                    "region bytes", "rereplication pending", "requests served"};
+                for (int i = 0; i < 7; i++) {
                     reply.stats[i] = in.varint(names[i]);
                 }
                 break;

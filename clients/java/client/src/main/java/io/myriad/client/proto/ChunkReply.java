@@ -37,7 +37,10 @@ public final class ChunkReply {
     public long[] ranges;
     /** More ranges existed. */
     public boolean truncated;
-    /** chunks, payload bytes, used bytes, free bytes, region bytes, rereplication pending. */
+    /**
+     * chunks, payload bytes, used bytes, free bytes, region bytes, rereplication pending,
+     * requests served.
+     */
     public long[] stats;
     /** The failure of the whole operation. */
     public ItemError failed;
