@@ -37,7 +37,9 @@ pub struct AppContext {
 
 impl std::fmt::Debug for AppContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppContext").field("env", &self.env).finish()
+        f.debug_struct("AppContext")
+            .field("env", &self.env)
+            .finish()
     }
 }
 

@@ -115,7 +115,10 @@ impl Job for ReadLocal {
     const NAME: &'static str = "builtin.read-local";
     type Output = (NodeId, Bytes);
     fn run(self, ctx: &JobContext) -> Result<(NodeId, Bytes), String> {
-        let data = ctx.local()?.get(self.0).map_err(|error| error.to_string())?;
+        let data = ctx
+            .local()?
+            .get(self.0)
+            .map_err(|error| error.to_string())?;
         Ok((ctx.node_id(), data))
     }
 }
@@ -180,7 +183,9 @@ pub fn scan(local: &LocalChunkApi<'_>, spec: &ScanSpec) -> Result<ScanResult, St
         .ranges(SCAN_RANGES_MAX)
         .map_err(|error| error.to_string())?;
     if truncated {
-        return Err(format!("more than {SCAN_RANGES_MAX} chunk ranges; scan refused"));
+        return Err(format!(
+            "more than {SCAN_RANGES_MAX} chunk ranges; scan refused"
+        ));
     }
     let mut result = ScanResult::default();
     let mut batch: Vec<ChunkId> = Vec::with_capacity(BATCH);
@@ -234,7 +239,10 @@ impl Wire for ScanJob {
             .put_u64_le(spec.field_offset)
             .put_u64_le(spec.min_size);
         match spec.filter {
-            Some(filter) => out.put_u8(1).put_u64_le(filter.offset).put_u64_le(filter.equals),
+            Some(filter) => out
+                .put_u8(1)
+                .put_u64_le(filter.offset)
+                .put_u64_le(filter.equals),
             None => out.put_u8(0),
         };
     }
@@ -415,7 +423,8 @@ impl Task for BarrierTask {
         let mut rounds = Vec::with_capacity(params.rounds as usize);
         for _ in 0..params.rounds.max(1) {
             let started = Instant::now();
-            ctx.barrier(Bytes::new()).map_err(|error| error.to_string())?;
+            ctx.barrier(Bytes::new())
+                .map_err(|error| error.to_string())?;
             rounds.push(started.elapsed().as_micros() as i64);
         }
         rounds.sort_unstable();
@@ -444,7 +453,8 @@ impl Task for ExchangeTask {
                     .map_err(|error| error.to_string())?;
             }
         }
-        ctx.barrier(Bytes::new()).map_err(|error| error.to_string())?;
+        ctx.barrier(Bytes::new())
+            .map_err(|error| error.to_string())?;
         let mut received = 0i64;
         while ctx.try_recv().map_err(|error| error.to_string())?.is_some() {
             received += 1;

@@ -29,8 +29,8 @@ use thiserror::Error;
 use crate::job::{Job, JobError, JobHandle};
 use crate::service::{master_name, ComputeService};
 use crate::wire::{
-    self, decode_job_reply, decode_submit_reply, GroupReply, GroupRequest, GroupStatus,
-    JobReply, JobRequest, Role, SubmitReply, SubmitRequest,
+    self, decode_job_reply, decode_submit_reply, GroupReply, GroupRequest, GroupStatus, JobReply,
+    JobRequest, Role, SubmitReply, SubmitRequest,
 };
 
 /// How many owners a delegated job tries before giving up.
@@ -196,7 +196,10 @@ impl Jobs {
         let net = self.client.membership().net().clone();
         let timeout = self.timeout;
         net.clone().runtime().spawn(async move {
-            let answer = match net.request(node, wire::JOB, request.encode(), timeout).await {
+            let answer = match net
+                .request(node, wire::JOB, request.encode(), timeout)
+                .await
+            {
                 Ok(bytes) => match decode_job_reply(bytes) {
                     Ok(answer) => {
                         answer.map_err(|failure| JobError::from_failure(failure, node, cid))
@@ -214,7 +217,11 @@ impl Jobs {
     }
 }
 
-fn group_request(client: &Client, node: NodeId, request: GroupRequest) -> Result<GroupReply, ComputeError> {
+fn group_request(
+    client: &Client,
+    node: NodeId,
+    request: GroupRequest,
+) -> Result<GroupReply, ComputeError> {
     let bytes = client
         .membership()
         .net()
@@ -239,7 +246,11 @@ pub fn find_master(client: &Client, group: u16) -> Result<NodeId, ComputeError> 
 }
 
 /// Submits `request` to its group's master and waits (at most `timeout`) for the outcome.
-pub fn submit(client: &Client, request: &SubmitRequest, timeout: Duration) -> Result<SubmitReply, ComputeError> {
+pub fn submit(
+    client: &Client,
+    request: &SubmitRequest,
+    timeout: Duration,
+) -> Result<SubmitReply, ComputeError> {
     let master = find_master(client, request.group)?;
     let bytes = client
         .membership()
@@ -303,12 +314,18 @@ pub fn node_info(client: &Client, node: NodeId) -> Result<(Role, u16), ComputeEr
 
 /// Makes peer `node` take `role` in `group`.
 pub fn set_role(client: &Client, node: NodeId, group: u16, role: Role) -> Result<(), ComputeError> {
-    expect_ok(node, group_request(client, node, GroupRequest::SetRole(group, role))?)
+    expect_ok(
+        node,
+        group_request(client, node, GroupRequest::SetRole(group, role))?,
+    )
 }
 
 /// Starts application `name` on peer `node`.
 pub fn start_app(client: &Client, node: NodeId, name: &str) -> Result<(), ComputeError> {
-    expect_ok(node, group_request(client, node, GroupRequest::StartApp(name.to_owned()))?)
+    expect_ok(
+        node,
+        group_request(client, node, GroupRequest::StartApp(name.to_owned()))?,
+    )
 }
 
 /// Runs a job by name with raw parameters on `node` and waits for its raw result (the

@@ -157,7 +157,10 @@ impl<'a> LocalChunkApi<'a> {
     /// Inclusive CID ranges of the live chunks this peer holds (of every creator), at
     /// most `max` ranges, and whether more were left out.
     pub fn ranges(&self, max: u64) -> Result<(Vec<(ChunkId, ChunkId)>, bool), LocalError> {
-        match self.chunks.execute(ChunkRequest::List { creator: None, max }) {
+        match self
+            .chunks
+            .execute(ChunkRequest::List { creator: None, max })
+        {
             ChunkReply::Ranges { ranges, truncated } => Ok((ranges, truncated)),
             other => Err(unexpected(other)),
         }
@@ -174,7 +177,10 @@ impl<'a> LocalChunkApi<'a> {
     /// Whether this peer owns `cid` (holds it or would create it there): asks the chunk
     /// service for its size.
     pub fn owns(&self, cid: ChunkId) -> bool {
-        match self.chunks.execute(ChunkRequest::Status { cids: vec![cid] }) {
+        match self
+            .chunks
+            .execute(ChunkRequest::Status { cids: vec![cid] })
+        {
             ChunkReply::Sizes(mut sizes) => !matches!(sizes.pop(), Some(Err(ItemError::NotOwner))),
             _ => false,
         }

@@ -263,7 +263,8 @@ impl JobContext {
         let node = self.node;
         self.pool.spawn(Box::new(move || {
             let reply = run_caught(|| job.run(&ctx).map(|out| out.to_bytes()));
-            let _ = sender.send(reply.map_err(|failure| JobError::from_failure(failure, node, None)));
+            let _ =
+                sender.send(reply.map_err(|failure| JobError::from_failure(failure, node, None)));
         }));
         JobHandle::new(receiver, self.node)
     }
@@ -318,7 +319,8 @@ impl JobRegistry {
             J::NAME
         );
         let runner: Runner = Arc::new(|params: Bytes, ctx: &JobContext| {
-            let job = J::from_bytes(params).map_err(|error| JobFailure::BadParams(error.to_string()))?;
+            let job =
+                J::from_bytes(params).map_err(|error| JobFailure::BadParams(error.to_string()))?;
             run_caught(|| job.run(ctx).map(|out| out.to_bytes()))
         });
         self.runners.insert(J::NAME.to_owned(), runner);

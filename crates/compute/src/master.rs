@@ -135,7 +135,9 @@ impl Master {
         }
         for run in self.runs.lock().values() {
             if run.slaves.contains(&slave) {
-                let _ = run.events.send(RunEvent::SlaveDown(slave, reason.to_owned()));
+                let _ = run
+                    .events
+                    .send(RunEvent::SlaveDown(slave, reason.to_owned()));
             }
         }
     }
@@ -230,7 +232,13 @@ impl Master {
         }
     }
 
-    fn release(&self, run: u64, round: u32, slaves: &[NodeId], arrivals: Vec<Option<(Vec<u64>, Bytes)>>) {
+    fn release(
+        &self,
+        run: u64,
+        round: u32,
+        slaves: &[NodeId],
+        arrivals: Vec<Option<(Vec<u64>, Bytes)>>,
+    ) {
         let arrivals: Vec<(Vec<u64>, Bytes)> = arrivals.into_iter().flatten().collect();
         let values: Vec<Bytes> = arrivals.iter().map(|(_, value)| value.clone()).collect();
         let net = self.env.membership.net().clone();
@@ -355,7 +363,11 @@ impl Master {
 
     /// The slaves for a task: waits up to the script's slave wait for `slaves_min`, then
     /// takes at most `slaves_max` (0: all), by node ID.
-    fn choose_slaves(&self, request: &SubmitRequest, step: &StepWire) -> Result<Vec<NodeId>, String> {
+    fn choose_slaves(
+        &self,
+        request: &SubmitRequest,
+        step: &StepWire,
+    ) -> Result<Vec<NodeId>, String> {
         let deadline = Instant::now() + Duration::from_millis(request.slaves_wait_ms);
         let min = step.slaves_min.max(1) as usize;
         loop {
@@ -407,7 +419,9 @@ impl Master {
             let (net, slave, events) = (net.clone(), *slave, events.clone());
             net.clone().runtime().spawn(async move {
                 let answer = match net.request(slave, TASK_RUN, payload, timeout).await {
-                    Ok(bytes) => decode_task_done(bytes).map_err(|error| format!("bad answer: {error}")),
+                    Ok(bytes) => {
+                        decode_task_done(bytes).map_err(|error| format!("bad answer: {error}"))
+                    }
                     Err(error) => Err(error.to_string()),
                 };
                 let answer = match answer {
@@ -464,7 +478,10 @@ impl Master {
                         .map(|(index, _)| format!("{index} (node {})", slaves[index]))
                         .collect();
                     return Err((
-                        format!("not finished within {timeout:?}: slaves {}", missing.join(", ")),
+                        format!(
+                            "not finished within {timeout:?}: slaves {}",
+                            missing.join(", ")
+                        ),
                         None,
                     ));
                 }
@@ -472,11 +489,17 @@ impl Master {
             match event {
                 RunEvent::Done(index, Ok(Ok(value))) => values[index] = Some(value),
                 RunEvent::Done(index, Ok(Err(text))) => {
-                    return Err((format!("slave {index} (node {}) failed: {text}", slaves[index]), None))
+                    return Err((
+                        format!("slave {index} (node {}) failed: {text}", slaves[index]),
+                        None,
+                    ))
                 }
                 RunEvent::Done(index, Err(text)) => {
                     return Err((
-                        format!("slave {index} (node {}) is unreachable: {text}", slaves[index]),
+                        format!(
+                            "slave {index} (node {}) is unreachable: {text}",
+                            slaves[index]
+                        ),
                         Some(slaves[index]),
                     ))
                 }

@@ -112,8 +112,20 @@ pub struct Condition {
     pub otherwise: Otherwise,
 }
 
-const AGGREGATES: [Aggregate; 4] = [Aggregate::Sum, Aggregate::Min, Aggregate::Max, Aggregate::First];
-const OPS: [CmpOp; 6] = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+const AGGREGATES: [Aggregate; 4] = [
+    Aggregate::Sum,
+    Aggregate::Min,
+    Aggregate::Max,
+    Aggregate::First,
+];
+const OPS: [CmpOp; 6] = [
+    CmpOp::Eq,
+    CmpOp::Ne,
+    CmpOp::Lt,
+    CmpOp::Le,
+    CmpOp::Gt,
+    CmpOp::Ge,
+];
 
 impl Condition {
     /// The aggregate of `values` (each an 8-byte integer), or why there is none.
@@ -156,7 +168,10 @@ impl Condition {
 
     /// The wire form `(aggregate, op, than, skip)`.
     pub fn to_wire(&self) -> (u8, u8, i64, bool) {
-        let aggregate = AGGREGATES.iter().position(|a| *a == self.value).unwrap_or(0) as u8;
+        let aggregate = AGGREGATES
+            .iter()
+            .position(|a| *a == self.value)
+            .unwrap_or(0) as u8;
         let op = OPS.iter().position(|o| *o == self.op).unwrap_or(0) as u8;
         (aggregate, op, self.than, self.otherwise == Otherwise::Skip)
     }
@@ -167,7 +182,11 @@ impl Condition {
             value: *AGGREGATES.get(aggregate as usize)?,
             op: *OPS.get(op as usize)?,
             than,
-            otherwise: if skip { Otherwise::Skip } else { Otherwise::Abort },
+            otherwise: if skip {
+                Otherwise::Skip
+            } else {
+                Otherwise::Abort
+            },
         })
     }
 
@@ -297,7 +316,9 @@ impl TaskScript {
                 ));
             }
             if number == 0 && task.when.is_some() {
-                return invalid("the first task cannot have a condition (no value before it)".into());
+                return invalid(
+                    "the first task cannot have a condition (no value before it)".into(),
+                );
             }
         }
         Ok(())
@@ -358,13 +379,19 @@ when = { value = "max", op = "<", than = 0, otherwise = "skip" }
         assert_eq!(script.tasks.len(), 3);
         assert_eq!(script.task_timeout_ms, 60_000);
         let when = script.tasks[1].when.unwrap();
-        assert_eq!((when.value, when.op, when.than), (Aggregate::Sum, CmpOp::Ge, 6));
+        assert_eq!(
+            (when.value, when.op, when.than),
+            (Aggregate::Sum, CmpOp::Ge, 6)
+        );
         assert_eq!(when.otherwise, Otherwise::Abort);
         assert_eq!(script.tasks[2].when.unwrap().otherwise, Otherwise::Skip);
         let request = script.to_request(7);
         assert_eq!(request.group, 7);
         assert_eq!(request.steps[0].params, Bytes::from(r#"{"value":2}"#));
-        assert_eq!((request.steps[1].slaves_min, request.steps[2].slaves_max), (3, 2));
+        assert_eq!(
+            (request.steps[1].slaves_min, request.steps[2].slaves_max),
+            (3, 2)
+        );
     }
 
     #[test]
@@ -392,12 +419,31 @@ when = { value = "max", op = "<", than = 0, otherwise = "skip" }
     #[test]
     fn conditions_aggregate_and_compare() {
         let values = [int_value(1), int_value(4), int_value(-2)];
-        let condition = |value, op, than| Condition { value, op, than, otherwise: Otherwise::Abort };
-        assert_eq!(condition(Aggregate::Sum, CmpOp::Eq, 3).holds(&values), Ok(true));
-        assert_eq!(condition(Aggregate::Min, CmpOp::Lt, -1).holds(&values), Ok(true));
-        assert_eq!(condition(Aggregate::Max, CmpOp::Gt, 4).holds(&values), Ok(false));
-        assert_eq!(condition(Aggregate::First, CmpOp::Ne, 1).holds(&values), Ok(false));
-        assert!(condition(Aggregate::Sum, CmpOp::Eq, 0).holds(&[Bytes::from_static(b"x")]).is_err());
+        let condition = |value, op, than| Condition {
+            value,
+            op,
+            than,
+            otherwise: Otherwise::Abort,
+        };
+        assert_eq!(
+            condition(Aggregate::Sum, CmpOp::Eq, 3).holds(&values),
+            Ok(true)
+        );
+        assert_eq!(
+            condition(Aggregate::Min, CmpOp::Lt, -1).holds(&values),
+            Ok(true)
+        );
+        assert_eq!(
+            condition(Aggregate::Max, CmpOp::Gt, 4).holds(&values),
+            Ok(false)
+        );
+        assert_eq!(
+            condition(Aggregate::First, CmpOp::Ne, 1).holds(&values),
+            Ok(false)
+        );
+        assert!(condition(Aggregate::Sum, CmpOp::Eq, 0)
+            .holds(&[Bytes::from_static(b"x")])
+            .is_err());
         assert!(condition(Aggregate::Sum, CmpOp::Eq, 0).holds(&[]).is_err());
     }
 

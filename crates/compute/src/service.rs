@@ -237,9 +237,15 @@ impl ComputeService {
     /// Runs a job given by name and encoded parameters on this peer's pool; the reply
     /// goes to `reply`. Refuses with `NotOwner` when `owner_of` names a chunk this peer
     /// does not own.
-    pub fn run_request(&self, request: JobRequest, reply: impl FnOnce(wire::JobReply) + Send + 'static) {
+    pub fn run_request(
+        &self,
+        request: JobRequest,
+        reply: impl FnOnce(wire::JobReply) + Send + 'static,
+    ) {
         if !self.config.enabled {
-            reply(Err(JobFailure::NoCompute("the peer has no compute capability".into())));
+            reply(Err(JobFailure::NoCompute(
+                "the peer has no compute capability".into(),
+            )));
             return;
         }
         let ctx = self.context();
@@ -291,11 +297,13 @@ impl ComputeService {
                     let done = Err("the peer has no compute capability".to_owned());
                     let _ = responder.respond(encode_task_done(&done));
                 }
-                (Ok(run), Some(env)) => {
-                    service
-                        .runs
-                        .start(incoming.from, run, &service.registry.tasks, env.clone(), responder)
-                }
+                (Ok(run), Some(env)) => service.runs.start(
+                    incoming.from,
+                    run,
+                    &service.registry.tasks,
+                    env.clone(),
+                    responder,
+                ),
                 (Ok(_), None) => {
                     let _ = responder.respond(encode_task_done(&Err(not_ready())));
                 }
@@ -350,10 +358,16 @@ impl ComputeService {
         match master {
             Some(master) => master.submit(request, responder),
             None => {
-                let me = self.env.get().map_or(NodeId(0), |env| env.membership.node_id());
+                let me = self
+                    .env
+                    .get()
+                    .map_or(NodeId(0), |env| env.membership.node_id());
                 reply_submit(
                     responder,
-                    Err(format!("node {me} is not the master of group {}", request.group)),
+                    Err(format!(
+                        "node {me} is not the master of group {}",
+                        request.group
+                    )),
                 );
             }
         }
@@ -362,7 +376,9 @@ impl ComputeService {
     fn on_group(self: &Arc<Self>, from: NodeId, request: GroupRequest) -> GroupReply {
         let master = self.role.lock().master.clone();
         match request {
-            GroupRequest::Join(group) | GroupRequest::Leave(group) | GroupRequest::Status(group)
+            GroupRequest::Join(group)
+            | GroupRequest::Leave(group)
+            | GroupRequest::Status(group)
                 if master.as_ref().map(|m| m.group()) != Some(group) =>
             {
                 GroupReply::Refused(format!("not the master of group {group}"))
@@ -469,7 +485,9 @@ impl ComputeService {
             .name(format!("compute-slave-{group}"))
             .spawn(move || {
                 let mut joined: Option<NodeId> = None;
-                while current.load(Ordering::Acquire) == generation && !stopped.load(Ordering::Acquire) {
+                while current.load(Ordering::Acquire) == generation
+                    && !stopped.load(Ordering::Acquire)
+                {
                     let master = env
                         .client
                         .blocking()
@@ -551,7 +569,9 @@ impl ComputeService {
                         None => break,
                     },
                 };
-                let Some(service) = service.upgrade() else { break };
+                let Some(service) = service.upgrade() else {
+                    break;
+                };
                 service.node_gone(node, &reason);
             }
         });
@@ -576,7 +596,10 @@ impl ComputeService {
     }
 }
 
-fn reply_submit(responder: Option<myriad_net::Responder>, reply: Result<wire::SubmitReply, String>) {
+fn reply_submit(
+    responder: Option<myriad_net::Responder>,
+    reply: Result<wire::SubmitReply, String>,
+) {
     if let Some(responder) = responder {
         let _ = responder.respond(encode_submit_reply(&reply));
     }

@@ -138,7 +138,12 @@ impl SlaveRun {
             if let Some(reason) = &state.aborted {
                 return Err(TaskError::Aborted(reason.clone()));
             }
-            if self.channel.changed.wait_until(&mut state, deadline).timed_out() {
+            if self
+                .channel
+                .changed
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
                 return Ok(state.inbox.pop_front());
             }
         }
@@ -181,7 +186,12 @@ impl SlaveRun {
                     return Ok(values);
                 }
             }
-            if self.channel.changed.wait_until(&mut state, deadline).timed_out() {
+            if self
+                .channel
+                .changed
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
                 return Err(TaskError::Timeout(timeout));
             }
         }

@@ -135,7 +135,9 @@ impl std::str::FromStr for Role {
             "none" => Ok(Role::None),
             "master" => Ok(Role::Master),
             "slave" => Ok(Role::Slave),
-            other => Err(format!("unknown compute role {other:?} (master, slave, none)")),
+            other => Err(format!(
+                "unknown compute role {other:?} (master, slave, none)"
+            )),
         }
     }
 }

@@ -82,7 +82,10 @@ fn submit_reply_and_group_messages_round_trip() {
     });
     assert_eq!(decode_submit_reply(encode_submit_reply(&reply)), Ok(reply));
     let refused: Result<SubmitReply, String> = Err("no".into());
-    assert_eq!(decode_submit_reply(encode_submit_reply(&refused)), Ok(refused));
+    assert_eq!(
+        decode_submit_reply(encode_submit_reply(&refused)),
+        Ok(refused)
+    );
     for request in [
         GroupRequest::Join(1),
         GroupRequest::Leave(2),
@@ -106,7 +109,12 @@ fn submit_reply_and_group_messages_round_trip() {
             detail: String::new(),
         }],
     });
-    for reply in [GroupReply::Ok, GroupReply::Info(Role::Slave, 2), status, GroupReply::Refused("x".into())] {
+    for reply in [
+        GroupReply::Ok,
+        GroupReply::Info(Role::Slave, 2),
+        status,
+        GroupReply::Refused("x".into()),
+    ] {
         assert_eq!(GroupReply::decode(reply.encode()), Ok(reply));
     }
 }
@@ -130,12 +138,32 @@ fn bad_input_gives_typed_errors() {
     );
     // A count larger than the bytes left.
     let mut out = Encoder::new();
-    out.put_u16_le(1).put_str("n").put_varint(1).put_varint(1).put_varint(1000);
-    assert_eq!(SubmitRequest::decode(out.finish()), Err(DecodeError::Truncated("steps")));
+    out.put_u16_le(1)
+        .put_str("n")
+        .put_varint(1)
+        .put_varint(1)
+        .put_varint(1000);
+    assert_eq!(
+        SubmitRequest::decode(out.finish()),
+        Err(DecodeError::Truncated("steps"))
+    );
     // Unknown tags and trailing bytes.
-    assert!(matches!(GroupRequest::decode(Bytes::from_static(&[9])), Err(DecodeError::UnknownTag { .. })));
-    assert!(matches!(GroupRequest::decode(Bytes::from_static(&[3, 0])), Err(DecodeError::TrailingBytes { .. })));
+    assert!(matches!(
+        GroupRequest::decode(Bytes::from_static(&[9])),
+        Err(DecodeError::UnknownTag { .. })
+    ));
+    assert!(matches!(
+        GroupRequest::decode(Bytes::from_static(&[3, 0])),
+        Err(DecodeError::TrailingBytes { .. })
+    ));
     // Names longer than the limit.
-    let long = JobRequest { name: "x".repeat(NAME_BYTES_MAX + 1), params: Bytes::new(), owner_of: None };
-    assert!(matches!(JobRequest::decode(long.encode()), Err(DecodeError::TooLarge { .. })));
+    let long = JobRequest {
+        name: "x".repeat(NAME_BYTES_MAX + 1),
+        params: Bytes::new(),
+        owner_of: None,
+    };
+    assert!(matches!(
+        JobRequest::decode(long.encode()),
+        Err(DecodeError::TooLarge { .. })
+    ));
 }
