@@ -8,6 +8,7 @@
 //!   only (fails on any other peer than its owner) and returns `(node, bytes)`: the proof
 //!   that a delegated job ran where its data is.
 //! - [`ScanJob`] (`builtin.scan`): [`scan`] of this peer's chunks.
+//! - [`SleepJob`] (`builtin.sleep`): waits some milliseconds (tests of queued jobs).
 //!
 //! Tasks (parameters as JSON, e.g. from a script's `params` table):
 //! - `builtin.scan` ([`ScanSpec`]): every slave scans its own chunks with a filter and
@@ -49,7 +50,8 @@ pub fn register(registry: &mut Registry) {
         .register::<EmptyJob>()
         .register::<WhoAmI>()
         .register::<ReadLocal>()
-        .register::<ScanJob>();
+        .register::<ScanJob>()
+        .register::<SleepJob>();
     registry
         .tasks
         .register(ScanTask)
@@ -76,6 +78,28 @@ impl Job for EmptyJob {
     type Output = ();
     fn run(self, _ctx: &JobContext) -> Result<(), String> {
         Ok(())
+    }
+}
+
+/// Waits this many milliseconds, then returns the node that ran it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SleepJob(pub u64);
+
+impl Wire for SleepJob {
+    fn put(&self, out: &mut Encoder) {
+        out.put_u64_le(self.0);
+    }
+    fn get(input: &mut Decoder) -> Result<Self, DecodeError> {
+        Ok(SleepJob(input.get_u64_le("sleep ms")?))
+    }
+}
+
+impl Job for SleepJob {
+    const NAME: &'static str = "builtin.sleep";
+    type Output = NodeId;
+    fn run(self, ctx: &JobContext) -> Result<NodeId, String> {
+        std::thread::sleep(Duration::from_millis(self.0));
+        Ok(ctx.node_id())
     }
 }
 

@@ -83,7 +83,10 @@ pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String>
 
 /// Every alive compute-capable peer's role and group.
 fn group_list(client: &Client) -> Result<Value, String> {
-    let nodes = client.blocking().nodes().map_err(|error| error.to_string())?;
+    let nodes = client
+        .blocking()
+        .nodes()
+        .map_err(|error| error.to_string())?;
     let rows = nodes
         .iter()
         .filter(|node| {
@@ -113,7 +116,8 @@ fn show_value(value: &Bytes) -> Value {
 /// Submits and renders the outcome; a failed script is an error with its reason (and the
 /// tasks that ran), an aborted one (a condition stopped it) is not.
 fn outcome(client: &Client, request: &SubmitRequest) -> Result<Value, String> {
-    let reply: SubmitReply = submit(client, request, SUBMIT_WAIT).map_err(|error| error.to_string())?;
+    let reply: SubmitReply =
+        submit(client, request, SUBMIT_WAIT).map_err(|error| error.to_string())?;
     let tasks: Vec<Value> = reply
         .tasks
         .iter()
