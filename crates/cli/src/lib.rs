@@ -54,6 +54,9 @@ enum BenchCommand {
     /// The server half of `bench net` (started by it).
     #[command(hide = true)]
     NetServer(myriad_bench::net::NetServerArgs),
+    /// The compute platform: local/remote/delegated empty-job throughput (Rayon as the local
+    /// bound), steals, superstep latency of a compute group.
+    Jobs(myriad_bench::jobs::JobsArgs),
     /// Small-object get/put of a local cluster, with Redis and memcached baselines.
     Kv(myriad_bench::kv::KvArgs),
     /// The backup-side log engine: append rate, recovery read, disk baseline.
@@ -88,6 +91,9 @@ pub fn main_with(registry: myriad_compute::Registry) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::NetServer(args)) => {
             myriad_bench::net::serve(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Jobs(args)) => {
+            myriad_bench::jobs::run(&args).map_err(anyhow::Error::msg)
         }
         Command::Bench(BenchCommand::Kv(args)) => {
             myriad_bench::kv::run(&args).map_err(anyhow::Error::msg)

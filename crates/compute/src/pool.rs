@@ -269,7 +269,13 @@ mod tests {
             finished.recv_timeout(Duration::from_secs(10)).unwrap();
         }
         assert_eq!(count.load(Ordering::Relaxed), 1000);
+        // The counter goes up just after each closure returns.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pool.stats().executed < 1000 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(pool.stats().executed, 1000);
+        assert_eq!(pool.stats().queued, 0);
     }
 
     #[test]

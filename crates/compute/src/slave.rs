@@ -18,7 +18,7 @@
 //! [`crate::service::ComputeService`]'s handlers ([`crate::wire::TASK_RUN`],
 //! [`crate::wire::SYNC`], [`crate::wire::DATA`]) and [`crate::TaskContext`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -202,13 +202,14 @@ impl SlaveRun {
 #[derive(Default)]
 pub(crate) struct SlaveRuns {
     channels: Mutex<HashMap<RunKey, Arc<RunChannel>>>,
-    finished: Mutex<VecDeque<RunKey>>,
+    /// Finished runs: a set to look up, the order to forget them in.
+    finished: Mutex<(HashSet<RunKey>, VecDeque<RunKey>)>,
 }
 
 impl SlaveRuns {
     /// The channel of a run, created on first use; `None` once the run finished here.
     fn channel(&self, key: RunKey) -> Option<Arc<RunChannel>> {
-        if self.finished.lock().contains(&key) {
+        if self.finished.lock().0.contains(&key) {
             return None;
         }
         Some(Arc::clone(self.channels.lock().entry(key).or_default()))
@@ -216,10 +217,14 @@ impl SlaveRuns {
 
     fn finish(&self, key: RunKey) {
         self.channels.lock().remove(&key);
-        let mut finished = self.finished.lock();
-        finished.push_back(key);
-        if finished.len() > FINISHED_REMEMBERED {
-            finished.pop_front();
+        let (set, order) = &mut *self.finished.lock();
+        if set.insert(key) {
+            order.push_back(key);
+        }
+        if order.len() > FINISHED_REMEMBERED {
+            if let Some(old) = order.pop_front() {
+                set.remove(&old);
+            }
         }
     }
 
