@@ -50,10 +50,13 @@ enum RunEvent {
     SlaveDown(NodeId, String),
 }
 
+/// A slave's barrier arrival: messages it sent to each slave, its value.
+type Arrival = (Vec<u64>, Bytes);
+
 struct MasterRun {
     slaves: Vec<NodeId>,
-    /// Per round: each slave's `(sent counts, value)` once arrived.
-    rounds: Mutex<HashMap<u32, Vec<Option<(Vec<u64>, Bytes)>>>>,
+    /// Per round: each slave's arrival, once it arrived.
+    rounds: Mutex<HashMap<u32, Vec<Option<Arrival>>>>,
     events: crossbeam_channel::Sender<RunEvent>,
 }
 
@@ -237,9 +240,9 @@ impl Master {
         run: u64,
         round: u32,
         slaves: &[NodeId],
-        arrivals: Vec<Option<(Vec<u64>, Bytes)>>,
+        arrivals: Vec<Option<Arrival>>,
     ) {
-        let arrivals: Vec<(Vec<u64>, Bytes)> = arrivals.into_iter().flatten().collect();
+        let arrivals: Vec<Arrival> = arrivals.into_iter().flatten().collect();
         let values: Vec<Bytes> = arrivals.iter().map(|(_, value)| value.clone()).collect();
         let net = self.env.membership.net().clone();
         for (index, slave) in slaves.iter().enumerate() {
@@ -423,10 +426,6 @@ impl Master {
                         decode_task_done(bytes).map_err(|error| format!("bad answer: {error}"))
                     }
                     Err(error) => Err(error.to_string()),
-                };
-                let answer = match answer {
-                    Ok(done) => Ok(done),
-                    Err(text) => Err(text),
                 };
                 let _ = events.send(RunEvent::Done(index, answer));
             });
