@@ -235,13 +235,7 @@ impl Master {
         }
     }
 
-    fn release(
-        &self,
-        run: u64,
-        round: u32,
-        slaves: &[NodeId],
-        arrivals: Vec<Option<Arrival>>,
-    ) {
+    fn release(&self, run: u64, round: u32, slaves: &[NodeId], arrivals: Vec<Option<Arrival>>) {
         let arrivals: Vec<Arrival> = arrivals.into_iter().flatten().collect();
         let values: Vec<Bytes> = arrivals.iter().map(|(_, value)| value.clone()).collect();
         let net = self.env.membership.net().clone();

@@ -2,7 +2,8 @@
 //! locally, on a named peer and on a chunk's owner (also after a migration, through the
 //! `NotOwner` redirection); a panicking job fails its handle only; a group of three slaves
 //! runs a script with a condition, messages and barriers; a crashed slave fails the run
-//! with a clear error and the group takes the next submission.
+//! with a clear error and the group takes the next submission; the built-in bulk load and
+//! scan.
 
 use std::time::Duration;
 
@@ -205,4 +206,53 @@ fn a_crashed_slave_fails_the_run_and_the_group_goes_on() {
     let reply = submit(&client, &next, Duration::from_secs(30)).unwrap();
     assert_eq!(reply.end, ScriptEnd::Finished, "{reply:?}");
     assert_eq!(reply.tasks[0].slaves, slaves[..2].to_vec());
+}
+
+#[test]
+fn builtins_load_a_file_in_parallel_and_scan_what_was_loaded() {
+    let cluster = cluster(4);
+    let (_, slaves) = form_group(&cluster, 3);
+    let client = cluster.client();
+    let file = cluster.dir().join("lines.txt");
+    // 1000 lines of 8 digits; the loader stores each line's bytes as a chunk.
+    let lines: Vec<String> = (0..1000).map(|i| format!("{i:08}")).collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let script = format!(
+        "slaves_min = 3\n[[task]]\nname = \"builtin.load\"\nparams = {{ path = {:?} }}\n\
+         [[task]]\nname = \"builtin.scan\"\nparams = {{ aggregate = \"count\", min_size = 8 }}\n\
+         when = {{ value = \"sum\", op = \"==\", than = 1000 }}",
+        file.display().to_string()
+    );
+    let request = TaskScript::parse(&script).unwrap().to_request(3);
+    let reply = submit(&client, &request, Duration::from_secs(30)).unwrap();
+    assert_eq!(reply.end, ScriptEnd::Finished, "{reply:?}");
+    let loaded: Vec<i64> = reply.tasks[0]
+        .values
+        .iter()
+        .map(|v| read_int(v).unwrap())
+        .collect();
+    // Slave i of 3 took lines i, i+3, ...: 334, 333, 333.
+    assert_eq!(loaded, vec![334, 333, 333]);
+    let counted: Vec<i64> = reply.tasks[1]
+        .values
+        .iter()
+        .map(|v| read_int(v).unwrap())
+        .collect();
+    assert_eq!(counted, loaded, "each slave scans exactly what it loaded");
+    // The chunks are where the scan says: a slave's own chunks hold its lines.
+    let jobs = Jobs::new(client.clone());
+    let (count, (_, cids)) = jobs
+        .submit_to(
+            slaves[1],
+            myriad_compute::builtin::ScanJob(myriad_compute::builtin::ScanSpec {
+                aggregate: myriad_compute::builtin::ScanAggregate::Cids,
+                ..Default::default()
+            }),
+        )
+        .wait(WAIT)
+        .unwrap();
+    assert_eq!(count, 333);
+    let first = client.blocking().chunks().get(cids[0]).unwrap();
+    assert_eq!(first, Bytes::from("00000001"));
+    assert!(cids.iter().all(|cid| cid.creator() == slaves[1]));
 }
