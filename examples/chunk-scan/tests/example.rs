@@ -1,7 +1,7 @@
 //! Builds and runs the example binary as a whole cluster (1 superpeer, 3 peers, all of them
 //! `chunk-scan` processes): its task runs on a compute group through its own terminal, its
-//! job is delegated to the owners of the chunks, its application reports through the
-//! temporary storage.
+//! job is delegated to the owners of the chunks, its application (started at boot by the
+//! configuration and later from the terminal) reports through the temporary storage.
 
 use std::path::Path;
 use std::time::Duration;
@@ -38,7 +38,10 @@ fn the_example_binary_runs_its_job_task_and_application() {
         .superpeers(1)
         .peers(3)
         .peer_memory_mb(64)
-        .config("[backup]\nreplication = 0\n[compute]\ngroup = 5\nrole = \"slave\"\n")
+        .config(
+            "[backup]\nreplication = 0\n[compute]\ngroup = 5\nrole = \"slave\"\n\
+             apps = [\"example.report\"]\n",
+        )
         .keep_logs_on_panic()
         .start();
     let cluster_dir = cluster.dir().to_path_buf();
@@ -50,6 +53,14 @@ fn the_example_binary_runs_its_job_task_and_application() {
         .collect();
     peers.sort_unstable();
     let client = Client::connect(cluster.superpeers()).expect("client joins");
+    // The application configured in `compute.apps` ran once on every peer at boot, when
+    // it held no chunks.
+    for peer in &peers {
+        let name = format!("report.{}", peer.0);
+        wait_until(WAIT, "the boot report", || {
+            client.blocking().tmp_get(&name).ok().flatten() == Some(Bytes::from_static(b"0"))
+        });
+    }
     let blocking = client.blocking();
     let chunks = blocking.chunks();
 
