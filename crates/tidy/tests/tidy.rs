@@ -29,6 +29,7 @@ const DEPENDENCY_ARROWS: &[(&str, &str)] = &[
     ("myriad", "myriad-types"),
     ("myriad-bench", "myriad-backup-log"),
     ("myriad-bench", "myriad-client"),
+    ("myriad-bench", "myriad-compute"),
     ("myriad-bench", "myriad-launcher"),
     ("myriad-bench", "myriad-mem"),
     ("myriad-bench", "myriad-meta"),
