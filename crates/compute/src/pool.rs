@@ -32,6 +32,9 @@ use parking_lot::{Condvar, Mutex};
 /// A unit of work.
 pub type Work = Box<dyn FnOnce() + Send + 'static>;
 
+/// Longest [`WorkerPool::shutdown`] waits for the workers' running closures.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
+
 /// Longest an idle worker sleeps before it looks for work again.
 const IDLE_SLEEP: Duration = Duration::from_millis(5);
 
@@ -155,7 +158,8 @@ impl WorkerPool {
     }
 
     /// Stops the workers after the closures they are running; queued closures are
-    /// dropped unrun. Waits for the threads (not when called from one of them).
+    /// dropped unrun. Waits for the threads at most [`SHUTDOWN_WAIT`] in all (a job that
+    /// runs longer is left to finish on its own thread), never from one of them.
     pub fn shutdown(&self) {
         self.shared.stop.store(true, Ordering::Release);
         {
@@ -164,8 +168,15 @@ impl WorkerPool {
         }
         let threads = std::mem::take(&mut *self.threads.lock());
         let me = std::thread::current().id();
+        let deadline = std::time::Instant::now() + SHUTDOWN_WAIT;
         for thread in threads {
-            if thread.thread().id() != me {
+            if thread.thread().id() == me {
+                continue;
+            }
+            while !thread.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if thread.is_finished() {
                 let _ = thread.join();
             }
         }
@@ -300,6 +311,29 @@ mod tests {
         assert!(pool.stats().steals > 0, "{:?}", pool.stats());
         assert!(threads.len() > 1, "children ran on {threads:?}");
         pool.shutdown();
+    }
+
+    #[test]
+    fn shutdown_does_not_wait_for_a_stuck_closure() {
+        let pool = WorkerPool::new("t", 1).unwrap();
+        let (started, running) = mpsc::channel();
+        pool.spawn(Box::new(move || {
+            let _ = started.send(());
+            std::thread::sleep(Duration::from_secs(20));
+        }));
+        running.recv_timeout(Duration::from_secs(10)).unwrap();
+        let (ran, never_ran) = mpsc::channel::<()>();
+        pool.spawn(Box::new(move || {
+            let _ = ran.send(());
+        }));
+        let begun = std::time::Instant::now();
+        pool.shutdown();
+        assert!(begun.elapsed() < SHUTDOWN_WAIT + Duration::from_secs(2));
+        // The queued closure was dropped unrun: its sender is gone without a message.
+        assert_eq!(
+            never_ran.recv_timeout(Duration::from_secs(1)),
+            Err(mpsc::RecvTimeoutError::Disconnected)
+        );
     }
 
     #[test]
