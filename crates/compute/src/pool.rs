@@ -12,8 +12,9 @@
 //!   (then it is dropped unrun, which callers observe as a dropped result channel).
 //! - A panicking closure never takes its worker down: the pool catches it (the job layer
 //!   catches it first to report it; this is the backstop).
-//! - Idle workers sleep on a condition variable with a short timeout, so a wake-up that
-//!   races with going to sleep costs at most that timeout, never a lost job.
+//! - Idle workers sleep on a condition variable; a submission wakes one (a fence on each
+//!   side: the submitter sees the sleeper or the sleeper sees the work), and a timeout of
+//!   50 ms bounds the cost of any wake-up missed all the same.
 //!
 //! # Who calls it
 //! [`crate::service::ComputeService`] (jobs from the network and local submissions) and
@@ -36,7 +37,7 @@ pub type Work = Box<dyn FnOnce() + Send + 'static>;
 pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 
 /// Longest an idle worker sleeps before it looks for work again.
-const IDLE_SLEEP: Duration = Duration::from_millis(5);
+const IDLE_SLEEP: Duration = Duration::from_millis(50);
 
 /// Counters of a pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -131,7 +132,10 @@ impl WorkerPool {
         if let Some(work) = work {
             self.shared.injector.push(work);
         }
-        if self.shared.sleepers.load(Ordering::Acquire) > 0 {
+        // Pairs with the fence in `sleep`: either this sees the sleeper, or the sleeper
+        // sees the work.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.shared.sleepers.load(Ordering::SeqCst) > 0 {
             let _guard = self.shared.sleep_lock.lock();
             self.shared.wake.notify_one();
         }
@@ -248,7 +252,8 @@ fn find_work(shared: &Shared, index: usize) -> Option<Work> {
 
 fn sleep(shared: &Shared) {
     let mut guard = shared.sleep_lock.lock();
-    shared.sleepers.fetch_add(1, Ordering::AcqRel);
+    shared.sleepers.fetch_add(1, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
     let idle = shared.injector.is_empty()
         && shared.stealers.iter().all(Stealer::is_empty)
         && !shared.stop.load(Ordering::Acquire);
