@@ -10,7 +10,7 @@ use anyhow::Context;
 use myriad_client::membership::JoinConfig;
 use myriad_meta::Role;
 use myriad_node::config::{NodeConfig, Overrides};
-use myriad_node::peer_node::{PeerNode, PeerOptions};
+use myriad_node::peer_node::{ComputeSetup, PeerNode, PeerOptions};
 
 /// Options of `myriad peer` (each overrides the config file's setting).
 #[derive(clap::Args, Debug, Clone)]
@@ -67,8 +67,9 @@ pub struct PeerArgs {
     pub log_format: crate::LogFormat,
 }
 
-/// Runs the peer until it is told to stop.
-pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
+/// Runs the peer until it is told to stop, with the jobs, tasks and applications of
+/// `registry` (a user's own peer binary passes its own, see `myriad::main_with`).
+pub fn run(args: &PeerArgs, registry: myriad_compute::Registry) -> anyhow::Result<()> {
     crate::init_tracing(args.log_format);
     let mut config = match &args.config {
         Some(path) => NodeConfig::load(path)?,
@@ -128,6 +129,10 @@ pub fn run(args: &PeerArgs) -> anyhow::Result<()> {
         handler_threads: config.peer.handler_threads,
         prefault_bytes: config.prefault_bytes(),
         backup,
+        compute: ComputeSetup {
+            config: config.compute.config()?,
+            registry,
+        },
     })
     .context("starting the peer")?;
     let http = crate::start_http(config.metrics.listen, || {

@@ -386,6 +386,7 @@ fn peer_options(cluster: &Cluster, dir: &Path, name: &str) -> myriad_node::peer_
         handler_threads: 2,
         prefault_bytes: 0,
         backup: myriad_node::replication::BackupOptions::disabled(),
+        compute: Default::default(),
     }
 }
 

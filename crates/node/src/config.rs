@@ -46,6 +46,11 @@
 //!
 //! [metrics]
 //! listen = "127.0.0.1:9100"  # HTTP: /metrics (and the status page on superpeers); unset: off
+//! [compute]
+//! workers = 4              # job pool threads (0: one per CPU)
+//! group = 1                # compute group
+//! role = "slave"           # master | slave | none
+//! apps = ["wordcount"]     # applications started once the peer has joined
 //! ```
 //!
 //! # The cluster secret
@@ -259,6 +264,38 @@ impl Default for PeerSection {
     }
 }
 
+/// Settings of the compute service (`[compute]`): job pool, compute group role,
+/// applications. See [`ComputeSection::config`].
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct ComputeSection {
+    /// Worker threads of the job pool (0: one per CPU).
+    pub workers: usize,
+    /// The compute group the peer takes its role in.
+    pub group: u16,
+    /// `master`, `slave` or `none` (the default).
+    pub role: Option<String>,
+    /// Applications started once the peer has joined.
+    pub apps: Vec<String>,
+}
+
+impl ComputeSection {
+    /// The compute service's settings (`enabled` follows the compute capability later).
+    pub fn config(&self) -> Result<myriad_compute::ComputeConfig, ConfigError> {
+        let role = match &self.role {
+            Some(text) => text.parse().map_err(ConfigError::Invalid)?,
+            None => myriad_compute::Role::None,
+        };
+        Ok(myriad_compute::ComputeConfig {
+            enabled: true,
+            workers: self.workers,
+            group: self.group,
+            role,
+            apps: self.apps.clone(),
+        })
+    }
+}
+
 /// Settings of replication (`[backup]`): how a peer's chunks are replicated and how it
 /// keeps other peers' backups. See [`BackupSection::options`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -422,6 +459,8 @@ pub struct NodeConfig {
     pub backup: BackupSection,
     /// The HTTP endpoint of metrics and the status page.
     pub metrics: MetricsSection,
+    /// Compute settings (peers).
+    pub compute: ComputeSection,
 }
 
 impl Default for NodeConfig {
@@ -444,6 +483,7 @@ impl Default for NodeConfig {
             peer: PeerSection::default(),
             backup: BackupSection::default(),
             metrics: MetricsSection::default(),
+            compute: ComputeSection::default(),
         }
     }
 }
@@ -568,6 +608,7 @@ impl NodeConfig {
     /// Checks what both roles need.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |text: String| Err(ConfigError::Invalid(text));
+        self.compute.config()?;
         if self.superpeers.is_empty() {
             return invalid(
                 "no superpeers configured (superpeers = [\"1=HOST:PORT\", ...])".into(),
@@ -904,6 +945,29 @@ listen = "127.0.0.1:0"
             let config = NodeConfig::from_toml(&format!("{FULL}\n[backup]\n{bad}\n")).unwrap();
             assert!(config.validate().is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn compute_section_parses_and_checks() {
+        let config = NodeConfig::from_toml(
+            "[compute]\nworkers = 3\ngroup = 2\nrole = \"slave\"\napps = [\"a\"]",
+        )
+        .unwrap();
+        let compute = config.compute.config().unwrap();
+        assert_eq!((compute.workers, compute.group), (3, 2));
+        assert_eq!(compute.role, myriad_compute::Role::Slave);
+        assert_eq!(compute.apps, vec!["a".to_owned()]);
+        let bad = NodeConfig::from_toml("[compute]\nrole = \"boss\"").unwrap();
+        assert!(bad
+            .compute
+            .config()
+            .unwrap_err()
+            .to_string()
+            .contains("master, slave, none"));
+        assert_eq!(
+            NodeConfig::default().compute.config().unwrap().role,
+            myriad_compute::Role::None
+        );
     }
 
     #[test]

@@ -286,6 +286,7 @@ impl TestCluster {
             handler_threads: 2,
             prefault_bytes: 0,
             backup: builder.backup.clone(),
+            compute: Default::default(),
         }
     }
 

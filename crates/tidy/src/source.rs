@@ -25,11 +25,27 @@ pub struct Crate {
     pub manifest: toml::Table,
 }
 
-/// Every workspace crate under `root/crates`, sorted by directory.
+/// Every workspace crate under `root/crates`, then under `root/examples` (the example
+/// binaries, checked by the same rules), each sorted by directory.
 pub fn workspace_crates(root: &Path) -> Result<Vec<Crate>> {
-    let crates_dir = root.join("crates");
     let mut crates = Vec::new();
-    for dir in sorted_entries(&crates_dir)? {
+    for parent in CRATE_DIRS {
+        let parent_abs = root.join(parent);
+        // Only `crates` must exist; a tree without examples has none.
+        if *parent != "crates" && !parent_abs.is_dir() {
+            continue;
+        }
+        crates.extend(crates_in(&parent_abs, parent)?);
+    }
+    Ok(crates)
+}
+
+/// The directories that hold workspace crates.
+const CRATE_DIRS: &[&str] = &["crates", "examples"];
+
+fn crates_in(crates_dir: &Path, parent: &str) -> Result<Vec<Crate>> {
+    let mut crates = Vec::new();
+    for dir in sorted_entries(crates_dir)? {
         let dir_abs = crates_dir.join(&dir);
         let manifest_abs = dir_abs.join("Cargo.toml");
         if !dir_abs.is_dir() || !manifest_abs.is_file() {
@@ -47,7 +63,7 @@ pub fn workspace_crates(root: &Path) -> Result<Vec<Crate>> {
             .and_then(toml::Value::as_str)
             .ok_or_else(|| Error::new(&manifest_abs, "[package] has no name"))?
             .to_string();
-        let dir = Path::new("crates").join(&dir);
+        let dir = Path::new(parent).join(&dir);
         crates.push(Crate {
             name,
             manifest_path: dir.join("Cargo.toml"),

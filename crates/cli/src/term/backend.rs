@@ -211,6 +211,12 @@ impl ClientBackend {
             | TermCommand::Metadata { .. }
             | TermCommand::Recovery
             | TermCommand::Stats { .. } => dispatch_cluster(client, command),
+            TermCommand::CompGroupList
+            | TermCommand::CompGroupStatus { .. }
+            | TermCommand::CompTask { .. }
+            | TermCommand::CompTaskScript { .. }
+            | TermCommand::CompGroupJoin { .. }
+            | TermCommand::CompApp { .. } => super::compute::dispatch(client, command),
         }
     }
 

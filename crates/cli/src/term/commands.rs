@@ -330,6 +330,49 @@ pub enum TermCommand {
         /// The node, if one.
         node: Option<NodeId>,
     },
+    /// Every compute-capable peer's group and role.
+    CompGroupList,
+    /// A compute group's master status (slaves, queued/running/finished submissions).
+    CompGroupStatus {
+        /// The group.
+        group: u16,
+    },
+    /// Run one task on a compute group and wait for it.
+    CompTask {
+        /// The group.
+        group: u16,
+        /// The registered task name.
+        task: String,
+        /// Its parameters as JSON text (empty for none).
+        params: String,
+        /// Fewest slaves.
+        slaves_min: u32,
+        /// Most slaves (0: all).
+        slaves_max: u32,
+    },
+    /// Run a task script file (TOML or JSON) on a compute group and wait for it.
+    CompTaskScript {
+        /// The group.
+        group: u16,
+        /// The script file.
+        path: String,
+    },
+    /// Give a peer a role in a compute group.
+    CompGroupJoin {
+        /// The peer.
+        node: NodeId,
+        /// The group.
+        group: u16,
+        /// `master`, `slave` or `none`.
+        role: String,
+    },
+    /// Start a registered application on a peer.
+    CompApp {
+        /// The peer.
+        node: NodeId,
+        /// The application's name.
+        name: String,
+    },
 }
 
 impl TermCommand {
@@ -366,6 +409,12 @@ impl TermCommand {
             TermCommand::Metadata { .. } => "metadata",
             TermCommand::Recovery => "recovery",
             TermCommand::Stats { .. } => "stats",
+            TermCommand::CompGroupList => "compgrpls",
+            TermCommand::CompGroupStatus { .. } => "compgrpstatus",
+            TermCommand::CompTask { .. } => "comptask",
+            TermCommand::CompTaskScript { .. } => "comptaskscript",
+            TermCommand::CompGroupJoin { .. } => "compgrpjoin",
+            TermCommand::CompApp { .. } => "compapp",
         }
     }
 }
@@ -497,6 +546,36 @@ pub const COMMANDS: &[CommandSpec] = &[
         "show the recoveries of failed peers' zones",
     ),
     spec("stats", "stats [nid]", "show statistics"),
+    spec(
+        "compgrpls",
+        "compgrpls",
+        "list the compute groups and every peer's role",
+    ),
+    spec(
+        "compgrpstatus",
+        "compgrpstatus <group>",
+        "show a compute group's slaves and submissions",
+    ),
+    spec(
+        "comptask",
+        "comptask <group> <task> [params-json] [--slaves-min N] [--slaves-max N]",
+        "run a task on a compute group's slaves",
+    ),
+    spec(
+        "comptaskscript",
+        "comptaskscript <group> <file>",
+        "run a task script (TOML or JSON) on a compute group",
+    ),
+    spec(
+        "compgrpjoin",
+        "compgrpjoin <nid> <group> <master|slave|none>",
+        "give a peer a role in a compute group",
+    ),
+    spec(
+        "compapp",
+        "compapp <nid> <name>",
+        "start a registered application on a peer",
+    ),
 ];
 
 const fn spec(name: &'static str, usage: &'static str, summary: &'static str) -> CommandSpec {
@@ -838,6 +917,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "nodeshutdown" => (&["kill"], &[]),
         "chunkget" => (&[], &["offset", "length"]),
         "chunkput" => (&[], &["offset"]),
+        "comptask" => (&[], &["slaves-min", "slaves-max"]),
         _ => (&[], &[]),
     };
     let a = Args::split(name, rest, flags, valued)?;
@@ -851,6 +931,8 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         }
         "tmpcreate" | "tmpget" | "tmpput" | "tmpremove" | "tmplist" => parse_tmp(&a, name),
         "lookuptree" | "metadata" | "recovery" | "stats" => parse_cluster(&a, name),
+        "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
+        | "compapp" => parse_compute(&a, name),
         other => Err(no_parser(other)),
     }
 }
@@ -1127,6 +1209,68 @@ fn parse_cluster(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
             a.count(0, 1)?;
             TermCommand::Stats {
                 node: a.optional_node(0)?,
+            }
+        }
+        other => return Err(no_parser(other)),
+    };
+    Ok(command)
+}
+
+/// The compute commands (`comp*`).
+fn parse_compute(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
+    let group = |index: usize| -> Result<u16, ParseError> {
+        let text = a.required(index)?;
+        parse_u64(text)
+            .and_then(|n| u16::try_from(n).ok())
+            .ok_or_else(|| a.error(format!("invalid group {text:?} (a 16-bit number)")))
+    };
+    let command = match name {
+        "compgrpls" => {
+            a.count(0, 0)?;
+            TermCommand::CompGroupList
+        }
+        "compgrpstatus" => {
+            a.count(1, 1)?;
+            TermCommand::CompGroupStatus { group: group(0)? }
+        }
+        "comptask" => {
+            a.count(2, 3)?;
+            let params = a.get(2).unwrap_or_default().to_owned();
+            if !params.is_empty() && serde_json::from_str::<Value>(&params).is_err() {
+                return Err(a.error(format!("parameters are not JSON: {params:?}")));
+            }
+            TermCommand::CompTask {
+                group: group(0)?,
+                task: a.required(1)?.to_owned(),
+                params,
+                slaves_min: a.option_u32("slaves-min")?.unwrap_or(1),
+                slaves_max: a.option_u32("slaves-max")?.unwrap_or(0),
+            }
+        }
+        "comptaskscript" => {
+            a.count(2, 2)?;
+            TermCommand::CompTaskScript {
+                group: group(0)?,
+                path: a.required(1)?.to_owned(),
+            }
+        }
+        "compgrpjoin" => {
+            a.count(3, 3)?;
+            let role = a.required(2)?.to_ascii_lowercase();
+            if !matches!(role.as_str(), "master" | "slave" | "none") {
+                return Err(a.error(format!("unknown role {role:?} (master, slave, none)")));
+            }
+            TermCommand::CompGroupJoin {
+                node: a.node(0)?,
+                group: group(1)?,
+                role,
+            }
+        }
+        "compapp" => {
+            a.count(2, 2)?;
+            TermCommand::CompApp {
+                node: a.node(0)?,
+                name: a.required(1)?.to_owned(),
             }
         }
         other => return Err(no_parser(other)),

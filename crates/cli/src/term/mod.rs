@@ -23,6 +23,7 @@
 
 pub mod backend;
 pub mod commands;
+pub mod compute;
 pub mod render;
 #[cfg(test)]
 mod tests;

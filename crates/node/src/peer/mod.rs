@@ -34,7 +34,9 @@ mod slow_path;
 pub use dispatch::PeerDispatch;
 pub use incarnation::{LID_RESERVE_CHECK, LID_RESERVE_STEP};
 pub use migrate::MIGRATE_CHUNKS_MAX;
-pub use node::{PeerError, PeerNode, PeerOptions, DECLARED_FAILED_LINGER, NODE_ID_FILE};
+pub use node::{
+    ComputeSetup, PeerError, PeerNode, PeerOptions, DECLARED_FAILED_LINGER, NODE_ID_FILE,
+};
 pub use ownership::NOBODY;
 pub use self_watch::SELF_CHECK_INTERVAL;
 pub use service::{

@@ -75,6 +75,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use myriad_compute::{ComputeConfig, ComputeService, PeerEnv, Registry};
 use myriad_mem::{MemoryConfig, MemoryManager};
 use myriad_membership::{JoinConfig, Membership, MembershipError};
 use myriad_meta::Capabilities;
@@ -118,6 +119,28 @@ pub struct PeerOptions {
     /// Replication of this peer's chunks and the backups it keeps for others (the latter
     /// only with [`Capabilities::BACKUP`] in `join.capabilities`).
     pub backup: BackupOptions,
+    /// The compute service: its settings and what it can run (jobs, tasks, applications).
+    /// It runs jobs and tasks only with [`Capabilities::COMPUTE`] in `join.capabilities`.
+    pub compute: ComputeSetup,
+}
+
+/// The compute service of a peer: settings and registry ([`myriad_compute`]).
+#[derive(Debug, Clone)]
+pub struct ComputeSetup {
+    /// Workers, group and role, applications to start.
+    pub config: ComputeConfig,
+    /// The jobs, tasks and applications this peer binary provides.
+    pub registry: Registry,
+}
+
+impl Default for ComputeSetup {
+    /// Default settings (no group role, one worker per CPU) and the built-ins.
+    fn default() -> Self {
+        ComputeSetup {
+            config: ComputeConfig::default(),
+            registry: Registry::with_builtins(),
+        }
+    }
 }
 
 /// Why a peer could not start or stopped with an error.
@@ -187,6 +210,8 @@ pub struct PeerNode {
     log_gc: Option<tokio::task::JoinHandle<()>>,
     /// The log line, once this node learned it was declared failed.
     declared_failed: Arc<OnceLock<String>>,
+    /// Jobs, compute groups and applications.
+    compute: Arc<ComputeService>,
 }
 
 impl std::fmt::Debug for PeerNode {
@@ -245,6 +270,7 @@ impl PeerNode {
             PeerDispatch::register(&mut handlers, backup.as_ref(), options.handler_threads)?;
         let superpeers: Vec<_> = join.superpeers.iter().map(|(id, _)| *id).collect();
         dispatch.restrict_roles(&mut handlers, &superpeers, backup.is_some())?;
+        let compute = start_compute(&options, &join, &mut handlers)?;
         let stop = Arc::new(AtomicBool::new(false));
         let started = join_and_serve(&options, join, handlers, &backup, &stop)?;
         let Started {
@@ -275,8 +301,14 @@ impl PeerNode {
                 options.backup.log_gc,
             ))
         });
+        compute.attach(PeerEnv {
+            client: local_client(&membership, &service),
+            local: Arc::clone(&service) as Arc<dyn myriad_client::chunk::LocalChunks>,
+            membership: Arc::clone(&membership),
+        });
         tracing::info!(node = %membership.node_id(), address = %endpoint.local_addr(), "peer serving");
         Ok(PeerNode {
+            compute,
             log_gc,
             endpoint: Some(endpoint),
             membership,
@@ -344,13 +376,17 @@ impl PeerNode {
     /// A client handle for an application running inside this peer: the same API as a
     /// remote client, with this peer's own chunks served in-process (no network hop).
     pub fn client(&self) -> myriad_client::client::Client {
-        let chunks = myriad_client::chunk::Chunks::new(
-            self.membership.net().clone(),
-            Arc::clone(&self.membership),
-            myriad_client::chunk::ChunkOptions::default(),
-        )
-        .with_local(Arc::clone(&self.service) as Arc<dyn myriad_client::chunk::LocalChunks>);
-        myriad_client::client::Client::from_parts(Arc::clone(&self.membership), chunks)
+        local_client(&self.membership, &self.service)
+    }
+
+    /// The compute service: local jobs, the peer's group role, its applications.
+    pub fn compute(&self) -> &Arc<ComputeService> {
+        &self.compute
+    }
+
+    /// Jobs on any peer through this peer (its own on its pool, no network hop).
+    pub fn jobs(&self) -> myriad_compute::Jobs {
+        myriad_compute::Jobs::new(self.client()).with_local(Arc::clone(&self.compute))
     }
 
     /// Leaves the cluster in an orderly way and stops serving.
@@ -385,6 +421,7 @@ impl PeerNode {
                 }
             }
             self.events.abort();
+            self.compute.shutdown();
             self.replica_events_stop.store(true, Ordering::Relaxed);
             if let Some(thread) = self.replica_events.take() {
                 let _ = thread.join();
@@ -406,6 +443,35 @@ impl Drop for PeerNode {
     fn drop(&mut self) {
         self.stop(true);
     }
+}
+
+/// A client whose chunk calls for this peer's own chunks run in-process.
+fn local_client(
+    membership: &Arc<Membership>,
+    service: &Arc<ChunkService>,
+) -> myriad_client::client::Client {
+    let chunks = myriad_client::chunk::Chunks::new(
+        membership.net().clone(),
+        Arc::clone(membership),
+        myriad_client::chunk::ChunkOptions::default(),
+    )
+    .with_local(Arc::clone(service) as Arc<dyn myriad_client::chunk::LocalChunks>);
+    myriad_client::client::Client::from_parts(Arc::clone(membership), chunks)
+}
+
+/// Starts the compute service's worker pool and registers its handlers (before the
+/// endpoint starts); jobs and tasks run only with the compute capability.
+fn start_compute(
+    options: &PeerOptions,
+    join: &JoinConfig,
+    handlers: &mut Handlers,
+) -> Result<Arc<ComputeService>, PeerError> {
+    let mut config = options.compute.config.clone();
+    config.enabled = join.capabilities.contains(Capabilities::COMPUTE);
+    let compute =
+        ComputeService::new(config, options.compute.registry.clone()).map_err(PeerError::Thread)?;
+    compute.register(handlers)?;
+    Ok(compute)
 }
 
 /// Creates the data directory and returns the join configuration, reclaiming the node ID
