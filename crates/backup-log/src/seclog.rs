@@ -281,7 +281,8 @@ impl SecondaryLog {
     }
 
     /// Bytes handed to the storage since open (whole pages, including the partial page
-    /// each append rewrites and the reorganizer's output).
+    /// each append rewrites, the reorganizer's output and the zero page over the header
+    /// of each freed segment).
     pub fn device_bytes_written(&self) -> u64 {
         self.device_bytes_written
     }
@@ -732,6 +733,8 @@ impl SecondaryLog {
         self.file
             .write_at(&zero, (index * self.segment_bytes) as u64)
             .map_err(io_context("freeing segment"))?;
+        // A write like any other: it counts (benchmarks divide this by the payload).
+        self.device_bytes_written += PAGE_BYTES as u64;
         if self.active == Some(index) {
             self.active = None;
         }

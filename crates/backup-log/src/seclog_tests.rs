@@ -103,7 +103,10 @@ fn the_last_free_segment_is_kept_for_reorganization() {
     // A freed segment reads as free and its old entries never verify again.
     let index = l.segments().iter().position(|s| s.used > 0).unwrap();
     let old_generation = l.segments()[index].generation;
+    let written_before = l.device_bytes_written();
     l.free(index).unwrap();
+    // The zero page over the header is a disk write and counts as one.
+    assert_eq!(l.device_bytes_written(), written_before + PAGE_BYTES as u64);
     let mut buf = AlignedBuf::zeroed(SEGMENT);
     SecondaryLog::read_segment(l.file().as_ref(), SEGMENT, index, SEGMENT, &mut buf).unwrap();
     assert_eq!(decode_segment_header(&buf), None);
