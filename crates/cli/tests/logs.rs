@@ -45,9 +45,16 @@ fn json_log_format_writes_one_object_per_line() {
         .expect("a free port");
     let ready = dir.path().join("ready");
     let log = dir.path().join("superpeer.log");
+    // Nodes need a cluster secret, from a file only its owner can read.
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "json log test secret\n").expect("secret file");
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod 600");
     let mut process = Process::spawn(
         Command::new(BINARY)
             .args(["superpeer", "--id", "1", "--log-format", "json"])
+            .arg("--secret-file")
+            .arg(&secret)
             .arg("--superpeers")
             .arg(format!("1={port}"))
             .arg("--data-dir")
