@@ -213,7 +213,12 @@ fn every_node_serves_metrics_that_move_under_load() {
     assert_eq!(code, 404);
 
     // The workload: creates on the first peer (replicated to the second), gets and puts.
-    let client = Client::connect_with(ClientConfig::new(cluster.superpeers())).expect("client");
+    let client = Client::connect_with(
+        ClientConfig::new(cluster.superpeers())
+            .with_secret_file(&cluster.secret_file())
+            .expect("the cluster's secret file"),
+    )
+    .expect("client");
     let api = client.blocking();
     let chunks = api.chunks();
     let owner = myriad_types::NodeId(peers[0].node_id);

@@ -144,7 +144,12 @@ fn status_page_shows_the_cluster_and_a_recovery_in_chromium() {
     let (victim, survivor) = (peers[0], peers[1]);
 
     // Chunks on two peers, and a reader that keeps the survivor busy.
-    let client = Client::connect_with(ClientConfig::new(cluster.superpeers())).expect("client");
+    let client = Client::connect_with(
+        ClientConfig::new(cluster.superpeers())
+            .with_secret_file(&cluster.secret_file())
+            .expect("the cluster's secret file"),
+    )
+    .expect("client");
     let mut readable = Vec::new();
     for (peer, count) in [(victim, 600), (survivor, 300)] {
         let payloads: Vec<Bytes> = (0..count)
@@ -163,8 +168,12 @@ fn status_page_shows_the_cluster_and_a_recovery_in_chromium() {
     let reader = {
         let stop = Arc::clone(&stop);
         let superpeers = cluster.superpeers();
+        let secret_file = cluster.secret_file();
         std::thread::spawn(move || {
-            let client = Client::connect_with(ClientConfig::new(superpeers)).expect("client");
+            let config = ClientConfig::new(superpeers)
+                .with_secret_file(&secret_file)
+                .expect("the cluster's secret file");
+            let client = Client::connect_with(config).expect("client");
             let api = client.blocking();
             let chunks = api.chunks();
             let deadline = Instant::now() + Duration::from_secs(50);

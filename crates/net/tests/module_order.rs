@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// The crate doc's order: a module may use those of earlier levels (and its own).
 const CRATE_LEVELS: &[&[&str]] = &[
     &["error", "config", "fault"],
-    &["wire"],
+    &["wire", "secret"],
     &["conn", "lane"],
     &["handler"],
     &["pool"],
