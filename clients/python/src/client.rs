@@ -13,8 +13,8 @@ use pyo3::types::PyAny;
 
 use crate::aio::AsyncClient;
 use crate::core::{
-    from_cluster_dir, seconds, superpeer_list, ConnectSpec, Core, CALL_TIMEOUT_DEFAULT,
-    CONNECT_TIMEOUT_DEFAULT,
+    open_cluster_dir, resolve_secret, seconds, superpeer_list, ConnectSpec, Core,
+    CALL_TIMEOUT_DEFAULT, CONNECT_TIMEOUT_DEFAULT,
 };
 use crate::ops::{self, payload};
 use crate::{convert, errors};
@@ -33,19 +33,23 @@ impl Client {
     }
 }
 
-/// The arguments of `connect`, parsed with the GIL held.
+/// The arguments of `connect`, parsed with the GIL held (the secret file is read here).
 #[allow(clippy::too_many_arguments)]
 pub fn connect_spec(
     cluster_dir: Option<PathBuf>,
     superpeers: Option<&Bound<'_, PyAny>>,
     secret: Option<String>,
+    secret_file: Option<PathBuf>,
     connect_timeout: f64,
     timeout: f64,
     durability: Option<&Bound<'_, PyAny>>,
     listen: Option<String>,
 ) -> PyResult<ConnectSpec> {
-    let (superpeers, dir_secret) = match (cluster_dir, superpeers) {
-        (Some(dir), None) => from_cluster_dir(&dir)?,
+    let (superpeers, cluster) = match (cluster_dir, superpeers) {
+        (Some(dir), None) => {
+            let cluster = open_cluster_dir(&dir)?;
+            (cluster.superpeers(), Some(cluster))
+        }
         (None, Some(list)) => (superpeer_list(list)?, None),
         _ => {
             return Err(PyValueError::new_err(
@@ -64,7 +68,7 @@ pub fn connect_spec(
         .transpose()?;
     Ok(ConnectSpec {
         superpeers,
-        secret: secret.or(dir_secret),
+        secret: resolve_secret(secret, secret_file, cluster.as_ref())?,
         connect_timeout: seconds(connect_timeout, "connect_timeout")?,
         call_timeout: seconds(timeout, "timeout")?,
         durability: durability.map_or(Ok(0), crate::core::durability)?,
@@ -75,20 +79,23 @@ pub fn connect_spec(
 #[pymethods]
 impl Client {
     /// Joins the cluster as a client node. Give `cluster_dir` (a directory written by
-    /// `myriad cluster start` or `myriad.local_cluster`; its secret is used) or
-    /// `superpeers` (`["1@127.0.0.1:7000", ...]` or `[(1, "127.0.0.1:7000")]`) with
-    /// `secret`. `timeout` is every call's default timeout (seconds), `durability` the
-    /// default of changing calls.
+    /// `myriad cluster start` or `myriad.local_cluster`; its secret file is read) or
+    /// `superpeers` (`["1@127.0.0.1:7000", ...]` or `[(1, "127.0.0.1:7000")]`). The
+    /// cluster secret: `secret`, else the file `secret_file` (mode 0600), else the
+    /// cluster directory's file, else the file named by `MYRIAD_SECRET_FILE`; there is no
+    /// default (`ValueError` without one). `timeout` is every call's default timeout
+    /// (seconds), `durability` the default of changing calls.
     #[staticmethod]
     #[pyo3(signature = (*, cluster_dir=None, superpeers=None, secret=None,
-        connect_timeout=CONNECT_TIMEOUT_DEFAULT, timeout=CALL_TIMEOUT_DEFAULT,
-        durability=None, listen=None))]
+        secret_file=None, connect_timeout=CONNECT_TIMEOUT_DEFAULT,
+        timeout=CALL_TIMEOUT_DEFAULT, durability=None, listen=None))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
         cluster_dir: Option<PathBuf>,
         superpeers: Option<&Bound<'_, PyAny>>,
         secret: Option<String>,
+        secret_file: Option<PathBuf>,
         connect_timeout: f64,
         timeout: f64,
         durability: Option<&Bound<'_, PyAny>>,
@@ -98,6 +105,7 @@ impl Client {
             cluster_dir,
             superpeers,
             secret,
+            secret_file,
             connect_timeout,
             timeout,
             durability,

@@ -2,16 +2,28 @@
 //! tests, through `myriad-launcher` (the same launcher as `myriad cluster start`). The
 //! Python function `myriad.local_cluster()` wraps it in a context manager.
 //!
+//! # The cluster secret
+//! Never on a node's command line: `start(secret=S)` writes `S` to `DIR/secret` (a new
+//! file of mode `0600`, renamed over any old one, so it is never readable by others) and
+//! hands the launcher that file; `start(secret_file=F)` hands it `F`; with neither the
+//! launcher reuses `DIR/secret` or creates one with a random secret. Every node gets
+//! `--secret-file`, and `cluster.json` records the path (never the secret).
+//!
 //! # Invariants
 //! - The nodes are started with `--exit-with-parent` (they exit when this Python process
 //!   dies) and owned: dropping the value SIGKILLs any node still running, so no node
 //!   outlives the Python object, also when `stop` was never called.
 //! - Every wait (start, stop, restart, kill) runs with the GIL released.
 
-use std::path::PathBuf;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use myriad_launcher::{LaunchError, LaunchSpec, LocalCluster as Launched};
+use myriad_net::secret::{self, SECRET_FILE_NAME};
+use myriad_net::SECRET_BYTES_MAX;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -23,7 +35,6 @@ use crate::core::seconds;
 #[pyclass(frozen, module = "myriad._myriad")]
 pub struct LocalCluster {
     dir: PathBuf,
-    secret: Option<String>,
     inner: Mutex<Launched>,
 }
 
@@ -31,14 +42,70 @@ fn launch_error(error: LaunchError) -> PyErr {
     PyRuntimeError::new_err(error.to_string())
 }
 
+/// Writes `secret` to `DIR/secret` for a cluster about to start there and returns the
+/// file's path: a new file created with mode `0600` (given to `open`), then renamed over
+/// any old `DIR/secret`. `ValueError` for a secret a secret file cannot hold (empty, over
+/// [`SECRET_BYTES_MAX`] bytes, a line break, trailing whitespace); `RuntimeError` if a
+/// cluster with live nodes runs in `dir` (its secret is left alone).
+fn write_secret_file(dir: &Path, secret: &str) -> PyResult<PathBuf> {
+    if secret.is_empty() || secret.len() > SECRET_BYTES_MAX {
+        return Err(PyValueError::new_err(format!(
+            "the secret must have 1 to {SECRET_BYTES_MAX} bytes"
+        )));
+    }
+    if secret.contains(['\n', '\r']) || secret.ends_with(|c: char| c.is_ascii_whitespace()) {
+        return Err(PyValueError::new_err(
+            "the secret must be one line without trailing whitespace (a secret file's first line)",
+        ));
+    }
+    if let Ok(mut existing) = Launched::open(dir) {
+        if existing.status().iter().any(|node| node.alive) {
+            return Err(launch_error(LaunchError::AlreadyRunning(dir.to_owned())));
+        }
+    }
+    let io = |what: &str, path: &Path, error: std::io::Error| {
+        PyRuntimeError::new_err(format!("{what} {}: {error}", path.display()))
+    };
+    fs::create_dir_all(dir).map_err(|error| io("creating", dir, error))?;
+    let path = dir.join(SECRET_FILE_NAME);
+    let temporary = dir.join(format!(".{SECRET_FILE_NAME}.{}", std::process::id()));
+    match fs::remove_file(&temporary) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io("removing", &temporary, error));
+        }
+        _ => {}
+    }
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)
+        .map_err(|error| io("creating", &temporary, error))?;
+    file.write_all(format!("{secret}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|error| io("writing", &temporary, error))?;
+    fs::rename(&temporary, &path).map_err(|error| io("renaming", &temporary, error))?;
+    // The file must read back as the nodes will read it.
+    match secret::read_file(&path) {
+        Ok(read) if read == secret.as_bytes() => Ok(path),
+        Ok(_) => Err(PyRuntimeError::new_err(format!(
+            "{} does not read back as the secret written",
+            path.display()
+        ))),
+        Err(error) => Err(PyRuntimeError::new_err(error.to_string())),
+    }
+}
+
 #[pymethods]
 impl LocalCluster {
     /// Starts `superpeers` superpeers (1, 3 or 5) and `peers` peers of `binary` with
     /// their files under `dir`; returns once every node serves (or raises, with the tail
-    /// of the failing node's log).
+    /// of the failing node's log). The cluster secret: `secret` (written to `DIR/secret`,
+    /// mode 0600), or the file `secret_file`, or else `DIR/secret` as it is (created with a
+    /// random secret if missing).
     #[staticmethod]
     #[pyo3(signature = (dir, binary, *, superpeers=1, peers=3, peer_memory_mb=None,
-        secret=None, config=None, ready_timeout=60.0))]
+        secret=None, secret_file=None, config=None, ready_timeout=60.0))]
     #[allow(clippy::too_many_arguments)]
     fn start(
         py: Python<'_>,
@@ -48,6 +115,7 @@ impl LocalCluster {
         peers: usize,
         peer_memory_mb: Option<u64>,
         secret: Option<String>,
+        secret_file: Option<PathBuf>,
         config: Option<PathBuf>,
         ready_timeout: f64,
     ) -> PyResult<LocalCluster> {
@@ -66,16 +134,20 @@ impl LocalCluster {
             spec.extra_args.push("--config".into());
             spec.extra_args.push(config.display().to_string());
         }
-        if let Some(secret) = &secret {
-            spec.extra_args.push("--secret".into());
-            spec.extra_args.push(secret.clone());
-        }
+        spec.secret_file = match (secret, secret_file) {
+            (Some(_), Some(_)) => {
+                return Err(PyValueError::new_err(
+                    "give at most one of secret= and secret_file=",
+                ))
+            }
+            (Some(secret), None) => Some(write_secret_file(&dir, &secret)?),
+            (None, file) => file,
+        };
         let launched = py
             .detach(move || Launched::start_owned(spec))
             .map_err(launch_error)?;
         Ok(LocalCluster {
             dir,
-            secret,
             inner: Mutex::new(launched),
         })
     }
@@ -86,10 +158,20 @@ impl LocalCluster {
         self.dir.clone()
     }
 
-    /// The cluster secret given to the nodes (`None`: their default).
+    /// The cluster secret, read from its file (`ValueError` if it is not UTF-8 text; the
+    /// file is then still usable through `secret_file`).
     #[getter]
-    fn secret(&self) -> Option<String> {
-        self.secret.clone()
+    fn secret(&self) -> PyResult<String> {
+        let bytes = self.inner.lock().secret().map_err(launch_error)?;
+        String::from_utf8(bytes).map_err(|_| {
+            PyValueError::new_err("the cluster secret is not UTF-8 text: use secret_file")
+        })
+    }
+
+    /// The cluster secret's file (mode 0600), the one every node was given.
+    #[getter]
+    fn secret_file(&self) -> PathBuf {
+        self.inner.lock().secret_file()
     }
 
     /// The superpeers as `["ID@127.0.0.1:PORT", ...]` (what `Client.connect` takes).

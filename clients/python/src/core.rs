@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,7 +28,9 @@ use myriad_client::chunk::{ChunkOptions, Chunks};
 use myriad_client::client::{Client, ClientConfig};
 use myriad_client::membership::Membership;
 use myriad_client::ClientError;
-use myriad_launcher::{LocalCluster as Launched, NodeRole};
+use myriad_launcher::LocalCluster as Launched;
+use myriad_net::secret::{self, SecretError};
+use myriad_net::SECRET_BYTES_MAX;
 use myriad_types::NodeId;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -154,28 +156,57 @@ pub fn superpeer_list(items: &Bound<'_, PyAny>) -> PyResult<Vec<(NodeId, SocketA
     Ok(list)
 }
 
-/// The superpeers and the secret of the cluster described by `DIR/cluster.json`.
-pub fn from_cluster_dir(dir: &Path) -> PyResult<(Superpeers, Option<String>)> {
-    let cluster = Launched::open(dir).map_err(|error| {
+/// The cluster described by `DIR/cluster.json` (its superpeers, its secret's file).
+pub fn open_cluster_dir(dir: &Path) -> PyResult<Launched> {
+    Launched::open(dir).map_err(|error| {
         PyValueError::new_err(format!("cluster directory {}: {error}", dir.display()))
-    })?;
-    let secret = cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == NodeRole::Superpeer)
-        .find_map(|node| {
-            let at = node.args.iter().position(|arg| arg == "--secret")?;
-            node.args.get(at + 1).cloned()
-        });
-    Ok((cluster.superpeers(), secret))
+    })
+}
+
+/// The cluster secret `Client.connect` uses: `secret`, else the file `secret_file`, else
+/// the cluster directory's file (`cluster.json`'s `secret_file`, else `DIR/secret`), else
+/// the file named by `MYRIAD_SECRET_FILE`. `ValueError` if both `secret` and `secret_file`
+/// are given, if a file is unusable (missing, readable by others, empty) or if there is
+/// no secret at all: there is no default secret.
+pub fn resolve_secret(
+    secret: Option<String>,
+    secret_file: Option<PathBuf>,
+    cluster: Option<&Launched>,
+) -> PyResult<Vec<u8>> {
+    let unusable = |error: SecretError| PyValueError::new_err(error.to_string());
+    match (secret, secret_file) {
+        (Some(_), Some(_)) => Err(PyValueError::new_err(
+            "give at most one of secret= and secret_file=",
+        )),
+        (Some(secret), None) => {
+            if secret.is_empty() || secret.len() > SECRET_BYTES_MAX {
+                return Err(PyValueError::new_err(format!(
+                    "the secret must have 1 to {SECRET_BYTES_MAX} bytes"
+                )));
+            }
+            Ok(secret.into_bytes())
+        }
+        (None, Some(file)) => secret::read_file(&file).map_err(unusable),
+        (None, None) => {
+            if let Some(cluster) = cluster {
+                return secret::read_file(&cluster.secret_file()).map_err(unusable);
+            }
+            secret::from_env().map_err(unusable)?.ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "no cluster secret: give secret=, secret_file= or cluster_dir=, or set {}",
+                    secret::SECRET_FILE_ENV
+                ))
+            })
+        }
+    }
 }
 
 /// How to connect (the arguments of `Client.connect`, parsed).
 pub struct ConnectSpec {
     /// The superpeers to join through.
     pub superpeers: Vec<(NodeId, SocketAddr)>,
-    /// The cluster secret (`None`: the nodes' default).
-    pub secret: Option<String>,
+    /// The cluster secret (never empty: there is no default).
+    pub secret: Vec<u8>,
     /// Longest wait to join.
     pub connect_timeout: Duration,
     /// Default timeout of each call.
@@ -191,9 +222,7 @@ impl Core {
     pub fn connect(spec: ConnectSpec) -> Result<Core, ClientError> {
         let mut config = ClientConfig::new(spec.superpeers);
         config.join.request_timeout = spec.connect_timeout;
-        if let Some(secret) = spec.secret {
-            config.join.secret = secret.into_bytes();
-        }
+        config.join.secret = spec.secret;
         if let Some(listen) = spec.listen {
             config.join.listen = listen;
         }

@@ -4,6 +4,7 @@ views, errors and timeouts."""
 
 import asyncio
 import builtins
+import json
 import threading
 import time
 
@@ -22,6 +23,60 @@ def test_connect_by_cluster_dir_and_by_superpeers_with_secret(cluster):
         assert by_list.get(cid) == b"shared"
         ids = {node["id"] for node in by_list.nodes() if node["role"] == "client"}
         assert {by_dir.node_id, by_list.node_id} <= ids
+
+
+def test_the_given_secret_is_in_a_0600_file_and_on_no_command_line(cluster):
+    assert cluster.secret == SECRET
+    assert cluster.secret_file == cluster.dir.resolve() / "secret"
+    assert cluster.secret_file.stat().st_mode & 0o777 == 0o600
+    assert cluster.secret_file.read_text() == SECRET + "\n"
+    described = json.loads((cluster.dir / "cluster.json").read_text())
+    assert described["secret_file"] == str(cluster.secret_file)
+    assert SECRET not in (cluster.dir / "cluster.json").read_text()
+    for node in cluster.nodes():
+        with open(f"/proc/{node['pid']}/cmdline", "rb") as cmdline:
+            args = cmdline.read().split(b"\0")
+        assert SECRET.encode() not in b" ".join(args)
+        assert args[args.index(b"--secret-file") + 1] == str(cluster.secret_file).encode()
+
+
+def test_connect_with_a_secret_file_or_the_environments_file(cluster, monkeypatch):
+    monkeypatch.delenv("MYRIAD_SECRET_FILE", raising=False)
+    with myriad.Client.connect(
+        superpeers=cluster.superpeers, secret_file=cluster.secret_file
+    ) as by_file:
+        assert set(by_file.peers()) == set(cluster.peer_ids)
+    monkeypatch.setenv("MYRIAD_SECRET_FILE", str(cluster.secret_file))
+    with myriad.Client.connect(superpeers=cluster.superpeers) as by_env:
+        assert set(by_env.peers()) == set(cluster.peer_ids)
+
+
+def test_without_any_secret_connect_refuses_before_joining(cluster, monkeypatch):
+    monkeypatch.delenv("MYRIAD_SECRET_FILE", raising=False)
+    with pytest.raises(ValueError, match="no cluster secret"):
+        myriad.Client.connect(superpeers=cluster.superpeers)
+    with pytest.raises(ValueError, match="at most one"):
+        myriad.Client.connect(
+            superpeers=cluster.superpeers, secret=SECRET, secret_file=cluster.secret_file
+        )
+    with pytest.raises(ValueError):
+        myriad.Client.connect(superpeers=cluster.superpeers, secret="")
+
+
+def test_a_secret_file_others_may_read_is_refused(cluster, tmp_path):
+    loose = tmp_path / "loose"
+    loose.write_text(SECRET + "\n")
+    loose.chmod(0o644)
+    with pytest.raises(ValueError, match="chmod 600") as caught:
+        myriad.Client.connect(superpeers=cluster.superpeers, secret_file=loose)
+    assert SECRET not in str(caught.value)
+    with pytest.raises(ValueError):
+        myriad.Client.connect(superpeers=cluster.superpeers, secret_file=tmp_path / "missing")
+
+
+def test_the_former_default_secret_is_refused(cluster):
+    with pytest.raises(myriad.MyriadError):
+        myriad.Client.connect(superpeers=cluster.superpeers, secret="myriad", connect_timeout=1.0)
 
 
 def test_connect_with_a_wrong_secret_fails_within_its_timeout(cluster):

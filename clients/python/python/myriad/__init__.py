@@ -3,7 +3,9 @@
 The calls are those of the Rust client library (``myriad-client``), bound with PyO3:
 
 * :class:`Client` -- blocking calls; each waits with the GIL released, so threads scale.
-  ``Client.connect(cluster_dir=...)`` or ``Client.connect(superpeers=[...], secret=...)``.
+  ``Client.connect(cluster_dir=...)`` or ``Client.connect(superpeers=[...], secret=...)``
+  (or ``secret_file=``). There is no default secret: a cluster directory's secret file,
+  ``secret=``, ``secret_file=`` or the file named by ``MYRIAD_SECRET_FILE``.
 * :class:`AsyncClient` -- the same calls returning awaitables (``client.aio``, or
   ``await connect_async(...)``).
 * numpy batch calls (``create_array``, ``get_array``, ``get_packed``, ``put_array``,
@@ -91,7 +93,7 @@ class LocalCluster:
     """A running local cluster started by :func:`local_cluster`.
 
     Attributes: ``dir`` (its directory), ``superpeers`` (``["ID@HOST:PORT", ...]``),
-    ``peer_ids``, ``secret``.
+    ``peer_ids``, ``secret`` and ``secret_file`` (the cluster secret and its file).
     """
 
     def __init__(self, inner: _LocalCluster):
@@ -113,9 +115,14 @@ class LocalCluster:
         return self._inner.peer_ids
 
     @property
-    def secret(self) -> Optional[str]:
-        """The cluster secret given to the nodes (``None``: their default)."""
+    def secret(self) -> str:
+        """The cluster secret, read from :attr:`secret_file`."""
         return self._inner.secret
+
+    @property
+    def secret_file(self) -> Path:
+        """The cluster secret's file (mode 0600; ``dir / "secret"`` unless one was given)."""
+        return Path(self._inner.secret_file)
 
     def connect(self, **kwargs) -> Client:
         """A client of this cluster (keyword arguments of :meth:`Client.connect`)."""
@@ -150,6 +157,7 @@ def local_cluster(
     binary: Optional[Union[str, os.PathLike]] = None,
     peer_memory_mb: Optional[int] = 256,
     secret: Optional[str] = None,
+    secret_file: Optional[Union[str, os.PathLike]] = None,
     config: Optional[Union[str, os.PathLike]] = None,
     ready_timeout: float = 60.0,
     keep_dir: bool = False,
@@ -160,6 +168,11 @@ def local_cluster(
     process of the binary from :func:`find_binary`. Files go to ``dir`` (default: a new
     temporary directory, removed on exit unless ``keep_dir``). The nodes also exit if this
     Python process dies.
+
+    The cluster secret is never on a command line: ``secret`` is written to
+    ``dir/secret`` (mode 0600), ``secret_file`` names a file of your own (mode 0600), and
+    with neither the launcher keeps ``dir/secret`` or creates it with a random secret.
+    Every node gets the file's path; :meth:`LocalCluster.connect` reads it.
 
     >>> with myriad.local_cluster(peers=3) as cluster:          # doctest: +SKIP
     ...     with cluster.connect() as client:
@@ -177,6 +190,7 @@ def local_cluster(
             peers=peers,
             peer_memory_mb=peer_memory_mb,
             secret=secret,
+            secret_file=None if secret_file is None else str(secret_file),
             config=None if config is None else str(config),
             ready_timeout=ready_timeout,
         )

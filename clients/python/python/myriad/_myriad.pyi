@@ -86,14 +86,18 @@ class Client:
         cluster_dir: Optional[Union[str, os.PathLike[str]]] = None,
         superpeers: Optional[Superpeers] = None,
         secret: Optional[str] = None,
+        secret_file: Optional[Union[str, os.PathLike[str]]] = None,
         connect_timeout: float = 10.0,
         timeout: float = 2.0,
         durability: Optional[Durability] = None,
         listen: Optional[str] = None,
     ) -> Client:
         """Joins the cluster: ``cluster_dir`` (written by ``myriad cluster start`` or
-        :func:`myriad.local_cluster`; its secret is used) or ``superpeers``
-        (``["1@127.0.0.1:7000"]`` or ``[(1, "127.0.0.1:7000")]``) with ``secret``."""
+        :func:`myriad.local_cluster`; its secret file is read) or ``superpeers``
+        (``["1@127.0.0.1:7000"]`` or ``[(1, "127.0.0.1:7000")]``). The secret:
+        ``secret``, else the file ``secret_file`` (mode 0600), else the cluster
+        directory's, else the file named by ``MYRIAD_SECRET_FILE``; no default
+        (``ValueError`` without one)."""
     @property
     def node_id(self) -> int:
         """This client's node ID (assigned by the superpeers)."""
@@ -231,13 +235,16 @@ class LocalCluster:
         peers: int = 3,
         peer_memory_mb: Optional[int] = None,
         secret: Optional[str] = None,
+        secret_file: Optional[str] = None,
         config: Optional[str] = None,
         ready_timeout: float = 60.0,
     ) -> LocalCluster: ...
     @property
     def dir(self) -> str: ...
     @property
-    def secret(self) -> Optional[str]: ...
+    def secret(self) -> str: ...
+    @property
+    def secret_file(self) -> str: ...
     @property
     def superpeers(self) -> list[str]: ...
     @property

@@ -49,11 +49,17 @@ public final class MyriadClient implements AutoCloseable {
         this.router = new Router(membership, endpoint, config);
     }
 
-    /** Joins the cluster; blocks until the superpeers assigned this client its ID. */
+    /**
+     * Joins the cluster; blocks until the superpeers assigned this client its ID. A
+     * {@code null} {@link ClientConfig#secret} is set here from the file named by
+     * {@value ClientConfig#SECRET_FILE_ENV}; with neither, throws
+     * {@link MyriadException.InvalidArgument} before dialing anyone.
+     */
     public static MyriadClient connect(ClientConfig config) {
         if (config.superpeers.isEmpty()) {
             throw new MyriadException.InvalidArgument("no superpeer configured");
         }
+        config.secret = ClientConfig.resolveSecret(config.secret, System.getenv());
         Endpoint endpoint = new Endpoint(0, config.secret, config.listen, (int) config.connectTimeout.toMillis());
         try {
             for (Map.Entry<Integer, java.net.InetSocketAddress> superpeer : config.superpeers.entrySet()) {
@@ -68,9 +74,19 @@ public final class MyriadClient implements AutoCloseable {
         }
     }
 
-    /** Joins the cluster of the superpeer list {@code "1=127.0.0.1:P,..."} with defaults. */
+    /**
+     * Joins the cluster of the superpeer list {@code "1=127.0.0.1:P,..."} with defaults and
+     * the secret of the file named by {@value ClientConfig#SECRET_FILE_ENV} (refused without).
+     */
     public static MyriadClient connect(String superpeerList) {
         return connect(ClientConfig.of(superpeerList));
+    }
+
+    /** Joins the cluster of the superpeer list with defaults and the cluster secret {@code secret}. */
+    public static MyriadClient connect(String superpeerList, byte[] secret) {
+        ClientConfig config = ClientConfig.of(superpeerList);
+        config.secret = secret.clone();
+        return connect(config);
     }
 
     /** This client's node ID. */

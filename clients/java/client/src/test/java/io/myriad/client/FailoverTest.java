@@ -22,7 +22,7 @@ class FailoverTest {
     void heartbeatsKeepAnIdleClientAliveAndMetadataFailsOverToTheNewLeader() throws Exception {
         try (LocalCluster cluster = LocalCluster.start(3, 1, List.of("--memory-mb", "64", "--zone-mb", "16",
                 "--prefault-mb", "0"), null);
-                MyriadClient client = MyriadClient.connect(cluster.superpeers())) {
+                MyriadClient client = MyriadClient.connect(cluster.config())) {
             long cid = client.createWithData(client.peers().get(0), "kept".getBytes(StandardCharsets.UTF_8));
             client.nameRegister("before", cid);
 

@@ -37,7 +37,7 @@ class LiveClientTest {
     static void start() throws Exception {
         cluster = LocalCluster.start(1, 2, List.of("--memory-mb", "64", "--zone-mb", "16", "--prefault-mb", "0",
                 "--replication", "1"), null);
-        client = MyriadClient.connect(cluster.superpeers());
+        client = MyriadClient.connect(cluster.config());
     }
 
     @AfterAll
@@ -176,7 +176,7 @@ class LiveClientTest {
         assertThrows(MyriadException.InvalidArgument.class, () -> client.readAt(cid, 5, 10));
 
         client.lock(cid, true, Duration.ZERO);
-        try (MyriadClient other = MyriadClient.connect(cluster.superpeers())) {
+        try (MyriadClient other = MyriadClient.connect(cluster.config())) {
             assertNotEquals(client.nodeId(), other.nodeId());
             long started = System.nanoTime();
             assertThrows(MyriadException.LockTimeout.class, () -> other.lock(cid, true, Duration.ofMillis(200)));
@@ -219,7 +219,7 @@ class LiveClientTest {
         assertNull(client.tmpGet("java-blob"));
 
         long barrier = client.barrierAlloc(2);
-        try (MyriadClient other = MyriadClient.connect(cluster.superpeers())) {
+        try (MyriadClient other = MyriadClient.connect(cluster.config())) {
             CompletableFuture<Map<Integer, Long>> waiting = CompletableFuture.supplyAsync(
                     () -> other.barrierSignOn(barrier, 22, Duration.ofSeconds(10)));
             Map<Integer, Long> values = client.barrierSignOn(barrier, 11, Duration.ofSeconds(10));
@@ -239,17 +239,25 @@ class LiveClientTest {
 
     @Test
     void wrongSecretAndUnknownPeersFailWithTypedErrors() {
-        ClientConfig wrong = ClientConfig.of(cluster.superpeers());
+        ClientConfig wrong = cluster.config();
         wrong.secret = bytes("not the secret");
         wrong.metaTimeout = Duration.ofSeconds(1);
         assertThrows(MyriadException.SuperpeersUnavailable.class, () -> MyriadClient.connect(wrong));
+        // The former default secret is no key to a cluster with a generated one.
+        ClientConfig formerDefault = cluster.config();
+        formerDefault.secret = bytes("myriad");
+        formerDefault.metaTimeout = Duration.ofSeconds(1);
+        assertThrows(MyriadException.SuperpeersUnavailable.class, () -> MyriadClient.connect(formerDefault));
+        ClientConfig empty = cluster.config();
+        empty.secret = new byte[0];
+        assertThrows(MyriadException.InvalidArgument.class, () -> MyriadClient.connect(empty));
         assertThrows(MyriadException.NodeUnavailable.class, () -> client.create(0x7777, 8));
         assertThrows(MyriadException.NodeUnavailable.class, () -> client.get(ChunkIds.of(0x7777, 1)));
     }
 
     @Test
     void aClientThatLeftIsGoneFromTheTableAndRefusesCalls() throws Exception {
-        MyriadClient other = MyriadClient.connect(cluster.superpeers());
+        MyriadClient other = MyriadClient.connect(cluster.config());
         int id = other.nodeId();
         other.close();
         assertThrows(MyriadException.Shutdown.class, () -> other.get(1));

@@ -6,6 +6,8 @@ import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.security.SecureRandom;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
@@ -18,7 +20,9 @@ import java.util.stream.Stream;
  * {@code myriad} binary (environment variable {@code MYRIAD_BIN}, else system property
  * {@code myriad.bin}, else {@code ../../target/debug/myriad}) on 127.0.0.1, each started
  * with {@code --exit-with-parent <this JVM>} and its own ready file, log and data directory
- * under a temporary directory.
+ * under a temporary directory. The cluster secret is a random one in {@code DIR/secret}
+ * (mode 0600, created before any node starts, as {@code myriad cluster start} does), given
+ * to every node as {@code --secret-file}; clients take it from {@link #config()}.
  *
  * <p>Invariant: every process it starts is killed by {@link #close} (tests use
  * try-with-resources or {@code @AfterAll}), and by a JVM shutdown hook if the test JVM
@@ -50,6 +54,7 @@ public final class LocalCluster implements AutoCloseable {
     }
 
     private final Path dir;
+    private final Path secretFile;
     private final List<Node> nodes = new ArrayList<>();
     private final String superpeerList;
     private final Thread hook;
@@ -77,9 +82,11 @@ public final class LocalCluster implements AutoCloseable {
 
     private LocalCluster(int superpeers, int peers, List<String> peerArgs, String config) throws IOException {
         dir = Files.createTempDirectory("myriad-java-");
+        secretFile = dir.resolve(ClientConfig.SECRET_FILE_NAME);
         hook = new Thread(this::killAll, "myriad-cluster-kill");
         Runtime.getRuntime().addShutdownHook(hook);
         try {
+            writeSecret(secretFile);
             Path configFile = null;
             if (config != null) {
                 configFile = dir.resolve("myriad.toml");
@@ -113,6 +120,18 @@ public final class LocalCluster implements AutoCloseable {
         }
     }
 
+    /** Creates {@code file} with mode 0600 (given at creation) holding a random secret: 64 hex digits. */
+    private static void writeSecret(Path file) throws IOException {
+        byte[] random = new byte[32];
+        new SecureRandom().nextBytes(random);
+        StringBuilder hex = new StringBuilder();
+        for (byte b : random) {
+            hex.append(String.format("%02x", b & 0xff));
+        }
+        Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+        Files.writeString(file, hex + "\n", StandardCharsets.UTF_8);
+    }
+
     private static int freePort() throws IOException {
         try (ServerSocket socket = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
             return socket.getLocalPort();
@@ -131,7 +150,7 @@ public final class LocalCluster implements AutoCloseable {
         command.addAll(args);
         command.addAll(List.of("--superpeers", superpeerList, "--data-dir", data.toString(), "--ready-file",
                 run.resolve(name + ".ready").toString(), "--exit-with-parent",
-                String.valueOf(ProcessHandle.current().pid())));
+                String.valueOf(ProcessHandle.current().pid()), "--secret-file", secretFile.toString()));
         if (configFile != null) {
             command.addAll(List.of("--config", configFile.toString()));
         }
@@ -191,6 +210,21 @@ public final class LocalCluster implements AutoCloseable {
     /** The {@code --superpeers} list. */
     public String superpeers() {
         return superpeerList;
+    }
+
+    /** The cluster directory ({@code secret}, {@code logs/}, {@code data/}, {@code run/}). */
+    public Path dir() {
+        return dir;
+    }
+
+    /** The cluster secret's file ({@code DIR/secret}, mode 0600). */
+    public Path secretFile() {
+        return secretFile;
+    }
+
+    /** A client configuration for this cluster: its superpeers and its secret (read from the file). */
+    public ClientConfig config() {
+        return ClientConfig.of(superpeerList).withSecretFile(secretFile);
     }
 
     /** Every node started. */

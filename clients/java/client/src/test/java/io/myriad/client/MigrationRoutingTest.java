@@ -29,7 +29,7 @@ class MigrationRoutingTest {
     static void start() throws Exception {
         cluster = LocalCluster.start(1, 2, List.of("--memory-mb", "64", "--zone-mb", "16", "--prefault-mb", "0",
                 "--replication", "1"), null);
-        client = MyriadClient.connect(cluster.superpeers());
+        client = MyriadClient.connect(cluster.config());
     }
 
     @AfterAll
@@ -69,7 +69,7 @@ class MigrationRoutingTest {
             assertArrayEquals(payloads.get(i), got.get(i).get());
         }
         client.put(cids[3], bytes("MOVING-03"));
-        try (MyriadClient fresh = MyriadClient.connect(cluster.superpeers())) {
+        try (MyriadClient fresh = MyriadClient.connect(cluster.config())) {
             assertArrayEquals(bytes("MOVING-03"), fresh.get(cids[3]));
             assertArrayEquals(payloads.get(7), fresh.get(cids[7]));
         }

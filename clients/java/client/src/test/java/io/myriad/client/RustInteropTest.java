@@ -25,7 +25,7 @@ class RustInteropTest {
         Path out = Files.createTempFile("term-", ".txt");
         try {
             List<String> command = new ArrayList<>(List.of(LocalCluster.binary().toString(), "term", "--superpeers",
-                    cluster.superpeers(), "--json", "-c", commands));
+                    cluster.superpeers(), "--secret-file", cluster.secretFile().toString(), "--json", "-c", commands));
             Process process = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(out.toFile()).start();
             try {
                 assertTrue(process.waitFor(30, TimeUnit.SECONDS), "myriad term ended");
@@ -44,7 +44,7 @@ class RustInteropTest {
     void whatOneClientWritesTheOtherReads() throws Exception {
         try (LocalCluster cluster = LocalCluster.start(1, 2, List.of("--memory-mb", "64", "--zone-mb", "16",
                 "--prefault-mb", "0"), null);
-                MyriadClient client = MyriadClient.connect(cluster.superpeers())) {
+                MyriadClient client = MyriadClient.connect(cluster.config())) {
             List<Integer> peers = client.peers();
             byte[] fromJava = new byte[40];
             for (int i = 0; i < fromJava.length; i++) {

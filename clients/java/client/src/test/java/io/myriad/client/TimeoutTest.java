@@ -38,7 +38,7 @@ class TimeoutTest {
     void callsToFrozenNodesEndWithTypedErrorsWithinTheirTimeouts() throws Exception {
         try (LocalCluster cluster = LocalCluster.start(1, 1, List.of("--memory-mb", "64", "--zone-mb", "16",
                 "--prefault-mb", "0"), null)) {
-            ClientConfig config = ClientConfig.of(cluster.superpeers());
+            ClientConfig config = cluster.config();
             config.chunkTimeout = Duration.ofMillis(500);
             config.metaTimeout = Duration.ofMillis(800);
             try (MyriadClient client = MyriadClient.connect(config)) {

@@ -6,6 +6,7 @@ import io.myriad.client.MetaError;
 import io.myriad.client.MyriadClient;
 import io.myriad.client.MyriadException;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -31,10 +32,15 @@ import site.ycsb.Status;
  * get, a merge and a put: not atomic against a concurrent update of the same record), delete
  * one remove. Scan is answered {@code NOT_IMPLEMENTED}: Myriad keeps no ordered key index.
  *
- * <p>Properties: {@code myriad.superpeers} (required, {@code "1=127.0.0.1:P,..."}),
- * {@code myriad.secret} (default {@code myriad}), {@code myriad.durability}
- * (default|async|replicated|durable; default: the cluster's), {@code myriad.timeout_ms}
- * (per call, default 2000). All YCSB threads of a JVM share one {@link MyriadClient}.
+ * <p>Properties: {@code myriad.superpeers} (required, {@code "1=127.0.0.1:P,..."}); the
+ * cluster secret from {@code myriad.secretfile} (a file of mode 0600, first line), else
+ * {@code myriad.cluster} (a directory of {@code myriad cluster start}: its
+ * {@code cluster.json}'s {@code secret_file}, else {@code DIR/secret}), else the file named
+ * by the environment variable {@code MYRIAD_SECRET_FILE}; there is no default secret and
+ * none is taken from a property (YCSB properties end up on command lines).
+ * {@code myriad.durability} (default|async|replicated|durable; default: the cluster's),
+ * {@code myriad.timeout_ms} (per call, default 2000). All YCSB threads of a JVM share one
+ * {@link MyriadClient}.
  */
 public class MyriadYcsbClient extends DB {
     /** The scan answer. */
@@ -66,7 +72,11 @@ public class MyriadYcsbClient extends DB {
         synchronized (LOCK) {
             if (shared == null) {
                 ClientConfig config = ClientConfig.of(superpeers);
-                config.secret = properties.getProperty("myriad.secret", "myriad").getBytes(StandardCharsets.UTF_8);
+                try {
+                    config.secret = secret(properties);
+                } catch (MyriadException e) {
+                    throw new DBException(e.getMessage(), e);
+                }
                 config.chunkTimeout = Duration.ofMillis(Long.parseLong(properties.getProperty("myriad.timeout_ms", "2000")));
                 config.durability = durability;
                 try {
@@ -78,6 +88,27 @@ public class MyriadYcsbClient extends DB {
             users++;
             client = shared;
         }
+    }
+
+    /**
+     * The cluster secret the properties name ({@code myriad.secretfile}, else
+     * {@code myriad.cluster}'s file); {@code null}: none named, so {@code connect} takes
+     * {@code MYRIAD_SECRET_FILE}'s or refuses.
+     */
+    static byte[] secret(Properties properties) throws DBException {
+        if (properties.getProperty("myriad.secret") != null) {
+            throw new DBException("myriad.secret is not supported (a secret must not be on a command line): "
+                    + "set myriad.secretfile=FILE or myriad.cluster=DIR");
+        }
+        String file = properties.getProperty("myriad.secretfile");
+        if (file != null && !file.isBlank()) {
+            return ClientConfig.readSecretFile(Path.of(file));
+        }
+        String cluster = properties.getProperty("myriad.cluster");
+        if (cluster != null && !cluster.isBlank()) {
+            return ClientConfig.readSecretFile(ClientConfig.clusterSecretFile(Path.of(cluster)));
+        }
+        return null;
     }
 
     @Override

@@ -31,14 +31,15 @@ import site.ycsb.Status;
  */
 @Timeout(value = 90, unit = TimeUnit.SECONDS)
 class YcsbLiveTest {
-    static String runYcsb(String phase, String superpeers, Path output) throws IOException, InterruptedException {
+    static String runYcsb(String phase, String superpeers, String secretProperty, Path output)
+            throws IOException, InterruptedException {
         List<String> command = new ArrayList<>(List.of(
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "-cp", System.getProperty("java.class.path"),
                 "site.ycsb.Client", phase, "-db", MyriadYcsbClient.class.getName(),
                 "-P", "workloads/workloadg", "-threads", "4",
                 "-p", "recordcount=1000", "-p", "operationcount=1000",
-                "-p", "myriad.superpeers=" + superpeers));
+                "-p", "myriad.superpeers=" + superpeers, "-p", secretProperty));
         Process process = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(output.toFile()).start();
         try {
             assertTrue(process.waitFor(60, TimeUnit.SECONDS), "YCSB " + phase + " ended in time");
@@ -61,12 +62,13 @@ class YcsbLiveTest {
         Path out = Files.createTempFile("ycsb-", ".txt");
         try (LocalCluster cluster = LocalCluster.start(1, 2, List.of("--memory-mb", "64", "--zone-mb", "16",
                 "--prefault-mb", "0", "--replication", "1"), null)) {
-            String load = runYcsb("-load", cluster.superpeers(), out);
+            // The load finds the secret through the cluster directory, the run through its file.
+            String load = runYcsb("-load", cluster.superpeers(), "myriad.cluster=" + cluster.dir(), out);
             assertEquals(1000, metric(load, "INSERT", "Operations"), load);
             assertEquals(1000, metric(load, "INSERT", "Return=OK"), load);
             assertEquals(-1, metric(load, "INSERT", "Return=ERROR"), load);
 
-            String run = runYcsb("-t", cluster.superpeers(), out);
+            String run = runYcsb("-t", cluster.superpeers(), "myriad.secretfile=" + cluster.secretFile(), out);
             long reads = metric(run, "READ", "Return=OK");
             long updates = metric(run, "UPDATE", "Return=OK");
             assertTrue(reads > 800 && updates > 50, run);
@@ -75,7 +77,7 @@ class YcsbLiveTest {
             assertEquals(-1, metric(run, "READ", "Return=NOT_FOUND"), run);
             assertEquals(-1, metric(run, "UPDATE", "Return=ERROR"), run);
 
-            try (MyriadClient client = MyriadClient.connect(cluster.superpeers())) {
+            try (MyriadClient client = MyriadClient.connect(cluster.config())) {
                 KeyScheme scheme = new KeyScheme(client.peers());
                 for (String key : List.of("user0", "user1", "user999")) {
                     Map<String, byte[]> record = RecordCodec.decode(client.get(scheme.cid(key)));
@@ -88,6 +90,7 @@ class YcsbLiveTest {
             MyriadYcsbClient binding = new MyriadYcsbClient();
             Properties properties = new Properties();
             properties.setProperty("myriad.superpeers", cluster.superpeers());
+            properties.setProperty("myriad.cluster", cluster.dir().toString());
             properties.setProperty("fieldcount", "1");
             binding.setProperties(properties);
             binding.init();
