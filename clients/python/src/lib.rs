@@ -25,6 +25,7 @@ pub mod aio;
 pub mod arrays;
 pub mod client;
 pub mod cluster;
+pub mod compute;
 pub mod convert;
 pub mod core;
 pub mod errors;

@@ -174,6 +174,20 @@ class Client:
     def peers(self, *, timeout: Optional[float] = None) -> list[int]: ...
     def status(self, *, timeout: Optional[float] = None) -> ClusterStatus: ...
     def recovery_status(self, *, timeout: Optional[float] = None) -> RecoveryStatus: ...
+    # compute (blocking only)
+    def run_job(
+        self, node: int, name: str, params: Optional[bytes] = None, *, timeout: Optional[float] = None
+    ) -> bytes:
+        """Runs the job registered as ``name`` on peer ``node`` with raw parameter bytes;
+        returns its raw result bytes."""
+    def run_task_script(self, group: int, script: str, *, timeout: Optional[float] = None) -> dict[str, Any]:
+        """Runs a task script (TOML or JSON) on compute group ``group``; returns ``id``,
+        ``end`` (finished/aborted/failed), ``reason`` and ``tasks`` (``task``, ``slaves``,
+        ``values`` as bytes, ``micros``, ``skipped``)."""
+    def compute_set_role(self, node: int, group: int, role: str) -> None:
+        """Gives peer ``node`` the role master, slave or none in ``group``."""
+    def compute_group(self, group: int) -> tuple[int, list[int]]:
+        """The master and the slaves of compute group ``group``."""
 
 class AsyncClient:
     """The asyncio face of a client: the calls of :class:`Client`, each returning an
