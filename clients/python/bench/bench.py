@@ -117,11 +117,25 @@ def closed_loop(
 # ----- Myriad from Python ---------------------------------------------------------------
 
 
+# Both sides run without replication (R = 0), as `myriad bench kv --modes none` does.
+NODE_CONFIG = "[backup]\nreplication = 0\n"
+
+
+def write_config(directory: str) -> str:
+    path = os.path.join(directory, "node.toml")
+    with open(path, "w") as file:
+        file.write(NODE_CONFIG)
+    return path
+
+
 def python_rows(args, binary: str) -> list[dict]:
     rows = []
-    with myriad.local_cluster(
-        peers=args.peers, superpeers=1, binary=binary, peer_memory_mb=args.peer_memory_mb
-    ) as cluster:
+    with tempfile.TemporaryDirectory(prefix="myriad-bench-python-") as config_dir, \
+            myriad.local_cluster(
+                peers=args.peers, superpeers=1, binary=binary,
+                peer_memory_mb=args.peer_memory_mb,
+                config=write_config(config_dir),
+            ) as cluster:
         clients = [cluster.connect(timeout=10.0) for _ in range(max(args.threads))]
         try:
             first = clients[0]
@@ -165,6 +179,7 @@ def python_rows(args, binary: str) -> list[dict]:
 def rust_rows(args, binary: str) -> list[dict]:
     command = [
         binary, "bench", "kv", "--json", "--no-redis", "--no-memcached",
+        "--modes", "none", "--drivers", "threads", "--idle-secs", "0",
         "--peers", str(args.peers),
         "--threads", ",".join(str(t) for t in args.threads),
         "--batch", str(args.batch),
@@ -185,7 +200,7 @@ def rust_rows(args, binary: str) -> list[dict]:
             continue
         if record.get("kind") == "result" and record.get("system") == "myriad":
             measured = {key: record[key] for key in ("ops_per_sec", "p50_us", "p99_us")}
-            rows.append(row("rust", record["op"], record["threads"], record["batch"], measured, args))
+            rows.append(row("rust", record["op"], record["clients"], record["depth"], measured, args))
             emit(rows[-1], args)
     if not rows:
         raise RuntimeError(f"myriad bench kv printed no result:\n{done.stdout[-3000:]}")

@@ -123,6 +123,27 @@ fn flatten<T>(pieces: Vec<Vec<Result<T, ClientError>>>) -> Result<Vec<T>, ItemFa
     Ok(values)
 }
 
+/// The values of a batched get as one buffer of `count` rows of `size` bytes, or the
+/// first item that failed (or has another size).
+fn assemble(
+    results: impl IntoIterator<Item = Result<Bytes, ClientError>>,
+    count: usize,
+    size: usize,
+) -> Result<Vec<u8>, ItemFailure> {
+    let mut buffer = Vec::with_capacity(count * size);
+    for (index, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(data) if data.len() == size => buffer.extend_from_slice(&data),
+            Ok(data) => {
+                let reason = format!("chunk has {} bytes, not {size}", data.len());
+                return Err((index, ClientError::InvalidArgument(reason)));
+            }
+            Err(error) => return Err((index, error)),
+        }
+    }
+    Ok(buffer)
+}
+
 /// Python value of a call that may have failed at one item.
 fn item_result(py: Python<'_>, result: Result<Py<PyAny>, ItemFailure>) -> PyResult<Py<PyAny>> {
     result.map_err(|(index, error)| errors::item_to_py(py, error, index))
@@ -139,6 +160,10 @@ impl Core {
         let (api, timeout) = self.chunks(timeout, None)?;
         let cids = cid_vec(cids)?;
         let count = cids.len();
+        // One piece: the blocking client takes the Rust client's blocking batch (sent per
+        // owner on this thread over direct lanes).
+        let single_piece = count <= piece_items(size);
+        let blocking = single_piece.then(|| (Arc::clone(&api), cids.clone()));
         let future = async move {
             let pieces: Vec<Vec<Result<Bytes, ClientError>>> =
                 in_pieces(cids, piece_items(size), move |piece| {
@@ -146,20 +171,9 @@ impl Core {
                     async move { api.get_batch(&piece).await }
                 })
                 .await;
-            let mut buffer = Vec::with_capacity(count * size);
-            for (index, result) in pieces.into_iter().flatten().enumerate() {
-                match result {
-                    Ok(data) if data.len() == size => buffer.extend_from_slice(&data),
-                    Ok(data) => {
-                        let reason = format!("chunk has {} bytes, not {size}", data.len());
-                        return Ok(Err((index, ClientError::InvalidArgument(reason))));
-                    }
-                    Err(error) => return Ok(Err((index, error))),
-                }
-            }
-            Ok(Ok(buffer))
+            Ok(assemble(pieces.into_iter().flatten(), count, size))
         };
-        Ok(Call::new(self, timeout, future, move |py, result| {
+        let call = Call::new(self, timeout, future, move |py, result| {
             let array = result.map(|buffer| -> PyResult<Py<PyAny>> {
                 let flat = PyArray1::from_vec(py, buffer);
                 Ok(flat.reshape([count, size])?.into_any().unbind())
@@ -168,7 +182,14 @@ impl Core {
                 Ok(array) => array,
                 Err(failure) => item_result(py, Err(failure)),
             }
-        }))
+        });
+        Ok(match blocking {
+            Some((api, cids)) => call.with_blocking(move || {
+                let results = api.blocking().get_batch(&cids);
+                Ok(assemble(results, count, size))
+            }),
+            None => call,
+        })
     }
 
     /// Reads chunks of any size into one flat `uint8` buffer plus `n + 1` offsets
@@ -232,6 +253,8 @@ impl Core {
             .enumerate()
             .map(|(row, cid)| (*cid, bytes.slice(row * size..(row + 1) * size)))
             .collect();
+        let blocking =
+            (items.len() <= piece_items(size)).then(|| (Arc::clone(&api), items.clone()));
         let future = async move {
             let pieces: Vec<Vec<Result<(), ClientError>>> =
                 in_pieces(items, piece_items(size), move |piece| {
@@ -241,9 +264,15 @@ impl Core {
                 .await;
             Ok(flatten(pieces).map(drop))
         };
-        Ok(Call::new(self, timeout, future, |py, result| {
+        let call = Call::new(self, timeout, future, |py, result| {
             item_result(py, result.map(|()| py.None()))
-        }))
+        });
+        Ok(match blocking {
+            Some((api, items)) => call.with_blocking(move || {
+                Ok(flatten(vec![api.blocking().put_batch(&items)]).map(drop))
+            }),
+            None => call,
+        })
     }
 
     /// Creates one chunk per row of `values` on `peer`; returns their CIDs as `uint64`.

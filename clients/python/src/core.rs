@@ -402,7 +402,13 @@ pub struct Call<T> {
     timeout: Duration,
     future: CallFuture<T>,
     convert: Convert<T>,
+    /// What the blocking client runs instead of the future, when the Rust client has a
+    /// faster blocking path (direct request lanes, no runtime hand-off).
+    blocking: Option<Blocking<T>>,
 }
+
+/// A blocking alternative of a call's future.
+pub type Blocking<T> = Box<dyn FnOnce() -> Result<T, ClientError> + Send>;
 
 impl<T: Send + 'static> Call<T> {
     /// A call of `core` bounded by `timeout`.
@@ -417,12 +423,26 @@ impl<T: Send + 'static> Call<T> {
             timeout,
             future: Box::pin(future),
             convert: Box::new(convert),
+            blocking: None,
         }
+    }
+
+    /// Gives the blocking client `call` to run instead of the future (it must do the same
+    /// and honour the call's timeout itself, as the blocking chunk API does).
+    pub fn with_blocking(
+        mut self,
+        call: impl FnOnce() -> Result<T, ClientError> + Send + 'static,
+    ) -> Call<T> {
+        self.blocking = Some(Box::new(call));
+        self
     }
 
     /// Runs the call, waiting with the GIL released.
     pub fn block(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let value = self.core.block(py, self.timeout, self.future)?;
+        let value = match self.blocking {
+            Some(call) => self.core.wait(py, call)?,
+            None => self.core.block(py, self.timeout, self.future)?,
+        };
         (self.convert)(py, value)
     }
 
