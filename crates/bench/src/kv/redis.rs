@@ -31,6 +31,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::driver::WorkerFn;
+use super::memcached::key_name;
 use super::resp::{Reply, RespConnection};
 use super::Mode;
 /// One line of `redis-benchmark --csv`.
@@ -136,11 +137,6 @@ const REPLICAS: usize = 2;
 const WAIT_TIMEOUT_MS: &str = "5000";
 /// Keys per pipeline while preloading.
 const PRELOAD_PIPELINE: u64 = 1_000;
-
-/// The key name of key index `index` (the same scheme as the memcached baseline).
-pub fn key_name(index: u64) -> String {
-    format!("key:{index:012}")
-}
 
 /// A running `redis-server` set (master plus replicas in the replicated modes), killed on
 /// drop; its AOF directory is removed on drop.

@@ -80,11 +80,9 @@ impl NetHandle {
         message_type: MessageType,
         handler: impl crate::Handler,
     ) -> Result<(), NetError> {
-        let mut current = self.shared.handlers.write();
-        let mut map = HandlerMap::clone(&current);
-        crate::handler::insert(&mut map, message_type, Arc::new(handler), false)?;
-        *current = Arc::new(map);
-        Ok(())
+        self.update_handlers(|map| {
+            crate::handler::insert(map, message_type, Arc::new(handler), false)
+        })
     }
 
     /// Registers a handler after start that runs on the I/O thread that read the message
@@ -95,11 +93,9 @@ impl NetHandle {
         message_type: MessageType,
         handler: impl crate::Handler,
     ) -> Result<(), NetError> {
-        let mut current = self.shared.handlers.write();
-        let mut map = HandlerMap::clone(&current);
-        crate::handler::insert(&mut map, message_type, Arc::new(handler), true)?;
-        *current = Arc::new(map);
-        Ok(())
+        self.update_handlers(|map| {
+            crate::handler::insert(map, message_type, Arc::new(handler), true)
+        })
     }
 
     /// Lets only senders for which `allowed` holds send `message_type` from now on (a
@@ -110,9 +106,20 @@ impl NetHandle {
         message_type: MessageType,
         allowed: impl Fn(crate::NodeId) -> bool + Send + Sync + 'static,
     ) -> Result<(), NetError> {
+        self.update_handlers(|map| {
+            crate::handler::restrict_in(map, message_type, Arc::new(allowed))
+        })
+    }
+
+    /// Replaces the handler map with a copy that `change` edited (readers keep the map
+    /// they hold; a failed change leaves the map as it was).
+    fn update_handlers(
+        &self,
+        change: impl FnOnce(&mut HandlerMap) -> Result<(), NetError>,
+    ) -> Result<(), NetError> {
         let mut current = self.shared.handlers.write();
         let mut map = HandlerMap::clone(&current);
-        crate::handler::restrict_in(&mut map, message_type, Arc::new(allowed))?;
+        change(&mut map)?;
         *current = Arc::new(map);
         Ok(())
     }

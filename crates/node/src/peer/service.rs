@@ -363,11 +363,7 @@ impl ChunkService {
     /// change is queued for the zone's backups in the order it was applied to memory.
     pub fn serve_change_inline(&self, from: NodeId, payload: &Bytes) -> Option<Bytes> {
         let replication = self.replication.as_ref()?;
-        if self.locked_chunks.load(Ordering::Acquire) != 0
-            || self.migrations.load(Ordering::Acquire) != 0
-            || self.refusing()
-            || !myriad_proto::chunk::is_change_request(payload)
-        {
+        if !self.change_may_go_inline(payload) {
             return None;
         }
         let replicator = &replication.replicator;
@@ -377,26 +373,12 @@ impl ChunkService {
         };
         match ChunkRequest::decode(payload.clone()).ok()? {
             ChunkRequest::Put { items, durability } if is_async(durability) => {
-                let changes: Vec<AsyncChange<'_>> = items
-                    .iter()
-                    .map(|(cid, data)| AsyncChange::Put(*cid, data))
-                    .collect();
-                let _order = replication.try_lock(items.iter().map(|(cid, _)| *cid))?;
-                if !replicator.ready_without_waiting(&changes) {
-                    return None;
-                }
-                let mut statuses = self.put_memory(from, &items);
-                let stored: Vec<AsyncChange<'_>> = changes
-                    .into_iter()
-                    .zip(&statuses)
-                    .filter(|(_, status)| status.is_ok())
-                    .map(|(change, _)| change)
-                    .collect();
-                if let Err(error) = replicator.on_changes_nowait(&stored) {
-                    fail_succeeded(&mut statuses, &replica_error(error));
-                }
-                self.changes_inline.fetch_add(1, Ordering::Relaxed);
-                Some(ChunkReply::Statuses(statuses).encode())
+                self.put_inline(from, &items, |stored, mut statuses| {
+                    if let Err(error) = replicator.on_changes_nowait(&stored) {
+                        fail_succeeded(&mut statuses, &replica_error(error));
+                    }
+                    ChunkReply::Statuses(statuses).encode()
+                })
             }
             ChunkRequest::Remove { cids, durability } if is_async(durability) => {
                 let _order = replication.try_lock(cids.iter().copied())?;
@@ -441,11 +423,7 @@ impl ChunkService {
         let Some(replication) = self.replication.as_ref() else {
             return false;
         };
-        if self.locked_chunks.load(Ordering::Acquire) != 0
-            || self.migrations.load(Ordering::Acquire) != 0
-            || self.refusing()
-            || !myriad_proto::chunk::is_change_request(&incoming.payload)
-        {
+        if !self.change_may_go_inline(&incoming.payload) {
             return false;
         }
         let replicator = &replication.replicator;
@@ -459,20 +437,62 @@ impl ChunkService {
         if durability == myriad_replication::Durability::Async {
             return false;
         }
+        if !incoming.is_request() {
+            return false;
+        }
+        self.put_inline(from, &items, |stored, statuses| {
+            let reply = incoming.take_responder();
+            let done: AckCallback = Box::new(move |result| {
+                let mut statuses = statuses;
+                if let Err(error) = result {
+                    fail_succeeded(&mut statuses, &replica_error(error));
+                }
+                // A lost connection leaves the requester to its own timeout.
+                if let Some(reply) = reply {
+                    let _ = reply.respond(ChunkReply::Statuses(statuses).encode());
+                }
+            });
+            if stored.is_empty() {
+                done(Ok(()));
+            } else if let Err((error, done)) =
+                replicator.on_changes_deferred(&stored, durability, done)
+            {
+                done(Err(error));
+            }
+        })
+        .is_some()
+    }
+
+    /// Whether a change request may be served on the I/O thread at all: no chunk lock held
+    /// through this service, no migration, not refusing, and a change request.
+    fn change_may_go_inline(&self, payload: &[u8]) -> bool {
+        self.locked_chunks.load(Ordering::Acquire) == 0
+            && self.migrations.load(Ordering::Acquire) == 0
+            && !self.refusing()
+            && myriad_proto::chunk::is_change_request(payload)
+    }
+
+    /// The inline put of [`ChunkService::serve_change_inline`] and
+    /// [`ChunkService::serve_change_deferred`]: under the chunks' order stripes, when the
+    /// replicator can take the changes at once, writes memory and hands the stored items'
+    /// changes and every item's status to `report` (still under the stripes, so backups
+    /// see a chunk's changes in memory order). `None`, nothing done, otherwise.
+    fn put_inline<R>(
+        &self,
+        from: NodeId,
+        items: &[(ChunkId, Bytes)],
+        report: impl FnOnce(Vec<AsyncChange<'_>>, Vec<Result<(), ItemError>>) -> R,
+    ) -> Option<R> {
+        let replication = self.replication.as_ref()?;
         let changes: Vec<AsyncChange<'_>> = items
             .iter()
             .map(|(cid, data)| AsyncChange::Put(*cid, data))
             .collect();
-        let Some(_order) = replication.try_lock(items.iter().map(|(cid, _)| *cid)) else {
-            return false;
-        };
-        if !replicator.ready_without_waiting(&changes) {
-            return false;
+        let _order = replication.try_lock(items.iter().map(|(cid, _)| *cid))?;
+        if !replication.replicator.ready_without_waiting(&changes) {
+            return None;
         }
-        let Some(responder) = incoming.take_responder() else {
-            return false;
-        };
-        let statuses = self.put_memory(from, &items);
+        let statuses = self.put_memory(from, items);
         let stored: Vec<AsyncChange<'_>> = changes
             .into_iter()
             .zip(&statuses)
@@ -480,22 +500,7 @@ impl ChunkService {
             .map(|(change, _)| change)
             .collect();
         self.changes_inline.fetch_add(1, Ordering::Relaxed);
-        let done: AckCallback = Box::new(move |result| {
-            let mut statuses = statuses;
-            if let Err(error) = result {
-                fail_succeeded(&mut statuses, &replica_error(error));
-            }
-            // A lost connection leaves the requester to its own timeout.
-            let _ = responder.respond(ChunkReply::Statuses(statuses).encode());
-        });
-        if stored.is_empty() {
-            done(Ok(()));
-            return true;
-        }
-        if let Err((error, done)) = replicator.on_changes_deferred(&stored, durability, done) {
-            done(Err(error));
-        }
-        true
+        Some(report(stored, statuses))
     }
 
     /// How many replicated change requests were served on the I/O thread

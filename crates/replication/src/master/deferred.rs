@@ -10,9 +10,9 @@
 //! the blocking wait (`wait_targets_until`), and the same errors (`BackupReplaced`,
 //! `Timeout`, `Shutdown`).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::stream::Target;
+use super::stream::{acks_timed_out, missing_targets, Target};
 use super::{Inner, State};
 use crate::{Durability, ReplicaError};
 
@@ -33,37 +33,16 @@ fn outcome(
     state: &State,
     waiter: &Waiter,
     now: Instant,
-    wait_ms: u64,
+    waited: Duration,
 ) -> Option<Result<(), ReplicaError>> {
-    let mut missing = Vec::new();
-    for target in &waiter.targets {
-        match state.streams.get(&target.backup) {
-            Some(stream) if stream.id == target.stream => {
-                let reached = match waiter.durability {
-                    Durability::Durable => stream.durable,
-                    _ => stream.applied,
-                };
-                if reached < target.seq {
-                    missing.push(target.backup);
-                }
-            }
-            _ => return Some(Err(ReplicaError::BackupReplaced(target.backup))),
+    match missing_targets(state, &waiter.targets, waiter.durability) {
+        Err(error) => Some(Err(error)),
+        Ok(missing) if missing.is_empty() => Some(Ok(())),
+        Ok(missing) if now >= waiter.deadline => {
+            Some(Err(acks_timed_out(waiter.durability, waited, missing)))
         }
+        Ok(_) => None,
     }
-    if missing.is_empty() {
-        return Some(Ok(()));
-    }
-    if now >= waiter.deadline {
-        return Some(Err(ReplicaError::Timeout {
-            what: match waiter.durability {
-                Durability::Durable => "durable acknowledgements",
-                _ => "replicated acknowledgements",
-            },
-            waited: std::time::Duration::from_millis(wait_ms),
-            missing,
-        }));
-    }
-    None
 }
 
 /// Callbacks to run (after the state lock is released) with their results.
@@ -95,8 +74,7 @@ impl Inner {
         if durability == Durability::Async || waiter.targets.is_empty() {
             return vec![(waiter.done, Ok(()))];
         }
-        let wait_ms = self.config.wait_timeout.as_millis() as u64;
-        match outcome(state, &waiter, Instant::now(), wait_ms) {
+        match outcome(state, &waiter, Instant::now(), self.config.wait_timeout) {
             Some(result) => vec![(waiter.done, result)],
             None => {
                 state.waiters.push(waiter);
@@ -111,11 +89,11 @@ impl Inner {
             return Vec::new();
         }
         let now = Instant::now();
-        let wait_ms = self.config.wait_timeout.as_millis() as u64;
+        let waited = self.config.wait_timeout;
         let mut finished = Vec::new();
         let mut index = 0;
         while index < state.waiters.len() {
-            match outcome(state, &state.waiters[index], now, wait_ms) {
+            match outcome(state, &state.waiters[index], now, waited) {
                 Some(result) => {
                     let waiter = state.waiters.swap_remove(index);
                     finished.push((waiter.done, result));

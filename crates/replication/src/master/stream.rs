@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use myriad_net::{Incoming, NetHandle};
@@ -120,6 +120,48 @@ pub(super) struct Target {
     pub(super) seq: u64,
 }
 
+/// The backups of `targets` whose acknowledgements (the applied mark, or for `durable` the
+/// durable mark) have not reached their target yet; `BackupReplaced` when a target's
+/// stream is gone or was replaced.
+pub(super) fn missing_targets(
+    state: &State,
+    targets: &[Target],
+    durability: Durability,
+) -> Result<Vec<NodeId>, ReplicaError> {
+    let mut missing = Vec::new();
+    for target in targets {
+        match state.streams.get(&target.backup) {
+            Some(s) if s.id == target.stream => {
+                let reached = match durability {
+                    Durability::Durable => s.durable,
+                    _ => s.applied,
+                };
+                if reached < target.seq {
+                    missing.push(target.backup);
+                }
+            }
+            _ => return Err(ReplicaError::BackupReplaced(target.backup)),
+        }
+    }
+    Ok(missing)
+}
+
+/// The error of a wait for `durability` acknowledgements that lasted `waited`.
+pub(super) fn acks_timed_out(
+    durability: Durability,
+    waited: Duration,
+    missing: Vec<NodeId>,
+) -> ReplicaError {
+    ReplicaError::Timeout {
+        what: match durability {
+            Durability::Durable => "durable acknowledgements",
+            _ => "replicated acknowledgements",
+        },
+        waited,
+        missing,
+    }
+}
+
 impl Inner {
     pub(super) fn next_stream_id(state: &mut State) -> u64 {
         let now = SystemTime::now()
@@ -221,21 +263,7 @@ impl Inner {
         }
         let mut state = self.state.lock();
         loop {
-            let mut missing = Vec::new();
-            for target in targets {
-                match state.streams.get(&target.backup) {
-                    Some(s) if s.id == target.stream => {
-                        let reached = match durability {
-                            Durability::Durable => s.durable,
-                            _ => s.applied,
-                        };
-                        if reached < target.seq {
-                            missing.push(target.backup);
-                        }
-                    }
-                    _ => return Err(ReplicaError::BackupReplaced(target.backup)),
-                }
-            }
+            let missing = missing_targets(&state, targets, durability)?;
             if missing.is_empty() {
                 return Ok(());
             }
@@ -243,14 +271,11 @@ impl Inner {
                 return Err(ReplicaError::Shutdown);
             }
             if self.progress.wait_until(&mut state, deadline).timed_out() {
-                return Err(ReplicaError::Timeout {
-                    what: match durability {
-                        Durability::Durable => "durable acknowledgements",
-                        _ => "replicated acknowledgements",
-                    },
-                    waited: self.config.wait_timeout,
+                return Err(acks_timed_out(
+                    durability,
+                    self.config.wait_timeout,
                     missing,
-                });
+                ));
             }
         }
     }
