@@ -49,7 +49,8 @@
 //! Each module uses only modules listed before it (no cycles; the crate root's
 //! [`ZoneId`] and [`Seq`] are used everywhere):
 //!
-//! 1. `error`, `crc`, `storage`, `format`, `config`, `header`;
+//! 1. `error`, `crc`, `storage`, `format`, `config`, `header`, `interleave` (the
+//!    simulator's interleaving points);
 //! 2. `pipe` (storage), `version` (header, storage, format);
 //! 3. `seclog` (pipe, version's `EntryLoc`), then `primary` (seclog's batch walk);
 //! 4. `zone` (seclog, version) and `rebuild` (seclog, version, config);
@@ -89,6 +90,7 @@ mod engine;
 mod error;
 mod format;
 pub mod header;
+pub mod interleave;
 mod pipe;
 mod primary;
 mod rebuild;

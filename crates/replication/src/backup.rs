@@ -34,6 +34,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use bytes::Bytes;
 use myriad_backup_log::{
     LogEngine, LogError, RecoveredChunk, RecoveryOptions, RecoveryReport, ZoneId,
 };
@@ -53,6 +54,11 @@ pub struct BackupConfig {
     pub poll_interval: Duration,
     /// Durability marks kept per master before they are merged. Default 4096.
     pub marks_max: usize,
+    /// **Test-only switch, never set in production.** Re-introduces a fixed bug for the
+    /// simulator to find (`myriad_testing::sim`): [`BackupService::recover_zone`] does not
+    /// freeze the zone, so an append racing the read can drop a chunk from the result
+    /// (the bug of commit 48cc98a). Default false.
+    pub bug_no_recovery_freeze: bool,
 }
 
 impl Default for BackupConfig {
@@ -61,6 +67,7 @@ impl Default for BackupConfig {
             durable_wait: Duration::from_secs(2),
             poll_interval: Duration::from_millis(20),
             marks_max: 4096,
+            bug_no_recovery_freeze: false,
         }
     }
 }
@@ -229,9 +236,18 @@ impl BackupService {
         sink: &(dyn Fn(&[RecoveredChunk<'_>]) + Sync),
     ) -> Result<RecoveryReport, BackupError> {
         let id = log_zone(owner, zone)?;
-        let _frozen = self.inner.freeze(id);
+        let _frozen = (!self.inner.config.bug_no_recovery_freeze).then(|| self.inner.freeze(id));
         let options = RecoveryOptions::from_config(self.inner.engine.config());
         Ok(self.inner.engine.recover_zone(id, &options, sink)?)
+    }
+
+    /// Applies one replication message (the payload of a [`wire::REPLICATE`] message) of
+    /// `master` exactly as the message handler does, and returns the acknowledgement the
+    /// handler would send (`None` for a malformed or stale message) instead of sending it.
+    /// For callers that deliver messages themselves: the deterministic simulator of
+    /// `myriad-testing`.
+    pub fn apply(&self, master: NodeId, payload: Bytes) -> Option<Ack> {
+        self.inner.apply_message(master, payload)
     }
 
     /// Deletes `owner`'s zone `zone` and its files (it is no longer backed up here; see
@@ -318,17 +334,25 @@ impl Inner {
             return;
         }
         let master = incoming.from;
-        let message = match LogMessage::decode(incoming.payload) {
+        if let Some(ack) = self.apply_message(master, incoming.payload) {
+            self.send_ack(master, &ack);
+        }
+    }
+
+    /// Applies one replication message of `master` and returns the acknowledgement to send
+    /// (`None` for a malformed or stale message, which is not acknowledged).
+    fn apply_message(&self, master: NodeId, payload: Bytes) -> Option<Ack> {
+        let message = match LogMessage::decode(payload) {
             Ok(message) => message,
             Err(e) => {
                 tracing::warn!(%master, error = %e, "malformed replication message");
-                return;
+                return None;
             }
         };
         let stream = self.streams.lock().entry(master).or_default().clone();
         let mut stream = stream.lock();
         if message.stream < stream.id {
-            return;
+            return None;
         }
         if message.stream > stream.id {
             *stream = StreamState {
@@ -431,15 +455,12 @@ impl Inner {
             entry.durable
         };
         drop(stream);
-        self.send_ack(
-            master,
-            &Ack {
-                stream: message.stream,
-                applied_seq: applied,
-                durable_seq: durable.min(applied),
-                status,
-            },
-        );
+        Some(Ack {
+            stream: message.stream,
+            applied_seq: applied,
+            durable_seq: durable.min(applied),
+            status,
+        })
     }
 
     fn durability_loop(&self) {

@@ -155,6 +155,8 @@ impl LogEngine {
         // come in meanwhile (none when the zone's owner is fenced, as in a recovery) may
         // be missing from the result: waiting for them here could wait for cleaning.
         inner.flush_zone(&z)?;
+        // The window the caller must keep appends out of (a simulator runs them here).
+        crate::interleave::point("log.recover_zone.flushed");
         let _no_cleaning = z.reorg_lock.lock();
         let (_, _, ram) = inner.snapshot_versions(&z);
         let (file, segments, (version_file, versions_end), version_records) = {

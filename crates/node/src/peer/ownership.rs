@@ -70,9 +70,7 @@ pub(crate) fn watch_old_zones(
                             std::thread::sleep(OLD_ZONES_POLL);
                             continue;
                         };
-                        let mut view = vec![(0, bases.lid_base - 1, me)];
-                        view.extend(ranges);
-                        service.set_owners(me, &view);
+                        service.take_back_earlier_ids(bases.lid_base, &ranges);
                         pending.store(false, Ordering::Release);
                         // The other creators' ranges (this peer's own are set just now).
                         sync_ownership(&runtime, &membership, &service, me, Some(me));

@@ -200,6 +200,8 @@ pub struct ChunkService {
     lease: Option<Arc<Lease>>,
     /// Requests served by type and result, with latencies (for the metrics endpoint).
     ops: ChunkOps,
+    /// Test-only switch ([`ChunkService::reintroduce_ids_before_ranges_bug`]).
+    bug_ids_before_ranges: AtomicBool,
 }
 
 /// Keeps inline serving off while a migration runs ([`ChunkService::migration_guard`]).
@@ -296,7 +298,36 @@ impl ChunkService {
             changes_inline: AtomicU64::new(0),
             lease: None,
             ops: ChunkOps::default(),
+            bug_ids_before_ranges: AtomicBool::new(false),
         }
+    }
+
+    /// **Test-only switch, never called in production.** Re-introduces a fixed bug for the
+    /// simulator to find (`myriad_testing::sim`): [`ChunkService::take_back_earlier_ids`]
+    /// sets the earlier IDs first and the restorers' ranges after, leaving a window in
+    /// which this peer answers a false `NotFound` for chunks living at a restorer (the bug
+    /// of commit a43e2b1).
+    pub fn reintroduce_ids_before_ranges_bug(&self) {
+        self.bug_ids_before_ranges.store(true, Ordering::Release);
+    }
+
+    /// A restarted peer takes its earlier incarnation's local IDs (`0..lid_base`) back,
+    /// except `restored`, the ranges of its own IDs that restorers took over (committed
+    /// when its old zones settled): both in one step ([`ChunkService::set_owners`]), so no
+    /// request sees the IDs back without the restorers' ranges.
+    pub fn take_back_earlier_ids(&self, lid_base: u64, restored: &[(u64, u64, NodeId)]) {
+        if lid_base == 0 {
+            return;
+        }
+        if self.bug_ids_before_ranges.load(Ordering::Acquire) {
+            self.set_owner(self.me, 0, lid_base - 1, self.me);
+            myriad_backup_log::interleave::point("peer.earlier_ids.taken");
+            self.set_owners(self.me, restored);
+            return;
+        }
+        let mut view = vec![(0, lid_base - 1, self.me)];
+        view.extend_from_slice(restored);
+        self.set_owners(self.me, &view);
     }
 
     /// Serves only while `lease` holds (see the module documentation).
