@@ -12,7 +12,10 @@
 //!   cluster started, killed and restarted through `myriad-launcher`, subcommands run with
 //!   a timeout, child processes killed on drop;
 //! - [`history`]: a checker that verifies that a recorded history of client operations on
-//!   chunks is linearizable per chunk (each chunk is a read/write register).
+//!   chunks is linearizable per chunk (each chunk is a read/write register);
+//! - [`sim`]: a deterministic simulation of a small cluster from a seed (simulated time,
+//!   network, crashes, disks) over the production chunk and backup services, checked
+//!   with [`history`]; every failure replays from its seed.
 //!
 //! **Invariants.**
 //! - Every process part (superpeer, peer, client) and thread the harness starts is stopped
@@ -29,3 +32,4 @@ pub mod cluster;
 pub mod env;
 pub mod history;
 pub mod process;
+pub mod sim;

@@ -1,0 +1,249 @@
+//! A deterministic simulation of the cluster: one process, one seed, every interleaving
+//! replayable.
+//!
+//! # Job
+//! [`run`] simulates a small cluster — peers, a stand-in for the superpeers, concurrent
+//! clients — from a seed: simulated time (an event queue, no wall clock), a simulated
+//! network (delay, loss, duplication, reordering across connections, partitions, one-way
+//! links, fencing), crashes (memory lost, disk kept and torn), restarts, pauses and failing
+//! disk syncs. It records the clients' history and checks it per chunk with the
+//! linearizability checker, plus the cluster's invariants; a failing run returns its seed
+//! and a trace of every event, and running the seed again replays it exactly.
+//!
+//! What runs is production code wherever the cluster's logic is: each peer's
+//! [`myriad_node::peer::ChunkService`] (requests, ownership view, the restarted peer's
+//! take-back of its IDs) over a real [`myriad_mem::MemoryManager`], and its
+//! [`myriad_replication::BackupService`] over a real [`myriad_backup_log::LogEngine`] on
+//! the fault-injecting [`myriad_backup_log::MemStorage`] (applying replication messages,
+//! reading zones back for recovery, reopening after a crash). Messages use the production
+//! wire formats. Where production code is preempted by other threads at a point that
+//! matters, it marks an interleaving point ([`myriad_backup_log::interleave`]) and the
+//! simulator runs, at that point, what the seed says happens meanwhile. The simulator's
+//! own code stands in for the threads and sockets (the messaging layer), the master side of
+//! replication, and the superpeers (failure detection, Raft, metadata): see
+//! `docs/testing.md` for what is and is not simulated.
+//!
+//! # Invariants
+//! - A run depends on its seed and [`SimConfig`] only: one [`rng::SimRng`], ordered maps,
+//!   simulated time. (The log engine's own background threads are slowed down to hour
+//!   intervals and their work is forced at the simulator's steps: flushes, recovery.)
+//! - A run is bounded: a bounded number of client operations, bounded retries, and
+//!   [`SimConfig::time_limit`] of simulated time.
+//!
+//! # Who calls it
+//! `crates/testing/tests/sim.rs` (a few hundred seeds, the re-introduced bugs) and the
+//! `myriad-simulate` binary behind `scripts/simulate`.
+
+mod check;
+pub mod net;
+mod peer;
+pub mod rng;
+mod world;
+
+use net::{NetFaults, Time};
+use rng::SimRng;
+
+pub use world::TOMBSTONE;
+
+/// A fixed bug re-introduced behind a test-only switch, for showing that the simulator
+/// finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bug {
+    /// The backup does not freeze a zone it reads back for a recovery (commit 48cc98a):
+    /// an append of the failed owner racing the read drops a chunk from the result.
+    NoRecoveryFreeze,
+    /// A restarted peer takes its earlier IDs back before the ranges its restorers took
+    /// over (commit a43e2b1): a window of false `NotFound` answers.
+    IdsBeforeRanges,
+}
+
+/// The durability level of a run's changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimDurability {
+    /// Acknowledged once in the owner's memory; an owner crash may lose recent writes.
+    Async,
+    /// Acknowledged once every backup applied it.
+    Replicated,
+    /// Acknowledged once every backup flushed it to its disk.
+    Durable,
+}
+
+impl SimDurability {
+    /// The wire level (`myriad_proto::chunk::DURABILITY_*`).
+    pub fn level(self) -> u8 {
+        match self {
+            SimDurability::Async => myriad_proto::chunk::DURABILITY_ASYNC,
+            SimDurability::Replicated => myriad_proto::chunk::DURABILITY_REPLICATED,
+            SimDurability::Durable => myriad_proto::chunk::DURABILITY_DURABLE,
+        }
+    }
+}
+
+/// The shape of the simulated cluster and workload.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Peers (node IDs 1..=peers).
+    pub peers: usize,
+    /// Backups per zone.
+    pub backups: usize,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Chunks each client creates first.
+    pub chunks_per_client: usize,
+    /// Operations per client, creates included.
+    pub ops_per_client: usize,
+    /// Crashes per run at most.
+    pub crashes_max: usize,
+    /// Faults start before this simulated time (µs).
+    pub fault_horizon: Time,
+    /// A run still busy at this simulated time fails (µs).
+    pub time_limit: Time,
+    /// The durability level, or `None` to let the seed choose.
+    pub durability: Option<SimDurability>,
+    /// Whether faults are drawn at all.
+    pub faults: bool,
+    /// A re-introduced bug, or `None` for today's code.
+    pub bug: Option<Bug>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            peers: 4,
+            backups: 2,
+            clients: 4,
+            chunks_per_client: 3,
+            ops_per_client: 40,
+            crashes_max: 1,
+            fault_horizon: 40_000,
+            time_limit: 30_000_000,
+            durability: None,
+            faults: true,
+            bug: None,
+        }
+    }
+}
+
+/// What a seed chose for its run.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The durability level of every change.
+    pub durability: SimDurability,
+    /// Network faults.
+    pub net: NetFaults,
+    /// Crashes attempted.
+    pub crashes: usize,
+    /// Partitions (half of them one-way).
+    pub partitions: usize,
+    /// Pauses of a peer.
+    pub pauses: usize,
+    /// Periods of failing syncs on a peer's disk.
+    pub disk_faults: usize,
+    /// Replication messages a backup is slow to apply, per mille.
+    pub slow_apply_per_mille: u32,
+}
+
+impl Scenario {
+    /// Draws a scenario.
+    fn draw(rng: &mut SimRng, config: &SimConfig) -> Scenario {
+        let durability = config.durability.unwrap_or(match rng.below(4) {
+            0 => SimDurability::Async,
+            1 => SimDurability::Durable,
+            _ => SimDurability::Replicated,
+        });
+        if !config.faults {
+            return Scenario {
+                durability,
+                net: NetFaults::default(),
+                crashes: 0,
+                partitions: 0,
+                pauses: 0,
+                disk_faults: 0,
+                slow_apply_per_mille: 0,
+            };
+        }
+        let net = NetFaults {
+            drop_per_mille: rng.below(30) as u32,
+            duplicate_per_mille: rng.below(30) as u32,
+            delay_min: rng.between(10, 100),
+            delay_max: rng.between(100, 2_000),
+        };
+        Scenario {
+            durability,
+            net,
+            crashes: usize::from(rng.chance(750)),
+            partitions: rng.below(3) as usize,
+            pauses: rng.below(3) as usize,
+            disk_faults: if durability == SimDurability::Durable {
+                rng.below(2) as usize
+            } else {
+                0
+            },
+            slow_apply_per_mille: rng.below(300) as u32,
+        }
+    }
+}
+
+/// Counters of one run.
+#[derive(Debug, Clone, Default)]
+pub struct RunStats {
+    /// Events handled.
+    pub events: u64,
+    /// Client operations finished.
+    pub operations: u64,
+    /// Messages lost.
+    pub messages_lost: u64,
+    /// Messages delivered twice.
+    pub messages_duplicated: u64,
+    /// Crashes.
+    pub crashes: u64,
+    /// Chunks read back by recoveries.
+    pub chunks_recovered: u64,
+}
+
+/// The result of one run.
+#[derive(Debug, Clone)]
+pub struct SimRun {
+    /// Its seed.
+    pub seed: u64,
+    /// What the seed chose.
+    pub scenario: Scenario,
+    /// Counters.
+    pub stats: RunStats,
+    /// The first problem found, if any.
+    pub failure: Option<String>,
+    /// Every event of the run, in order.
+    pub trace: Vec<String>,
+    /// The recorded history (client operations and the final reads).
+    pub history: Vec<crate::history::Operation>,
+}
+
+/// Runs the simulation for `seed`.
+pub fn run(seed: u64, config: &SimConfig) -> SimRun {
+    let mut world = world::World::new(seed, config.clone());
+    world.run();
+    SimRun {
+        seed,
+        scenario: world.scenario().clone(),
+        stats: world.stats.clone(),
+        failure: world.failure.take(),
+        trace: std::mem::take(&mut world.trace),
+        history: std::mem::take(&mut world.history),
+    }
+}
+
+/// Runs `seeds` in order; the first failing run, or how many passed.
+pub fn search(
+    seeds: impl IntoIterator<Item = u64>,
+    config: &SimConfig,
+) -> Result<u64, Box<SimRun>> {
+    let mut passed = 0;
+    for seed in seeds {
+        let run = run(seed, config);
+        if run.failure.is_some() {
+            return Err(Box::new(run));
+        }
+        passed += 1;
+    }
+    Ok(passed)
+}

@@ -1,0 +1,606 @@
+//! The event loop of one simulation run: peers, clients, the superpeer's part, faults.
+//!
+//! Job: [`World::run`] drives one seeded run. Events come from one [`Queue`] in simulated
+//! time: message deliveries (client requests and replies, replication messages and
+//! acknowledgements), the application of an accepted replication message (the backup's
+//! pool thread), client steps and timeouts, and faults (crash, failure detection and
+//! recovery, restart, the restarted peer taking its earlier IDs back, partitions, pauses,
+//! failing syncs). Production code serves the requests ([`ChunkService::execute`]),
+//! applies replication ([`BackupService::apply`]), reads zones back
+//! ([`BackupService::recover_zone`]) and takes a restarted peer's IDs back
+//! ([`ChunkService::take_back_earlier_ids`]); at their interleaving points
+//! ([`myriad_backup_log::interleave`]) the loop runs what the seed says happens meanwhile.
+//! The superpeer's part (failure detection, choice of the restorer, the ownership
+//! directory and its events) is the simulator's own, standing in for Raft and metadata.
+//!
+//! Invariants: all choices come from the run's [`SimRng`]; every map is ordered; the run
+//! ends by itself (clients have a bounded number of operations, retries are bounded, and
+//! the loop stops at [`super::SimConfig::time_limit`]).
+//!
+//! Callers: [`super::run`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use myriad_backup_log::interleave;
+use myriad_node::peer::{ChunkService, NOBODY};
+use myriad_proto::chunk::{
+    ChunkReply, ChunkRequest, ItemError, DURABILITY_ASYNC, DURABILITY_DURABLE,
+};
+use myriad_replication::wire::{Ack, AckStatus, LogMessage, Op};
+use myriad_replication::BackupService;
+use myriad_types::{ChunkId, NodeId};
+
+use super::net::{Fate, Queue, SimNet, Time};
+use super::peer::{SimPeer, Waiter, LID_SHIFT};
+use super::rng::SimRng;
+use super::{Bug, Scenario, SimConfig};
+use crate::history::{Action, Operation, Outcome};
+
+/// The value a remove writes (a get that finds nothing reads it).
+pub const TOMBSTONE: u64 = u64::MAX;
+/// How long a client waits for a reply.
+const OP_TIMEOUT: Time = 20_000;
+/// Attempts of one client operation (redirects after `NotOwner`).
+const ATTEMPTS_MAX: u32 = 4;
+/// How often a master resends what its backups did not acknowledge.
+const RESEND_INTERVAL: Time = 2_000;
+
+mod client;
+mod faults;
+mod serve;
+
+use serve::{apply_now, reply_text};
+
+/// A message on the simulated network.
+#[derive(Debug, Clone)]
+enum Msg {
+    Request { op: u64, body: Bytes },
+    Reply { op: u64, body: Bytes },
+    Replicate { body: Bytes },
+    Ack { body: Bytes },
+}
+
+/// Something that happens at one simulated instant.
+#[derive(Debug)]
+enum Event {
+    Deliver {
+        from: NodeId,
+        to: NodeId,
+        incarnation: u32,
+        msg: Msg,
+    },
+    Apply {
+        backup: NodeId,
+        incarnation: u32,
+        master: NodeId,
+        body: Bytes,
+    },
+    ClientNext {
+        client: usize,
+    },
+    ClientTimeout {
+        client: usize,
+        op: u64,
+        attempt: u32,
+    },
+    Resend {
+        peer: NodeId,
+        incarnation: u32,
+    },
+    Crash {
+        peer: NodeId,
+    },
+    Detect {
+        peer: NodeId,
+        incarnation: u32,
+    },
+    Restart {
+        peer: NodeId,
+    },
+    TakeBack {
+        peer: NodeId,
+        incarnation: u32,
+    },
+    Partition {
+        a: NodeId,
+        b: NodeId,
+        one_way: bool,
+    },
+    Heal {
+        a: NodeId,
+        b: NodeId,
+    },
+    Pause {
+        peer: NodeId,
+        until: Time,
+    },
+    FailSync {
+        peer: NodeId,
+        fail: bool,
+    },
+}
+
+/// What a client operation does.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Create { value: u64 },
+    Put { cid: ChunkId, value: u64 },
+    Get { cid: ChunkId },
+    Remove { cid: ChunkId },
+}
+
+/// A client's operation in progress.
+#[derive(Debug)]
+struct Pending {
+    op: u64,
+    kind: Kind,
+    start: Time,
+    attempt: u32,
+}
+
+/// A simulated client: one operation at a time, a bounded number of them.
+#[derive(Debug)]
+struct Client {
+    id: NodeId,
+    remaining: usize,
+    pending: Option<Pending>,
+    /// Where it last found each chunk (the client library's lookup cache).
+    cache: BTreeMap<ChunkId, NodeId>,
+}
+
+/// The superpeer's view (simulator code standing in for the metadata service).
+#[derive(Debug, Default)]
+struct Directory {
+    /// Per creator, ranges `(first, last, owner)` of its local IDs living elsewhere.
+    ranges: BTreeMap<NodeId, Vec<(u64, u64, NodeId)>>,
+}
+
+impl Directory {
+    fn owner_of(&self, cid: ChunkId) -> NodeId {
+        let lid = cid.local_id();
+        self.ranges
+            .get(&cid.creator())
+            .and_then(|ranges| {
+                ranges
+                    .iter()
+                    .rev()
+                    .find(|(first, last, _)| (*first..=*last).contains(&lid))
+            })
+            .map_or(cid.creator(), |range| range.2)
+    }
+}
+
+/// One simulation run.
+pub struct World {
+    config: SimConfig,
+    scenario: Scenario,
+    rng: SimRng,
+    queue: Queue<Event>,
+    net: SimNet,
+    peers: Vec<SimPeer>,
+    clients: Vec<Client>,
+    directory: Directory,
+    /// Chunks whose create was acknowledged, in creation order.
+    known: Vec<ChunkId>,
+    /// Chunks a remove was sent for.
+    removes: BTreeSet<ChunkId>,
+    next_op: u64,
+    next_value: u64,
+    /// The recorded client history.
+    pub history: Vec<Operation>,
+    /// Every event, for the replay.
+    pub trace: Vec<String>,
+    /// When a peer crashed (for the relaxed check of `async` runs).
+    pub crashes: Vec<Time>,
+    /// Zones of crashed peers waiting for their recovery: `(owner, zone, backups)`.
+    lost_zones: Vec<(NodeId, u32, Vec<NodeId>)>,
+    /// Per peer, the ranges of its IDs restorers took over.
+    restored: BTreeMap<NodeId, Vec<(u64, u64, NodeId)>>,
+    /// A failure found while running (checked invariants, a component that failed).
+    pub failure: Option<String>,
+    /// Statistics for the report.
+    pub stats: super::RunStats,
+}
+
+impl World {
+    /// A world for `seed` and `config`, with the scenario the seed draws.
+    pub fn new(seed: u64, config: SimConfig) -> World {
+        let mut rng = SimRng::new(seed);
+        let scenario = Scenario::draw(&mut rng, &config);
+        let peers = (1..=config.peers as u16)
+            .map(|id| SimPeer::new(NodeId(id)))
+            .collect();
+        let clients = (0..config.clients)
+            .map(|index| Client {
+                id: NodeId(1000 + index as u16),
+                remaining: config.ops_per_client,
+                pending: None,
+                cache: BTreeMap::new(),
+            })
+            .collect();
+        let mut net = SimNet::default();
+        net.faults = scenario.net;
+        World {
+            config,
+            scenario,
+            rng,
+            queue: Queue::default(),
+            net,
+            peers,
+            clients,
+            directory: Directory::default(),
+            known: Vec::new(),
+            removes: BTreeSet::new(),
+            next_op: 0,
+            next_value: 0,
+            history: Vec::new(),
+            trace: Vec::new(),
+            crashes: Vec::new(),
+            lost_zones: Vec::new(),
+            restored: BTreeMap::new(),
+            failure: None,
+            stats: super::RunStats::default(),
+        }
+    }
+
+    /// The scenario this run's seed drew.
+    pub fn scenario(&self) -> &Scenario {
+        &self.scenario
+    }
+
+    fn log(&mut self, line: String) {
+        let now = self.queue.now();
+        self.trace.push(format!("{now:>8}us {line}"));
+    }
+
+    fn fail(&mut self, what: String) {
+        self.log(format!("FAILURE {what}"));
+        if self.failure.is_none() {
+            self.failure = Some(what);
+        }
+    }
+
+    fn peer_index(&self, id: NodeId) -> Option<usize> {
+        self.peers.iter().position(|p| p.id == id)
+    }
+
+    /// Distinct backups for `owner`'s new zone: `count` peers other than the owner, chosen
+    /// among those up.
+    fn choose_backups(&mut self, owner: NodeId) -> Vec<NodeId> {
+        let mut candidates: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|p| p.id != owner && (p.up() || self.queue.now() == 0))
+            .map(|p| p.id)
+            .collect();
+        let mut chosen = Vec::new();
+        while chosen.len() < self.config.backups && !candidates.is_empty() {
+            let index = self.rng.index(candidates.len());
+            chosen.push(candidates.remove(index));
+        }
+        chosen
+    }
+
+    /// Runs the whole simulation: start, workload and faults, quiescence, final checks.
+    pub fn run(&mut self) {
+        for index in 0..self.peers.len() {
+            let backups = self.choose_backups(self.peers[index].id);
+            let bug = self.config.bug == Some(Bug::NoRecoveryFreeze);
+            if let Err(e) = self.peers[index].start(backups.clone(), bug) {
+                self.fail(format!("peer {} did not start: {e}", self.peers[index].id));
+                return;
+            }
+            self.log(format!(
+                "start {} backups {backups:?}",
+                self.peers[index].id
+            ));
+            self.schedule_resend(index);
+        }
+        for client in 0..self.clients.len() {
+            let at = self.rng.below(500);
+            self.queue.at(at, Event::ClientNext { client });
+        }
+        self.schedule_faults();
+        while let Some((at, event)) = self.queue.pop() {
+            if at > self.config.time_limit {
+                self.fail(format!(
+                    "still running at the time limit ({} events queued)",
+                    self.queue.len()
+                ));
+                break;
+            }
+            self.stats.events += 1;
+            self.handle(event);
+            self.check_step_invariants();
+            if self.failure.is_some() {
+                break;
+            }
+        }
+        if self.failure.is_none() {
+            super::check::final_checks(self);
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver {
+                from,
+                to,
+                incarnation,
+                msg,
+            } => self.deliver(from, to, incarnation, msg),
+            Event::Apply {
+                backup,
+                incarnation,
+                master,
+                body,
+            } => self.apply(backup, incarnation, master, body),
+            Event::ClientNext { client } => self.client_next(client),
+            Event::ClientTimeout {
+                client,
+                op,
+                attempt,
+            } => self.client_timeout(client, op, attempt),
+            Event::Resend { peer, incarnation } => self.resend(peer, incarnation),
+            Event::Crash { peer } => self.crash(peer),
+            Event::Detect { peer, incarnation } => self.recover(peer, incarnation),
+            Event::Restart { peer } => self.restart(peer),
+            Event::TakeBack { peer, incarnation } => self.take_back(peer, incarnation),
+            Event::Partition { a, b, one_way } => {
+                self.log(format!(
+                    "partition {a} -> {b}{}",
+                    if one_way { " (one way)" } else { "" }
+                ));
+                self.net.set_blocked(a, b, true);
+                if !one_way {
+                    self.net.set_blocked(b, a, true);
+                }
+            }
+            Event::Heal { a, b } => {
+                self.log(format!("heal {a} <-> {b}"));
+                self.net.set_blocked(a, b, false);
+                self.net.set_blocked(b, a, false);
+            }
+            Event::Pause { peer, until } => {
+                self.log(format!("pause {peer} until {until}us"));
+                if let Some(index) = self.peer_index(peer) {
+                    self.peers[index].paused_until = until;
+                }
+            }
+            Event::FailSync { peer, fail } => {
+                self.log(format!(
+                    "disk of {peer}: syncs {}",
+                    if fail { "fail" } else { "work again" }
+                ));
+                if let Some(index) = self.peer_index(peer) {
+                    self.peers[index].storage.set_fail_sync(fail);
+                }
+            }
+        }
+    }
+
+    /// Sends `msg` over the simulated network.
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg) {
+        let now = self.queue.now();
+        let incarnation = self
+            .peer_index(to)
+            .map_or(0, |index| self.peers[index].incarnation);
+        // The messaging layer never delivers a request twice; duplicates stand for the
+        // replication layer's resends, which it must take.
+        let may_duplicate = matches!(msg, Msg::Replicate { .. } | Msg::Ack { .. });
+        match self.net.send(&mut self.rng, now, from, to, may_duplicate) {
+            Fate::Lost(reason) => {
+                self.stats.messages_lost += 1;
+                self.log(format!("lost {from} -> {to} {} ({reason})", describe(&msg)));
+            }
+            Fate::Delivered(times) => {
+                if times.len() > 1 {
+                    self.stats.messages_duplicated += 1;
+                }
+                for at in times {
+                    let msg = msg.clone();
+                    self.queue.at(
+                        at,
+                        Event::Deliver {
+                            from,
+                            to,
+                            incarnation,
+                            msg,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, from: NodeId, to: NodeId, incarnation: u32, msg: Msg) {
+        if let Some(reason) = self.net.blocked(from, to) {
+            self.log(format!("lost {from} -> {to} {} ({reason})", describe(&msg)));
+            return;
+        }
+        if let Some(client) = self.clients.iter().position(|c| c.id == to) {
+            if let Msg::Reply { op, body } = msg {
+                self.client_reply(client, from, op, body);
+            }
+            return;
+        }
+        let Some(index) = self.peer_index(to) else {
+            return;
+        };
+        let peer = &self.peers[index];
+        if peer.incarnation != incarnation || !peer.up() {
+            self.log(format!(
+                "lost {from} -> {to} {} (receiver down)",
+                describe(&msg)
+            ));
+            return;
+        }
+        let now = self.queue.now();
+        if peer.paused_until > now {
+            let at = peer.paused_until;
+            self.queue.at(
+                at,
+                Event::Deliver {
+                    from,
+                    to,
+                    incarnation,
+                    msg,
+                },
+            );
+            return;
+        }
+        match msg {
+            Msg::Request { op, body } => self.serve(index, from, op, body),
+            Msg::Replicate { body } => {
+                // Accepted: the backup's pool thread applies it, one message of a master
+                // at a time, after a delay (a slow or busy thread now and then).
+                let slow = self.rng.chance(self.scenario.slow_apply_per_mille);
+                let delay = if slow {
+                    self.rng.between(500, 4_000)
+                } else {
+                    self.rng.below(60)
+                };
+                let last = self.peers[index]
+                    .apply_order
+                    .get(&from)
+                    .copied()
+                    .unwrap_or(0);
+                let at = (now + delay).max(last + 1);
+                self.peers[index].apply_order.insert(from, at);
+                self.queue.at(
+                    at,
+                    Event::Apply {
+                        backup: to,
+                        incarnation,
+                        master: from,
+                        body,
+                    },
+                );
+            }
+            Msg::Ack { body } => self.on_ack(index, from, body),
+            Msg::Reply { .. } => {}
+        }
+    }
+}
+
+/// A short description of a message for the trace.
+fn describe(msg: &Msg) -> String {
+    match msg {
+        Msg::Request { op, body } => match ChunkRequest::decode(body.clone()) {
+            Ok(request) => format!("request op{op} {}", request_text(&request)),
+            Err(_) => format!("request op{op} (undecodable)"),
+        },
+        Msg::Reply { op, .. } => format!("reply op{op}"),
+        Msg::Replicate { body } => match LogMessage::decode(body.clone()) {
+            Ok(m) => format!(
+                "replicate stream {} seq {}..{}",
+                m.stream,
+                m.first_seq,
+                m.first_seq + m.ops.len() as u64 - 1
+            ),
+            Err(_) => "replicate (undecodable)".into(),
+        },
+        Msg::Ack { body } => match Ack::decode(body.clone()) {
+            Ok(a) => format!(
+                "ack stream {} applied {} durable {} {:?}",
+                a.stream, a.applied_seq, a.durable_seq, a.status
+            ),
+            Err(_) => "ack (undecodable)".into(),
+        },
+    }
+}
+
+fn request_text(request: &ChunkRequest) -> String {
+    match request {
+        ChunkRequest::CreateWithData { payloads, .. } => {
+            format!(
+                "create {:?}",
+                payloads.iter().map(|p| value_of(p)).collect::<Vec<_>>()
+            )
+        }
+        ChunkRequest::Get { cids } => format!("get {cids:?}"),
+        ChunkRequest::Put { items, .. } => format!(
+            "put {:?}",
+            items
+                .iter()
+                .map(|(c, p)| (*c, value_of(p)))
+                .collect::<Vec<_>>()
+        ),
+        ChunkRequest::Remove { cids, .. } => format!("remove {cids:?}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The value a payload holds (the first 8 bytes, little-endian).
+pub fn value_of(payload: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    let n = payload.len().min(8);
+    bytes[..n].copy_from_slice(&payload[..n]);
+    u64::from_le_bytes(bytes)
+}
+
+impl World {
+    /// The current simulated time.
+    pub(super) fn now(&self) -> Time {
+        self.queue.now()
+    }
+
+    /// Every chunk whose create was acknowledged.
+    pub(super) fn known_chunks(&self) -> Vec<ChunkId> {
+        self.known.clone()
+    }
+
+    /// The owner of `cid` in the directory.
+    pub(super) fn owner_in_directory(&self, cid: ChunkId) -> NodeId {
+        self.directory.owner_of(cid)
+    }
+
+    /// Every live peer's view of the owner of `cid`.
+    pub(super) fn ownership_views(&self, cid: ChunkId) -> Vec<(NodeId, NodeId)> {
+        self.peers
+            .iter()
+            .filter_map(|p| {
+                p.parts
+                    .as_ref()
+                    .map(|parts| (p.id, parts.service.owner_of(cid)))
+            })
+            .collect()
+    }
+
+    /// The chunk service of `peer` if it runs.
+    pub(super) fn service_of(&self, peer: NodeId) -> Option<Arc<ChunkService>> {
+        let index = self.peer_index(peer)?;
+        self.peers[index]
+            .parts
+            .as_ref()
+            .map(|p| Arc::clone(&p.service))
+    }
+
+    /// What the consistency walkers of the live peers' memory and logs report.
+    pub(super) fn consistency_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for peer in &self.peers {
+            let Some(parts) = peer.parts.as_ref() else {
+                continue;
+            };
+            if let Err(e) = parts.service.memory().check_consistency() {
+                problems.push(format!("memory of {}: {e}", peer.id));
+            }
+            match parts.backup.engine().check_consistency() {
+                Ok(report) if report.violations.is_empty() => {}
+                Ok(report) => problems.push(format!("log of {}: {:?}", peer.id, report.violations)),
+                // A disk whose syncs failed may leave the engine failed: not a violation.
+                Err(_) if self.scenario.disk_faults > 0 => {}
+                Err(e) => problems.push(format!("log of {} cannot be walked: {e}", peer.id)),
+            }
+        }
+        problems
+    }
+
+    /// Records `what` as the run's failure.
+    pub(super) fn record_failure(&mut self, what: String) {
+        self.fail(what);
+    }
+}

@@ -1,0 +1,280 @@
+//! The peers' side of the event loop: serving client requests with the production chunk
+//! service, the master side of replication, and backups applying replication messages
+//! with the production backup service.
+//!
+//! Invariants: a reply to a change leaves the peer only once the backups acknowledged what
+//! the request's durability level asks (`async`: nothing); a backup applies one master's
+//! messages in delivery order; a durable acknowledgement follows a successful flush.
+//!
+//! Callers: [`super::World`]'s event dispatch.
+
+use super::*;
+
+impl World {
+    /// Serves a client request at peer `index` with [`ChunkService::execute`]; changes of
+    /// this incarnation's own chunks go into its replication stream.
+    pub(super) fn serve(&mut self, index: usize, client: NodeId, op: u64, body: Bytes) {
+        let Ok(request) = ChunkRequest::decode(body) else {
+            self.fail(format!("op{op}: the simulator sent an undecodable request"));
+            return;
+        };
+        let me = self.peers[index].id;
+        let Some(parts) = self.peers[index].parts.as_ref() else {
+            return;
+        };
+        let zone = parts.master.zone;
+        let reply = parts.service.execute(client, request.clone());
+        self.log(format!(
+            "{me} serves op{op} {} -> {}",
+            request_text(&request),
+            reply_text(&reply)
+        ));
+        let (ops, durability) = replicated_ops(me, zone, &request, &reply);
+        let encoded = reply.encode();
+        let Some(parts) = self.peers[index].parts.as_mut() else {
+            return;
+        };
+        if ops.is_empty() || durability == DURABILITY_ASYNC {
+            if !ops.is_empty() {
+                parts.master.log.extend(ops);
+                self.push_stream(index, false);
+            }
+            self.send(me, client, Msg::Reply { op, body: encoded });
+            return;
+        }
+        parts.master.log.extend(ops);
+        let seq = parts.master.log.len() as u64;
+        let durable = durability == DURABILITY_DURABLE;
+        parts.master.waiting.push(Waiter {
+            seq,
+            durable,
+            client,
+            op,
+            reply: encoded,
+        });
+        self.push_stream(index, durable);
+        self.release(index);
+    }
+
+    /// Sends every backup of peer `index` what it has not acknowledged yet.
+    fn push_stream(&mut self, index: usize, durable: bool) {
+        let me = self.peers[index].id;
+        let Some(parts) = self.peers[index].parts.as_ref() else {
+            return;
+        };
+        let mut messages = Vec::new();
+        for &backup in &parts.master.backups {
+            for body in parts.master.catch_up(backup, durable) {
+                messages.push((backup, body));
+            }
+        }
+        for (backup, body) in messages {
+            self.send(me, backup, Msg::Replicate { body });
+        }
+    }
+
+    /// Sends the replies of peer `index` whose changes are acknowledged now.
+    pub(super) fn release(&mut self, index: usize) {
+        let me = self.peers[index].id;
+        let Some(parts) = self.peers[index].parts.as_mut() else {
+            return;
+        };
+        for waiter in parts.master.released() {
+            self.send(
+                me,
+                waiter.client,
+                Msg::Reply {
+                    op: waiter.op,
+                    body: waiter.reply,
+                },
+            );
+        }
+    }
+
+    /// The backup's pool thread applies an accepted replication message of `master`.
+    pub(super) fn apply(&mut self, backup: NodeId, incarnation: u32, master: NodeId, body: Bytes) {
+        let Some(index) = self.peer_index(backup) else {
+            return;
+        };
+        let peer = &self.peers[index];
+        if peer.incarnation != incarnation {
+            return;
+        }
+        let Some(parts) = peer.parts.as_ref() else {
+            return;
+        };
+        let service = Arc::clone(&parts.backup);
+        let Some(ack) = apply_now(&service, master, body) else {
+            self.log(format!(
+                "{backup} applies a message of {master}: stale, not acknowledged"
+            ));
+            return;
+        };
+        self.log(format!(
+            "{backup} applies a message of {master}: applied {} durable {} {:?}",
+            ack.applied_seq, ack.durable_seq, ack.status
+        ));
+        self.send(backup, master, Msg::Ack { body: ack.encode() });
+    }
+
+    /// A master takes an acknowledgement of `backup`.
+    pub(super) fn on_ack(&mut self, index: usize, backup: NodeId, body: Bytes) {
+        let Ok(ack) = Ack::decode(body) else {
+            self.fail(format!("undecodable acknowledgement from {backup}"));
+            return;
+        };
+        let me = self.peers[index].id;
+        let Some(parts) = self.peers[index].parts.as_mut() else {
+            return;
+        };
+        let master = &mut parts.master;
+        if ack.stream != master.stream {
+            return;
+        }
+        let applied = master.applied.entry(backup).or_insert(0);
+        *applied = (*applied).max(ack.applied_seq);
+        let durable = master.durable.entry(backup).or_insert(0);
+        *durable = (*durable).max(ack.durable_seq);
+        let gap = ack.status == AckStatus::Gap;
+        if let AckStatus::Refused(reason) = &ack.status {
+            // The backup cannot serve this stream (a failed disk): the zone goes on
+            // without it, as a master replaces a refusing backup.
+            master.backups.retain(|&b| b != backup);
+            let text = format!(
+                "{me} drops backup {backup} of zone {}: {reason}",
+                master.zone
+            );
+            self.log(text);
+        }
+        if gap {
+            self.push_stream(index, false);
+        }
+        self.release(index);
+    }
+
+    /// Schedules the next resend round of peer `index`.
+    pub(super) fn schedule_resend(&mut self, index: usize) {
+        let peer = self.peers[index].id;
+        let incarnation = self.peers[index].incarnation;
+        self.queue
+            .after(RESEND_INTERVAL, Event::Resend { peer, incarnation });
+    }
+
+    /// A master resends what its backups did not acknowledge (lost messages, refusals).
+    pub(super) fn resend(&mut self, peer: NodeId, incarnation: u32) {
+        let Some(index) = self.peer_index(peer) else {
+            return;
+        };
+        if self.peers[index].incarnation != incarnation || !self.peers[index].up() {
+            return;
+        }
+        let durable = self.peers[index]
+            .parts
+            .as_ref()
+            .is_some_and(|p| p.master.waiting.iter().any(|w| w.durable));
+        self.push_stream(index, durable);
+        if !self.quiet() {
+            self.schedule_resend(index);
+        }
+    }
+
+    /// Whether the run is winding down: clients done and no reply waiting.
+    pub(super) fn quiet(&self) -> bool {
+        self.clients
+            .iter()
+            .all(|c| c.remaining == 0 && c.pending.is_none())
+            && self.peers.iter().all(|p| {
+                p.parts.as_ref().is_none_or(|parts| {
+                    parts.master.waiting.is_empty()
+                        && parts.master.backups.iter().all(|b| {
+                            parts.master.applied.get(b).copied().unwrap_or(0)
+                                >= parts.master.log.len() as u64
+                        })
+                })
+            })
+    }
+}
+
+/// Applies one replication message with the production backup service and, when the
+/// message asked for durability, flushes the log engine as the service's durability
+/// thread would (synchronously here, so that the run stays deterministic).
+pub(super) fn apply_now(service: &BackupService, master: NodeId, body: Bytes) -> Option<Ack> {
+    let durable_requested = LogMessage::decode(body.clone()).is_ok_and(|m| m.durable_requested);
+    let mut ack = service.apply(master, body)?;
+    // The service's own durability thread runs on its own time: its marks are not used.
+    ack.durable_seq = 0;
+    if durable_requested && ack.status == AckStatus::Ok && service.engine().flush().is_ok() {
+        ack.durable_seq = ack.applied_seq;
+    }
+    Some(ack)
+}
+
+/// The replication operations of a served request (changes of `me`'s own chunks that
+/// succeeded), and its durability level.
+fn replicated_ops(
+    me: NodeId,
+    zone: u32,
+    request: &ChunkRequest,
+    reply: &ChunkReply,
+) -> (Vec<Op>, u8) {
+    let put = |cid: ChunkId, data: &Bytes| Op::Put {
+        owner: None,
+        zone,
+        cid: cid.raw(),
+        data: data.clone(),
+    };
+    match (request, reply) {
+        (
+            ChunkRequest::CreateWithData {
+                payloads,
+                durability,
+            },
+            ChunkReply::Created(cids),
+        ) => (
+            cids.iter()
+                .zip(payloads)
+                .filter(|(c, _)| c.creator() == me)
+                .map(|(c, d)| put(*c, d))
+                .collect(),
+            *durability,
+        ),
+        (ChunkRequest::Put { items, durability }, ChunkReply::Statuses(statuses)) => (
+            items
+                .iter()
+                .zip(statuses)
+                .filter(|((cid, _), status)| cid.creator() == me && status.is_ok())
+                .map(|((cid, data), _)| put(*cid, data))
+                .collect(),
+            *durability,
+        ),
+        (ChunkRequest::Remove { cids, durability }, ChunkReply::Statuses(statuses)) => (
+            cids.iter()
+                .zip(statuses)
+                .filter(|(cid, status)| cid.creator() == me && status.is_ok())
+                .map(|(cid, _)| Op::Remove {
+                    owner: None,
+                    zone,
+                    cid: cid.raw(),
+                })
+                .collect(),
+            *durability,
+        ),
+        _ => (Vec::new(), DURABILITY_ASYNC),
+    }
+}
+
+/// A short description of a reply for the trace.
+pub(super) fn reply_text(reply: &ChunkReply) -> String {
+    match reply {
+        ChunkReply::Created(cids) => format!("created {cids:?}"),
+        ChunkReply::Data(items) => format!(
+            "{:?}",
+            items
+                .iter()
+                .map(|item| item.as_ref().map(|bytes| value_of(bytes)))
+                .collect::<Vec<_>>()
+        ),
+        ChunkReply::Statuses(items) => format!("{items:?}"),
+        other => format!("{other:?}"),
+    }
+}
