@@ -179,7 +179,7 @@ impl Scenario {
             } else {
                 0
             },
-            slow_apply_per_mille: rng.below(300) as u32,
+            slow_apply_per_mille: rng.below(1000) as u32,
         }
     }
 }

@@ -151,7 +151,7 @@ pub fn log_config() -> LogConfig {
     LogConfig {
         flush_interval: Duration::from_secs(3600),
         reorg_interval: Duration::from_secs(3600),
-        wait_timeout: Duration::from_millis(500),
+        wait_timeout: Duration::from_secs(10),
         recovery_threads: 1,
         write_threads: 1,
         ..LogConfig::small_for_tests()

@@ -120,23 +120,56 @@ impl World {
         self.queue.after(restart, Event::Restart { peer });
     }
 
-    /// Reads `owner`'s zone back at its first live backup and makes that backup its owner.
+    /// Reads `owner`'s zone back at its first live backup that can (the next one if a
+    /// read fails) and makes that backup the owner of the zone's IDs.
     fn recover_zone(&mut self, owner: NodeId, zone: u32, backups: &[NodeId], incarnation: u32) {
-        let Some(restorer) = backups
+        let live: Vec<NodeId> = backups
             .iter()
             .copied()
-            .find(|&b| self.peer_index(b).is_some_and(|i| self.peers[i].up()))
-        else {
-            self.fail(format!("zone {zone} of {owner} has no live backup"));
+            .filter(|&b| self.peer_index(b).is_some_and(|i| self.peers[i].up()))
+            .collect();
+        for restorer in live {
+            let Some(restored) = self.read_at(owner, zone, restorer) else {
+                continue;
+            };
+            let Some(service) = self.service_of(restorer) else {
+                continue;
+            };
+            let items: Vec<(ChunkId, &[u8])> = restored
+                .iter()
+                .map(|(cid, data)| (ChunkId::from_raw(*cid), &data[..]))
+                .collect();
+            for (item, result) in items.iter().zip(service.memory().create_with_ids(&items)) {
+                if let Err(e) = result {
+                    self.fail(format!("restoring {} at {restorer}: {e}", item.0));
+                }
+            }
+            let last = (u64::from(incarnation) << LID_SHIFT) - 1;
+            let values: Vec<(ChunkId, u64)> =
+                items.iter().map(|(c, d)| (*c, value_of(d))).collect();
+            self.log(format!(
+                "RECOVERED zone {zone} of {owner} at {restorer}: {values:?}; lids 0..={last} now at {restorer}"
+            ));
+            self.stats.chunks_recovered += items.len() as u64;
+            self.move_range(owner, 0, last, restorer);
+            self.restored.insert(owner, vec![(0, last, restorer)]);
             return;
-        };
-        let Some(r) = self.peer_index(restorer) else {
-            return;
-        };
-        let Some(parts) = self.peers[r].parts.as_ref() else {
-            return;
-        };
-        let (service, backup) = (Arc::clone(&parts.service), Arc::clone(&parts.backup));
+        }
+        self.fail(format!(
+            "no live backup could restore zone {zone} of {owner}"
+        ));
+    }
+
+    /// One attempt to read `owner`'s zone back at `restorer`: the chunks, sorted, or
+    /// `None` if the read failed (logged).
+    fn read_at(
+        &mut self,
+        owner: NodeId,
+        zone: u32,
+        restorer: NodeId,
+    ) -> Option<Vec<(u64, Vec<u8>)>> {
+        let index = self.peer_index(restorer)?;
+        let backup = Arc::clone(&self.peers[index].parts.as_ref()?.backup);
         // The failed owner's messages this backup accepted but has not applied yet: a
         // busy pool thread applies them while the recovery runs.
         let accepted: Vec<Bytes> = self
@@ -149,38 +182,16 @@ impl World {
             })
             .collect();
         let during_read = self.rng.chance(700);
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let chunks = Arc::new(Mutex::new(Vec::new()));
-        let result = {
-            let (lines, pending) = (
-                Arc::clone(&lines),
-                Mutex::new(if during_read {
-                    accepted.clone()
-                } else {
-                    Vec::new()
-                }),
-            );
-            let hook_backup = Arc::clone(&backup);
-            let sink_chunks = Arc::clone(&chunks);
-            interleave::with_hook(
-                move |point| {
-                    let bodies: Vec<Bytes> = std::mem::take(&mut *lock(&pending));
-                    for body in bodies {
-                        let ack = apply_now(&hook_backup, owner, body);
-                        lock(&lines).push(format!(
-                            "  at {point}: {restorer} applies a message of {owner}: {ack:?}"
-                        ));
-                    }
-                },
-                || {
-                    backup.recover_zone(owner, zone, &|batch| {
-                        let mut out = lock(&sink_chunks);
-                        out.extend(batch.iter().map(|c| (c.cid, c.payload.to_vec())));
-                    })
-                },
-            )
+        // The engine's flusher thread (slowed to hour intervals here) may run meanwhile.
+        let flusher_runs = self.rng.chance(500);
+        let pending = if during_read {
+            accepted.clone()
+        } else {
+            Vec::new()
         };
-        for line in std::mem::take(&mut *lock(&lines)) {
+        let (result, lines, mut restored) =
+            read_zone(&backup, (owner, zone, restorer), pending, flusher_runs);
+        for line in lines {
             self.log(line);
         }
         if !during_read {
@@ -191,37 +202,19 @@ impl World {
                 ));
             }
         }
-        let report = match result {
-            Ok(report) => report.chunks,
+        match result {
+            Ok(_) => {}
             // Nothing of the zone ever reached this backup: nothing to restore.
-            Err(BackupError::Log(LogError::UnknownZone(_))) => 0,
+            Err(BackupError::Log(LogError::UnknownZone(_))) => restored.clear(),
             Err(e) => {
-                self.fail(format!(
-                    "recovery of zone {zone} of {owner} at {restorer}: {e}"
+                self.log(format!(
+                    "recovery of zone {zone} of {owner} at {restorer} failed: {e}"
                 ));
-                return;
-            }
-        };
-        let mut restored = std::mem::take(&mut *lock(&chunks));
-        restored.sort();
-        let items: Vec<(ChunkId, &[u8])> = restored
-            .iter()
-            .map(|(cid, data)| (ChunkId::from_raw(*cid), &data[..]))
-            .collect();
-        for (item, result) in items.iter().zip(service.memory().create_with_ids(&items)) {
-            if let Err(e) = result {
-                self.fail(format!("restoring {} at {restorer}: {e}", item.0));
+                return None;
             }
         }
-        let last = (u64::from(incarnation) << LID_SHIFT) - 1;
-        self.log(format!(
-            "RECOVERED zone {zone} of {owner} at {restorer}: {} chunks {:?}; lids 0..={last} now at {restorer}",
-            items.len(),
-            restored.iter().map(|(c, d)| (ChunkId::from_raw(*c), value_of(d))).collect::<Vec<_>>()
-        ));
-        self.stats.chunks_recovered += report;
-        self.move_range(owner, 0, last, restorer);
-        self.restored.insert(owner, vec![(0, last, restorer)]);
+        restored.sort();
+        Some(restored)
     }
 
     /// The superpeer moves `creator`'s IDs `first..=last` to `owner` and tells every live
@@ -368,6 +361,55 @@ impl World {
             self.fail(problem);
         }
     }
+}
+
+/// What [`read_zone`] returns: the recovery's result, trace lines, the chunks read.
+type ZoneRead = (
+    Result<myriad_backup_log::RecoveryReport, BackupError>,
+    Vec<String>,
+    Vec<(u64, Vec<u8>)>,
+);
+
+/// Reads `owner`'s zone back at `restorer` with the production [`BackupService`]; at the
+/// read's interleaving point the `accepted` messages of `owner` are applied (a pool thread
+/// still busy with them) and, if `flusher_runs`, the log engine flushes (its flusher).
+fn read_zone(
+    backup: &Arc<BackupService>,
+    (owner, zone, restorer): (NodeId, u32, NodeId),
+    accepted: Vec<Bytes>,
+    flusher_runs: bool,
+) -> ZoneRead {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let chunks = Arc::new(Mutex::new(Vec::new()));
+    let (hook_lines, hook_backup) = (Arc::clone(&lines), Arc::clone(backup));
+    let pending = Mutex::new(accepted);
+    let result = interleave::with_hook(
+        move |point| {
+            let bodies: Vec<Bytes> = std::mem::take(&mut *lock(&pending));
+            let applied = !bodies.is_empty();
+            for body in bodies {
+                let ack = apply_now(&hook_backup, owner, body);
+                lock(&hook_lines).push(format!(
+                    "  at {point}: {restorer} applies a message of {owner}: {ack:?}"
+                ));
+            }
+            if applied && flusher_runs {
+                let flushed = hook_backup.engine().flush();
+                lock(&hook_lines).push(format!(
+                    "  at {point}: the flusher of {restorer} runs: {flushed:?}"
+                ));
+            }
+        },
+        || {
+            backup.recover_zone(owner, zone, &|batch| {
+                let mut out = lock(&chunks);
+                out.extend(batch.iter().map(|c| (c.cid, c.payload.to_vec())));
+            })
+        },
+    );
+    let lines = std::mem::take(&mut *lock(&lines));
+    let chunks = std::mem::take(&mut *lock(&chunks));
+    (result, lines, chunks)
 }
 
 /// Whether an encoded request is a read.
