@@ -406,8 +406,18 @@ impl LogEngine {
 
     fn stop(&mut self) {
         self.inner.shutdown.store(true, Ordering::SeqCst);
-        self.inner.wb_cv.notify_all();
-        self.inner.reorg_cv.notify_all();
+        // Notified under each condition variable's mutex: a thread that checked the flag
+        // under that mutex and is about to wait cannot miss the wake-up (it would sleep a
+        // whole flush or reorganization interval; found by the simulator, whose intervals
+        // are an hour).
+        {
+            let _wb = self.inner.wb.lock();
+            self.inner.wb_cv.notify_all();
+        }
+        {
+            let _reorg = self.inner.reorg.lock();
+            self.inner.reorg_cv.notify_all();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

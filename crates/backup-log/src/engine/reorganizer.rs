@@ -53,7 +53,11 @@ impl Inner {
         loop {
             let pick = {
                 let mut r = self.reorg.lock();
-                if r.urgent.is_empty() && r.prompt.is_empty() {
+                // The flag is checked under the lock `stop` notifies under: no lost wake-up.
+                if r.urgent.is_empty()
+                    && r.prompt.is_empty()
+                    && !self.shutdown.load(Ordering::Relaxed)
+                {
                     self.reorg_cv.wait_for(&mut r, self.config.reorg_interval);
                 }
                 if self.shutdown.load(Ordering::Relaxed) {
