@@ -19,11 +19,11 @@
 
 use std::cell::RefCell;
 
-/// A hook called at every [`point`] with the point's name.
-pub type Hook<'a> = &'a mut dyn FnMut(&'static str);
+/// An installed hook: called at every [`point`] with the point's name.
+type BoxedHook = Box<dyn FnMut(&'static str)>;
 
 thread_local! {
-    static HOOK: RefCell<Option<Box<dyn FnMut(&'static str)>>> = const { RefCell::new(None) };
+    static HOOK: RefCell<Option<BoxedHook>> = const { RefCell::new(None) };
 }
 
 /// Marks an interleaving point named `name` (a stable dotted name such as
@@ -40,7 +40,7 @@ pub fn point(name: &'static str) {
 /// Runs `body` with `hook` installed on this thread (replacing none: hooks do not nest;
 /// an outer hook is put back afterwards), and returns what `body` returned.
 pub fn with_hook<R>(hook: impl FnMut(&'static str) + 'static, body: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Box<dyn FnMut(&'static str)>>);
+    struct Restore(Option<BoxedHook>);
     impl Drop for Restore {
         fn drop(&mut self) {
             let outer = self.0.take();
