@@ -565,3 +565,51 @@ fn several_ranges_are_set_in_order_in_one_step() {
         vec![Ok(Bytes::from_static(b"two"))]
     );
 }
+
+/// `take_back_earlier_ids` gives a restarted peer its earlier IDs and the restorers' ranges
+/// in one step: no request at any point sees the IDs back without the ranges (with the
+/// test-only switch of the fixed bug, a request at the interleaving point in between
+/// gets a false `NotFound`; the simulator's tests find that on their own).
+#[test]
+fn earlier_ids_come_back_with_the_restorers_ranges_in_one_step() {
+    use myriad_backup_log::interleave;
+    use std::sync::{Arc, Mutex};
+    for buggy in [false, true] {
+        let service = Arc::new(service());
+        let cids = create(&service, &[b"one"]);
+        let lid = cids[0].local_id();
+        // A chunk of the earlier incarnation that a restorer (OTHER) took over.
+        let elsewhere = ChunkId::new(ME, lid + 1).unwrap();
+        service.set_owner(ME, 0, 1_000, NodeId(0));
+        if buggy {
+            service.reintroduce_ids_before_ranges_bug();
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (hook_service, hook_seen) = (Arc::clone(&service), Arc::clone(&seen));
+        interleave::with_hook(
+            move |_| {
+                let reply = get(&hook_service, CLIENT_A, &[elsewhere]);
+                hook_seen.lock().unwrap().push(reply);
+            },
+            || service.take_back_earlier_ids(1_001, &[(lid + 1, lid + 1, OTHER)]),
+        );
+        let seen = seen.lock().unwrap().clone();
+        if buggy {
+            assert_eq!(
+                seen,
+                vec![vec![Err(ItemError::NotFound)]],
+                "the bug's window"
+            );
+        } else {
+            assert!(seen.is_empty(), "no interleaving point inside the one step");
+        }
+        assert_eq!(
+            get(&service, CLIENT_A, &[elsewhere]),
+            vec![Err(ItemError::NotOwner)]
+        );
+        assert_eq!(
+            get(&service, CLIENT_A, &cids),
+            vec![Ok(Bytes::from_static(b"one"))]
+        );
+    }
+}
