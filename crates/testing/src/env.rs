@@ -4,9 +4,10 @@
 //! network on its own: it asks its [`Env`], which holds one [`Clock`] (every bounded wait
 //! of the harness polls it) and one [`Transport`] (every link filter goes through it). The
 //! real implementations, [`SystemClock`] and [`NetFaults`] (the messaging layer's per-node
-//! fault switches, [`myriad_net::Fault`]), run tests on real threads and sockets. This is
-//! the point where a seeded, deterministic simulator will plug in later: a virtual clock
-//! and a simulated network implementing the same two traits.
+//! fault switches, [`myriad_net::Fault`]), run tests on real threads and sockets. (The
+//! deterministic simulation, [`crate::sim`], does not plug in here: real threads and
+//! sockets keep their own timing, so it drives the production components through their
+//! sans-IO entry points instead; see `docs/testing.md`.)
 //!
 //! **Invariants.**
 //! - A link filter is directional: `from → to`. [`NetFaults`] applies it at both ends (the

@@ -6,8 +6,7 @@
 //!   and clients on 127.0.0.1 (the production start paths), with crashes, restarts,
 //!   per-link network filters ([`cluster::Link`]) and bounded waits;
 //! - [`env`](mod@env): the environment seam of that harness, a [`env::Clock`] and a
-//!   [`env::Transport`], real today ([`env::SystemClock`], [`env::NetFaults`]) and the
-//!   point where a seeded simulator will plug in;
+//!   [`env::Transport`] ([`env::SystemClock`], [`env::NetFaults`]);
 //! - [`process`]: the same for the `myriad` binary's processes (the cli tests): a local
 //!   cluster started, killed and restarted through `myriad-launcher`, subcommands run with
 //!   a timeout, child processes killed on drop;

@@ -13,7 +13,7 @@
 //! - A link blocked when a message is sent or when it would be delivered loses it; a
 //!   fenced node's messages are lost from the fence on (the messaging layer drops them).
 //!
-//! Callers: the event loop ([`super::world`]).
+//! Callers: the event loop (`sim::world`).
 
 use std::collections::{BTreeMap, BTreeSet};
 

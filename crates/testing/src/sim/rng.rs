@@ -7,7 +7,7 @@
 //! Invariants: no other randomness is used by the simulator (no `HashMap` iteration order,
 //! no wall clock); the same seed gives the same sequence on every platform.
 //!
-//! Callers: the simulator's event loop ([`super::world`]) and network ([`super::net`]).
+//! Callers: the simulator's event loop (`sim::world`) and network ([`super::net`]).
 
 /// A SplitMix64 pseudo-random generator (Steele, Lea, Flood 2014): tiny, fast, and good
 /// enough for choosing interleavings.
