@@ -217,6 +217,9 @@ impl ClientBackend {
             | TermCommand::CompTaskScript { .. }
             | TermCommand::CompGroupJoin { .. }
             | TermCommand::CompApp { .. } => super::compute::dispatch(client, command),
+            TermCommand::NodeDrain { .. }
+            | TermCommand::NodeWait { .. }
+            | TermCommand::ChunkRemoveRange { .. } => super::ops::dispatch(client, command),
         }
     }
 

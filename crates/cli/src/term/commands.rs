@@ -22,6 +22,8 @@
 //! [`super::Shell`] for interactive and one-shot input; the backend receives only parsed
 //! commands.
 
+mod ops;
+
 use std::fmt;
 
 use myriad_types::{ChunkId, NodeId};
@@ -242,6 +244,31 @@ pub enum TermCommand {
         /// The destination peer.
         to: NodeId,
     },
+    /// Remove every chunk of `first..=last`.
+    ChunkRemoveRange {
+        /// First chunk of the range.
+        first: ChunkId,
+        /// Last chunk of the range (same creator as `first`, not below it).
+        last: ChunkId,
+    },
+    /// Move every chunk a peer holds to other peers (before it is shut down).
+    NodeDrain {
+        /// The peer to drain.
+        node: NodeId,
+        /// The peers that take the chunks (empty: every other alive peer).
+        targets: Vec<NodeId>,
+        /// CIDs per migration request.
+        piece: u64,
+    },
+    /// Wait until the cluster has at least this many alive peers and superpeers.
+    NodeWait {
+        /// Alive peers waited for.
+        peers: u32,
+        /// Alive superpeers waited for.
+        superpeers: u32,
+        /// Longest wait in seconds.
+        timeout_secs: u32,
+    },
     /// Register a chunk under a name.
     NameReg {
         /// The chunk.
@@ -392,6 +419,9 @@ impl TermCommand {
             TermCommand::ChunkLock { .. } => "chunklock",
             TermCommand::ChunkUnlock { .. } => "chunkunlock",
             TermCommand::ChunkMigrate { .. } => "chunkmigrate",
+            TermCommand::ChunkRemoveRange { .. } => "chunkremoverange",
+            TermCommand::NodeDrain { .. } => "nodedrain",
+            TermCommand::NodeWait { .. } => "nodewait",
             TermCommand::NameReg { .. } => "namereg",
             TermCommand::NameGet { .. } => "nameget",
             TermCommand::NameList => "namelist",
@@ -484,6 +514,21 @@ pub const COMMANDS: &[CommandSpec] = &[
         "chunkmigrate",
         "chunkmigrate <cid> [last-cid] <to-nid>",
         "migrate a chunk or a CID range to a peer",
+    ),
+    spec(
+        "chunkremoverange",
+        "chunkremoverange <first-cid> <last-cid>",
+        "remove every chunk of a CID range",
+    ),
+    spec(
+        "nodedrain",
+        "nodedrain <nid> [--to nid,nid,..] [--piece N]",
+        "move every chunk of a peer to other peers (before nodeshutdown)",
+    ),
+    spec(
+        "nodewait",
+        "nodewait [--peers N] [--superpeers N] [--timeout SECS]",
+        "wait until this many peers and superpeers are alive",
     ),
     spec(
         "namereg",
@@ -918,6 +963,8 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "chunkget" => (&[], &["offset", "length"]),
         "chunkput" => (&[], &["offset"]),
         "comptask" => (&[], &["slaves-min", "slaves-max"]),
+        "nodedrain" => (&[], &["to", "piece"]),
+        "nodewait" => (&[], &["peers", "superpeers", "timeout"]),
         _ => (&[], &[]),
     };
     let a = Args::split(name, rest, flags, valued)?;
@@ -933,6 +980,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "lookuptree" | "metadata" | "recovery" | "stats" => parse_cluster(&a, name),
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
         | "compapp" => parse_compute(&a, name),
+        "chunkremoverange" | "nodedrain" | "nodewait" => ops::parse(&a, name),
         other => Err(no_parser(other)),
     }
 }

@@ -1,0 +1,84 @@
+//! Parsers of the operator commands added for issue 22: `chunkremoverange`, `nodedrain`
+//! and `nodewait`.
+//!
+//! # Invariants
+//! Same as the [parent](super): never panics; limits are checked here so the backend only
+//! sees valid values (a range of one creator in order, a piece of 1..=2^20 CIDs, a wait of
+//! at most [`NODE_WAIT_SECS_MAX`] seconds).
+//!
+//! # Who calls it
+//! [`super::parse_tokens`].
+
+use myriad_types::NodeId;
+
+use super::{no_parser, parse_u64, Args, ParseError, TermCommand};
+
+/// Longest `nodewait --timeout` accepted, in seconds.
+pub const NODE_WAIT_SECS_MAX: u32 = 3_600;
+/// CIDs per migration request of `nodedrain` unless `--piece` says otherwise.
+pub const DRAIN_PIECE_DEFAULT: u64 = myriad_client::client::DRAIN_PIECE_CHUNKS;
+
+/// Parses one of this module's commands.
+pub(super) fn parse(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
+    let command = match name {
+        "chunkremoverange" => {
+            a.count(2, 2)?;
+            let (first, last) = (a.cid(0)?, a.cid(1)?);
+            if last.creator() != first.creator() || last < first {
+                return Err(a.error(format!(
+                    "range {first}..{last} must lie within one creator, first <= last"
+                )));
+            }
+            TermCommand::ChunkRemoveRange { first, last }
+        }
+        "nodedrain" => {
+            a.count(1, 1)?;
+            let node = a.node(0)?;
+            let targets = match a.option("to") {
+                Some(list) => node_list(a, list)?,
+                None => Vec::new(),
+            };
+            if targets.contains(&node) {
+                return Err(a.error(format!("{node} cannot take its own chunks")));
+            }
+            let piece = match a.option("piece") {
+                Some(text) => parse_u64(text)
+                    .filter(|n| (1..=1 << 20).contains(n))
+                    .ok_or_else(|| a.error(format!("invalid --piece {text:?} (1..=1048576)")))?,
+                None => DRAIN_PIECE_DEFAULT,
+            };
+            TermCommand::NodeDrain {
+                node,
+                targets,
+                piece,
+            }
+        }
+        "nodewait" => {
+            a.count(0, 0)?;
+            let timeout_secs = a.option_u32("timeout")?.unwrap_or(60);
+            if timeout_secs == 0 || timeout_secs > NODE_WAIT_SECS_MAX {
+                return Err(a.error(format!("--timeout must be 1..={NODE_WAIT_SECS_MAX}")));
+            }
+            TermCommand::NodeWait {
+                peers: a.option_u32("peers")?.unwrap_or(1),
+                superpeers: a.option_u32("superpeers")?.unwrap_or(1),
+                timeout_secs,
+            }
+        }
+        other => return Err(no_parser(other)),
+    };
+    Ok(command)
+}
+
+/// A `,`-separated list of node IDs.
+fn node_list(a: &Args<'_>, list: &str) -> Result<Vec<NodeId>, ParseError> {
+    list.split(',')
+        .filter(|word| !word.trim().is_empty())
+        .map(|word| {
+            parse_u64(word)
+                .and_then(|n| u16::try_from(n).ok())
+                .map(NodeId)
+                .ok_or_else(|| a.error(format!("invalid node ID {word:?} in --to")))
+        })
+        .collect()
+}

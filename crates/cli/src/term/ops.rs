@@ -1,0 +1,171 @@
+//! The terminal's operator commands added for issue 22: `nodedrain` (with a progress bar),
+//! `nodewait` and `chunkremoverange`.
+//!
+//! # Job
+//! Maps each command to `myriad-client` calls and returns plain JSON like every backend
+//! call (see [`super::TermBackend`]).
+//!
+//! # Invariants
+//! - Every call is bounded: `nodedrain` by the drain's pass limit and the migration
+//!   timeouts, `nodewait` by its `--timeout`, `chunkremoverange` by the chunk timeouts of
+//!   at most [`REMOVE_RANGE_MAX`] / [`REMOVE_BATCH`] batches.
+//! - Progress bars go to stderr and only when it is a terminal (indicatif hides them
+//!   otherwise), so scripts and `--json` output never see them.
+//!
+//! # Who calls it
+//! [`super::backend::ClientBackend`].
+
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use myriad_client::client::{Client, DrainOptions, DrainProgress};
+use myriad_client::ClientError;
+use myriad_meta::{NodeState, Role};
+use myriad_types::ChunkId;
+use serde_json::{json, Value};
+
+use super::TermCommand;
+
+/// Most CIDs one `chunkremoverange` covers.
+pub const REMOVE_RANGE_MAX: u64 = 10_000_000;
+/// CIDs per remove request of `chunkremoverange`.
+pub const REMOVE_BATCH: usize = 10_000;
+/// How often `nodewait` reads the node table.
+const NODE_WAIT_POLL: Duration = Duration::from_millis(200);
+
+/// Runs one operator command.
+pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String> {
+    match command {
+        TermCommand::NodeDrain {
+            node,
+            targets,
+            piece,
+        } => {
+            let options = DrainOptions {
+                targets: targets.clone(),
+                piece_chunks: *piece,
+                ..DrainOptions::default()
+            };
+            let bar = progress_bar("draining");
+            let started = Instant::now();
+            let mut show = |state: &DrainProgress| {
+                bar.set_length(state.pass_chunks);
+                bar.set_position(state.pass_moved);
+                bar.set_message(format!("pass {}, {} moved", state.pass, state.moved));
+            };
+            let result = client.blocking().drain(*node, &options, &mut show);
+            bar.finish_and_clear();
+            let report = result.map_err(|error| error.to_string())?;
+            Ok(json!({
+                "node": node.to_string(),
+                "moved": report.moved,
+                "migrations": report.pieces,
+                "passes": report.passes,
+                "ms": started.elapsed().as_millis() as u64,
+                "targets": report.per_target.iter().map(|(target, moved)| json!({
+                    "nid": target.to_string(),
+                    "moved": moved,
+                })).collect::<Vec<_>>(),
+            }))
+        }
+        TermCommand::NodeWait {
+            peers,
+            superpeers,
+            timeout_secs,
+        } => node_wait(client, *peers, *superpeers, *timeout_secs),
+        TermCommand::ChunkRemoveRange { first, last } => remove_range(client, *first, *last),
+        _ => unreachable!("dispatch routes only operator commands here"),
+    }
+}
+
+/// A bar on stderr (hidden when stderr is no terminal).
+fn progress_bar(prefix: &'static str) -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} chunks {msg} ({elapsed})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(prefix);
+    bar
+}
+
+/// `nodewait`: polls the node table until enough peers and superpeers are alive.
+fn node_wait(
+    client: &Client,
+    peers: u32,
+    superpeers: u32,
+    timeout_secs: u32,
+) -> Result<Value, String> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(u64::from(timeout_secs));
+    loop {
+        let nodes = client
+            .blocking()
+            .nodes()
+            .map_err(|error| error.to_string())?;
+        let alive = |role: Role| {
+            nodes
+                .iter()
+                .filter(|node| node.role == role && node.state == NodeState::Alive)
+                .count()
+        };
+        let (have_peers, have_superpeers) = (alive(Role::Peer), alive(Role::Superpeer));
+        if have_peers >= peers as usize && have_superpeers >= superpeers as usize {
+            return Ok(json!({
+                "peers": have_peers,
+                "superpeers": have_superpeers,
+                "waited_ms": started.elapsed().as_millis() as u64,
+            }));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "after {timeout_secs} s: {have_peers} of {peers} peers and {have_superpeers} \
+                 of {superpeers} superpeers alive"
+            ));
+        }
+        std::thread::sleep(NODE_WAIT_POLL);
+    }
+}
+
+/// `chunkremoverange`: removes `first..=last` in batches; CIDs without a chunk are
+/// counted, not errors.
+fn remove_range(client: &Client, first: ChunkId, last: ChunkId) -> Result<Value, String> {
+    let count = last.local_id() - first.local_id() + 1;
+    if count > REMOVE_RANGE_MAX {
+        return Err(format!(
+            "{count} CIDs: at most {REMOVE_RANGE_MAX} per chunkremoverange"
+        ));
+    }
+    let creator = first.creator();
+    let cids: Vec<ChunkId> = (first.local_id()..=last.local_id())
+        .filter_map(|lid| ChunkId::new(creator, lid))
+        .collect();
+    let bar = progress_bar("removing");
+    bar.set_length(cids.len() as u64);
+    let (mut removed, mut absent) = (0u64, 0u64);
+    let b = client.blocking();
+    let chunks = b.chunks();
+    for batch in cids.chunks(REMOVE_BATCH) {
+        for (cid, result) in batch.iter().zip(chunks.remove_batch(batch)) {
+            match result {
+                Ok(()) => removed += 1,
+                Err(ClientError::NotFound(_)) => absent += 1,
+                Err(error) => {
+                    bar.finish_and_clear();
+                    return Err(format!(
+                        "removing {cid}: {error} (after {removed} chunks were removed)"
+                    ));
+                }
+            }
+        }
+        bar.inc(batch.len() as u64);
+    }
+    bar.finish_and_clear();
+    Ok(json!({
+        "first": first.to_string(),
+        "last": last.to_string(),
+        "removed": removed,
+        "absent": absent,
+    }))
+}
