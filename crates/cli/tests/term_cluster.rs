@@ -265,6 +265,50 @@ fn terminal_commands_against_a_local_cluster() {
     assert_eq!(clients[0]["state"], "alive");
     assert!(clients[0]["incarnation"].as_u64() > Some(10), "{rows:#?}");
 
+    // nodewait: answered at once when enough nodes are alive, an error after its
+    // timeout when not.
+    let values = term(&dir, true, "nodewait --peers 2").ok().values();
+    assert_eq!(values[0]["peers"], 2, "{values:?}");
+    let run = term(&dir, false, "nodewait --peers 3 --timeout 1");
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("2 of 3 peers"), "{run:?}");
+
+    // chunkremoverange: five chunks created, a range over them and one CID beyond.
+    let created = term(&dir, true, &format!("chunkcreate 8 {a} 5"))
+        .ok()
+        .values();
+    let range = created[0]
+        .as_array()
+        .expect("created CIDs")
+        .iter()
+        .map(|row| row["cid"].as_str().expect("cid").to_string())
+        .collect::<Vec<_>>();
+    let parsed: Vec<myriad_types::ChunkId> =
+        range.iter().map(|cid| cid.parse().expect("cid")).collect();
+    let (first, last) = (
+        *parsed.iter().min().expect("min"),
+        *parsed.iter().max().expect("max"),
+    );
+    // One CID past the last: never created, so counted as absent.
+    let beyond = myriad_types::ChunkId::new(last.creator(), last.local_id() + 1).expect("cid");
+    let values = term(&dir, true, &format!("chunkremoverange {first} {beyond}"))
+        .ok()
+        .values();
+    let (removed, absent) = (
+        values[0]["removed"].as_u64().expect("removed"),
+        values[0]["absent"].as_u64().expect("absent"),
+    );
+    assert!(removed >= 5 && absent >= 1, "{values:?}");
+    assert_eq!(
+        removed + absent,
+        beyond.local_id() - first.local_id() + 1,
+        "{values:?}"
+    );
+    for cid in &range {
+        let run = term(&dir, false, &format!("chunkget {cid}"));
+        assert_eq!(run.code, Some(1), "{cid} still there: {run:?}");
+    }
+
     // Metadata.
     let values = term(&dir, true, "metadata").ok().values();
     assert_eq!(values[0]["leader"], "0x0001");

@@ -267,6 +267,37 @@ fn typed_arguments_parse() {
             data: b"aA\n".to_vec()
         })
     );
+    assert_eq!(
+        parse_command("nodedrain 2 --to 3,0x4 --piece 64"),
+        Ok(TermCommand::NodeDrain {
+            node: NodeId(2),
+            targets: vec![NodeId(3), NodeId(4)],
+            piece: 64
+        })
+    );
+    assert_eq!(
+        parse_command("nodedrain 2"),
+        Ok(TermCommand::NodeDrain {
+            node: NodeId(2),
+            targets: vec![],
+            piece: myriad_client::client::DRAIN_PIECE_CHUNKS
+        })
+    );
+    assert_eq!(
+        parse_command("nodewait --peers 3 --timeout 5"),
+        Ok(TermCommand::NodeWait {
+            peers: 3,
+            superpeers: 1,
+            timeout_secs: 5
+        })
+    );
+    assert_eq!(
+        parse_command("chunkremoverange 1:5 1:9"),
+        Ok(TermCommand::ChunkRemoveRange {
+            first: ChunkId::new(NodeId(1), 5).expect("cid"),
+            last: ChunkId::new(NodeId(1), 9).expect("cid"),
+        })
+    );
     assert_eq!(parse_line(" ; ;"), Ok(vec![]));
 }
 
@@ -289,6 +320,13 @@ fn bad_arguments_are_refused_with_a_reason() {
         ("frobnicate", "unknown command"),
         ("barrieralloc 0", "at least one peer"),
         ("chunklock 1:1 maybe", "lock mode"),
+        ("nodedrain 2 --to 2", "cannot take its own chunks"),
+        ("nodedrain 2 --piece 0", "invalid --piece"),
+        ("nodedrain 2 --to 3,x", "invalid node ID"),
+        ("nodewait --timeout 0", "--timeout must be"),
+        ("nodewait 3", "too many arguments"),
+        ("chunkremoverange 1:9 1:5", "first <= last"),
+        ("chunkremoverange 1:5 2:9", "within one creator"),
     ];
     for (line, expected) in cases {
         let error = parse_line(line).expect_err(line).to_string();
