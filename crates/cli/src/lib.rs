@@ -57,6 +57,8 @@ enum BenchCommand {
     /// The compute platform: local/remote/delegated empty-job throughput (Rayon as the local
     /// bound), steals, superstep latency of a compute group.
     Jobs(myriad_bench::jobs::JobsArgs),
+    /// A skewed read load on one peer, before and after the load balancer's rounds.
+    Balance(myriad_bench::balance::BalanceArgs),
     /// Small-object get/put of a local cluster, with Redis and memcached baselines.
     Kv(myriad_bench::kv::KvArgs),
     /// The backup-side log engine: append rate, recovery read, disk baseline.
@@ -91,6 +93,9 @@ pub fn main_with(registry: myriad_compute::Registry) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::NetServer(args)) => {
             myriad_bench::net::serve(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Balance(args)) => {
+            myriad_bench::balance::run(&args).map_err(anyhow::Error::msg)
         }
         Command::Bench(BenchCommand::Jobs(args)) => {
             myriad_bench::jobs::run(&args).map_err(anyhow::Error::msg)

@@ -24,8 +24,10 @@ use crate::chunk::{BlockingChunks, ChunkOptions, Chunks};
 use crate::membership::{JoinConfig, Membership};
 use crate::ClientError;
 
+mod balance;
 mod drain;
 
+pub use balance::{plan as balance_plan, BalanceOptions, BalanceRound, PeerLoad};
 pub use drain::{DrainOptions, DrainProgress, DrainReport, DRAIN_PIECE_CHUNKS};
 
 /// How long a superpeer may take to answer a recovery-status request.

@@ -219,7 +219,8 @@ impl ClientBackend {
             | TermCommand::CompApp { .. } => super::compute::dispatch(client, command),
             TermCommand::NodeDrain { .. }
             | TermCommand::NodeWait { .. }
-            | TermCommand::ChunkRemoveRange { .. } => super::ops::dispatch(client, command),
+            | TermCommand::ChunkRemoveRange { .. }
+            | TermCommand::Balance { .. } => super::ops::dispatch(client, command),
         }
     }
 

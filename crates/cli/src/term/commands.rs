@@ -269,6 +269,18 @@ pub enum TermCommand {
         /// Longest wait in seconds.
         timeout_secs: u32,
     },
+    /// Balancing rounds: move chunks from the busiest peer to the idlest while the
+    /// request rates are uneven.
+    Balance {
+        /// Most rounds.
+        rounds: u32,
+        /// Milliseconds each round watches the request rates.
+        window_ms: u32,
+        /// The busiest peer's rate must be this percentage of the mean to act (150: 1.5×).
+        imbalance_percent: u32,
+        /// Most chunks one round moves.
+        max_chunks: u64,
+    },
     /// Register a chunk under a name.
     NameReg {
         /// The chunk.
@@ -422,6 +434,7 @@ impl TermCommand {
             TermCommand::ChunkRemoveRange { .. } => "chunkremoverange",
             TermCommand::NodeDrain { .. } => "nodedrain",
             TermCommand::NodeWait { .. } => "nodewait",
+            TermCommand::Balance { .. } => "balance",
             TermCommand::NameReg { .. } => "namereg",
             TermCommand::NameGet { .. } => "nameget",
             TermCommand::NameList => "namelist",
@@ -529,6 +542,11 @@ pub const COMMANDS: &[CommandSpec] = &[
         "nodewait",
         "nodewait [--peers N] [--superpeers N] [--timeout SECS]",
         "wait until this many peers and superpeers are alive",
+    ),
+    spec(
+        "balance",
+        "balance [--rounds N] [--window-ms MS] [--imbalance X] [--max-chunks N]",
+        "move chunks from the busiest peer to the idlest while rates are uneven",
     ),
     spec(
         "namereg",
@@ -965,6 +983,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "comptask" => (&[], &["slaves-min", "slaves-max"]),
         "nodedrain" => (&[], &["to", "piece"]),
         "nodewait" => (&[], &["peers", "superpeers", "timeout"]),
+        "balance" => (&[], &["rounds", "window-ms", "imbalance", "max-chunks"]),
         _ => (&[], &[]),
     };
     let a = Args::split(name, rest, flags, valued)?;
@@ -980,7 +999,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "lookuptree" | "metadata" | "recovery" | "stats" => parse_cluster(&a, name),
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
         | "compapp" => parse_compute(&a, name),
-        "chunkremoverange" | "nodedrain" | "nodewait" => ops::parse(&a, name),
+        "chunkremoverange" | "nodedrain" | "nodewait" | "balance" => ops::parse(&a, name),
         other => Err(no_parser(other)),
     }
 }

@@ -1,5 +1,5 @@
 //! The terminal's operator commands added for issue 22: `nodedrain` (with a progress bar),
-//! `nodewait` and `chunkremoverange`.
+//! `nodewait`, `chunkremoverange` and `balance`.
 //!
 //! # Job
 //! Maps each command to `myriad-client` calls and returns plain JSON like every backend
@@ -8,7 +8,8 @@
 //! # Invariants
 //! - Every call is bounded: `nodedrain` by the drain's pass limit and the migration
 //!   timeouts, `nodewait` by its `--timeout`, `chunkremoverange` by the chunk timeouts of
-//!   at most [`REMOVE_RANGE_MAX`] / [`REMOVE_BATCH`] batches.
+//!   at most [`REMOVE_RANGE_MAX`] / [`REMOVE_BATCH`] batches, `balance` by its rounds
+//!   (each a sampling window plus its migrations).
 //! - Progress bars go to stderr and only when it is a terminal (indicatif hides them
 //!   otherwise), so scripts and `--json` output never see them.
 //!
@@ -18,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use myriad_client::client::{Client, DrainOptions, DrainProgress};
+use myriad_client::client::{BalanceOptions, Client, DrainOptions, DrainProgress};
 use myriad_client::ClientError;
 use myriad_meta::{NodeState, Role};
 use myriad_types::ChunkId;
@@ -74,6 +75,20 @@ pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String>
             timeout_secs,
         } => node_wait(client, *peers, *superpeers, *timeout_secs),
         TermCommand::ChunkRemoveRange { first, last } => remove_range(client, *first, *last),
+        TermCommand::Balance {
+            rounds,
+            window_ms,
+            imbalance_percent,
+            max_chunks,
+        } => {
+            let options = BalanceOptions {
+                window: Duration::from_millis(u64::from(*window_ms)),
+                imbalance: f64::from(*imbalance_percent) / 100.0,
+                chunks_per_round_max: *max_chunks,
+                ..BalanceOptions::default()
+            };
+            balance(client, *rounds, &options)
+        }
         _ => unreachable!("dispatch routes only operator commands here"),
     }
 }
@@ -168,4 +183,37 @@ fn remove_range(client: &Client, first: ChunkId, last: ChunkId) -> Result<Value,
         "removed": removed,
         "absent": absent,
     }))
+}
+
+/// `balance`: rounds until one moves nothing (or `rounds` ran); one row per round.
+fn balance(client: &Client, rounds: u32, options: &BalanceOptions) -> Result<Value, String> {
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        let outcome = client
+            .blocking()
+            .balance_round(options)
+            .map_err(|error| format!("round {round}: {error}"))?;
+        let loads: Vec<String> = outcome
+            .loads
+            .iter()
+            .map(|load| {
+                format!(
+                    "{}:{:.0}/s:{}",
+                    load.node, load.requests_per_sec, load.chunks
+                )
+            })
+            .collect();
+        rows.push(json!({
+            "round": round,
+            "loads": loads.join(" "),
+            "from": outcome.moved_between.map(|(from, _)| from.to_string()),
+            "to": outcome.moved_between.map(|(_, to)| to.to_string()),
+            "moved": outcome.moved,
+            "decision": outcome.decision,
+        }));
+        if outcome.moved == 0 {
+            break;
+        }
+    }
+    Ok(Value::Array(rows))
 }

@@ -20,7 +20,8 @@
 //!   moved stays moved: the drain can simply be run again).
 //!
 //! # Who calls it
-//! `myriad term` (`nodedrain`), tests and tools through [`Client`] / [`BlockingClient`].
+//! `myriad term` (`nodedrain`), tests and tools through [`Client`] / [`BlockingClient`];
+//! [`super::balance`] cuts its moves with [`pieces`].
 
 use std::time::Duration;
 
@@ -246,7 +247,7 @@ impl BlockingClient<'_> {
 }
 
 /// `first..=last` cut into consecutive pieces of at most `size` CIDs.
-fn pieces(first: ChunkId, last: ChunkId, size: u64) -> Vec<(ChunkId, ChunkId)> {
+pub(super) fn pieces(first: ChunkId, last: ChunkId, size: u64) -> Vec<(ChunkId, ChunkId)> {
     let creator = first.creator();
     let mut out = Vec::new();
     let mut lid = first.local_id();

@@ -1,5 +1,5 @@
-//! Parsers of the operator commands added for issue 22: `chunkremoverange`, `nodedrain`
-//! and `nodewait`.
+//! Parsers of the operator commands added for issue 22: `chunkremoverange`, `nodedrain`,
+//! `nodewait` and `balance`.
 //!
 //! # Invariants
 //! Same as the [parent](super): never panics; limits are checked here so the backend only
@@ -13,6 +13,8 @@ use myriad_types::NodeId;
 
 use super::{no_parser, parse_u64, Args, ParseError, TermCommand};
 
+/// Most rounds of one `balance`.
+pub const BALANCE_ROUNDS_MAX: u32 = 1_000;
 /// Longest `nodewait --timeout` accepted, in seconds.
 pub const NODE_WAIT_SECS_MAX: u32 = 3_600;
 /// CIDs per migration request of `nodedrain` unless `--piece` says otherwise.
@@ -63,6 +65,40 @@ pub(super) fn parse(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError>
                 peers: a.option_u32("peers")?.unwrap_or(1),
                 superpeers: a.option_u32("superpeers")?.unwrap_or(1),
                 timeout_secs,
+            }
+        }
+        "balance" => {
+            a.count(0, 0)?;
+            let rounds = a.option_u32("rounds")?.unwrap_or(1);
+            if rounds == 0 || rounds > BALANCE_ROUNDS_MAX {
+                return Err(a.error(format!("--rounds must be 1..={BALANCE_ROUNDS_MAX}")));
+            }
+            let window_ms = a.option_u32("window-ms")?.unwrap_or(1_000);
+            if !(10..=60_000).contains(&window_ms) {
+                return Err(a.error("--window-ms must be 10..=60000"));
+            }
+            let imbalance_percent = match a.option("imbalance") {
+                Some(text) => text
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|x| (1.0..=100.0).contains(x))
+                    .map(|x| (x * 100.0).round() as u32)
+                    .ok_or_else(|| {
+                        a.error(format!("invalid --imbalance {text:?} (a factor 1..=100)"))
+                    })?,
+                None => 150,
+            };
+            let max_chunks = match a.option("max-chunks") {
+                Some(text) => parse_u64(text)
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| a.error(format!("invalid --max-chunks {text:?}")))?,
+                None => 100_000,
+            };
+            TermCommand::Balance {
+                rounds,
+                window_ms,
+                imbalance_percent,
+                max_chunks,
             }
         }
         other => return Err(no_parser(other)),
