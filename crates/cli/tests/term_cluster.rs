@@ -309,6 +309,35 @@ fn terminal_commands_against_a_local_cluster() {
         assert_eq!(run.code, Some(1), "{cid} still there: {run:?}");
     }
 
+    // monitoring: both peers push summaries to the superpeer every 2 s; the table lists
+    // them, and a peer's history has one row per interval.
+    let mut table = Vec::new();
+    let listed = poll_until(Duration::from_secs(10), || {
+        let run = term(&dir, true, "monitoring");
+        table = run.values()[0].as_array().cloned().unwrap_or_default();
+        run.code == Some(0) && table.len() == 2
+    });
+    assert!(listed, "{table:#?}");
+    let listed: Vec<&str> = table.iter().filter_map(|row| row["nid"].as_str()).collect();
+    assert_eq!(listed, [a.as_str(), b.as_str()], "{table:#?}");
+    assert!(
+        table.iter().all(|row| row["rss_mib"].as_f64() > Some(1.0)),
+        "{table:#?}"
+    );
+    let mut history = Vec::new();
+    let grown = poll_until(Duration::from_secs(10), || {
+        let values = term(&dir, true, &format!("monitoring {a} --history 5"))
+            .ok()
+            .values();
+        history = values[0].as_array().cloned().unwrap_or_default();
+        history.len() >= 2
+    });
+    assert!(grown, "{history:#?}");
+    assert!(
+        history.iter().all(|row| row["chunks"].as_u64() >= Some(1)),
+        "{history:#?}"
+    );
+
     // Metadata.
     let values = term(&dir, true, "metadata").ok().values();
     assert_eq!(values[0]["leader"], "0x0001");

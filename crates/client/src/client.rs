@@ -26,9 +26,11 @@ use crate::ClientError;
 
 mod balance;
 mod drain;
+mod monitor;
 
 pub use balance::{plan as balance_plan, BalanceOptions, BalanceRound, PeerLoad};
 pub use drain::{DrainOptions, DrainProgress, DrainReport, DRAIN_PIECE_CHUNKS};
+pub use monitor::MONITOR_QUERY_TIMEOUT;
 
 /// How long a superpeer may take to answer a recovery-status request.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);

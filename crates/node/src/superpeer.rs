@@ -496,6 +496,8 @@ fn handlers(slot: &Arc<OnceLock<Arc<Core>>>, members: &[NodeId]) -> Result<Handl
             let _ = incoming.respond(reply.encode());
         }
     })?;
+    // Peers' monitoring summaries (DXMonitor), kept here for `monitoring` queries.
+    Arc::new(crate::ops::monitor::MonitorStore::default()).register(&mut handlers)?;
     // Other superpeers' leaders push events here too; the applied state already has them.
     handlers.register(types::EVENT, |_message: Incoming| {})?;
     handlers.register(types::BARRIER_RELEASED, |_message: Incoming| {})?;

@@ -11,6 +11,8 @@
 //!   reports and the events the group pushes to every node.
 //! - [`recovery`]: recovery of a failed peer's backup zones (recover requests to backups,
 //!   the leader's recovery table).
+//! - [`monitor`]: the summaries peers push to the superpeers (DXMonitor), and queries
+//!   for them.
 //!
 //! # Invariants
 //! - Decoding never panics and never allocates more than the input's length justifies: every
@@ -30,6 +32,7 @@ mod digest;
 pub mod limits;
 pub mod meta;
 pub mod migrate;
+pub mod monitor;
 pub mod recovery;
 pub mod types;
 

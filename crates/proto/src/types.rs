@@ -45,3 +45,10 @@ pub const RECOVER: MessageType = MessageType::unordered(40, 0);
 /// Any node to a superpeer: the leader's recovery table (empty request →
 /// [`crate::recovery::RecoveryStatusReply`]).
 pub const RECOVERY_STATUS: MessageType = MessageType::unordered(40, 1);
+
+/// Peer to every superpeer, every few seconds: its summary
+/// ([`crate::monitor::MonitorReport`], one-way).
+pub const MONITOR_REPORT: MessageType = MessageType::unordered(13, 0);
+/// Any node to a superpeer: the reports it kept ([`crate::monitor::MonitorQuery`] →
+/// [`crate::monitor::MonitorReply`]).
+pub const MONITOR_QUERY: MessageType = MessageType::unordered(13, 1);

@@ -220,7 +220,8 @@ impl ClientBackend {
             TermCommand::NodeDrain { .. }
             | TermCommand::NodeWait { .. }
             | TermCommand::ChunkRemoveRange { .. }
-            | TermCommand::Balance { .. } => super::ops::dispatch(client, command),
+            | TermCommand::Balance { .. }
+            | TermCommand::Monitoring { .. } => super::ops::dispatch(client, command),
         }
     }
 

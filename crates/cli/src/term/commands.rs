@@ -281,6 +281,14 @@ pub enum TermCommand {
         /// Most chunks one round moves.
         max_chunks: u64,
     },
+    /// The superpeers' monitoring table (every peer's latest rates), or one peer's
+    /// history.
+    Monitoring {
+        /// One peer's history instead of the table.
+        node: Option<NodeId>,
+        /// Most history rows.
+        history: u32,
+    },
     /// Register a chunk under a name.
     NameReg {
         /// The chunk.
@@ -435,6 +443,7 @@ impl TermCommand {
             TermCommand::NodeDrain { .. } => "nodedrain",
             TermCommand::NodeWait { .. } => "nodewait",
             TermCommand::Balance { .. } => "balance",
+            TermCommand::Monitoring { .. } => "monitoring",
             TermCommand::NameReg { .. } => "namereg",
             TermCommand::NameGet { .. } => "nameget",
             TermCommand::NameList => "namelist",
@@ -547,6 +556,11 @@ pub const COMMANDS: &[CommandSpec] = &[
         "balance",
         "balance [--rounds N] [--window-ms MS] [--imbalance X] [--max-chunks N]",
         "move chunks from the busiest peer to the idlest while rates are uneven",
+    ),
+    spec(
+        "monitoring",
+        "monitoring [nid] [--history N]",
+        "the peers' CPU, memory, network, disk and request rates (or one peer's history)",
     ),
     spec(
         "namereg",
@@ -984,6 +998,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "nodedrain" => (&[], &["to", "piece"]),
         "nodewait" => (&[], &["peers", "superpeers", "timeout"]),
         "balance" => (&[], &["rounds", "window-ms", "imbalance", "max-chunks"]),
+        "monitoring" => (&[], &["history"]),
         _ => (&[], &[]),
     };
     let a = Args::split(name, rest, flags, valued)?;
@@ -999,7 +1014,9 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "lookuptree" | "metadata" | "recovery" | "stats" => parse_cluster(&a, name),
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
         | "compapp" => parse_compute(&a, name),
-        "chunkremoverange" | "nodedrain" | "nodewait" | "balance" => ops::parse(&a, name),
+        "chunkremoverange" | "nodedrain" | "nodewait" | "balance" | "monitoring" => {
+            ops::parse(&a, name)
+        }
         other => Err(no_parser(other)),
     }
 }

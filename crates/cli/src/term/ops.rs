@@ -1,5 +1,5 @@
 //! The terminal's operator commands added for issue 22: `nodedrain` (with a progress bar),
-//! `nodewait`, `chunkremoverange` and `balance`.
+//! `nodewait`, `chunkremoverange`, `balance` and `monitoring`.
 //!
 //! # Job
 //! Maps each command to `myriad-client` calls and returns plain JSON like every backend
@@ -22,6 +22,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use myriad_client::client::{BalanceOptions, Client, DrainOptions, DrainProgress};
 use myriad_client::ClientError;
 use myriad_meta::{NodeState, Role};
+use myriad_proto::monitor::{MonitorQuery, MonitorReport};
 use myriad_types::ChunkId;
 use serde_json::{json, Value};
 
@@ -75,6 +76,7 @@ pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String>
             timeout_secs,
         } => node_wait(client, *peers, *superpeers, *timeout_secs),
         TermCommand::ChunkRemoveRange { first, last } => remove_range(client, *first, *last),
+        TermCommand::Monitoring { node, history } => monitoring(client, *node, *history),
         TermCommand::Balance {
             rounds,
             window_ms,
@@ -216,4 +218,108 @@ fn balance(client: &Client, rounds: u32, options: &BalanceOptions) -> Result<Val
         }
     }
     Ok(Value::Array(rows))
+}
+
+/// `monitoring`: every peer's rates between its last two reports, or one peer's history
+/// (one row per report interval).
+fn monitoring(
+    client: &Client,
+    node: Option<myriad_types::NodeId>,
+    history: u32,
+) -> Result<Value, String> {
+    let query = MonitorQuery {
+        node,
+        history: if node.is_some() { history + 1 } else { 2 },
+    };
+    let reply = client
+        .blocking()
+        .monitoring(query)
+        .map_err(|error| error.to_string())?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64);
+    if let Some(node) = node {
+        let Some((_, reports)) = reply.nodes.iter().find(|(id, _)| *id == node) else {
+            return Err(format!(
+                "the superpeers have no monitoring reports of {node}"
+            ));
+        };
+        return Ok(Value::Array(
+            reports
+                .windows(2)
+                .map(|pair| {
+                    let mut row = json!({"age_s": age_s(now_ms, &pair[1])});
+                    merge_rates(&mut row, &pair[0], &pair[1]);
+                    row
+                })
+                .collect(),
+        ));
+    }
+    Ok(Value::Array(
+        reply
+            .nodes
+            .iter()
+            .filter_map(|(id, reports)| {
+                let newest = reports.last()?;
+                let mut row = json!({"nid": id.to_string(), "age_s": age_s(now_ms, newest)});
+                match reports.len() {
+                    0 | 1 => merge_rates(&mut row, newest, newest),
+                    n => merge_rates(&mut row, &reports[n - 2], newest),
+                }
+                Some(row)
+            })
+            .collect(),
+    ))
+}
+
+/// Seconds since `report` was taken.
+fn age_s(now_ms: u64, report: &MonitorReport) -> f64 {
+    (now_ms.saturating_sub(report.unix_ms) as f64 / 100.0).round() / 10.0
+}
+
+/// Adds the rates between `old` and `new` (zero when they are the same report) and the
+/// levels of `new` to the object `row`.
+fn merge_rates(row: &mut Value, old: &MonitorReport, new: &MonitorReport) {
+    let seconds = new.unix_ms.saturating_sub(old.unix_ms) as f64 / 1_000.0;
+    let rate = |a: u64, b: u64| {
+        if seconds > 0.0 {
+            (b.saturating_sub(a) as f64 / seconds).round()
+        } else {
+            0.0
+        }
+    };
+    let kib = |a: u64, b: u64| (rate(a, b) / 1_024.0 * 10.0).round() / 10.0;
+    let cpu = if seconds > 0.0 {
+        (new.cpu_ms.saturating_sub(old.cpu_ms) as f64 / seconds / 10.0 * 10.0).round() / 10.0
+    } else {
+        0.0
+    };
+    if let Value::Object(map) = row {
+        let mib = |bytes: u64| (bytes as f64 / f64::from(1 << 20) * 10.0).round() / 10.0;
+        for (key, value) in [
+            ("cpu_pct", json!(cpu)),
+            ("rss_mib", json!(mib(new.rss_bytes))),
+            (
+                "net_tx_kib_s",
+                json!(kib(old.net_sent_bytes, new.net_sent_bytes)),
+            ),
+            (
+                "net_rx_kib_s",
+                json!(kib(old.net_received_bytes, new.net_received_bytes)),
+            ),
+            (
+                "disk_kib_s",
+                json!(kib(old.disk_written_bytes, new.disk_written_bytes)),
+            ),
+            (
+                "requests_s",
+                json!(rate(old.requests_served, new.requests_served)),
+            ),
+            ("chunks", json!(new.chunks)),
+            ("payload_mib", json!(mib(new.payload_bytes))),
+            ("free_mib", json!(mib(new.free_bytes))),
+        ] {
+            map.insert(key.to_owned(), value);
+        }
+    }
 }

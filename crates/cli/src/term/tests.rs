@@ -298,6 +298,22 @@ fn typed_arguments_parse() {
             last: ChunkId::new(NodeId(1), 9).expect("cid"),
         })
     );
+    assert_eq!(
+        parse_command("monitoring 2 --history 10"),
+        Ok(TermCommand::Monitoring {
+            node: Some(NodeId(2)),
+            history: 10
+        })
+    );
+    assert_eq!(
+        parse_command("balance --rounds 3 --imbalance 1.25"),
+        Ok(TermCommand::Balance {
+            rounds: 3,
+            window_ms: 1_000,
+            imbalance_percent: 125,
+            max_chunks: 100_000
+        })
+    );
     assert_eq!(parse_line(" ; ;"), Ok(vec![]));
 }
 
@@ -327,6 +343,9 @@ fn bad_arguments_are_refused_with_a_reason() {
         ("nodewait 3", "too many arguments"),
         ("chunkremoverange 1:9 1:5", "first <= last"),
         ("chunkremoverange 1:5 2:9", "within one creator"),
+        ("balance --rounds 0", "--rounds must be"),
+        ("balance --imbalance x", "invalid --imbalance"),
+        ("monitoring --history 0", "--history must be"),
     ];
     for (line, expected) in cases {
         let error = parse_line(line).expect_err(line).to_string();

@@ -13,6 +13,9 @@
 //!   figures recorded on the request path.
 //! - [`status`]: the superpeers' status page (`/`, `/api/status`), with a sampler that
 //!   keeps the last minutes of request rates, node changes and recoveries.
+//! - [`monitor`]: DXMonitor-style summaries every peer pushes to the superpeers, which
+//!   keep a few minutes of them for `myriad term`'s `monitoring` (over messaging, not
+//!   HTTP: it works without a metrics address).
 //!
 //! # Invariants
 //! - The lower layers know nothing of HTTP or Prometheus: everything is read through
@@ -25,6 +28,7 @@
 //! is configured; tests scrape it.
 
 pub mod chunk_ops;
+pub mod monitor;
 pub mod peer_metrics;
 pub mod process;
 mod prom;

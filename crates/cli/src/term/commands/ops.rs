@@ -1,5 +1,5 @@
 //! Parsers of the operator commands added for issue 22: `chunkremoverange`, `nodedrain`,
-//! `nodewait` and `balance`.
+//! `nodewait`, `balance` and `monitoring`.
 //!
 //! # Invariants
 //! Same as the [parent](super): never panics; limits are checked here so the backend only
@@ -99,6 +99,17 @@ pub(super) fn parse(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError>
                 window_ms,
                 imbalance_percent,
                 max_chunks,
+            }
+        }
+        "monitoring" => {
+            a.count(0, 1)?;
+            let history = a.option_u32("history")?.unwrap_or(150);
+            if history == 0 || history > 4_096 {
+                return Err(a.error("--history must be 1..=4096"));
+            }
+            TermCommand::Monitoring {
+                node: a.optional_node(0)?,
+                history,
             }
         }
         other => return Err(no_parser(other)),
