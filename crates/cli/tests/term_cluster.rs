@@ -338,6 +338,62 @@ fn terminal_commands_against_a_local_cluster() {
         "{history:#?}"
     );
 
+    // loggerlevel: peer a's filter is read, then changed at run time to debug for the
+    // messaging layer; the next terminal's connection to it ends with a DEBUG line in its
+    // log. A filter that does not parse is refused.
+    let values = term(&dir, true, &format!("loggerlevel {a}")).ok().values();
+    assert_eq!(values[0]["filter"], "info,openraft=warn", "{values:?}");
+    let log = cluster
+        .nodes()
+        .iter()
+        .find(|node| node.node_id == peer_ids[0])
+        .expect("peer a")
+        .log
+        .clone();
+    let debug_lines = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.contains("DEBUG") && line.contains("myriad_net"))
+            .count()
+    };
+    assert_eq!(debug_lines(), 0, "no debug lines at the start");
+    let values = term(
+        &dir,
+        true,
+        &format!("loggerlevel {a} info,myriad_net=debug"),
+    )
+    .ok()
+    .values();
+    assert_eq!(values[0]["filter"], "info,myriad_net=debug", "{values:?}");
+    term(&dir, true, &format!("chunkstatus {a}")).ok();
+    assert!(
+        poll_until(Duration::from_secs(10), || debug_lines() > 0),
+        "no DEBUG line of myriad_net in {}",
+        log.display()
+    );
+    let run = term(&dir, false, &format!("loggerlevel {a} 'x=[['"));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("invalid log filter"), "{run:?}");
+    let values = term(&dir, true, &format!("loggerlevel {a} info"))
+        .ok()
+        .values();
+    assert_eq!(values[0]["filter"], "info");
+    // loginfo: a peer's log engine (it keeps the other peer's backups); a superpeer has
+    // none.
+    let values = term(&dir, true, &format!("loginfo {b}")).ok().values();
+    assert!(
+        values[0]["write_buffer_capacity_bytes"].as_u64() > Some(0),
+        "{values:?}"
+    );
+    assert!(
+        values[0]["appended_entries"].as_u64().is_some(),
+        "{values:?}"
+    );
+    let run = term(&dir, false, "loginfo 1");
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("keeps no backups"), "{run:?}");
+
     // Metadata.
     let values = term(&dir, true, "metadata").ok().values();
     assert_eq!(values[0]["leader"], "0x0001");

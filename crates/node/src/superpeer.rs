@@ -498,6 +498,8 @@ fn handlers(slot: &Arc<OnceLock<Arc<Core>>>, members: &[NodeId]) -> Result<Handl
     })?;
     // Peers' monitoring summaries (DXMonitor), kept here for `monitoring` queries.
     Arc::new(crate::ops::monitor::MonitorStore::default()).register(&mut handlers)?;
+    // `loggerlevel` (a superpeer keeps no backups: `loginfo` says so).
+    crate::ops::log_control::register(&mut handlers, None)?;
     // Other superpeers' leaders push events here too; the applied state already has them.
     handlers.register(types::EVENT, |_message: Incoming| {})?;
     handlers.register(types::BARRIER_RELEASED, |_message: Incoming| {})?;

@@ -13,6 +13,8 @@
 //!   the leader's recovery table).
 //! - [`monitor`]: the summaries peers push to the superpeers (DXMonitor), and queries
 //!   for them.
+//! - [`logctl`]: changing a node's log filter at run time, a backup peer's log engine
+//!   state.
 //!
 //! # Invariants
 //! - Decoding never panics and never allocates more than the input's length justifies: every
@@ -30,6 +32,7 @@ pub mod chunk;
 #[cfg(test)]
 mod digest;
 pub mod limits;
+pub mod logctl;
 pub mod meta;
 pub mod migrate;
 pub mod monitor;

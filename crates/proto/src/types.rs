@@ -38,6 +38,12 @@ pub const MIGRATE: MessageType = MessageType::unordered(20, 1);
 /// Operator to a peer: leave the cluster and exit (`nodeshutdown` in `myriad term`;
 /// request, answered with an empty payload before the node shuts down).
 pub const NODE_SHUTDOWN: MessageType = MessageType::unordered(12, 0);
+/// Operator to a peer or superpeer: set or read its log filter
+/// ([`crate::logctl::LogLevelRequest`] → [`crate::logctl::TextReply`]; `loggerlevel`).
+pub const LOG_LEVEL: MessageType = MessageType::unordered(12, 1);
+/// Operator to a peer: its log engine's state as JSON (empty request →
+/// [`crate::logctl::TextReply`]; `loginfo`).
+pub const LOG_INFO: MessageType = MessageType::unordered(12, 2);
 
 /// Superpeer leader to a backup of a failed peer's zone: restore the zone here and take its
 /// CIDs over ([`crate::recovery::RecoverRequest`] → [`crate::recovery::RecoverReply`]).

@@ -221,7 +221,9 @@ impl ClientBackend {
             | TermCommand::NodeWait { .. }
             | TermCommand::ChunkRemoveRange { .. }
             | TermCommand::Balance { .. }
-            | TermCommand::Monitoring { .. } => super::ops::dispatch(client, command),
+            | TermCommand::Monitoring { .. }
+            | TermCommand::LoggerLevel { .. }
+            | TermCommand::LogInfo { .. } => super::ops::dispatch(client, command),
         }
     }
 

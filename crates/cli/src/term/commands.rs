@@ -289,6 +289,18 @@ pub enum TermCommand {
         /// Most history rows.
         history: u32,
     },
+    /// Set (or read) a node's log filter.
+    LoggerLevel {
+        /// The node.
+        node: NodeId,
+        /// The new filter (`debug`, `info,myriad_node::peer=debug`); `None` reads it.
+        filter: Option<String>,
+    },
+    /// A backup peer's log engine state.
+    LogInfo {
+        /// The peer.
+        node: NodeId,
+    },
     /// Register a chunk under a name.
     NameReg {
         /// The chunk.
@@ -444,6 +456,8 @@ impl TermCommand {
             TermCommand::NodeWait { .. } => "nodewait",
             TermCommand::Balance { .. } => "balance",
             TermCommand::Monitoring { .. } => "monitoring",
+            TermCommand::LoggerLevel { .. } => "loggerlevel",
+            TermCommand::LogInfo { .. } => "loginfo",
             TermCommand::NameReg { .. } => "namereg",
             TermCommand::NameGet { .. } => "nameget",
             TermCommand::NameList => "namelist",
@@ -561,6 +575,16 @@ pub const COMMANDS: &[CommandSpec] = &[
         "monitoring",
         "monitoring [nid] [--history N]",
         "the peers' CPU, memory, network, disk and request rates (or one peer's history)",
+    ),
+    spec(
+        "loggerlevel",
+        "loggerlevel <nid> [filter]",
+        "set or show a node's log filter (a level, or per module: info,myriad_node=debug)",
+    ),
+    spec(
+        "loginfo",
+        "loginfo <nid>",
+        "show a backup peer's log engine state",
     ),
     spec(
         "namereg",
@@ -1014,9 +1038,8 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "lookuptree" | "metadata" | "recovery" | "stats" => parse_cluster(&a, name),
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
         | "compapp" => parse_compute(&a, name),
-        "chunkremoverange" | "nodedrain" | "nodewait" | "balance" | "monitoring" => {
-            ops::parse(&a, name)
-        }
+        "chunkremoverange" | "nodedrain" | "nodewait" | "balance" | "monitoring"
+        | "loggerlevel" | "loginfo" => ops::parse(&a, name),
         other => Err(no_parser(other)),
     }
 }

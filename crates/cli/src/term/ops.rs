@@ -1,5 +1,5 @@
 //! The terminal's operator commands added for issue 22: `nodedrain` (with a progress bar),
-//! `nodewait`, `chunkremoverange`, `balance` and `monitoring`.
+//! `nodewait`, `chunkremoverange`, `balance`, `monitoring`, `loggerlevel` and `loginfo`.
 //!
 //! # Job
 //! Maps each command to `myriad-client` calls and returns plain JSON like every backend
@@ -77,6 +77,25 @@ pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String>
         } => node_wait(client, *peers, *superpeers, *timeout_secs),
         TermCommand::ChunkRemoveRange { first, last } => remove_range(client, *first, *last),
         TermCommand::Monitoring { node, history } => monitoring(client, *node, *history),
+        TermCommand::LoggerLevel { node, filter } => {
+            let current = client
+                .blocking()
+                .log_level(*node, filter.clone())
+                .map_err(|error| error.to_string())?;
+            Ok(json!({"node": node.to_string(), "filter": current}))
+        }
+        TermCommand::LogInfo { node } => {
+            let text = client
+                .blocking()
+                .log_info(*node)
+                .map_err(|error| error.to_string())?;
+            let mut value: Value = serde_json::from_str(&text)
+                .map_err(|error| format!("{node} sent no JSON: {error}"))?;
+            if let Value::Object(map) = &mut value {
+                map.insert("node".to_owned(), json!(node.to_string()));
+            }
+            Ok(value)
+        }
         TermCommand::Balance {
             rounds,
             window_ms,

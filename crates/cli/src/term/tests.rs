@@ -314,6 +314,17 @@ fn typed_arguments_parse() {
             max_chunks: 100_000
         })
     );
+    assert_eq!(
+        parse_command("loggerlevel 2 info,myriad_node=debug"),
+        Ok(TermCommand::LoggerLevel {
+            node: NodeId(2),
+            filter: Some("info,myriad_node=debug".into())
+        })
+    );
+    assert_eq!(
+        parse_command("loginfo 0x3"),
+        Ok(TermCommand::LogInfo { node: NodeId(3) })
+    );
     assert_eq!(parse_line(" ; ;"), Ok(vec![]));
 }
 
@@ -346,6 +357,8 @@ fn bad_arguments_are_refused_with_a_reason() {
         ("balance --rounds 0", "--rounds must be"),
         ("balance --imbalance x", "invalid --imbalance"),
         ("monitoring --history 0", "--history must be"),
+        ("loggerlevel", "missing argument"),
+        ("loginfo 2 3", "too many arguments"),
     ];
     for (line, expected) in cases {
         let error = parse_line(line).expect_err(line).to_string();

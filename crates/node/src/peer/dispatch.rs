@@ -14,7 +14,9 @@
 //! - [`types::RECOVER`]: the superpeer leader's recovery requests, served by the backup
 //!   service when the peer keeps backups ([`crate::recovery::serve_recover`]).
 //! - the backup service's own handlers (with the backup capability), and
-//! - [`types::NODE_SHUTDOWN`]: an operator's request to stop ([`PeerDispatch::shutdown_requested`]).
+//! - [`types::NODE_SHUTDOWN`]: an operator's request to stop ([`PeerDispatch::shutdown_requested`]);
+//! - [`types::LOG_LEVEL`], [`types::LOG_INFO`]: log filter and log engine state
+//!   ([`crate::ops::log_control`]).
 //!
 //! Roles ([`PeerDispatch::restrict_roles`]): [`types::RECOVER`] only from the configured
 //! superpeers; replication ([`myriad_replication::wire::REPLICATE`]) never from a node
@@ -108,6 +110,7 @@ impl PeerDispatch {
         dispatch.register_migrate(handlers)?;
         dispatch.register_recover(handlers, backup.cloned())?;
         dispatch.register_shutdown(handlers)?;
+        crate::ops::log_control::register(handlers, backup.cloned())?;
         Ok(dispatch)
     }
 

@@ -1,5 +1,6 @@
 //! Parsers of the operator commands added for issue 22: `chunkremoverange`, `nodedrain`,
-//! `nodewait`, `balance` and `monitoring`.
+//! `nodewait`, `balance`, `monitoring`,
+//! `loggerlevel` and `loginfo`.
 //!
 //! # Invariants
 //! Same as the [parent](super): never panics; limits are checked here so the backend only
@@ -111,6 +112,21 @@ pub(super) fn parse(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError>
                 node: a.optional_node(0)?,
                 history,
             }
+        }
+        "loggerlevel" => {
+            a.count(1, 2)?;
+            let filter = a.get(1).map(str::to_owned);
+            if filter.as_ref().is_some_and(|text| text.trim().is_empty()) {
+                return Err(a.error("an empty filter"));
+            }
+            TermCommand::LoggerLevel {
+                node: a.node(0)?,
+                filter,
+            }
+        }
+        "loginfo" => {
+            a.count(1, 1)?;
+            TermCommand::LogInfo { node: a.node(0)? }
         }
         other => return Err(no_parser(other)),
     };
