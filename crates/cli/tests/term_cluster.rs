@@ -394,6 +394,79 @@ fn terminal_commands_against_a_local_cluster() {
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(run.stderr.contains("keeps no backups"), "{run:?}");
 
+    // chunklocklist, chunkdump, memdump.
+    let created = term(&dir, true, &format!("chunkcreate 8 {a} 2"))
+        .ok()
+        .values();
+    let pair: Vec<String> = created[0]
+        .as_array()
+        .expect("created CIDs")
+        .iter()
+        .map(|row| row["cid"].as_str().expect("cid").to_string())
+        .collect();
+    let values = term(
+        &dir,
+        true,
+        &format!("chunklock {}; chunklocklist {a}", pair[0]),
+    )
+    .ok()
+    .values();
+    let locks = values[1].as_array().expect("lock rows");
+    assert_eq!(locks.len(), 1, "{values:?}");
+    assert_eq!(locks[0]["cid"], pair[0].as_str());
+    assert!(locks[0]["writer"].as_str().is_some(), "{values:?}");
+    // That terminal left: its lock is gone.
+    let values = term(&dir, true, &format!("chunklocklist {a}"))
+        .ok()
+        .values();
+    assert_eq!(values[0], serde_json::json!([]), "{values:?}");
+    let file = dir.join("chunk.bin");
+    term(
+        &dir,
+        true,
+        &format!(
+            "chunkput {} dumpme; chunkdump {} {}",
+            pair[1],
+            pair[1],
+            file.display()
+        ),
+    )
+    .ok();
+    let dumped = std::fs::read(&file).expect("chunkdump's file");
+    assert_eq!(&dumped[..6], b"dumpme", "{dumped:?}");
+    assert_eq!(dumped.len(), 8);
+    let file = dir.join("mem.dump");
+    let values = term(
+        &dir,
+        true,
+        &format!("chunkstatus {a}; memdump {a} {}", file.display()),
+    )
+    .ok()
+    .values();
+    let dump = std::fs::read(&file).expect("memdump's file");
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < dump.len() {
+        let cid = u64::from_le_bytes(dump[at..at + 8].try_into().expect("cid"));
+        let length = u32::from_le_bytes(dump[at + 8..at + 12].try_into().expect("length")) as usize;
+        records.push((
+            format!("0x{cid:016x}"),
+            dump[at + 12..at + 12 + length].to_vec(),
+        ));
+        at += 12 + length;
+    }
+    assert_eq!(at, dump.len(), "whole records");
+    assert_eq!(
+        records.len() as u64,
+        values[0]["chunks"].as_u64().expect("chunks")
+    );
+    assert_eq!(values[1]["chunks"], records.len());
+    let record = records
+        .iter()
+        .find(|(cid, _)| *cid == pair[1])
+        .unwrap_or_else(|| panic!("{} not in the dump: {records:?}", pair[1]));
+    assert_eq!(&record.1[..6], b"dumpme");
+
     // Metadata.
     let values = term(&dir, true, "metadata").ok().values();
     assert_eq!(values[0]["leader"], "0x0001");

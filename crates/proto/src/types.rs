@@ -44,6 +44,9 @@ pub const LOG_LEVEL: MessageType = MessageType::unordered(12, 1);
 /// Operator to a peer: its log engine's state as JSON (empty request →
 /// [`crate::logctl::TextReply`]; `loginfo`).
 pub const LOG_INFO: MessageType = MessageType::unordered(12, 2);
+/// Operator to a peer: the chunk locks held there, as JSON (empty request →
+/// [`crate::logctl::TextReply`]; `chunklocklist`).
+pub const LOCK_LIST: MessageType = MessageType::unordered(12, 3);
 
 /// Superpeer leader to a backup of a failed peer's zone: restore the zone here and take its
 /// CIDs over ([`crate::recovery::RecoverRequest`] → [`crate::recovery::RecoverReply`]).

@@ -223,7 +223,10 @@ impl ClientBackend {
             | TermCommand::Balance { .. }
             | TermCommand::Monitoring { .. }
             | TermCommand::LoggerLevel { .. }
-            | TermCommand::LogInfo { .. } => super::ops::dispatch(client, command),
+            | TermCommand::LogInfo { .. }
+            | TermCommand::ChunkLockList { .. }
+            | TermCommand::ChunkDump { .. }
+            | TermCommand::MemDump { .. } => super::ops::dispatch(client, command),
         }
     }
 

@@ -301,6 +301,26 @@ pub enum TermCommand {
         /// The peer.
         node: NodeId,
     },
+    /// List the chunk locks held at a peer.
+    ChunkLockList {
+        /// The peer.
+        node: NodeId,
+    },
+    /// Write a chunk's bytes to a local file.
+    ChunkDump {
+        /// The chunk.
+        cid: ChunkId,
+        /// The file written.
+        path: String,
+    },
+    /// Write every chunk a peer holds to a local file (`cid u64 LE, length u32 LE, bytes`
+    /// per chunk).
+    MemDump {
+        /// The peer.
+        node: NodeId,
+        /// The file written.
+        path: String,
+    },
     /// Register a chunk under a name.
     NameReg {
         /// The chunk.
@@ -458,6 +478,9 @@ impl TermCommand {
             TermCommand::Monitoring { .. } => "monitoring",
             TermCommand::LoggerLevel { .. } => "loggerlevel",
             TermCommand::LogInfo { .. } => "loginfo",
+            TermCommand::ChunkLockList { .. } => "chunklocklist",
+            TermCommand::ChunkDump { .. } => "chunkdump",
+            TermCommand::MemDump { .. } => "memdump",
             TermCommand::NameReg { .. } => "namereg",
             TermCommand::NameGet { .. } => "nameget",
             TermCommand::NameList => "namelist",
@@ -585,6 +608,21 @@ pub const COMMANDS: &[CommandSpec] = &[
         "loginfo",
         "loginfo <nid>",
         "show a backup peer's log engine state",
+    ),
+    spec(
+        "chunklocklist",
+        "chunklocklist <nid>",
+        "list the chunk locks held at a peer",
+    ),
+    spec(
+        "chunkdump",
+        "chunkdump <cid> <file>",
+        "write a chunk's bytes to a local file",
+    ),
+    spec(
+        "memdump",
+        "memdump <nid> <file>",
+        "write every chunk of a peer to a local file (cid, length, bytes per chunk)",
     ),
     spec(
         "namereg",
@@ -1039,7 +1077,9 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
         | "compapp" => parse_compute(&a, name),
         "chunkremoverange" | "nodedrain" | "nodewait" | "balance" | "monitoring"
-        | "loggerlevel" | "loginfo" => ops::parse(&a, name),
+        | "loggerlevel" | "loginfo" | "chunklocklist" | "chunkdump" | "memdump" => {
+            ops::parse(&a, name)
+        }
         other => Err(no_parser(other)),
     }
 }

@@ -1,5 +1,6 @@
 //! The terminal's operator commands added for issue 22: `nodedrain` (with a progress bar),
-//! `nodewait`, `chunkremoverange`, `balance`, `monitoring`, `loggerlevel` and `loginfo`.
+//! `nodewait`, `chunkremoverange`, `balance`, `monitoring`, `loggerlevel`, `loginfo`,
+//! `chunklocklist`, `chunkdump` and `memdump` (with a progress bar).
 //!
 //! # Job
 //! Maps each command to `myriad-client` calls and returns plain JSON like every backend
@@ -84,6 +85,23 @@ pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String>
                 .map_err(|error| error.to_string())?;
             Ok(json!({"node": node.to_string(), "filter": current}))
         }
+        TermCommand::ChunkLockList { node } => {
+            let text = client
+                .blocking()
+                .lock_list(*node)
+                .map_err(|error| error.to_string())?;
+            serde_json::from_str(&text).map_err(|error| format!("{node} sent no JSON: {error}"))
+        }
+        TermCommand::ChunkDump { cid, path } => {
+            let data = client
+                .blocking()
+                .chunks()
+                .get(*cid)
+                .map_err(|error| error.to_string())?;
+            std::fs::write(path, &data).map_err(|error| format!("writing {path}: {error}"))?;
+            Ok(json!({"cid": cid.to_string(), "file": path, "bytes": data.len()}))
+        }
+        TermCommand::MemDump { node, path } => mem_dump(client, *node, path),
         TermCommand::LogInfo { node } => {
             let text = client
                 .blocking()
@@ -341,4 +359,71 @@ fn merge_rates(row: &mut Value, old: &MonitorReport, new: &MonitorReport) {
             map.insert(key.to_owned(), value);
         }
     }
+}
+
+/// Chunks `memdump` reads per request.
+const DUMP_BATCH: usize = 1_000;
+/// Most CID ranges `memdump` lists.
+const DUMP_RANGES_MAX: u64 = 1_000_000;
+
+/// `memdump`: every chunk `node` holds, written to `path` as `cid (u64 LE), length (u32
+/// LE), bytes` per chunk, in the order of the peer's listing. A chunk removed meanwhile is
+/// left out.
+fn mem_dump(client: &Client, node: myriad_types::NodeId, path: &str) -> Result<Value, String> {
+    use std::io::Write;
+    let b = client.blocking();
+    let chunks = b.chunks();
+    let (ranges, truncated) = chunks
+        .list(node, None, DUMP_RANGES_MAX)
+        .map_err(|error| error.to_string())?;
+    if truncated {
+        return Err(format!(
+            "{node} holds more than {DUMP_RANGES_MAX} CID ranges"
+        ));
+    }
+    let total: u64 = ranges
+        .iter()
+        .map(|(first, last)| last.local_id() - first.local_id() + 1)
+        .sum();
+    let file = std::fs::File::create(path).map_err(|error| format!("creating {path}: {error}"))?;
+    let mut out = std::io::BufWriter::new(file);
+    let bar = progress_bar("dumping");
+    bar.set_length(total);
+    let (mut dumped, mut bytes) = (0u64, 0u64);
+    let cids = ranges.iter().flat_map(|(first, last)| {
+        (first.local_id()..=last.local_id()).filter_map(|lid| ChunkId::new(first.creator(), lid))
+    });
+    let mut batch = Vec::with_capacity(DUMP_BATCH);
+    let mut write_batch = |batch: &mut Vec<ChunkId>| -> Result<(), String> {
+        for (cid, result) in batch.iter().zip(chunks.get_batch(batch)) {
+            let data = match result {
+                Ok(data) => data,
+                Err(ClientError::NotFound(_)) => continue,
+                Err(error) => return Err(format!("reading {cid}: {error}")),
+            };
+            let length =
+                u32::try_from(data.len()).map_err(|_| format!("{cid} is larger than 4 GiB"))?;
+            out.write_all(&cid.raw().to_le_bytes())
+                .and_then(|()| out.write_all(&length.to_le_bytes()))
+                .and_then(|()| out.write_all(&data))
+                .map_err(|error| format!("writing {path}: {error}"))?;
+            dumped += 1;
+            bytes += data.len() as u64;
+        }
+        bar.inc(batch.len() as u64);
+        batch.clear();
+        Ok(())
+    };
+    for cid in cids {
+        batch.push(cid);
+        if batch.len() == DUMP_BATCH {
+            write_batch(&mut batch)?;
+        }
+    }
+    write_batch(&mut batch)?;
+    drop(write_batch);
+    bar.finish_and_clear();
+    out.flush()
+        .map_err(|error| format!("writing {path}: {error}"))?;
+    Ok(json!({"node": node.to_string(), "file": path, "chunks": dumped, "bytes": bytes}))
 }

@@ -359,6 +359,9 @@ fn bad_arguments_are_refused_with_a_reason() {
         ("monitoring --history 0", "--history must be"),
         ("loggerlevel", "missing argument"),
         ("loginfo 2 3", "too many arguments"),
+        ("chunkdump 1:1", "missing argument"),
+        ("memdump x f", "invalid node ID"),
+        ("chunklocklist", "missing argument"),
     ];
     for (line, expected) in cases {
         let error = parse_line(line).expect_err(line).to_string();

@@ -4,14 +4,15 @@
 //! # Job
 //! [`Client::monitoring`] asks the configured superpeers in turn for the reports they
 //! kept and returns the first answer; [`Client::log_level`] sets or reads a node's log
-//! filter; [`Client::log_info`] reads a backup peer's log engine state (JSON text).
+//! filter; [`Client::log_info`] reads a backup peer's log engine state and
+//! [`Client::lock_list`] a peer's chunk locks (JSON text).
 //!
 //! # Invariants
 //! Each request waits at most [`MONITOR_QUERY_TIMEOUT`]; `monitoring` fails only when no
 //! superpeer answers.
 //!
 //! # Who calls it
-//! `myriad term` (`monitoring`, `loggerlevel`, `loginfo`), tools.
+//! `myriad term` (`monitoring`, `loggerlevel`, `loginfo`, `chunklocklist`), tools.
 
 use std::time::Duration;
 
@@ -67,6 +68,13 @@ impl Client {
         self.text_request(node, types::LOG_LEVEL, request).await
     }
 
+    /// The chunk locks held at `peer`, as JSON text (an array of `cid`, `writer`,
+    /// `readers`).
+    pub async fn lock_list(&self, peer: NodeId) -> Result<String, ClientError> {
+        self.text_request(peer, types::LOCK_LIST, bytes::Bytes::new())
+            .await
+    }
+
     /// A backup peer's log engine state, as JSON text.
     pub async fn log_info(&self, node: NodeId) -> Result<String, ClientError> {
         self.text_request(node, types::LOG_INFO, bytes::Bytes::new())
@@ -97,6 +105,11 @@ impl BlockingClient<'_> {
     /// See [`Client::log_level`].
     pub fn log_level(&self, node: NodeId, filter: Option<String>) -> Result<String, ClientError> {
         self.block_on(self.client.log_level(node, filter))
+    }
+
+    /// See [`Client::lock_list`].
+    pub fn lock_list(&self, peer: NodeId) -> Result<String, ClientError> {
+        self.block_on(self.client.lock_list(peer))
     }
 
     /// See [`Client::log_info`].

@@ -16,7 +16,7 @@
 //! - the backup service's own handlers (with the backup capability), and
 //! - [`types::NODE_SHUTDOWN`]: an operator's request to stop ([`PeerDispatch::shutdown_requested`]);
 //! - [`types::LOG_LEVEL`], [`types::LOG_INFO`]: log filter and log engine state
-//!   ([`crate::ops::log_control`]).
+//!   ([`crate::ops::log_control`]); [`types::LOCK_LIST`]: the chunk locks held here.
 //!
 //! Roles ([`PeerDispatch::restrict_roles`]): [`types::RECOVER`] only from the configured
 //! superpeers; replication ([`myriad_replication::wire::REPLICATE`]) never from a node
@@ -45,6 +45,7 @@ use bytes::Bytes;
 use myriad_membership::Membership;
 use myriad_net::{Handlers, Incoming};
 use myriad_proto::chunk::{ChunkReply, ItemError};
+use myriad_proto::logctl::TextReply;
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::recovery::RecoverReply;
 use myriad_proto::types;
@@ -111,6 +112,7 @@ impl PeerDispatch {
         dispatch.register_recover(handlers, backup.cloned())?;
         dispatch.register_shutdown(handlers)?;
         crate::ops::log_control::register(handlers, backup.cloned())?;
+        dispatch.register_lock_list(handlers)?;
         Ok(dispatch)
     }
 
@@ -202,6 +204,39 @@ impl PeerDispatch {
                 running.fetch_sub(1, Ordering::AcqRel);
                 tracing::warn!(%error, "could not start a migration thread");
             }
+        })?;
+        Ok(())
+    }
+
+    /// LOCK_LIST: the chunk locks held here, as JSON (`chunklocklist`).
+    fn register_lock_list(&self, handlers: &mut Handlers) -> Result<(), PeerError> {
+        let cell = Arc::clone(&self.service);
+        handlers.register(types::LOCK_LIST, move |incoming: Incoming| {
+            if !incoming.is_request() {
+                return;
+            }
+            let reply = match cell.get() {
+                Some(service) => {
+                    let rows: Vec<serde_json::Value> = service
+                        .lock_list()
+                        .into_iter()
+                        .map(|(cid, writer, readers)| {
+                            serde_json::json!({
+                                "cid": cid.to_string(),
+                                "writer": writer.map(|node| node.to_string()),
+                                "readers": readers
+                                    .iter()
+                                    .map(|(node, count)| format!("{node}×{count}"))
+                                    .collect::<Vec<_>>()
+                                    .join(","),
+                            })
+                        })
+                        .collect();
+                    TextReply::Ok(serde_json::Value::Array(rows).to_string())
+                }
+                None => TextReply::Failed("peer is still starting".to_owned()),
+            };
+            let _ = incoming.respond(reply.encode());
         })?;
         Ok(())
     }

@@ -689,6 +689,19 @@ impl ChunkService {
         released
     }
 
+    /// Every chunk lock held through this service: the chunk, its write-lock holder and
+    /// its read-lock holders with their counts, in CID order (`chunklocklist`).
+    pub fn lock_list(&self) -> Vec<(ChunkId, Option<NodeId>, Vec<(NodeId, u32)>)> {
+        let mut list: Vec<_> = self
+            .locks
+            .lock()
+            .iter()
+            .map(|(cid, holders)| (*cid, holders.writer, holders.readers.clone()))
+            .collect();
+        list.sort_by_key(|(cid, _, _)| *cid);
+        list
+    }
+
     /// Whether `node` holds the write lock of `cid` through this service.
     fn holds_write(&self, node: NodeId, cid: ChunkId) -> bool {
         self.locked_chunks.load(Ordering::Acquire) > 0

@@ -1,6 +1,6 @@
 //! Parsers of the operator commands added for issue 22: `chunkremoverange`, `nodedrain`,
 //! `nodewait`, `balance`, `monitoring`,
-//! `loggerlevel` and `loginfo`.
+//! `loggerlevel`, `loginfo`, `chunklocklist`, `chunkdump` and `memdump`.
 //!
 //! # Invariants
 //! Same as the [parent](super): never panics; limits are checked here so the backend only
@@ -127,6 +127,24 @@ pub(super) fn parse(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError>
         "loginfo" => {
             a.count(1, 1)?;
             TermCommand::LogInfo { node: a.node(0)? }
+        }
+        "chunklocklist" => {
+            a.count(1, 1)?;
+            TermCommand::ChunkLockList { node: a.node(0)? }
+        }
+        "chunkdump" => {
+            a.count(2, 2)?;
+            TermCommand::ChunkDump {
+                cid: a.cid(0)?,
+                path: a.required(1)?.to_owned(),
+            }
+        }
+        "memdump" => {
+            a.count(2, 2)?;
+            TermCommand::MemDump {
+                node: a.node(0)?,
+                path: a.required(1)?.to_owned(),
+            }
         }
         other => return Err(no_parser(other)),
     };
