@@ -421,7 +421,6 @@ fn mem_dump(client: &Client, node: myriad_types::NodeId, path: &str) -> Result<V
         }
     }
     write_batch(&mut batch)?;
-    drop(write_batch);
     bar.finish_and_clear();
     out.flush()
         .map_err(|error| format!("writing {path}: {error}"))?;

@@ -250,6 +250,10 @@ fn to_usize(value: u64, what: &str) -> Result<usize, ItemError> {
     usize::try_from(value).map_err(|_| ItemError::Invalid(format!("{what} {value} too large")))
 }
 
+/// One held chunk lock ([`ChunkService::lock_list`]): the chunk, its write-lock holder,
+/// and each read-lock holder with its count.
+pub type LockRow = (ChunkId, Option<NodeId>, Vec<(NodeId, u32)>);
+
 /// The reply of a node that was declared failed: [`ItemError::NotOwner`] for every item,
 /// so that clients look the chunks up again (see [`ChunkService::declare_failed`]).
 fn refused(request: &ChunkRequest) -> ChunkReply {
@@ -691,7 +695,7 @@ impl ChunkService {
 
     /// Every chunk lock held through this service: the chunk, its write-lock holder and
     /// its read-lock holders with their counts, in CID order (`chunklocklist`).
-    pub fn lock_list(&self) -> Vec<(ChunkId, Option<NodeId>, Vec<(NodeId, u32)>)> {
+    pub fn lock_list(&self) -> Vec<LockRow> {
         let mut list: Vec<_> = self
             .locks
             .lock()
