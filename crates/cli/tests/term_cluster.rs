@@ -394,6 +394,21 @@ fn terminal_commands_against_a_local_cluster() {
     assert_eq!(run.code, Some(1), "{run:?}");
     assert!(run.stderr.contains("keeps no backups"), "{run:?}");
 
+    // balance: no load, so one round that moves nothing and says why (the moving
+    // rounds are exercised by `bench_balance.rs`).
+    let values = term(&dir, true, "balance --rounds 3 --window-ms 100")
+        .ok()
+        .values();
+    let rounds = values[0].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 1, "{values:?}");
+    assert_eq!(rounds[0]["moved"], 0, "{values:?}");
+    assert!(
+        rounds[0]["decision"]
+            .as_str()
+            .is_some_and(|d| d.contains("below")),
+        "{values:?}"
+    );
+
     // chunklocklist, chunkdump, memdump.
     let created = term(&dir, true, &format!("chunkcreate 8 {a} 2"))
         .ok()

@@ -152,11 +152,14 @@ impl Client {
         if left.is_empty() {
             return Ok(report);
         }
-        Err(ClientError::InvalidArgument(format!(
-            "{peer} still holds chunks after {} passes ({} chunks moved): is a workload \
-             creating chunks on it?",
-            report.passes, report.moved
-        )))
+        Err(ClientError::Server {
+            node: peer,
+            reason: format!(
+                "still holds chunks after {} passes ({} chunks moved): is a workload \
+                 creating chunks on it?",
+                report.passes, report.moved
+            ),
+        })
     }
 
     /// The targets of a drain of `peer`: the given ones (checked), or every other alive

@@ -226,7 +226,7 @@ impl PeerDispatch {
                                 "writer": writer.map(|node| node.to_string()),
                                 "readers": readers
                                     .iter()
-                                    .map(|(node, count)| format!("{node}×{count}"))
+                                    .map(|(node, count)| format!("{node}:{count}"))
                                     .collect::<Vec<_>>()
                                     .join(","),
                             })
