@@ -7,7 +7,7 @@
 //! chunks is SIGKILLed right away; the workload goes on across its recovery. The history of
 //! every operation is checked for linearizability per chunk and for lost writes: no
 //! acknowledged write may be lost and no read may see an older value, during the drain or
-//! after the new owner's death.
+//! after the new owner's death. The recovery is followed with `recoverywait`.
 //!
 //! Every process (nodes and terminals) is SIGKILLed by the process harness when the test
 //! ends, also when it panics.
@@ -85,6 +85,19 @@ fn term(dir: &Path, script: &str) -> Value {
     assert!(output.success(), "{script}: {output:#?}");
     serde_json::from_str(output.stdout.trim())
         .unwrap_or_else(|error| panic!("{script}: not JSON ({error}): {output:#?}"))
+}
+
+/// Runs `script` until its value satisfies `done` (the recovery table may still be empty
+/// right after a kill, before the failure is detected); bounded by 20 tries.
+fn poll_term(dir: &Path, script: &str, done: impl Fn(&Value) -> bool) -> Value {
+    for _ in 0..20 {
+        let value = term(dir, script);
+        if done(&value) {
+            return value;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("{script} never showed what was expected")
 }
 
 /// One workload thread: random puts (unique values) and gets until `stop`.
@@ -202,7 +215,14 @@ fn a_drained_peer_hands_over_every_chunk_under_load_and_a_new_owner_may_die() {
     let victim = per_target[0].0;
     let killed_at = nanos();
     cluster.kill(victim.0);
-    std::thread::sleep(Duration::from_secs(5));
+    // Followed from the terminal until the victim's zones are restored.
+    let recovered = poll_term(&cluster_dir, "recoverywait --timeout 20", |value| {
+        value["done"].as_u64() >= Some(1)
+    });
+    println!("recovery: {recovered}");
+    assert_eq!(recovered["failed"], 0, "{recovered}");
+    assert_eq!(recovered["lost"], 0, "{recovered}");
+    std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
     for thread in threads {
         thread.join().expect("workload thread");

@@ -226,7 +226,8 @@ impl ClientBackend {
             | TermCommand::LogInfo { .. }
             | TermCommand::ChunkLockList { .. }
             | TermCommand::ChunkDump { .. }
-            | TermCommand::MemDump { .. } => super::ops::dispatch(client, command),
+            | TermCommand::MemDump { .. }
+            | TermCommand::RecoveryWait { .. } => super::ops::dispatch(client, command),
         }
     }
 

@@ -321,6 +321,11 @@ pub enum TermCommand {
         /// The file written.
         path: String,
     },
+    /// Follow the zone recoveries until none is pending, running or waiting.
+    RecoveryWait {
+        /// Longest wait in seconds.
+        timeout_secs: u32,
+    },
     /// Register a chunk under a name.
     NameReg {
         /// The chunk.
@@ -481,6 +486,7 @@ impl TermCommand {
             TermCommand::ChunkLockList { .. } => "chunklocklist",
             TermCommand::ChunkDump { .. } => "chunkdump",
             TermCommand::MemDump { .. } => "memdump",
+            TermCommand::RecoveryWait { .. } => "recoverywait",
             TermCommand::NameReg { .. } => "namereg",
             TermCommand::NameGet { .. } => "nameget",
             TermCommand::NameList => "namelist",
@@ -623,6 +629,11 @@ pub const COMMANDS: &[CommandSpec] = &[
         "memdump",
         "memdump <nid> <file>",
         "write every chunk of a peer to a local file (cid, length, bytes per chunk)",
+    ),
+    spec(
+        "recoverywait",
+        "recoverywait [--timeout SECS]",
+        "follow the zone recoveries (a progress bar) until none is left to do",
     ),
     spec(
         "namereg",
@@ -1061,6 +1072,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "nodewait" => (&[], &["peers", "superpeers", "timeout"]),
         "balance" => (&[], &["rounds", "window-ms", "imbalance", "max-chunks"]),
         "monitoring" => (&[], &["history"]),
+        "recoverywait" => (&[], &["timeout"]),
         _ => (&[], &[]),
     };
     let a = Args::split(name, rest, flags, valued)?;
@@ -1077,9 +1089,8 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
         | "compapp" => parse_compute(&a, name),
         "chunkremoverange" | "nodedrain" | "nodewait" | "balance" | "monitoring"
-        | "loggerlevel" | "loginfo" | "chunklocklist" | "chunkdump" | "memdump" => {
-            ops::parse(&a, name)
-        }
+        | "loggerlevel" | "loginfo" | "chunklocklist" | "chunkdump" | "memdump"
+        | "recoverywait" => ops::parse(&a, name),
         other => Err(no_parser(other)),
     }
 }

@@ -1,6 +1,6 @@
 //! The terminal's operator commands added for issue 22: `nodedrain` (with a progress bar),
 //! `nodewait`, `chunkremoverange`, `balance`, `monitoring`, `loggerlevel`, `loginfo`,
-//! `chunklocklist`, `chunkdump` and `memdump` (with a progress bar).
+//! `chunklocklist`, `chunkdump`, `memdump` and `recoverywait` (with progress bars).
 //!
 //! # Job
 //! Maps each command to `myriad-client` calls and returns plain JSON like every backend
@@ -24,6 +24,7 @@ use myriad_client::client::{BalanceOptions, Client, DrainOptions, DrainProgress}
 use myriad_client::ClientError;
 use myriad_meta::{NodeState, Role};
 use myriad_proto::monitor::{MonitorQuery, MonitorReport};
+use myriad_proto::recovery::RecoveryState;
 use myriad_types::ChunkId;
 use serde_json::{json, Value};
 
@@ -102,6 +103,7 @@ pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String>
             Ok(json!({"cid": cid.to_string(), "file": path, "bytes": data.len()}))
         }
         TermCommand::MemDump { node, path } => mem_dump(client, *node, path),
+        TermCommand::RecoveryWait { timeout_secs } => recovery_wait(client, *timeout_secs),
         TermCommand::LogInfo { node } => {
             let text = client
                 .blocking()
@@ -425,4 +427,65 @@ fn mem_dump(client: &Client, node: myriad_types::NodeId, path: &str) -> Result<V
     out.flush()
         .map_err(|error| format!("writing {path}: {error}"))?;
     Ok(json!({"node": node.to_string(), "file": path, "chunks": dumped, "bytes": bytes}))
+}
+
+/// How often `recoverywait` reads the leader's recovery table.
+const RECOVERY_POLL: Duration = Duration::from_millis(200);
+
+/// `recoverywait`: follows the leader's recovery table (a bar of finished zones over all)
+/// until no zone is pending, running or waiting; the counts by state.
+fn recovery_wait(client: &Client, timeout_secs: u32) -> Result<Value, String> {
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(u64::from(timeout_secs));
+    let bar = ProgressBar::new(0);
+    if let Ok(style) =
+        ProgressStyle::with_template("recovering [{bar:30}] {pos}/{len} zones {msg} ({elapsed})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    loop {
+        let status = client
+            .blocking()
+            .recovery_status()
+            .map_err(|error| error.to_string());
+        let status = match status {
+            Ok(status) => status,
+            Err(error) => {
+                bar.finish_and_clear();
+                return Err(error);
+            }
+        };
+        let count = |state: RecoveryState| {
+            status
+                .zones
+                .iter()
+                .filter(|zone| zone.state == state)
+                .count()
+        };
+        let open = count(RecoveryState::Pending)
+            + count(RecoveryState::Running)
+            + count(RecoveryState::Waiting);
+        let zones = status.zones.len();
+        bar.set_length(zones as u64);
+        bar.set_position((zones - open) as u64);
+        bar.set_message(format!("{} restored", count(RecoveryState::Done)));
+        if open == 0 {
+            bar.finish_and_clear();
+            return Ok(json!({
+                "zones": zones,
+                "done": count(RecoveryState::Done),
+                "failed": count(RecoveryState::Failed),
+                "lost": count(RecoveryState::Lost),
+                "chunks": status.zones.iter().map(|zone| zone.chunks).sum::<u64>(),
+                "waited_ms": started.elapsed().as_millis() as u64,
+            }));
+        }
+        if Instant::now() >= deadline {
+            bar.finish_and_clear();
+            return Err(format!(
+                "after {timeout_secs} s: {open} of {zones} zones still being recovered"
+            ));
+        }
+        std::thread::sleep(RECOVERY_POLL);
+    }
 }

@@ -325,6 +325,10 @@ fn typed_arguments_parse() {
         parse_command("loginfo 0x3"),
         Ok(TermCommand::LogInfo { node: NodeId(3) })
     );
+    assert_eq!(
+        parse_command("recoverywait --timeout 9"),
+        Ok(TermCommand::RecoveryWait { timeout_secs: 9 })
+    );
     assert_eq!(parse_line(" ; ;"), Ok(vec![]));
 }
 
@@ -362,6 +366,7 @@ fn bad_arguments_are_refused_with_a_reason() {
         ("chunkdump 1:1", "missing argument"),
         ("memdump x f", "invalid node ID"),
         ("chunklocklist", "missing argument"),
+        ("recoverywait --timeout 0", "--timeout must be"),
     ];
     for (line, expected) in cases {
         let error = parse_line(line).expect_err(line).to_string();

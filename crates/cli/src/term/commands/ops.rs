@@ -1,6 +1,6 @@
 //! Parsers of the operator commands added for issue 22: `chunkremoverange`, `nodedrain`,
 //! `nodewait`, `balance`, `monitoring`,
-//! `loggerlevel`, `loginfo`, `chunklocklist`, `chunkdump` and `memdump`.
+//! `loggerlevel`, `loginfo`, `chunklocklist`, `chunkdump`, `memdump` and `recoverywait`.
 //!
 //! # Invariants
 //! Same as the [parent](super): never panics; limits are checked here so the backend only
@@ -16,7 +16,7 @@ use super::{no_parser, parse_u64, Args, ParseError, TermCommand};
 
 /// Most rounds of one `balance`.
 pub const BALANCE_ROUNDS_MAX: u32 = 1_000;
-/// Longest `nodewait --timeout` accepted, in seconds.
+/// Longest `nodewait` / `recoverywait` `--timeout` accepted, in seconds.
 pub const NODE_WAIT_SECS_MAX: u32 = 3_600;
 /// CIDs per migration request of `nodedrain` unless `--piece` says otherwise.
 pub const DRAIN_PIECE_DEFAULT: u64 = myriad_client::client::DRAIN_PIECE_CHUNKS;
@@ -55,6 +55,14 @@ pub(super) fn parse(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError>
                 targets,
                 piece,
             }
+        }
+        "recoverywait" => {
+            a.count(0, 0)?;
+            let timeout_secs = a.option_u32("timeout")?.unwrap_or(60);
+            if timeout_secs == 0 || timeout_secs > NODE_WAIT_SECS_MAX {
+                return Err(a.error(format!("--timeout must be 1..={NODE_WAIT_SECS_MAX}")));
+            }
+            TermCommand::RecoveryWait { timeout_secs }
         }
         "nodewait" => {
             a.count(0, 0)?;
