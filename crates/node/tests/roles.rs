@@ -55,7 +55,7 @@ fn a_client_cannot_send_peer_or_superpeer_internal_types() {
     let nodes_before = node_table(client.membership());
     let epoch_before = cluster.leader().epoch();
 
-    let refused: [(NodeId, MessageType, &str); 9] = [
+    let refused: [(NodeId, MessageType, &str); 10] = [
         (peers[0], wire::REPLICATE, "replication to a backup"),
         (peers[0], wire::ACK, "a backup's acknowledgement"),
         (peers[0], types::RECOVER, "a recovery order"),
@@ -76,6 +76,11 @@ fn a_client_cannot_send_peer_or_superpeer_internal_types() {
             superpeer,
             types::BARRIER_RELEASED,
             "a barrier release to a superpeer",
+        ),
+        (
+            superpeer,
+            types::MONITOR_REPORT,
+            "a monitoring report to a superpeer",
         ),
     ];
     let net = client.membership().net();
