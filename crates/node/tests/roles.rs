@@ -1,9 +1,9 @@
 //! Roles enforced, in one process over real sockets (a superpeer, two peers with R = 1,
 //! a client): a client that sends a peer-to-peer or superpeer-internal message type
 //! (replication, acknowledgements, recovery, Raft, membership events, heartbeats, barrier
-//! releases) loses its connection before any handler runs; the node goes on serving that
-//! same client over a new connection, and nothing changed: the chunks, the node table and
-//! the leader are as before. A type clients may send (the recovery status) is answered.
+//! releases, monitoring reports) loses its connection before any handler runs; the node
+//! goes on serving that same client over a new connection, and nothing changed: the
+//! chunks, the node table and the leader are as before. A type clients may send (the recovery status) is answered.
 //! Cluster-internal metadata commands (a failure verdict, another node's leave) from a
 //! client are refused by the superpeer; the client API's (temporary storage) are not.
 
