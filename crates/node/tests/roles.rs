@@ -3,9 +3,10 @@
 //! (replication, acknowledgements, recovery, Raft, membership events, heartbeats, barrier
 //! releases, monitoring reports) loses its connection before any handler runs; the node
 //! goes on serving that same client over a new connection, and nothing changed: the
-//! chunks, the node table and the leader are as before. A type clients may send (the recovery status) is answered.
-//! Cluster-internal metadata commands (a failure verdict, another node's leave) from a
-//! client are refused by the superpeer; the client API's (temporary storage) are not.
+//! chunks, the node table and the leader are as before. A type clients may send (the
+//! recovery status) is answered. Cluster-internal metadata commands (a failure verdict,
+//! another node's leave) from a client are refused by the superpeer; the client API's
+//! (temporary storage) are not.
 
 use std::time::Duration;
 
