@@ -310,33 +310,3 @@ proptest! {
         }
     }
 }
-
-#[test]
-fn write_buffer_fill_counts_appends_until_a_flush_takes_them() {
-    let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
-    // A flush interval far beyond the test: only `flush` empties the buffer.
-    let config = LogConfig {
-        flush_interval: Duration::from_secs(600),
-        ..LogConfig::small_for_tests()
-    };
-    let engine = LogEngine::open(config, storage).unwrap();
-    let zone = ZoneId { owner: 7, zone: 0 };
-    engine.create_zone(zone).unwrap();
-    let empty = engine.stats();
-    assert_eq!(empty.write_buffer_bytes, 0);
-    assert_eq!(empty.write_buffer_busy_halves, 0);
-    for i in 0..10u64 {
-        engine.append(zone, (7 << 48) | i, &[1u8; 100]).unwrap();
-    }
-    let filled = engine.stats().write_buffer_bytes;
-    // Ten records of 100 payload bytes each, with their record and entry headers.
-    assert!((1_000..2_000).contains(&filled), "{filled} bytes buffered");
-    assert!(filled <= empty.write_buffer_capacity_bytes / 2);
-    engine.flush().unwrap();
-    let flushed = engine.stats();
-    assert_eq!(flushed.write_buffer_bytes, 0);
-    assert_eq!(
-        flushed.write_buffer_busy_halves, 0,
-        "every half is back after the flush"
-    );
-}
