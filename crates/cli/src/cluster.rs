@@ -3,7 +3,8 @@
 //! A thin command-line face of [`myriad_launcher`]: `start` spawns the nodes with this
 //! very binary (`std::env::current_exe()`) and returns once all serve; the other commands
 //! reopen `DIR/cluster.json`. Node arguments are the node command-line contract's
-//! (`myriad superpeer ...`, `myriad peer ...`).
+//! (`myriad superpeer ...`, `myriad peer ...`). `start`, `stop` and `restart` show a
+//! spinner on stderr while they wait, when stderr is a terminal.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -107,7 +108,13 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
                 spec.extra_args.push(config.display().to_string());
             }
             spec.secret_file = args.secret_file.clone();
-            let mut cluster = LocalCluster::start(spec)?;
+            let spinner = spinner(format!(
+                "starting {} superpeers and {} peers",
+                spec.superpeers, spec.peers
+            ));
+            let started = LocalCluster::start(spec);
+            spinner.finish_and_clear();
+            let mut cluster = started?;
             println!("cluster started in {}", cluster.dir().display());
             print!("{}", render_status(&cluster.status()));
             println!("superpeers: {}", cluster.superpeer_list());
@@ -127,7 +134,10 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
         ClusterCommand::Stop { dir, timeout_secs } => {
             let mut cluster = LocalCluster::open(&dir)?;
             cluster.set_stop_timeout(Duration::from_secs(timeout_secs));
-            let killed = cluster.stop()?;
+            let spinner = spinner(format!("stopping {} nodes", cluster.nodes().len()));
+            let stopped = cluster.stop();
+            spinner.finish_and_clear();
+            let killed = stopped?;
             if killed.is_empty() {
                 println!("stopped {} nodes", cluster.nodes().len());
             } else {
@@ -155,10 +165,13 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             peer_gap_ms,
         } => {
             let mut cluster = LocalCluster::open(&dir)?;
-            let entries = match node {
-                Some(node) => vec![cluster.restart(&node)?],
-                None => cluster.restart_all(std::time::Duration::from_millis(peer_gap_ms))?,
+            let spinner = spinner("restarting".to_owned());
+            let restarted = match node {
+                Some(node) => cluster.restart(&node).map(|entry| vec![entry]),
+                None => cluster.restart_all(std::time::Duration::from_millis(peer_gap_ms)),
             };
+            spinner.finish_and_clear();
+            let entries = restarted?;
             if entries.is_empty() {
                 println!("every node is alive; nothing restarted");
             }
@@ -171,6 +184,18 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A spinner with `message` and the time elapsed on stderr, ticking on its own thread;
+/// hidden when stderr is no terminal (scripts and logs never see it).
+fn spinner(message: String) -> indicatif::ProgressBar {
+    let spinner = indicatif::ProgressBar::new_spinner();
+    if let Ok(style) = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        spinner.set_style(style);
+    }
+    spinner.set_message(message);
+    spinner.enable_steady_tick(Duration::from_millis(100));
+    spinner
 }
 
 /// The node table: name, role, node ID, address, metrics address, pid, alive, log.

@@ -57,6 +57,8 @@ enum BenchCommand {
     /// The compute platform: local/remote/delegated empty-job throughput (Rayon as the local
     /// bound), steals, superstep latency of a compute group.
     Jobs(myriad_bench::jobs::JobsArgs),
+    /// A skewed read load on one peer, before and after the load balancer's rounds.
+    Balance(myriad_bench::balance::BalanceArgs),
     /// Small-object get/put of a local cluster, with Redis and memcached baselines.
     Kv(myriad_bench::kv::KvArgs),
     /// The backup-side log engine: append rate, recovery read, disk baseline.
@@ -91,6 +93,9 @@ pub fn main_with(registry: myriad_compute::Registry) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::NetServer(args)) => {
             myriad_bench::net::serve(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Balance(args)) => {
+            myriad_bench::balance::run(&args).map_err(anyhow::Error::msg)
         }
         Command::Bench(BenchCommand::Jobs(args)) => {
             myriad_bench::jobs::run(&args).map_err(anyhow::Error::msg)
@@ -129,20 +134,55 @@ pub(crate) enum LogFormat {
 }
 
 /// Logs to stderr at `info` (or as `RUST_LOG` says), once per process: text, with ANSI
-/// colours only when stderr is a terminal (a log file gets none), or JSON lines.
+/// colours only when stderr is a terminal (a log file gets none), or JSON lines. The
+/// filter can be replaced at run time (`loggerlevel`): the reload handle is installed as
+/// the node's filter hook (`myriad_node::ops::log_control`).
 pub(crate) fn init_tracing(format: LogFormat) {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let initial = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|text| !text.is_empty() && tracing_subscriber::EnvFilter::try_new(text).is_ok())
+        .unwrap_or_else(|| "info,openraft=warn".to_owned());
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&initial))
         .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
-    };
+    match format {
+        LogFormat::Text => {
+            let builder = builder
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_filter_reloading();
+            install_filter_hook(builder.reload_handle(), initial);
+            let _ = builder.try_init();
+        }
+        LogFormat::Json => {
+            let builder = builder.json().with_ansi(false).with_filter_reloading();
+            install_filter_hook(builder.reload_handle(), initial);
+            let _ = builder.try_init();
+        }
+    }
+}
+
+/// Makes `handle` the node's log filter hook: a new filter replaces the old one if it
+/// parses; the text of the filter in force is kept for reads.
+fn install_filter_hook<S: 'static>(
+    handle: tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, S>,
+    initial: String,
+) {
+    let current = std::sync::Mutex::new(initial);
+    myriad_node::ops::log_control::install_filter_hook(Box::new(move |filter| {
+        let mut current = current
+            .lock()
+            .map_err(|_| "the log filter's lock is poisoned".to_owned())?;
+        if let Some(text) = filter {
+            let parsed = tracing_subscriber::EnvFilter::try_new(text)
+                .map_err(|error| format!("invalid log filter {text:?}: {error}"))?;
+            handle
+                .reload(parsed)
+                .map_err(|error| format!("the log filter was not replaced: {error}"))?;
+            *current = text.to_owned();
+        }
+        Ok(current.clone())
+    }));
 }
 
 /// Starts the node's HTTP endpoint (metrics, status page) at `listen`, if given.

@@ -128,6 +128,9 @@ const PEER_FAMILIES: &[(&str, &str)] = &[
     ("myriad_log_flushes_total", "counter"),
     ("myriad_log_cleaning_passes_total", "counter"),
     ("myriad_log_write_amplification", "gauge"),
+    ("myriad_log_write_buffer_bytes", "gauge"),
+    ("myriad_log_write_buffer_fill_ratio", "gauge"),
+    ("myriad_log_write_buffer_busy_halves", "gauge"),
     ("process_cpu_seconds_total", "counter"),
     ("process_resident_memory_bytes", "gauge"),
 ];
@@ -306,6 +309,10 @@ fn every_node_serves_metrics_that_move_under_load() {
     assert!(now.value("myriad_replication_zones", &[]) >= 1.0);
     assert!(now.value("process_cpu_seconds_total", &[]) > 0.0);
     assert!(now.value("process_resident_memory_bytes", &[]) > 1e6);
+    // The write buffer's fill is a fraction of its active half.
+    let fill = now.value("myriad_log_write_buffer_fill_ratio", &[]);
+    assert!((0.0..=1.0).contains(&fill), "fill ratio {fill}");
+    assert!(now.value("myriad_log_write_buffer_busy_halves", &[]) <= 3.0);
     // The second peer keeps the backups: its log engine took every create and put.
     let backup_appends = |m: &Metrics| m.value("myriad_log_appended_entries_total", &[]);
     let backup = peers[1].name.clone();

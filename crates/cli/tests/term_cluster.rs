@@ -265,6 +265,223 @@ fn terminal_commands_against_a_local_cluster() {
     assert_eq!(clients[0]["state"], "alive");
     assert!(clients[0]["incarnation"].as_u64() > Some(10), "{rows:#?}");
 
+    // nodewait: answered at once when enough nodes are alive, an error after its
+    // timeout when not.
+    let values = term(&dir, true, "nodewait --peers 2").ok().values();
+    assert_eq!(values[0]["peers"], 2, "{values:?}");
+    let run = term(&dir, false, "nodewait --peers 3 --timeout 1");
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("2 of 3 peers"), "{run:?}");
+
+    // chunkremoverange: five chunks created, a range over them and one CID beyond.
+    let created = term(&dir, true, &format!("chunkcreate 8 {a} 5"))
+        .ok()
+        .values();
+    let range = created[0]
+        .as_array()
+        .expect("created CIDs")
+        .iter()
+        .map(|row| row["cid"].as_str().expect("cid").to_string())
+        .collect::<Vec<_>>();
+    let parsed: Vec<myriad_types::ChunkId> =
+        range.iter().map(|cid| cid.parse().expect("cid")).collect();
+    let (first, last) = (
+        *parsed.iter().min().expect("min"),
+        *parsed.iter().max().expect("max"),
+    );
+    // One CID past the last: never created, so counted as absent.
+    let beyond = myriad_types::ChunkId::new(last.creator(), last.local_id() + 1).expect("cid");
+    let values = term(&dir, true, &format!("chunkremoverange {first} {beyond}"))
+        .ok()
+        .values();
+    let (removed, absent) = (
+        values[0]["removed"].as_u64().expect("removed"),
+        values[0]["absent"].as_u64().expect("absent"),
+    );
+    assert!(removed >= 5 && absent >= 1, "{values:?}");
+    assert_eq!(
+        removed + absent,
+        beyond.local_id() - first.local_id() + 1,
+        "{values:?}"
+    );
+    for cid in &range {
+        let run = term(&dir, false, &format!("chunkget {cid}"));
+        assert_eq!(run.code, Some(1), "{cid} still there: {run:?}");
+    }
+
+    // monitoring: both peers push summaries to the superpeer every 2 s; the table lists
+    // them, and a peer's history has one row per interval.
+    let mut table = Vec::new();
+    let listed = poll_until(Duration::from_secs(10), || {
+        let run = term(&dir, true, "monitoring");
+        table = run.values()[0].as_array().cloned().unwrap_or_default();
+        run.code == Some(0) && table.len() == 2
+    });
+    assert!(listed, "{table:#?}");
+    let listed: Vec<&str> = table.iter().filter_map(|row| row["nid"].as_str()).collect();
+    assert_eq!(listed, [a.as_str(), b.as_str()], "{table:#?}");
+    assert!(
+        table.iter().all(|row| row["rss_mib"].as_f64() > Some(1.0)),
+        "{table:#?}"
+    );
+    let mut history = Vec::new();
+    let grown = poll_until(Duration::from_secs(10), || {
+        let values = term(&dir, true, &format!("monitoring {a} --history 5"))
+            .ok()
+            .values();
+        history = values[0].as_array().cloned().unwrap_or_default();
+        history.len() >= 2
+    });
+    assert!(grown, "{history:#?}");
+    assert!(
+        history.iter().all(|row| row["chunks"].as_u64() >= Some(1)),
+        "{history:#?}"
+    );
+
+    // loggerlevel: peer a's filter is read, then changed at run time to debug for the
+    // messaging layer; the next terminal's connection to it ends with a DEBUG line in its
+    // log. A filter that does not parse is refused.
+    let values = term(&dir, true, &format!("loggerlevel {a}")).ok().values();
+    assert_eq!(values[0]["filter"], "info,openraft=warn", "{values:?}");
+    let log = cluster
+        .nodes()
+        .iter()
+        .find(|node| node.node_id == peer_ids[0])
+        .expect("peer a")
+        .log
+        .clone();
+    let debug_lines = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.contains("DEBUG") && line.contains("myriad_net"))
+            .count()
+    };
+    assert_eq!(debug_lines(), 0, "no debug lines at the start");
+    let values = term(
+        &dir,
+        true,
+        &format!("loggerlevel {a} info,myriad_net=debug"),
+    )
+    .ok()
+    .values();
+    assert_eq!(values[0]["filter"], "info,myriad_net=debug", "{values:?}");
+    term(&dir, true, &format!("chunkstatus {a}")).ok();
+    assert!(
+        poll_until(Duration::from_secs(10), || debug_lines() > 0),
+        "no DEBUG line of myriad_net in {}",
+        log.display()
+    );
+    let run = term(&dir, false, &format!("loggerlevel {a} 'x=[['"));
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("invalid log filter"), "{run:?}");
+    let values = term(&dir, true, &format!("loggerlevel {a} info"))
+        .ok()
+        .values();
+    assert_eq!(values[0]["filter"], "info");
+    // loginfo: a peer's log engine (it keeps the other peer's backups); a superpeer has
+    // none.
+    let values = term(&dir, true, &format!("loginfo {b}")).ok().values();
+    assert!(
+        values[0]["write_buffer_capacity_bytes"].as_u64() > Some(0),
+        "{values:?}"
+    );
+    assert!(
+        values[0]["appended_entries"].as_u64().is_some(),
+        "{values:?}"
+    );
+    let run = term(&dir, false, "loginfo 1");
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("keeps no backups"), "{run:?}");
+
+    // balance: no load, so one round that moves nothing and says why (the moving
+    // rounds are exercised by `bench_balance.rs`).
+    let values = term(&dir, true, "balance --rounds 3 --window-ms 100")
+        .ok()
+        .values();
+    let rounds = values[0].as_array().expect("rounds");
+    assert_eq!(rounds.len(), 1, "{values:?}");
+    assert_eq!(rounds[0]["moved"], 0, "{values:?}");
+    assert!(
+        rounds[0]["decision"]
+            .as_str()
+            .is_some_and(|d| d.contains("below")),
+        "{values:?}"
+    );
+
+    // chunklocklist, chunkdump, memdump.
+    let created = term(&dir, true, &format!("chunkcreate 8 {a} 2"))
+        .ok()
+        .values();
+    let pair: Vec<String> = created[0]
+        .as_array()
+        .expect("created CIDs")
+        .iter()
+        .map(|row| row["cid"].as_str().expect("cid").to_string())
+        .collect();
+    let values = term(
+        &dir,
+        true,
+        &format!("chunklock {}; chunklocklist {a}", pair[0]),
+    )
+    .ok()
+    .values();
+    let locks = values[1].as_array().expect("lock rows");
+    assert_eq!(locks.len(), 1, "{values:?}");
+    assert_eq!(locks[0]["cid"], pair[0].as_str());
+    assert!(locks[0]["writer"].as_str().is_some(), "{values:?}");
+    // That terminal left: its lock is gone.
+    let values = term(&dir, true, &format!("chunklocklist {a}"))
+        .ok()
+        .values();
+    assert_eq!(values[0], serde_json::json!([]), "{values:?}");
+    let file = dir.join("chunk.bin");
+    term(
+        &dir,
+        true,
+        &format!(
+            "chunkput {} dumpme; chunkdump {} {}",
+            pair[1],
+            pair[1],
+            file.display()
+        ),
+    )
+    .ok();
+    let dumped = std::fs::read(&file).expect("chunkdump's file");
+    assert_eq!(&dumped[..6], b"dumpme", "{dumped:?}");
+    assert_eq!(dumped.len(), 8);
+    let file = dir.join("mem.dump");
+    let values = term(
+        &dir,
+        true,
+        &format!("chunkstatus {a}; memdump {a} {}", file.display()),
+    )
+    .ok()
+    .values();
+    let dump = std::fs::read(&file).expect("memdump's file");
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < dump.len() {
+        let cid = u64::from_le_bytes(dump[at..at + 8].try_into().expect("cid"));
+        let length = u32::from_le_bytes(dump[at + 8..at + 12].try_into().expect("length")) as usize;
+        records.push((
+            format!("0x{cid:016x}"),
+            dump[at + 12..at + 12 + length].to_vec(),
+        ));
+        at += 12 + length;
+    }
+    assert_eq!(at, dump.len(), "whole records");
+    assert_eq!(
+        records.len() as u64,
+        values[0]["chunks"].as_u64().expect("chunks")
+    );
+    assert_eq!(values[1]["chunks"], records.len());
+    let record = records
+        .iter()
+        .find(|(cid, _)| *cid == pair[1])
+        .unwrap_or_else(|| panic!("{} not in the dump: {records:?}", pair[1]));
+    assert_eq!(&record.1[..6], b"dumpme");
+
     // Metadata.
     let values = term(&dir, true, "metadata").ok().values();
     assert_eq!(values[0]["leader"], "0x0001");

@@ -24,6 +24,14 @@ use crate::chunk::{BlockingChunks, ChunkOptions, Chunks};
 use crate::membership::{JoinConfig, Membership};
 use crate::ClientError;
 
+mod balance;
+mod drain;
+mod monitor;
+
+pub use balance::{plan as balance_plan, BalanceOptions, BalanceRound, PeerLoad};
+pub use drain::{DrainOptions, DrainProgress, DrainReport, DRAIN_PIECE_CHUNKS};
+pub use monitor::MONITOR_QUERY_TIMEOUT;
+
 /// How long a superpeer may take to answer a recovery-status request.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -354,6 +362,24 @@ impl Client {
             )));
         }
         let owner = self.inner.chunks.owner_of(first);
+        self.migrate_from(owner, first, last, to).await
+    }
+
+    /// Like [`Client::migrate`], with the request sent to `owner` (the peer that holds the
+    /// range) instead of the owner this client's cache names; the peer refuses a range it
+    /// does not own. Used by [`Client::drain`], which knows the holder from its listing.
+    pub async fn migrate_from(
+        &self,
+        owner: NodeId,
+        first: ChunkId,
+        last: ChunkId,
+        to: NodeId,
+    ) -> Result<u64, ClientError> {
+        if first.creator() != last.creator() || first > last {
+            return Err(ClientError::InvalidArgument(format!(
+                "{first}..={last} is not an ascending range of one creator"
+            )));
+        }
         let payload = MigrateRequest { first, last, to }.encode();
         let timeout = Duration::from_secs(60);
         let reply = self
@@ -473,5 +499,7 @@ impl BlockingClient<'_> {
         fn recovery_status() -> Result<RecoveryStatusReply, ClientError>;
         /// See [`Client::migrate`].
         fn migrate(first: ChunkId, last: ChunkId, to: NodeId) -> Result<u64, ClientError>;
+        /// See [`Client::migrate_from`].
+        fn migrate_from(owner: NodeId, first: ChunkId, last: ChunkId, to: NodeId) -> Result<u64, ClientError>;
     }
 }

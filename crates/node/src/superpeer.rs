@@ -496,6 +496,25 @@ fn handlers(slot: &Arc<OnceLock<Arc<Core>>>, members: &[NodeId]) -> Result<Handl
             let _ = incoming.respond(reply.encode());
         }
     })?;
+    // Peers' monitoring summaries (DXMonitor), kept here for `monitoring` queries.
+    Arc::new(crate::ops::monitor::MonitorStore::default()).register(&mut handlers)?;
+    // Reports from any node not known as a client (a peer that joined a moment ago may
+    // report before its join is applied here).
+    let monitor_slot = slot.clone();
+    handlers.restrict(types::MONITOR_REPORT, move |from| {
+        monitor_slot
+            .get()
+            .and_then(|core| core.raft())
+            .is_none_or(|raft| {
+                raft.read_local(|state| {
+                    state
+                        .node(from)
+                        .is_none_or(|record| record.role != Role::Client)
+                })
+            })
+    })?;
+    // `loggerlevel` (a superpeer keeps no backups: `loginfo` says so).
+    crate::ops::log_control::register(&mut handlers, None)?;
     // Other superpeers' leaders push events here too; the applied state already has them.
     handlers.register(types::EVENT, |_message: Incoming| {})?;
     handlers.register(types::BARRIER_RELEASED, |_message: Incoming| {})?;

@@ -1,11 +1,12 @@
 //! Roles enforced, in one process over real sockets (a superpeer, two peers with R = 1,
 //! a client): a client that sends a peer-to-peer or superpeer-internal message type
 //! (replication, acknowledgements, recovery, Raft, membership events, heartbeats, barrier
-//! releases) loses its connection before any handler runs; the node goes on serving that
-//! same client over a new connection, and nothing changed: the chunks, the node table and
-//! the leader are as before. A type clients may send (the recovery status) is answered.
-//! Cluster-internal metadata commands (a failure verdict, another node's leave) from a
-//! client are refused by the superpeer; the client API's (temporary storage) are not.
+//! releases, monitoring reports) loses its connection before any handler runs; the node
+//! goes on serving that same client over a new connection, and nothing changed: the
+//! chunks, the node table and the leader are as before. A type clients may send (the
+//! recovery status) is answered. Cluster-internal metadata commands (a failure verdict,
+//! another node's leave) from a client are refused by the superpeer; the client API's
+//! (temporary storage) are not.
 
 use std::time::Duration;
 
@@ -55,7 +56,7 @@ fn a_client_cannot_send_peer_or_superpeer_internal_types() {
     let nodes_before = node_table(client.membership());
     let epoch_before = cluster.leader().epoch();
 
-    let refused: [(NodeId, MessageType, &str); 9] = [
+    let refused: [(NodeId, MessageType, &str); 10] = [
         (peers[0], wire::REPLICATE, "replication to a backup"),
         (peers[0], wire::ACK, "a backup's acknowledgement"),
         (peers[0], types::RECOVER, "a recovery order"),
@@ -76,6 +77,11 @@ fn a_client_cannot_send_peer_or_superpeer_internal_types() {
             superpeer,
             types::BARRIER_RELEASED,
             "a barrier release to a superpeer",
+        ),
+        (
+            superpeer,
+            types::MONITOR_REPORT,
+            "a monitoring report to a superpeer",
         ),
     ];
     let net = client.membership().net();

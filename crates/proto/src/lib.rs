@@ -11,6 +11,10 @@
 //!   reports and the events the group pushes to every node.
 //! - [`recovery`]: recovery of a failed peer's backup zones (recover requests to backups,
 //!   the leader's recovery table).
+//! - [`monitor`]: the summaries peers push to the superpeers (DXMonitor), and queries
+//!   for them.
+//! - [`logctl`]: changing a node's log filter at run time, a backup peer's log engine
+//!   state.
 //!
 //! # Invariants
 //! - Decoding never panics and never allocates more than the input's length justifies: every
@@ -28,8 +32,10 @@ pub mod chunk;
 #[cfg(test)]
 mod digest;
 pub mod limits;
+pub mod logctl;
 pub mod meta;
 pub mod migrate;
+pub mod monitor;
 pub mod recovery;
 pub mod types;
 

@@ -38,6 +38,15 @@ pub const MIGRATE: MessageType = MessageType::unordered(20, 1);
 /// Operator to a peer: leave the cluster and exit (`nodeshutdown` in `myriad term`;
 /// request, answered with an empty payload before the node shuts down).
 pub const NODE_SHUTDOWN: MessageType = MessageType::unordered(12, 0);
+/// Operator to a peer or superpeer: set or read its log filter
+/// ([`crate::logctl::LogLevelRequest`] → [`crate::logctl::TextReply`]; `loggerlevel`).
+pub const LOG_LEVEL: MessageType = MessageType::unordered(12, 1);
+/// Operator to a peer: its log engine's state as JSON (empty request →
+/// [`crate::logctl::TextReply`]; `loginfo`).
+pub const LOG_INFO: MessageType = MessageType::unordered(12, 2);
+/// Operator to a peer: the chunk locks held there, as JSON (empty request →
+/// [`crate::logctl::TextReply`]; `chunklocklist`).
+pub const LOCK_LIST: MessageType = MessageType::unordered(12, 3);
 
 /// Superpeer leader to a backup of a failed peer's zone: restore the zone here and take its
 /// CIDs over ([`crate::recovery::RecoverRequest`] → [`crate::recovery::RecoverReply`]).
@@ -45,3 +54,10 @@ pub const RECOVER: MessageType = MessageType::unordered(40, 0);
 /// Any node to a superpeer: the leader's recovery table (empty request →
 /// [`crate::recovery::RecoveryStatusReply`]).
 pub const RECOVERY_STATUS: MessageType = MessageType::unordered(40, 1);
+
+/// Peer to every superpeer, every few seconds: its summary
+/// ([`crate::monitor::MonitorReport`], one-way).
+pub const MONITOR_REPORT: MessageType = MessageType::unordered(13, 0);
+/// Any node to a superpeer: the reports it kept ([`crate::monitor::MonitorQuery`] →
+/// [`crate::monitor::MonitorReply`]).
+pub const MONITOR_QUERY: MessageType = MessageType::unordered(13, 1);

@@ -47,9 +47,15 @@ impl LogEngine {
             })
             .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
         let c = &inner.counters;
-        let (appended_entries, appended_payload_bytes) = {
+        let (appended_entries, appended_payload_bytes, write_buffer_bytes, busy_halves) = {
             let wb = inner.wb.lock();
-            (wb.appended_entries, wb.appended_payload_bytes)
+            (
+                wb.appended_entries,
+                wb.appended_payload_bytes,
+                wb.active.len() as u64,
+                // Every half is the active one, a spare, or with the flusher or writer.
+                (super::WRITE_BUFFER_HALVES - 1).saturating_sub(wb.spares.len()) as u64,
+            )
         };
         let primary_bytes_written = inner
             .primary
@@ -58,6 +64,8 @@ impl LogEngine {
             .map_or(0, |p| p.bytes_written());
         EngineStats {
             write_buffer_capacity_bytes: inner.config.write_buffer_bytes,
+            write_buffer_bytes,
+            write_buffer_busy_halves: busy_halves,
             memory_bytes: inner.config.write_buffer_bytes
                 + zones.iter().map(|z| z.memory_bytes).sum::<u64>(),
             zones,
@@ -143,6 +151,13 @@ pub struct EngineStats {
     pub zones: Vec<ZoneStats>,
     /// Write buffer size.
     pub write_buffer_capacity_bytes: u64,
+    /// Bytes in the write buffer's active half (records appended, not yet taken by the
+    /// flusher); the half holds `write_buffer_capacity_bytes / 2` and is flushed once it
+    /// is 15/16 full or the flush interval passed.
+    pub write_buffer_bytes: u64,
+    /// Further halves the flusher and writer hold (taken, being sorted, queued or being
+    /// written): 0 when the disk keeps up, up to 3 when appends wait for it.
+    pub write_buffer_busy_halves: u64,
     /// RAM of the write buffer plus every zone's `memory_bytes`.
     pub memory_bytes: u64,
     /// Entries appended (links of chained chunks count one each).
@@ -182,4 +197,45 @@ pub struct EngineStats {
     pub reorg_cleaned: CleanedStats,
     /// Everything up to this sequence number is durable.
     pub durable_seq: Seq,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::config::LogConfig;
+    use crate::engine::LogEngine;
+    use crate::storage::{MemStorage, Storage};
+    use crate::ZoneId;
+
+    #[test]
+    fn write_buffer_fill_counts_appends_until_a_flush_takes_them() {
+        let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+        // A flush interval far beyond the test: only `flush` empties the buffer.
+        let config = LogConfig {
+            flush_interval: Duration::from_secs(600),
+            ..LogConfig::small_for_tests()
+        };
+        let engine = LogEngine::open(config, storage).unwrap();
+        let zone = ZoneId { owner: 7, zone: 0 };
+        engine.create_zone(zone).unwrap();
+        let empty = engine.stats();
+        assert_eq!(empty.write_buffer_bytes, 0);
+        assert_eq!(empty.write_buffer_busy_halves, 0);
+        for i in 0..10u64 {
+            engine.append(zone, (7 << 48) | i, &[1u8; 100]).unwrap();
+        }
+        let filled = engine.stats().write_buffer_bytes;
+        // Ten records of 100 payload bytes each, with their record and entry headers.
+        assert!((1_000..2_000).contains(&filled), "{filled} bytes buffered");
+        assert!(filled <= empty.write_buffer_capacity_bytes / 2);
+        engine.flush().unwrap();
+        let flushed = engine.stats();
+        assert_eq!(flushed.write_buffer_bytes, 0);
+        assert_eq!(
+            flushed.write_buffer_busy_halves, 0,
+            "every half is back after the flush"
+        );
+    }
 }

@@ -217,6 +217,17 @@ impl ClientBackend {
             | TermCommand::CompTaskScript { .. }
             | TermCommand::CompGroupJoin { .. }
             | TermCommand::CompApp { .. } => super::compute::dispatch(client, command),
+            TermCommand::NodeDrain { .. }
+            | TermCommand::NodeWait { .. }
+            | TermCommand::ChunkRemoveRange { .. }
+            | TermCommand::Balance { .. }
+            | TermCommand::Monitoring { .. }
+            | TermCommand::LoggerLevel { .. }
+            | TermCommand::LogInfo { .. }
+            | TermCommand::ChunkLockList { .. }
+            | TermCommand::ChunkDump { .. }
+            | TermCommand::MemDump { .. }
+            | TermCommand::RecoveryWait { .. } => super::ops::dispatch(client, command),
         }
     }
 

@@ -22,6 +22,8 @@
 //! [`super::Shell`] for interactive and one-shot input; the backend receives only parsed
 //! commands.
 
+mod ops;
+
 use std::fmt;
 
 use myriad_types::{ChunkId, NodeId};
@@ -242,6 +244,88 @@ pub enum TermCommand {
         /// The destination peer.
         to: NodeId,
     },
+    /// Remove every chunk of `first..=last`.
+    ChunkRemoveRange {
+        /// First chunk of the range.
+        first: ChunkId,
+        /// Last chunk of the range (same creator as `first`, not below it).
+        last: ChunkId,
+    },
+    /// Move every chunk a peer holds to other peers (before it is shut down).
+    NodeDrain {
+        /// The peer to drain.
+        node: NodeId,
+        /// The peers that take the chunks (empty: every other alive peer).
+        targets: Vec<NodeId>,
+        /// CIDs per migration request.
+        piece: u64,
+    },
+    /// Wait until the cluster has at least this many alive peers and superpeers.
+    NodeWait {
+        /// Alive peers waited for.
+        peers: u32,
+        /// Alive superpeers waited for.
+        superpeers: u32,
+        /// Longest wait in seconds.
+        timeout_secs: u32,
+    },
+    /// Balancing rounds: move chunks from the busiest peer to the idlest while the
+    /// request rates are uneven.
+    Balance {
+        /// Most rounds.
+        rounds: u32,
+        /// Milliseconds each round watches the request rates.
+        window_ms: u32,
+        /// The busiest peer's rate must be this percentage of the mean to act (150: 1.5×).
+        imbalance_percent: u32,
+        /// Most chunks one round moves.
+        max_chunks: u64,
+    },
+    /// The superpeers' monitoring table (every peer's latest rates), or one peer's
+    /// history.
+    Monitoring {
+        /// One peer's history instead of the table.
+        node: Option<NodeId>,
+        /// Most history rows.
+        history: u32,
+    },
+    /// Set (or read) a node's log filter.
+    LoggerLevel {
+        /// The node.
+        node: NodeId,
+        /// The new filter (`debug`, `info,myriad_node::peer=debug`); `None` reads it.
+        filter: Option<String>,
+    },
+    /// A backup peer's log engine state.
+    LogInfo {
+        /// The peer.
+        node: NodeId,
+    },
+    /// List the chunk locks held at a peer.
+    ChunkLockList {
+        /// The peer.
+        node: NodeId,
+    },
+    /// Write a chunk's bytes to a local file.
+    ChunkDump {
+        /// The chunk.
+        cid: ChunkId,
+        /// The file written.
+        path: String,
+    },
+    /// Write every chunk a peer holds to a local file (`cid u64 LE, length u32 LE, bytes`
+    /// per chunk).
+    MemDump {
+        /// The peer.
+        node: NodeId,
+        /// The file written.
+        path: String,
+    },
+    /// Follow the zone recoveries until none is pending, running or waiting.
+    RecoveryWait {
+        /// Longest wait in seconds.
+        timeout_secs: u32,
+    },
     /// Register a chunk under a name.
     NameReg {
         /// The chunk.
@@ -392,6 +476,17 @@ impl TermCommand {
             TermCommand::ChunkLock { .. } => "chunklock",
             TermCommand::ChunkUnlock { .. } => "chunkunlock",
             TermCommand::ChunkMigrate { .. } => "chunkmigrate",
+            TermCommand::ChunkRemoveRange { .. } => "chunkremoverange",
+            TermCommand::NodeDrain { .. } => "nodedrain",
+            TermCommand::NodeWait { .. } => "nodewait",
+            TermCommand::Balance { .. } => "balance",
+            TermCommand::Monitoring { .. } => "monitoring",
+            TermCommand::LoggerLevel { .. } => "loggerlevel",
+            TermCommand::LogInfo { .. } => "loginfo",
+            TermCommand::ChunkLockList { .. } => "chunklocklist",
+            TermCommand::ChunkDump { .. } => "chunkdump",
+            TermCommand::MemDump { .. } => "memdump",
+            TermCommand::RecoveryWait { .. } => "recoverywait",
             TermCommand::NameReg { .. } => "namereg",
             TermCommand::NameGet { .. } => "nameget",
             TermCommand::NameList => "namelist",
@@ -484,6 +579,61 @@ pub const COMMANDS: &[CommandSpec] = &[
         "chunkmigrate",
         "chunkmigrate <cid> [last-cid] <to-nid>",
         "migrate a chunk or a CID range to a peer",
+    ),
+    spec(
+        "chunkremoverange",
+        "chunkremoverange <first-cid> <last-cid>",
+        "remove every chunk of a CID range",
+    ),
+    spec(
+        "nodedrain",
+        "nodedrain <nid> [--to nid,nid,..] [--piece N]",
+        "move every chunk of a peer to other peers (before nodeshutdown)",
+    ),
+    spec(
+        "nodewait",
+        "nodewait [--peers N] [--superpeers N] [--timeout SECS]",
+        "wait until this many peers and superpeers are alive",
+    ),
+    spec(
+        "balance",
+        "balance [--rounds N] [--window-ms MS] [--imbalance X] [--max-chunks N]",
+        "move chunks from the busiest peer to the idlest while rates are uneven",
+    ),
+    spec(
+        "monitoring",
+        "monitoring [nid] [--history N]",
+        "the peers' CPU, memory, network, disk and request rates (or one peer's history)",
+    ),
+    spec(
+        "loggerlevel",
+        "loggerlevel <nid> [filter]",
+        "set or show a node's log filter (a level, or per module: info,myriad_node=debug)",
+    ),
+    spec(
+        "loginfo",
+        "loginfo <nid>",
+        "show a backup peer's log engine state",
+    ),
+    spec(
+        "chunklocklist",
+        "chunklocklist <nid>",
+        "list the chunk locks held at a peer",
+    ),
+    spec(
+        "chunkdump",
+        "chunkdump <cid> <file>",
+        "write a chunk's bytes to a local file",
+    ),
+    spec(
+        "memdump",
+        "memdump <nid> <file>",
+        "write every chunk of a peer to a local file (cid, length, bytes per chunk)",
+    ),
+    spec(
+        "recoverywait",
+        "recoverywait [--timeout SECS]",
+        "follow the zone recoveries (a progress bar) until none is left to do",
     ),
     spec(
         "namereg",
@@ -918,6 +1068,11 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "chunkget" => (&[], &["offset", "length"]),
         "chunkput" => (&[], &["offset"]),
         "comptask" => (&[], &["slaves-min", "slaves-max"]),
+        "nodedrain" => (&[], &["to", "piece"]),
+        "nodewait" => (&[], &["peers", "superpeers", "timeout"]),
+        "balance" => (&[], &["rounds", "window-ms", "imbalance", "max-chunks"]),
+        "monitoring" => (&[], &["history"]),
+        "recoverywait" => (&[], &["timeout"]),
         _ => (&[], &[]),
     };
     let a = Args::split(name, rest, flags, valued)?;
@@ -933,6 +1088,9 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "lookuptree" | "metadata" | "recovery" | "stats" => parse_cluster(&a, name),
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
         | "compapp" => parse_compute(&a, name),
+        "chunkremoverange" | "nodedrain" | "nodewait" | "balance" | "monitoring"
+        | "loggerlevel" | "loginfo" | "chunklocklist" | "chunkdump" | "memdump"
+        | "recoverywait" => ops::parse(&a, name),
         other => Err(no_parser(other)),
     }
 }

@@ -24,6 +24,7 @@
 pub mod backend;
 pub mod commands;
 pub mod compute;
+pub mod ops;
 pub mod render;
 #[cfg(test)]
 mod tests;

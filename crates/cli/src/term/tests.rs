@@ -267,6 +267,68 @@ fn typed_arguments_parse() {
             data: b"aA\n".to_vec()
         })
     );
+    assert_eq!(
+        parse_command("nodedrain 2 --to 3,0x4 --piece 64"),
+        Ok(TermCommand::NodeDrain {
+            node: NodeId(2),
+            targets: vec![NodeId(3), NodeId(4)],
+            piece: 64
+        })
+    );
+    assert_eq!(
+        parse_command("nodedrain 2"),
+        Ok(TermCommand::NodeDrain {
+            node: NodeId(2),
+            targets: vec![],
+            piece: myriad_client::client::DRAIN_PIECE_CHUNKS
+        })
+    );
+    assert_eq!(
+        parse_command("nodewait --peers 3 --timeout 5"),
+        Ok(TermCommand::NodeWait {
+            peers: 3,
+            superpeers: 1,
+            timeout_secs: 5
+        })
+    );
+    assert_eq!(
+        parse_command("chunkremoverange 1:5 1:9"),
+        Ok(TermCommand::ChunkRemoveRange {
+            first: ChunkId::new(NodeId(1), 5).expect("cid"),
+            last: ChunkId::new(NodeId(1), 9).expect("cid"),
+        })
+    );
+    assert_eq!(
+        parse_command("monitoring 2 --history 10"),
+        Ok(TermCommand::Monitoring {
+            node: Some(NodeId(2)),
+            history: 10
+        })
+    );
+    assert_eq!(
+        parse_command("balance --rounds 3 --imbalance 1.25"),
+        Ok(TermCommand::Balance {
+            rounds: 3,
+            window_ms: 1_000,
+            imbalance_percent: 125,
+            max_chunks: 100_000
+        })
+    );
+    assert_eq!(
+        parse_command("loggerlevel 2 info,myriad_node=debug"),
+        Ok(TermCommand::LoggerLevel {
+            node: NodeId(2),
+            filter: Some("info,myriad_node=debug".into())
+        })
+    );
+    assert_eq!(
+        parse_command("loginfo 0x3"),
+        Ok(TermCommand::LogInfo { node: NodeId(3) })
+    );
+    assert_eq!(
+        parse_command("recoverywait --timeout 9"),
+        Ok(TermCommand::RecoveryWait { timeout_secs: 9 })
+    );
     assert_eq!(parse_line(" ; ;"), Ok(vec![]));
 }
 
@@ -289,6 +351,22 @@ fn bad_arguments_are_refused_with_a_reason() {
         ("frobnicate", "unknown command"),
         ("barrieralloc 0", "at least one peer"),
         ("chunklock 1:1 maybe", "lock mode"),
+        ("nodedrain 2 --to 2", "cannot take its own chunks"),
+        ("nodedrain 2 --piece 0", "invalid --piece"),
+        ("nodedrain 2 --to 3,x", "invalid node ID"),
+        ("nodewait --timeout 0", "--timeout must be"),
+        ("nodewait 3", "too many arguments"),
+        ("chunkremoverange 1:9 1:5", "first <= last"),
+        ("chunkremoverange 1:5 2:9", "within one creator"),
+        ("balance --rounds 0", "--rounds must be"),
+        ("balance --imbalance x", "invalid --imbalance"),
+        ("monitoring --history 0", "--history must be"),
+        ("loggerlevel", "missing argument"),
+        ("loginfo 2 3", "too many arguments"),
+        ("chunkdump 1:1", "missing argument"),
+        ("memdump x f", "invalid node ID"),
+        ("chunklocklist", "missing argument"),
+        ("recoverywait --timeout 0", "--timeout must be"),
     ];
     for (line, expected) in cases {
         let error = parse_line(line).expect_err(line).to_string();

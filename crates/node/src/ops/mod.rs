@@ -13,6 +13,11 @@
 //!   figures recorded on the request path.
 //! - [`status`]: the superpeers' status page (`/`, `/api/status`), with a sampler that
 //!   keeps the last minutes of request rates, node changes and recoveries.
+//! - [`log_control`]: the log filter changed at run time and a backup peer's log engine
+//!   state (`loggerlevel`, `loginfo`).
+//! - [`monitor`]: DXMonitor-style summaries every peer pushes to the superpeers, which
+//!   keep a few minutes of them for `myriad term`'s `monitoring` (over messaging, not
+//!   HTTP: it works without a metrics address).
 //!
 //! # Invariants
 //! - The lower layers know nothing of HTTP or Prometheus: everything is read through
@@ -25,6 +30,8 @@
 //! is configured; tests scrape it.
 
 pub mod chunk_ops;
+pub mod log_control;
+pub mod monitor;
 pub mod peer_metrics;
 pub mod process;
 mod prom;

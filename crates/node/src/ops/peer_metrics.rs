@@ -328,7 +328,7 @@ fn log_families(out: &mut Out<'_>, backup: &BackupService) -> fmt::Result {
     let sum = |f: fn(&myriad_backup_log::ZoneStats) -> u64| -> f64 {
         stats.zones.iter().map(f).sum::<u64>() as f64
     };
-    let gauges: [(&str, &str, f64); 7] = [
+    let gauges: [(&str, &str, f64); 10] = [
         (
             "myriad_log_zones",
             "Backup zones in this peer's log engine.",
@@ -363,6 +363,25 @@ fn log_families(out: &mut Out<'_>, backup: &BackupService) -> fmt::Result {
             "myriad_log_write_buffer_capacity_bytes",
             "Size of the write buffer.",
             stats.write_buffer_capacity_bytes as f64,
+        ),
+        (
+            "myriad_log_write_buffer_bytes",
+            "Bytes in the write buffer's active half, not yet taken by the flusher.",
+            stats.write_buffer_bytes as f64,
+        ),
+        (
+            "myriad_log_write_buffer_fill_ratio",
+            "Fill of the write buffer's active half (0..1; flushed at 15/16).",
+            if stats.write_buffer_capacity_bytes == 0 {
+                0.0
+            } else {
+                stats.write_buffer_bytes as f64 / (stats.write_buffer_capacity_bytes / 2) as f64
+            },
+        ),
+        (
+            "myriad_log_write_buffer_busy_halves",
+            "Write-buffer halves the flusher and writer hold (0..3; 3: appends wait).",
+            stats.write_buffer_busy_halves as f64,
         ),
     ];
     for (name, help, value) in gauges {

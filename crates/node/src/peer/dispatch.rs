@@ -9,11 +9,14 @@
 //!   there, the lowest latency; other replicated changes go to the messaging runtime's
 //!   blocking threads ([`ChunkService::serve_incoming`]); the
 //!   rest (locks, waits) to the slow path's handler threads (`slow_path`).
-//! - [`types::MIGRATE`]: `migrate` (on a handler thread: it blocks).
+//! - [`types::MIGRATE`]: `migrate`, on a thread of its own (it blocks, and waits for
+//!   replication acknowledgements that this peer's handler threads may have to give).
 //! - [`types::RECOVER`]: the superpeer leader's recovery requests, served by the backup
 //!   service when the peer keeps backups ([`crate::recovery::serve_recover`]).
 //! - the backup service's own handlers (with the backup capability), and
-//! - [`types::NODE_SHUTDOWN`]: an operator's request to stop ([`PeerDispatch::shutdown_requested`]).
+//! - [`types::NODE_SHUTDOWN`]: an operator's request to stop ([`PeerDispatch::shutdown_requested`]);
+//! - [`types::LOG_LEVEL`], [`types::LOG_INFO`]: log filter and log engine state
+//!   ([`crate::ops::log_control`]); [`types::LOCK_LIST`]: the chunk locks held here.
 //!
 //! Roles ([`PeerDispatch::restrict_roles`]): [`types::RECOVER`] only from the configured
 //! superpeers; replication ([`myriad_replication::wire::REPLICATE`]) never from a node
@@ -35,13 +38,14 @@
 //! [`super::node::PeerNode::start`] in production; tests that serve chunks from an
 //! endpoint without superpeers fill only the service cell.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use myriad_membership::Membership;
 use myriad_net::{Handlers, Incoming};
 use myriad_proto::chunk::{ChunkReply, ItemError};
+use myriad_proto::logctl::TextReply;
 use myriad_proto::migrate::{MigrateReply, MigrateRequest};
 use myriad_proto::recovery::RecoverReply;
 use myriad_proto::types;
@@ -52,6 +56,9 @@ use super::node::PeerError;
 use super::service::ChunkService;
 use super::slow_path::SlowPath;
 use crate::ops::chunk_ops::Timer;
+
+/// Most migrations a peer runs at once (each on a thread of its own).
+pub const MIGRATIONS_MAX: usize = 4;
 
 /// Where a peer's handlers find the chunk service, filled once it exists.
 type ServiceCell = Arc<OnceLock<Arc<ChunkService>>>;
@@ -104,6 +111,8 @@ impl PeerDispatch {
         dispatch.register_migrate(handlers)?;
         dispatch.register_recover(handlers, backup.cloned())?;
         dispatch.register_shutdown(handlers)?;
+        crate::ops::log_control::register(handlers, backup.cloned())?;
+        dispatch.register_lock_list(handlers)?;
         Ok(dispatch)
     }
 
@@ -149,22 +158,83 @@ impl PeerDispatch {
         Ok(())
     }
 
-    /// MIGRATE: moves a range this peer owns to another peer (blocks a handler thread).
+    /// MIGRATE: moves a range this peer owns to another peer, on a thread of its own (at
+    /// most [`MIGRATIONS_MAX`] at once): a migration waits for the target, whose backups
+    /// may include this peer, so it must not hold one of the handler threads that serve
+    /// this peer's own replication messages (a migration that held one waited for
+    /// acknowledgements that thread was to give).
     fn register_migrate(&self, handlers: &mut Handlers) -> Result<(), PeerError> {
         let cell = Arc::clone(&self.service);
         let membership = Arc::clone(&self.membership);
-        handlers.register(types::MIGRATE, move |incoming: Incoming| {
+        let running = Arc::new(AtomicUsize::new(0));
+        handlers.register(types::MIGRATE, move |mut incoming: Incoming| {
+            let Some(responder) = incoming.take_responder() else {
+                return;
+            };
+            let (Some(service), Some(membership)) = (cell.get(), membership.get()) else {
+                let reply = MigrateReply::Failed("peer is still starting".to_owned());
+                let _ = responder.respond(reply.encode());
+                return;
+            };
+            let request = match MigrateRequest::decode(incoming.payload.clone()) {
+                Ok(request) => request,
+                Err(error) => {
+                    let _ = responder.respond(MigrateReply::Failed(error.to_string()).encode());
+                    return;
+                }
+            };
+            if running.fetch_add(1, Ordering::AcqRel) >= MIGRATIONS_MAX {
+                running.fetch_sub(1, Ordering::AcqRel);
+                let reply = MigrateReply::Failed(format!(
+                    "{MIGRATIONS_MAX} migrations are running here already; try again later"
+                ));
+                let _ = responder.respond(reply.encode());
+                return;
+            }
+            let (service, membership) = (Arc::clone(service), Arc::clone(membership));
+            let running_here = Arc::clone(&running);
+            let spawned = std::thread::Builder::new()
+                .name("myriad-migrate".to_owned())
+                .spawn(move || {
+                    let reply = migrate(&service, &membership, &request);
+                    running_here.fetch_sub(1, Ordering::AcqRel);
+                    let _ = responder.respond(reply.encode());
+                });
+            if let Err(error) = spawned {
+                running.fetch_sub(1, Ordering::AcqRel);
+                tracing::warn!(%error, "could not start a migration thread");
+            }
+        })?;
+        Ok(())
+    }
+
+    /// LOCK_LIST: the chunk locks held here, as JSON (`chunklocklist`).
+    fn register_lock_list(&self, handlers: &mut Handlers) -> Result<(), PeerError> {
+        let cell = Arc::clone(&self.service);
+        handlers.register(types::LOCK_LIST, move |incoming: Incoming| {
             if !incoming.is_request() {
                 return;
             }
-            let reply = match (cell.get(), membership.get()) {
-                (Some(service), Some(membership)) => {
-                    match MigrateRequest::decode(incoming.payload.clone()) {
-                        Ok(request) => migrate(service, membership, &request),
-                        Err(error) => MigrateReply::Failed(error.to_string()),
-                    }
+            let reply = match cell.get() {
+                Some(service) => {
+                    let rows: Vec<serde_json::Value> = service
+                        .lock_list()
+                        .into_iter()
+                        .map(|(cid, writer, readers)| {
+                            serde_json::json!({
+                                "cid": cid.to_string(),
+                                "writer": writer.map(|node| node.to_string()),
+                                "readers": readers
+                                    .iter()
+                                    .map(|(node, count)| format!("{node}:{count}"))
+                                    .collect::<Vec<_>>()
+                                    .join(","),
+                            })
+                        })
+                        .collect();
+                    TextReply::Ok(serde_json::Value::Array(rows).to_string())
                 }
-                _ => MigrateReply::Failed("peer is still starting".to_owned()),
+                None => TextReply::Failed("peer is still starting".to_owned()),
             };
             let _ = incoming.respond(reply.encode());
         })?;

@@ -10,9 +10,11 @@
 //! - The write locks are held until the new owner is committed and recorded, so no put
 //!   lands on the old copy after it was copied (it is answered `NotOwner`).
 //! - A failure at any step before the commit leaves this peer the owner with its copies.
+//! - The target acknowledges the copies only once its backups hold them (durability
+//!   `replicated`), so a new owner killed right after the migration loses nothing.
 //!
 //! # Who calls it
-//! The MIGRATE handler of [`super::dispatch`] (on a handler thread: it blocks).
+//! The MIGRATE handler of [`super::dispatch`], on a migration thread of its own (it blocks).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +40,7 @@ const MIGRATE_INSERT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Moves `request.first..=request.last` (CIDs of one creator that this peer owns) to
 /// `request.to`: write-lock the chunks, copy them to the target with an insert, commit the
-/// new owner, then drop the local copies. Runs on a handler thread (it blocks).
+/// new owner, then drop the local copies. Runs on a migration thread (it blocks).
 ///
 /// A put that passed the ownership check before the locks were taken and waits on a lock
 /// writes the old copy after the unlock; since the new owner is committed to the service
@@ -173,14 +175,17 @@ fn lock_and_copy(
     Ok(items)
 }
 
-/// Stores the copies at the target with one insert; every item must be stored.
+/// Stores the copies at the target with one insert, acknowledged once the target's
+/// backups hold them; every item must be stored.
 fn store_at_target(
     membership: &Membership,
     request: &MigrateRequest,
     items: Vec<(ChunkId, Bytes)>,
 ) -> Result<(), String> {
+    // Replicated: the copies are in the target's backups before the old owner's backups
+    // drop theirs, so the new owner may fail right after the migration without a loss.
     let insert = ChunkRequest::Insert {
-        durability: 0,
+        durability: myriad_proto::chunk::DURABILITY_REPLICATED,
         items,
     };
     let reply = membership.net().request_blocking(

@@ -208,6 +208,8 @@ pub struct PeerNode {
     self_watch: tokio::task::JoinHandle<()>,
     /// The collector of logs no longer backed up here (with the backup capability).
     log_gc: Option<tokio::task::JoinHandle<()>>,
+    /// Pushes monitoring summaries to the superpeers (`ops::monitor`).
+    monitor: tokio::task::JoinHandle<()>,
     /// The log line, once this node learned it was declared failed.
     declared_failed: Arc<OnceLock<String>>,
     /// Jobs, compute groups and applications.
@@ -301,6 +303,12 @@ impl PeerNode {
                 options.backup.log_gc,
             ))
         });
+        // Summaries for the superpeers' monitoring (DXMonitor), every few seconds.
+        let monitor = runtime.spawn(crate::ops::monitor::push_reports(
+            Arc::clone(&service),
+            Arc::clone(&membership),
+            backup.clone(),
+        ));
         compute.attach(PeerEnv {
             client: local_client(&membership, &service),
             local: Arc::clone(&service) as Arc<dyn myriad_client::chunk::LocalChunks>,
@@ -310,6 +318,7 @@ impl PeerNode {
         Ok(PeerNode {
             compute,
             log_gc,
+            monitor,
             endpoint: Some(endpoint),
             membership,
             service,
@@ -409,6 +418,7 @@ impl PeerNode {
             if let Some(log_gc) = &self.log_gc {
                 log_gc.abort();
             }
+            self.monitor.abort();
             // A node declared failed is no member any more: nothing to leave.
             if leave
                 && tokio::runtime::Handle::try_current().is_err()

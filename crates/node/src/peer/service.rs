@@ -252,6 +252,10 @@ fn to_usize(value: u64, what: &str) -> Result<usize, ItemError> {
     usize::try_from(value).map_err(|_| ItemError::Invalid(format!("{what} {value} too large")))
 }
 
+/// One held chunk lock ([`ChunkService::lock_list`]): the chunk, its write-lock holder,
+/// and each read-lock holder with its count.
+pub type LockRow = (ChunkId, Option<NodeId>, Vec<(NodeId, u32)>);
+
 /// The reply of a node that was declared failed: [`ItemError::NotOwner`] for every item,
 /// so that clients look the chunks up again (see [`ChunkService::declare_failed`]).
 fn refused(request: &ChunkRequest) -> ChunkReply {
@@ -720,6 +724,19 @@ impl ChunkService {
         released
     }
 
+    /// Every chunk lock held through this service: the chunk, its write-lock holder and
+    /// its read-lock holders with their counts, in CID order (`chunklocklist`).
+    pub fn lock_list(&self) -> Vec<LockRow> {
+        let mut list: Vec<_> = self
+            .locks
+            .lock()
+            .iter()
+            .map(|(cid, holders)| (*cid, holders.writer, holders.readers.clone()))
+            .collect();
+        list.sort_by_key(|(cid, _, _)| *cid);
+        list
+    }
+
     /// Whether `node` holds the write lock of `cid` through this service.
     fn holds_write(&self, node: NodeId, cid: ChunkId) -> bool {
         self.locked_chunks.load(Ordering::Acquire) > 0
@@ -738,11 +755,26 @@ impl ChunkService {
         cids: &[ChunkId],
         mut visit: impl FnMut(usize, Result<&[u8], ItemError>),
     ) {
+        // A read that waited for a migration's write lock gets the lock only after the
+        // migration committed the new owner (`set_owner` bumps `ownership_changes`, then
+        // the unlock releases): it must not return the old copy (a write at the new owner
+        // may have come first) nor "not found" for the copy just dropped. Read under the
+        // chunk's read lock, the counter shows it; such a read is answered `NotOwner`
+        // and the client reads at the new owner.
+        let changes = self.ownership_changes.load(Ordering::Acquire);
+        let moved = |cid: ChunkId| {
+            self.ownership_changes.load(Ordering::Acquire) != changes
+                && self.check_owner(cid).is_err()
+        };
         let ownership_simple = self.ownership.read().is_empty();
         let all_owned = ownership_simple && cids.iter().all(|cid| cid.creator() == self.me);
         if all_owned && self.locked_chunks.load(Ordering::Acquire) == 0 {
             self.mem.get_batch_with(cids, |index, result| {
-                visit(index, result.map_err(item_error))
+                if moved(cids[index]) {
+                    visit(index, Err(ItemError::NotOwner));
+                } else {
+                    visit(index, result.map_err(item_error));
+                }
             });
             return;
         }
@@ -766,10 +798,18 @@ impl ChunkService {
             let mut visited = false;
             let result = self.mem.read_with(cid, |bytes| {
                 visited = true;
-                visit(index, Ok(bytes));
+                if moved(cid) {
+                    visit(index, Err(ItemError::NotOwner));
+                } else {
+                    visit(index, Ok(bytes));
+                }
             });
             if let (false, Err(error)) = (visited, result) {
-                visit(index, Err(item_error(error)));
+                if moved(cid) {
+                    visit(index, Err(ItemError::NotOwner));
+                } else {
+                    visit(index, Err(item_error(error)));
+                }
             }
         }
     }
@@ -1133,6 +1173,14 @@ impl ChunkService {
 
     fn read_at(&self, cid: ChunkId, offset: u64, len: u64) -> Result<Bytes, ItemError> {
         self.check_owner(cid)?;
+        let changes = self.ownership_changes.load(Ordering::Acquire);
+        let result = self.read_at_unchecked(cid, offset, len);
+        // As for a get: a read that waited for a migration's lock is answered `NotOwner`.
+        self.check_not_moved(cid, changes)?;
+        result
+    }
+
+    fn read_at_unchecked(&self, cid: ChunkId, offset: u64, len: u64) -> Result<Bytes, ItemError> {
         let offset = to_usize(offset, "offset")?;
         let len = to_usize(len, "length")?;
         // Check the range against the chunk before allocating the buffer.
