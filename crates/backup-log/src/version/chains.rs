@@ -173,7 +173,7 @@ impl VersionManager {
         if version.epoch == self.epoch {
             if self
                 .buffer
-                .get(&cid)
+                .get(cid)
                 .is_some_and(|s| s.version() == version.version && !s.deleted())
             {
                 self.abandoned.push(chain);
