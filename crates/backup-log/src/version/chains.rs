@@ -179,8 +179,8 @@ impl VersionManager {
                 self.abandoned.push(chain);
             }
         } else if let Some(sealed) = self.sealed.as_mut().filter(|s| s.epoch == version.epoch) {
-            sealed
-                .records
+            // Never shared here: `sealed_ready` holds back an epoch with an open chain.
+            std::sync::Arc::make_mut(&mut sealed.records)
                 .retain(|r| !(r.cid == cid && r.state == state));
         }
     }

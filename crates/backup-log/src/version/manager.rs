@@ -23,8 +23,9 @@ use crate::header::VERSION_IN_EPOCH_MAX;
 pub struct SealedEpoch {
     /// The epoch that ended.
     pub epoch: u16,
-    /// Its records.
-    pub records: Vec<VersionRecord>,
+    /// Its records (shared: the syncer writes them without copying them out from under
+    /// the manager's lock; at the default seal threshold they are about 3 MiB).
+    pub records: std::sync::Arc<Vec<VersionRecord>>,
     /// The highest engine sequence number of an append that got a version in it: the
     /// epoch may be written to the version log only once that append is durable, so the
     /// version log never names a version whose entry could still be lost.
@@ -195,7 +196,7 @@ impl VersionManager {
         self.carry_range = range;
         self.sealed = Some(SealedEpoch {
             epoch: self.epoch,
-            records,
+            records: std::sync::Arc::new(records),
             last_seq: self.epoch_last_seq,
         });
         self.epoch_last_seq = 0;
@@ -365,7 +366,7 @@ impl VersionManager {
     /// version log's records after or before: that log never names an open chain).
     pub fn snapshot_into(&self, table: &mut CidMap<VersionState>) {
         if let Some(sealed) = &self.sealed {
-            for r in &sealed.records {
+            for r in sealed.records.iter() {
                 merge(table, r.cid, r.state);
             }
         }
