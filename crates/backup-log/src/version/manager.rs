@@ -13,8 +13,8 @@
 //! Invariants upheld here: versions of one chunk increase strictly within an epoch; at
 //! most one sealed epoch waits; the buffer never holds more than `entries_max` chunks.
 
-use super::usage::{EntryLoc, SegmentUsage};
 use super::slots::SlotTable;
+use super::usage::{EntryLoc, SegmentUsage};
 use super::{merge, CidMap, OpenChain, Version, VersionRecord, VersionState};
 use crate::header::VERSION_IN_EPOCH_MAX;
 

@@ -182,10 +182,15 @@ impl SlotTable {
     /// Bytes of RAM the table holds (its maps' buckets and its pages; allocator overhead
     /// not counted).
     pub(super) fn memory_bytes(&self) -> u64 {
-        let page_map = map_bytes(self.pages.capacity(), std::mem::size_of::<(u64, Box<Page>)>())
-            + self.pages.len() * std::mem::size_of::<Page>();
+        let page_map = map_bytes(
+            self.pages.capacity(),
+            std::mem::size_of::<(u64, Box<Page>)>(),
+        ) + self.pages.len() * std::mem::size_of::<Page>();
         let sparse = map_bytes(self.sparse.capacity(), std::mem::size_of::<(u64, Slot)>())
-            + map_bytes(self.sparse_counts.capacity(), std::mem::size_of::<(u64, u8)>());
+            + map_bytes(
+                self.sparse_counts.capacity(),
+                std::mem::size_of::<(u64, u8)>(),
+            );
         (page_map + sparse) as u64
     }
 }
@@ -202,7 +207,7 @@ mod tests {
     use std::collections::HashMap;
 
     fn slot(v: u32) -> Slot {
-        Slot::new(v, v % 7 == 0)
+        Slot::new(v, v.is_multiple_of(7))
     }
 
     /// The table against a plain hash map, for inserts, removes and lookups of mixed
@@ -222,8 +227,12 @@ mod tests {
                 7 | 8 => (x >> 4) % (1 << 50),
                 _ => (2 << 48) + (x >> 8) % 300,
             };
-            if x % 5 == 0 {
-                assert_eq!(table.remove(cid), model.remove(&cid), "remove {cid} at {step}");
+            if x.is_multiple_of(5) {
+                assert_eq!(
+                    table.remove(cid),
+                    model.remove(&cid),
+                    "remove {cid} at {step}"
+                );
             } else {
                 assert_eq!(
                     table.insert(cid, slot(step)),

@@ -249,7 +249,8 @@ fn an_open_chain_shows_the_state_before_it_until_its_last_link() {
 #[test]
 fn version_overflow_ends_the_epoch_early() {
     let mut vm = VersionManager::new(7, 1000, 1000);
-    vm.buffer.insert(1, Slot::new(VERSION_IN_EPOCH_MAX - 1, false));
+    vm.buffer
+        .insert(1, Slot::new(VERSION_IN_EPOCH_MAX - 1, false));
     let a = vm.assign_put(1, 1).unwrap();
     assert_eq!(a.version, VERSION_IN_EPOCH_MAX);
     let b = vm.assign_put(1, 1).unwrap();
