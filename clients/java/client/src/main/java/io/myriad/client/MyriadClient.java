@@ -151,6 +151,11 @@ public final class MyriadClient implements AutoCloseable {
         return membership.nodes();
     }
 
+    /** Lanes open to {@code node}: blocking single-chunk calls use them (for tests and diagnostics). */
+    int laneCount(int node) {
+        return endpoint.laneCount(node);
+    }
+
     /** The alive peers (chunk stores) as this client knows them, by ID. */
     public List<Integer> peers() {
         List<Integer> peers = new ArrayList<>();

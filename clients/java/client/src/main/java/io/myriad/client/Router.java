@@ -230,9 +230,10 @@ final class Router {
 
     /**
      * A blocking call about one CID, on the calling thread (as the Rust client sends its
-     * blocking calls): the request goes to the cached owner from this thread, this thread
-     * waits for the reply and decodes it, with no timer, no round state and no callbacks on
-     * the connection's reader thread. An answer other than a final one ("not owner", an
+     * blocking calls): the request goes to the cached owner over a lane of the endpoint
+     * (written and read by this thread; the node's connection when no lane is to be had),
+     * and this thread decodes the reply, with no timer, no round state and no callbacks on
+     * a connection's reader thread. An answer other than a final one ("not owner", an
      * owner that is not alive or not reachable) hands the item to {@link #routed} with the
      * time left, which looks it up and tries again. Returns the item's value (null for
      * status replies) or throws the call's {@link MyriadException}.
@@ -242,10 +243,23 @@ final class Router {
         long started = System.nanoTime();
         int owner = ownerOf(cid);
         if (membership.isAlive(owner)) {
-            CompletableFuture<byte[]> sent = endpoint.request(owner, MessageType.CHUNK, build.apply(FIRST));
+            byte[] request = build.apply(FIRST);
             byte[] bytes = null;
             try {
-                bytes = sent.get(timeoutMs, TimeUnit.MILLISECONDS);
+                bytes = endpoint.requestOnLane(owner, MessageType.CHUNK, request, timeoutMs);
+            } catch (java.net.SocketTimeoutException e) {
+                throw new MyriadException.Timeout("chunk request to node " + ChunkIds.formatNode(owner), timeoutMs);
+            } catch (io.myriad.client.net.ConnectionLostException e) {
+                bytes = null; // the lane broke: the connection path below decides
+            }
+            long leftMs = timeoutMs - TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
+            if (bytes == null && leftMs <= 0) {
+                throw new MyriadException.Timeout("chunk request to node " + ChunkIds.formatNode(owner), timeoutMs);
+            }
+            CompletableFuture<byte[]> sent = bytes != null ? CompletableFuture.completedFuture(bytes)
+                    : endpoint.request(owner, MessageType.CHUNK, request);
+            try {
+                bytes = sent.get(Math.max(1, leftMs), TimeUnit.MILLISECONDS);
             } catch (TimeoutException e) {
                 // Frees the request's slot on the connection, as the routed path's timer does.
                 sent.completeExceptionally(e);
