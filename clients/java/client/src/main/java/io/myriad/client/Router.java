@@ -246,7 +246,7 @@ final class Router {
             byte[] request = build.apply(FIRST);
             byte[] bytes = null;
             try {
-                bytes = endpoint.requestOnLane(owner, MessageType.CHUNK, request, timeoutMs);
+                bytes = config.lanes ? endpoint.requestOnLane(owner, MessageType.CHUNK, request, timeoutMs) : null;
             } catch (java.net.SocketTimeoutException e) {
                 throw new MyriadException.Timeout("chunk request to node " + ChunkIds.formatNode(owner), timeoutMs);
             } catch (io.myriad.client.net.ConnectionLostException e) {
