@@ -163,7 +163,8 @@ impl VersionManager {
         let mut range = (u64::MAX, 0);
         let abandoned = std::mem::take(&mut self.abandoned);
         let epoch = self.epoch;
-        let records = self
+        let mut records = Vec::with_capacity(self.carry.len());
+        let epoch_records = self
             .carry
             .iter()
             // The version of an abandoned refresh never reaches the version log: its
@@ -191,8 +192,8 @@ impl VersionManager {
                         deleted: slot.deleted(),
                     },
                 }
-            })
-            .collect();
+            });
+        records.extend(epoch_records);
         self.carry_range = range;
         self.sealed = Some(SealedEpoch {
             epoch: self.epoch,
