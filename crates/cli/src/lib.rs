@@ -63,6 +63,8 @@ enum BenchCommand {
     Kv(myriad_bench::kv::KvArgs),
     /// The backup-side log engine: append rate, recovery read, disk baseline.
     Log(myriad_bench::log::LogArgs),
+    /// RAM a backup spends per chunk it keeps on disk (log engine with a peer's defaults).
+    BackupMem(myriad_bench::backup_mem::BackupMemArgs),
     /// RAMCloud's log-cleaner benchmark: load to 80 % log utilization, zipfian updates.
     LogCleaner(myriad_bench::log_cleaner::LogCleanerArgs),
     /// Put throughput and latency for R = 0..=3 backups in each durability mode.
@@ -105,6 +107,9 @@ pub fn main_with(registry: myriad_compute::Registry) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Log(args)) => {
             myriad_bench::log::run(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::BackupMem(args)) => {
+            myriad_bench::backup_mem::run(&args).map_err(anyhow::Error::msg)
         }
         Command::Bench(BenchCommand::LogCleaner(args)) => {
             myriad_bench::log_cleaner::run_cli(&args).map_err(anyhow::Error::msg)

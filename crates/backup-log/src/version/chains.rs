@@ -173,14 +173,14 @@ impl VersionManager {
         if version.epoch == self.epoch {
             if self
                 .buffer
-                .get(&cid)
+                .get(cid)
                 .is_some_and(|s| s.version() == version.version && !s.deleted())
             {
                 self.abandoned.push(chain);
             }
         } else if let Some(sealed) = self.sealed.as_mut().filter(|s| s.epoch == version.epoch) {
-            sealed
-                .records
+            // Never shared here: `sealed_ready` holds back an epoch with an open chain.
+            std::sync::Arc::make_mut(&mut sealed.records)
                 .retain(|r| !(r.cid == cid && r.state == state));
         }
     }

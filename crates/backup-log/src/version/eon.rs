@@ -53,7 +53,7 @@ impl VersionManager {
         {
             return None;
         }
-        match self.buffer.get(&cid) {
+        match self.buffer.get(cid) {
             Some(slot)
                 if VersionState {
                     version: Version {

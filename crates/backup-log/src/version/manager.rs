@@ -4,7 +4,7 @@
 //! their invariants).
 //!
 //! Job: assign versions (the engine's append path, under the write-buffer lock: the
-//! assignment is on the hot path and does one hash lookup in the common case), end
+//! assignment is on the hot path and does one table lookup in the common case), end
 //! epochs ([`VersionManager::seal`]), show the RAM versions to readers
 //! ([`VersionManager::snapshot_into`]) and count placed entries
 //! ([`VersionManager::placed`]). Open chains are in [`super::chains`], eon visits in
@@ -13,6 +13,7 @@
 //! Invariants upheld here: versions of one chunk increase strictly within an epoch; at
 //! most one sealed epoch waits; the buffer never holds more than `entries_max` chunks.
 
+use super::slots::SlotTable;
 use super::usage::{EntryLoc, SegmentUsage};
 use super::{merge, CidMap, OpenChain, Version, VersionRecord, VersionState};
 use crate::header::VERSION_IN_EPOCH_MAX;
@@ -22,8 +23,9 @@ use crate::header::VERSION_IN_EPOCH_MAX;
 pub struct SealedEpoch {
     /// The epoch that ended.
     pub epoch: u16,
-    /// Its records.
-    pub records: Vec<VersionRecord>,
+    /// Its records (shared: the syncer writes them without copying them out from under
+    /// the manager's lock; at the default seal threshold they are about 3 MiB).
+    pub records: std::sync::Arc<Vec<VersionRecord>>,
     /// The highest engine sequence number of an append that got a version in it: the
     /// epoch may be written to the version log only once that append is durable, so the
     /// version log never names a version whose entry could still be lost.
@@ -72,11 +74,12 @@ impl Slot {
 #[derive(Debug)]
 pub struct VersionManager {
     pub(super) epoch: u16,
-    pub(super) buffer: CidMap<Slot>,
+    /// The current epoch's versions (compact for dense CIDs: see [`super::slots`]).
+    pub(super) buffer: SlotTable,
     /// The previous epoch's buffer (kept after it was sealed): where the entries of its
     /// chunks lie, so the first write of a chunk in this epoch still outdates its old
     /// entry. Emptied by the next seal.
-    pub(super) carry: CidMap<Slot>,
+    pub(super) carry: SlotTable,
     /// The smallest and largest CID in `carry` when it was made (an empty range while it
     /// is empty): a chunk outside it is not in the carry, so the first write of a new
     /// chunk (IDs are handed out in ascending order) skips the carry lookup.
@@ -108,8 +111,8 @@ impl VersionManager {
     pub fn new(epoch: u16, seal_entries: usize, entries_max: usize) -> VersionManager {
         VersionManager {
             epoch,
-            buffer: CidMap::default(),
-            carry: CidMap::default(),
+            buffer: SlotTable::default(),
+            carry: SlotTable::default(),
             carry_range: (u64::MAX, 0),
             usage: SegmentUsage::default(),
             sealed: None,
@@ -136,8 +139,8 @@ impl VersionManager {
     /// Bytes of RAM the buffer, the previous epoch's carry, the segment counters and the
     /// sealed epoch use (approximate, by capacity).
     pub fn memory_bytes(&self) -> u64 {
-        let per = (std::mem::size_of::<(u64, Slot)>() + 1) as u64;
-        (self.buffer.capacity() + self.carry.capacity()) as u64 * per
+        self.buffer.memory_bytes()
+            + self.carry.memory_bytes()
             + self.usage.memory_bytes()
             + self.sealed.as_ref().map_or(0, |s| {
                 s.records.capacity() as u64 * std::mem::size_of::<VersionRecord>() as u64
@@ -160,14 +163,15 @@ impl VersionManager {
         let mut range = (u64::MAX, 0);
         let abandoned = std::mem::take(&mut self.abandoned);
         let epoch = self.epoch;
-        let records = self
+        let mut records = Vec::with_capacity(self.carry.len());
+        let epoch_records = self
             .carry
             .iter()
             // The version of an abandoned refresh never reaches the version log: its
             // links may be incomplete.
-            .filter(|(&cid, slot)| {
+            .filter(|(cid, slot)| {
                 !abandoned.iter().any(|a| {
-                    a.cid == cid
+                    a.cid == *cid
                         && a.version
                             == Version {
                                 epoch,
@@ -176,7 +180,7 @@ impl VersionManager {
                         && !slot.deleted()
                 })
             })
-            .map(|(&cid, &slot)| {
+            .map(|(cid, slot)| {
                 range = (range.0.min(cid), range.1.max(cid));
                 VersionRecord {
                     cid,
@@ -188,12 +192,12 @@ impl VersionManager {
                         deleted: slot.deleted(),
                     },
                 }
-            })
-            .collect();
+            });
+        records.extend(epoch_records);
         self.carry_range = range;
         self.sealed = Some(SealedEpoch {
             epoch: self.epoch,
-            records,
+            records: std::sync::Arc::new(records),
             last_seq: self.epoch_last_seq,
         });
         self.epoch_last_seq = 0;
@@ -254,24 +258,22 @@ impl VersionManager {
         seq: u64,
     ) -> Result<Version, AssignBlocked> {
         let full = self.buffer.len() >= self.entries_max;
-        // One hash lookup in the common case (room left, no overflow).
-        let version = match self.buffer.entry(cid) {
-            std::collections::hash_map::Entry::Occupied(mut e)
-                if e.get().version() < VERSION_IN_EPOCH_MAX =>
-            {
-                let slot = e.get_mut();
+        // One table lookup in the common case (room left, no overflow).
+        let version = match self.buffer.get_mut(cid) {
+            Some(slot) if slot.version() < VERSION_IN_EPOCH_MAX => {
                 let v = slot.version() + 1;
                 let outdated = slot.loc;
                 *slot = Slot::new(v, deleted);
                 self.usage.outdate(outdated);
                 Some(v)
             }
-            std::collections::hash_map::Entry::Vacant(e) if !full => {
-                e.insert(Slot::new(0, deleted));
+            Some(_) => None,
+            None if !full => {
+                self.buffer.insert(cid, Slot::new(0, deleted));
                 self.take_from_carry(cid);
                 Some(0)
             }
-            _ => None,
+            None => None,
         };
         let version = match version {
             Some(v) => v,
@@ -310,7 +312,7 @@ impl VersionManager {
         if cid < self.carry_range.0 || cid > self.carry_range.1 {
             return;
         }
-        if let Some(old) = self.carry.remove(&cid) {
+        if let Some(old) = self.carry.remove(cid) {
             self.usage.outdate(old.loc);
         }
     }
@@ -339,7 +341,7 @@ impl VersionManager {
     /// The version state in RAM (buffer, then sealed epoch), `None` if the chunk was not
     /// written since the last sealed epoch reached the disk.
     pub fn lookup(&self, cid: u64) -> Option<VersionState> {
-        if let Some(slot) = self.buffer.get(&cid) {
+        if let Some(slot) = self.buffer.get(cid) {
             return Some(VersionState {
                 version: Version {
                     epoch: self.epoch,
@@ -365,11 +367,11 @@ impl VersionManager {
     /// version log's records after or before: that log never names an open chain).
     pub fn snapshot_into(&self, table: &mut CidMap<VersionState>) {
         if let Some(sealed) = &self.sealed {
-            for r in &sealed.records {
+            for r in sealed.records.iter() {
                 merge(table, r.cid, r.state);
             }
         }
-        for (&cid, slot) in &self.buffer {
+        for (cid, slot) in self.buffer.iter() {
             merge(
                 table,
                 cid,
@@ -405,13 +407,13 @@ impl VersionManager {
         self.usage
             .add(loc.segment, loc.generation, u64::from(loc.bytes));
         let slot = if version.epoch == self.epoch {
-            self.buffer.get_mut(&cid)
-        } else if self.buffer.contains_key(&cid) {
+            self.buffer.get_mut(cid)
+        } else if self.buffer.contains(cid) {
             // Written again in this epoch: any entry of an earlier one is outdated.
             self.usage.outdate(loc);
             return;
         } else if version.epoch == self.epoch.wrapping_sub(1) {
-            self.carry.get_mut(&cid)
+            self.carry.get_mut(cid)
         } else {
             None // older: whether it is current is not known here (counted live)
         };

@@ -7,10 +7,11 @@
 //! - A version is `(epoch, version in epoch)`. Each zone counts its own 16-bit epochs; the
 //!   top epoch bit is the *eon*. The first write of a chunk in an epoch gets version 0, the
 //!   next 1, and so on (24 bits).
-//! - The **version buffer** (a hash table, current epoch only) holds the chunks written in
-//!   this epoch. When it is `seal_entries` full the epoch ends: the buffer is *sealed*
-//!   (kept in RAM until the flusher appends it to the version log) and a new epoch starts
-//!   with an empty buffer. A chunk written 2^24 − 1 times in one epoch ends it early.
+//! - The **version buffer** (current epoch only; pages of dense CIDs plus a hash table for
+//!   the rest, about 16 bytes per chunk: [`slots`]) holds the chunks written in this
+//!   epoch. When it is `seal_entries` full the epoch ends: the buffer is *sealed* (kept in
+//!   RAM until the flusher appends it to the version log) and a new epoch starts with an
+//!   empty buffer. A chunk written 2^24 − 1 times in one epoch ends it early.
 //! - A **remove** is a new version flagged deleted, not an entry in the data log.
 //! - Newer-than compares epochs as serial numbers (RFC 1982): epoch `a` is after `b` when
 //!   `a − b mod 2^16` is in `1..2^15`. That is exact as long as no current version is more
@@ -47,6 +48,7 @@
 //! - [`manager`]: the version manager (assignment, seals, snapshots, placements);
 //! - [`chains`]: open chains (chained chunks whose version does not count yet);
 //! - [`eon`]: eon visits (epoch hold, re-stamping);
+//! - [`slots`]: the version buffer's compact CID table;
 //! - [`usage`]: per-segment live-byte estimates;
 //! - [`vlog`]: the version log files, [`blocks`]: their block format.
 //!
@@ -56,6 +58,7 @@ mod blocks;
 mod chains;
 mod eon;
 mod manager;
+mod slots;
 mod usage;
 mod vlog;
 

@@ -55,7 +55,7 @@ fn version_manager_matches_model_across_epoch_and_eon_wrap() {
             Err(AssignBlocked::SealPending) => {
                 // The flusher persists the sealed epoch, then the append retries.
                 let sealed = vm.sealed().cloned().unwrap();
-                for r in &sealed.records {
+                for r in sealed.records.iter() {
                     merge(&mut persisted, r.cid, r.state);
                 }
                 vm.sealed_written(sealed.epoch);

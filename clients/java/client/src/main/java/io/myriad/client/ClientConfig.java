@@ -53,6 +53,11 @@ public final class ClientConfig {
     public Duration metaTimeout = Duration.ofSeconds(10);
     /** Longest a connection attempt and its handshake take (default 2 s). */
     public Duration connectTimeout = Duration.ofSeconds(2);
+    /**
+     * Whether blocking single-chunk calls use direct request lanes (default true; false:
+     * they go over the node's shared connection, answered through its reader thread).
+     */
+    public boolean lanes = true;
     /** Quick routing rounds per chunk call before rounds are paced (default 4). */
     public int attemptsMax = 4;
     /** Durability of changes when a call names none. */

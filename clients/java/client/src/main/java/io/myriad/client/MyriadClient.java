@@ -151,6 +151,11 @@ public final class MyriadClient implements AutoCloseable {
         return membership.nodes();
     }
 
+    /** Lanes open to {@code node}: blocking single-chunk calls use them (for tests and diagnostics). */
+    int laneCount(int node) {
+        return endpoint.laneCount(node);
+    }
+
     /** The alive peers (chunk stores) as this client knows them, by ID. */
     public List<Integer> peers() {
         List<Integer> peers = new ArrayList<>();
@@ -278,9 +283,10 @@ public final class MyriadClient implements AutoCloseable {
         return single(getBatchAsync(new long[] {cid}));
     }
 
-    /** See {@link #getAsync}. */
+    /** See {@link #getAsync}; sent and decoded on the calling thread. */
     public byte[] get(long cid) {
-        return await(getAsync(cid));
+        checkOpen();
+        return (byte[]) router.single(cid, indices -> ChunkProto.get(new long[] {cid}), Router.DATA);
     }
 
     /** Replaces many chunks' bytes ({@code data[i]} must have the size of {@code cids[i]}). */
@@ -309,9 +315,11 @@ public final class MyriadClient implements AutoCloseable {
         return single(putBatchAsync(new long[] {cid}, new byte[][] {data}, durability));
     }
 
-    /** See {@link #putAsync}. */
+    /** See {@link #putAsync}; sent and decoded on the calling thread. */
     public void put(long cid, byte[] data, Durability durability) {
-        await(putAsync(cid, data, durability));
+        checkOpen();
+        int level = level(durability);
+        router.single(cid, indices -> ChunkProto.put(level, new long[] {cid}, new byte[][] {data}), Router.STATUSES);
     }
 
     /** Replaces one chunk's bytes with the default durability. */
@@ -336,9 +344,11 @@ public final class MyriadClient implements AutoCloseable {
         return single(removeBatchAsync(new long[] {cid}, durability));
     }
 
-    /** See {@link #removeAsync}. */
+    /** See {@link #removeAsync}; sent and decoded on the calling thread. */
     public void remove(long cid, Durability durability) {
-        await(removeAsync(cid, durability));
+        checkOpen();
+        int level = level(durability);
+        router.single(cid, indices -> ChunkProto.remove(level, new long[] {cid}), Router.STATUSES);
     }
 
     /** Removes one chunk with the default durability. */
@@ -377,7 +387,9 @@ public final class MyriadClient implements AutoCloseable {
 
     /** Inserts one chunk under {@code cid} (see {@link #insertBatchAsync}). */
     public void insert(long cid, byte[] data, Durability durability) {
-        await(single(insertBatchAsync(new long[] {cid}, new byte[][] {data}, durability)));
+        checkOpen();
+        int level = level(durability);
+        router.single(cid, indices -> ChunkProto.insert(level, new long[] {cid}, new byte[][] {data}), Router.STATUSES);
     }
 
     /** Reads {@code length} bytes at {@code offset} of a chunk. */

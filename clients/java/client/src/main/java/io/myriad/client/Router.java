@@ -224,6 +224,86 @@ final class Router {
         return new MyriadException.NodeUnavailable(node);
     }
 
+    // ----- one item, blocking ---------------------------------------------------------------
+
+    private static final int[] FIRST = {0};
+
+    /**
+     * A blocking call about one CID, on the calling thread (as the Rust client sends its
+     * blocking calls): the request goes to the cached owner over a lane of the endpoint
+     * (written and read by this thread; the node's connection when no lane is to be had),
+     * and this thread decodes the reply, with no timer, no round state and no callbacks on
+     * a connection's reader thread. An answer other than a final one ("not owner", an
+     * owner that is not alive or not reachable) hands the item to {@link #routed} with the
+     * time left, which looks it up and tries again. Returns the item's value (null for
+     * status replies) or throws the call's {@link MyriadException}.
+     */
+    Object single(long cid, Function<int[], byte[]> build, Parser parser) {
+        long timeoutMs = config.chunkTimeout.toMillis();
+        long started = System.nanoTime();
+        int owner = ownerOf(cid);
+        if (membership.isAlive(owner)) {
+            byte[] request = build.apply(FIRST);
+            byte[] bytes = null;
+            try {
+                bytes = config.lanes ? endpoint.requestOnLane(owner, MessageType.CHUNK, request, timeoutMs) : null;
+            } catch (java.net.SocketTimeoutException e) {
+                throw new MyriadException.Timeout("chunk request to node " + ChunkIds.formatNode(owner), timeoutMs);
+            } catch (io.myriad.client.net.ConnectionLostException e) {
+                bytes = null; // the lane broke: the connection path below decides
+            }
+            long leftMs = timeoutMs - TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
+            if (bytes == null && leftMs <= 0) {
+                throw new MyriadException.Timeout("chunk request to node " + ChunkIds.formatNode(owner), timeoutMs);
+            }
+            CompletableFuture<byte[]> sent = bytes != null ? CompletableFuture.completedFuture(bytes)
+                    : endpoint.request(owner, MessageType.CHUNK, request);
+            try {
+                bytes = sent.get(Math.max(1, leftMs), TimeUnit.MILLISECONDS);
+            } catch (TimeoutException e) {
+                // Frees the request's slot on the connection, as the routed path's timer does.
+                sent.completeExceptionally(e);
+                throw translate(e, owner, timeoutMs);
+            } catch (java.util.concurrent.ExecutionException e) {
+                if (!Membership.unreachable(e.getCause())) {
+                    throw translate(e.getCause(), owner, timeoutMs);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new MyriadException("interrupted");
+            }
+            if (bytes != null) {
+                Parsed parsed = parser.parse(decode(bytes, owner), 1);
+                ItemError error = parsed.errors[0];
+                if (error == null) {
+                    return parsed.values[0];
+                }
+                if (error.code != ItemError.NOT_OWNER) {
+                    throw itemFailure(error, cid, owner);
+                }
+            }
+        }
+        long spentMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
+        List<ItemResult<Object>> results;
+        try {
+            results = this.<Object>routed(new long[] {cid}, -Math.min(spentMs, timeoutMs - 1), build, parser)
+                    .get(timeoutMs + 5_000, TimeUnit.MILLISECONDS);
+        } catch (TimeoutException e) {
+            throw new MyriadException.Timeout("chunk call", timeoutMs);
+        } catch (java.util.concurrent.ExecutionException e) {
+            Throwable cause = Membership.unwrap(e);
+            throw cause instanceof MyriadException ? (MyriadException) cause
+                    : new MyriadException("call failed: " + cause, cause);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new MyriadException("interrupted");
+        }
+        if (results.size() != 1) {
+            throw new MyriadException.Protocol("no result for the item");
+        }
+        return results.get(0).get();
+    }
+
     // ----- routed calls -------------------------------------------------------------------
 
     /**

@@ -157,6 +157,12 @@ class LiveClientTest {
             for (Future<Integer> result : results) {
                 assertEquals(perThread, result.get(50, TimeUnit.SECONDS));
             }
+            // The blocking calls went over lanes (at most one per thread and peer, never
+            // above the acceptor's limit), the async ones over the connections.
+            for (int peer : peers) {
+                int lanes = client.laneCount(peer);
+                assertTrue(lanes >= 1 && lanes <= threads, "lanes to " + peer + ": " + lanes);
+            }
         } finally {
             pool.shutdownNow();
         }

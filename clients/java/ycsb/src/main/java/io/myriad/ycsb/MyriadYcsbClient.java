@@ -39,7 +39,9 @@ import site.ycsb.Status;
  * by the environment variable {@code MYRIAD_SECRET_FILE}; there is no default secret and
  * none is taken from a property (YCSB properties end up on command lines).
  * {@code myriad.durability} (default|async|replicated|durable; default: the cluster's),
- * {@code myriad.timeout_ms} (per call, default 2000). All YCSB threads of a JVM share one
+ * {@code myriad.timeout_ms} (per call, default 2000), {@code myriad.lanes} (true|false,
+ * default false: with YCSB's many threads per JVM the shared connections measured better
+ * than one lane per thread and peer, see docs/benchmarks.md). All YCSB threads of a JVM share one
  * {@link MyriadClient}.
  */
 public class MyriadYcsbClient extends DB {
@@ -79,6 +81,7 @@ public class MyriadYcsbClient extends DB {
                 }
                 config.chunkTimeout = Duration.ofMillis(Long.parseLong(properties.getProperty("myriad.timeout_ms", "2000")));
                 config.durability = durability;
+                config.lanes = Boolean.parseBoolean(properties.getProperty("myriad.lanes", "false"));
                 try {
                     shared = MyriadClient.connect(config);
                 } catch (MyriadException e) {

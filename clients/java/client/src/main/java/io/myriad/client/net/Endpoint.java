@@ -110,6 +110,7 @@ public final class Endpoint implements AutoCloseable {
     public void setAddress(int node, InetSocketAddress address) {
         InetSocketAddress old = addresses.put(node, address);
         if (old != null && !old.equals(address)) {
+            closeLanes(node);
             Connection connection = connections.get(node);
             if (connection != null) {
                 connection.close("address changed");
@@ -120,6 +121,7 @@ public final class Endpoint implements AutoCloseable {
     /** Forgets a node's address and closes its connection. */
     public void removeAddress(int node) {
         addresses.remove(node);
+        closeLanes(node);
         Connection connection = connections.get(node);
         if (connection != null) {
             connection.close("node removed");
@@ -187,32 +189,8 @@ public final class Endpoint implements AutoCloseable {
         }
         Socket socket = new Socket();
         try {
-            socket.connect(address, connectTimeoutMs);
-            socket.setTcpNoDelay(true);
-            socket.setSoTimeout(connectTimeoutMs);
-            OutputStream out = socket.getOutputStream();
-            DataInputStream in = new DataInputStream(socket.getInputStream());
-            byte[] nonce = new byte[Handshake.NONCE_BYTES];
-            RANDOM.nextBytes(nonce);
-            byte[] mine = new Handshake.Greeting(nodeId, instance, nonce, false).encode();
-            out.write(mine);
-            out.flush();
-            byte[] theirs = new byte[Handshake.GREETING_BYTES];
-            in.readFully(theirs);
-            Handshake.Greeting greeting = Handshake.Greeting.decode(theirs);
-            if (greeting.node != node || greeting.lane) {
-                throw new MyriadException.Protocol("dialed node " + node + ", answered by " + greeting.node);
-            }
-            byte[] proof = new byte[Handshake.PROOF_BYTES];
-            in.readFully(proof);
-            if (!Handshake.proofsEqual(Handshake.acceptorProof(secret, mine, theirs), proof)) {
-                throw new MyriadException.Protocol("node " + node + " failed authentication (wrong secret?)");
-            }
-            out.write(Handshake.connectorProof(secret, mine, theirs));
-            out.flush();
-            int verdict = in.read();
+            int verdict = handshake(socket, address, node, false, connectTimeoutMs);
             if (verdict == Handshake.ACCEPTED) {
-                socket.setSoTimeout(0);
                 return register(new Connection(this, socket, node, MESSAGE_BYTES_MAX));
             }
             socket.close();
@@ -222,12 +200,175 @@ public final class Endpoint implements AutoCloseable {
             throw new ConnectionLostException(node, verdict == Handshake.REFUSED ? "refused (fenced)"
                     : "bad verdict " + verdict);
         } catch (IOException | MyriadException e) {
-            try {
-                socket.close();
-            } catch (IOException ignored) {
-                // already failing
-            }
+            closeQuietly(socket);
             throw new ConnectionLostException(node, "connect to " + address + ": " + e.getMessage());
+        }
+    }
+
+    /**
+     * Connects {@code socket} to {@code node} at {@code address} and runs the connector's
+     * side of the handshake (with the lane flag for a lane), each step waiting at most
+     * {@code timeoutMs}; returns the acceptor's verdict. On {@link Handshake#ACCEPTED} the
+     * socket is ready for frames (no read timeout, no Nagle).
+     */
+    private int handshake(Socket socket, InetSocketAddress address, int node, boolean lane, int timeoutMs)
+            throws IOException {
+        socket.connect(address, timeoutMs);
+        socket.setTcpNoDelay(true);
+        socket.setSoTimeout(timeoutMs);
+        OutputStream out = socket.getOutputStream();
+        DataInputStream in = new DataInputStream(socket.getInputStream());
+        byte[] nonce = new byte[Handshake.NONCE_BYTES];
+        RANDOM.nextBytes(nonce);
+        byte[] mine = new Handshake.Greeting(nodeId, instance, nonce, lane).encode();
+        out.write(mine);
+        out.flush();
+        byte[] theirs = new byte[Handshake.GREETING_BYTES];
+        in.readFully(theirs);
+        Handshake.Greeting greeting = Handshake.Greeting.decode(theirs);
+        if (greeting.node != node || greeting.lane) {
+            throw new MyriadException.Protocol("dialed node " + node + ", answered by " + greeting.node);
+        }
+        byte[] proof = new byte[Handshake.PROOF_BYTES];
+        in.readFully(proof);
+        if (!Handshake.proofsEqual(Handshake.acceptorProof(secret, mine, theirs), proof)) {
+            throw new MyriadException.Protocol("node " + node + " failed authentication (wrong secret?)");
+        }
+        out.write(Handshake.connectorProof(secret, mine, theirs));
+        out.flush();
+        int verdict = in.read();
+        if (verdict == Handshake.ACCEPTED) {
+            socket.setSoTimeout(0);
+        }
+        return verdict;
+    }
+
+    // ----- lanes -------------------------------------------------------------------------------
+
+    /** The idle lanes of one node and how many lanes it has (idle or lent). */
+    private static final class LanePool {
+        final java.util.concurrent.ConcurrentLinkedDeque<Lane> idle = new java.util.concurrent.ConcurrentLinkedDeque<>();
+        final java.util.concurrent.atomic.AtomicInteger count = new java.util.concurrent.atomic.AtomicInteger();
+        /** Until when ({@link System#nanoTime}) no new lane is tried (the node said duplicate or failed). */
+        volatile long pauseUntil;
+    }
+
+    /** Lanes per node at most (the acceptor's default {@code lanes_per_node_max}). */
+    public static final int LANES_PER_NODE_MAX = 64;
+    /** A lane idle this long is closed instead of reused (the wire format's default). */
+    static final long LANE_IDLE_TIMEOUT_NS = TimeUnit.SECONDS.toNanos(30);
+    /** How long no new lane to a node is tried after it refused one or could not be reached. */
+    static final long LANE_PAUSE_NS = TimeUnit.SECONDS.toNanos(1);
+
+    private final Map<Integer, LanePool> lanes = new ConcurrentHashMap<>();
+
+    /**
+     * A blocking request to {@code node} over a lane, written and read by the calling thread
+     * ({@code docs/wire-format.md}, "Lanes"); {@code null} when no lane is to be had now (the
+     * node's connection is not open yet, the node serves its maximum of lanes from us, or
+     * a lane could not be opened within {@code timeoutMs}): the caller then sends over the
+     * connection.
+     *
+     * @throws ConnectionLostException the lane broke (the node may be gone)
+     * @throws java.net.SocketTimeoutException no response within {@code timeoutMs}
+     * @throws MyriadException.Protocol the node answered with something else
+     */
+    public byte[] requestOnLane(int node, MessageType type, byte[] payload, long timeoutMs)
+            throws java.net.SocketTimeoutException {
+        if (type.ordered || closed.get()) {
+            return null;
+        }
+        Connection connection = connections.get(node);
+        if (connection == null || !connection.isOpen()) {
+            return null; // the first request to a node opens its connection, as on the Rust side
+        }
+        long started = System.nanoTime();
+        LanePool pool = lanes.computeIfAbsent(node, n -> new LanePool());
+        Lane lane = takeLane(node, pool, timeoutMs);
+        if (lane == null) {
+            return null;
+        }
+        try {
+            long leftMs = timeoutMs - TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
+            byte[] response = lane.call(type, payload, Math.max(1, leftMs));
+            pool.idle.offerFirst(lane);
+            if (closed.get()) {
+                closeLanes(node);
+            }
+            return response;
+        } catch (java.net.SocketTimeoutException e) {
+            pool.count.decrementAndGet();
+            throw e;
+        } catch (IOException e) {
+            pool.count.decrementAndGet();
+            throw new ConnectionLostException(node, "lane: " + e.getMessage());
+        } catch (RuntimeException e) {
+            pool.count.decrementAndGet();
+            throw e;
+        }
+    }
+
+    private Lane takeLane(int node, LanePool pool, long timeoutMs) {
+        Lane lane;
+        while ((lane = pool.idle.pollFirst()) != null) {
+            if (System.nanoTime() - lane.idleSince < LANE_IDLE_TIMEOUT_NS && lane.reusable()) {
+                return lane;
+            }
+            lane.close();
+            pool.count.decrementAndGet();
+        }
+        if (System.nanoTime() < pool.pauseUntil) {
+            return null;
+        }
+        if (pool.count.incrementAndGet() > LANES_PER_NODE_MAX) {
+            pool.count.decrementAndGet();
+            return null;
+        }
+        Lane opened = openLane(node, (int) Math.max(1, Math.min(connectTimeoutMs, timeoutMs)));
+        if (opened == null) {
+            pool.count.decrementAndGet();
+            pool.pauseUntil = System.nanoTime() + LANE_PAUSE_NS;
+        }
+        return opened;
+    }
+
+    /**
+     * A new lane to {@code node}, or null if the node refused it or did not complete the
+     * handshake within {@code timeoutMs}.
+     */
+    private Lane openLane(int node, int timeoutMs) {
+        InetSocketAddress address = addresses.get(node);
+        if (address == null) {
+            return null;
+        }
+        Socket socket = new Socket();
+        try {
+            if (handshake(socket, address, node, true, timeoutMs) == Handshake.ACCEPTED) {
+                return new Lane(node, socket, MESSAGE_BYTES_MAX);
+            }
+        } catch (IOException | MyriadException e) {
+            LOG.log(Level.FINE, "lane to node " + node + " failed: " + e.getMessage());
+        }
+        closeQuietly(socket);
+        return null;
+    }
+
+    /** Lanes open to {@code node} (idle or lent to a call). */
+    public int laneCount(int node) {
+        LanePool pool = lanes.get(node);
+        return pool == null ? 0 : pool.count.get();
+    }
+
+    /** Closes the idle lanes of {@code node} (lent ones close when their call ends). */
+    private void closeLanes(int node) {
+        LanePool pool = lanes.get(node);
+        if (pool == null) {
+            return;
+        }
+        Lane lane;
+        while ((lane = pool.idle.pollFirst()) != null) {
+            lane.close();
+            pool.count.decrementAndGet();
         }
     }
 
@@ -348,6 +489,9 @@ public final class Endpoint implements AutoCloseable {
             } catch (IOException ignored) {
                 // closing anyway
             }
+        }
+        for (Integer node : lanes.keySet()) {
+            closeLanes(node);
         }
         List<Connection> all = new ArrayList<>(connections.values());
         for (Connection connection : all) {
