@@ -118,6 +118,8 @@ mod lane;
 mod pool;
 mod reader;
 pub mod secret;
+mod stream;
+pub mod tls;
 pub mod wire;
 
 pub use bytes::Bytes;
@@ -132,6 +134,7 @@ pub use error::{FrameError, HandshakeError, NetError};
 pub use fault::Fault;
 pub use handler::{Handler, Handlers, Incoming, MessageType, Responder, SenderCheck};
 pub use lane::LaneStats;
+pub use tls::{CertRole, TlsConfig, TlsError};
 
 /// A node's 16-bit ID: the one [`myriad_types::NodeId`] of every layer, re-exported for
 /// users of this crate's API.
