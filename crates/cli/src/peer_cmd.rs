@@ -31,6 +31,9 @@ pub struct PeerArgs {
     /// the configuration's `secret_file` or `secret`).
     #[arg(long)]
     pub secret_file: Option<PathBuf>,
+    /// TLS: the certificate directory and name (see `myriad cert`).
+    #[command(flatten)]
+    pub tls: crate::TlsArgs,
     /// Memory for chunks, in MiB.
     #[arg(long)]
     pub memory_mb: Option<u64>,
@@ -81,6 +84,8 @@ pub fn run(args: &PeerArgs, registry: myriad_compute::Registry) -> anyhow::Resul
         superpeers: args.superpeers.clone(),
         data_dir: args.data_dir.clone(),
         secret_file: crate::secret_file_arg(args.secret_file.as_deref()),
+        tls_dir: args.tls.tls_dir.clone(),
+        tls_name: args.tls.tls_name.clone(),
     })?;
     config.read_secret_file()?;
     if let Some(memory_mb) = args.memory_mb {
@@ -122,6 +127,7 @@ pub fn run(args: &PeerArgs, registry: myriad_compute::Registry) -> anyhow::Resul
     join.switch = config.switch;
     join.secret = config.secret.clone().into_bytes();
     join.handler_threads = config.peer.handler_threads.max(1);
+    join.tls = config.tls_config()?;
     let node = PeerNode::start(PeerOptions {
         join,
         memory_bytes: config.peer.memory_mb << 20,

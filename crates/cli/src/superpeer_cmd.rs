@@ -39,6 +39,9 @@ pub struct SuperpeerArgs {
     /// Write a JSON line here once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// TLS: the certificate directory and name (see `myriad cert`).
+    #[command(flatten)]
+    tls: crate::TlsArgs,
     /// Exit (status 3) once the parent process is no longer this PID (it died).
     #[arg(long)]
     exit_with_parent: Option<u32>,
@@ -85,6 +88,8 @@ pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
         superpeers: args.superpeers.clone(),
         data_dir: args.data_dir.clone(),
         secret_file: crate::secret_file_arg(args.secret_file.as_deref()),
+        tls_dir: args.tls.tls_dir.clone(),
+        tls_name: args.tls.tls_name.clone(),
     })?;
     config.read_secret_file()?;
     if let Some(listen) = args.metrics_listen {

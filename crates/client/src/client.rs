@@ -53,6 +53,20 @@ impl ClientConfig {
             .map_err(|error| ClientError::InvalidArgument(error.to_string()))?;
         Ok(self)
     }
+
+    /// Turns TLS on with the CA and certificate `NAME` of a directory written by
+    /// `myriad cert` (`DIR/ca.pem`, `DIR/NAME.pem`, `DIR/NAME.key`).
+    pub fn with_tls_dir(
+        mut self,
+        dir: &std::path::Path,
+        name: &str,
+    ) -> Result<ClientConfig, ClientError> {
+        self.join.tls = Some(
+            myriad_net::TlsConfig::from_dir(dir, name)
+                .map_err(|error| ClientError::InvalidArgument(error.to_string()))?,
+        );
+        Ok(self)
+    }
 }
 
 /// A connection to a cluster. Cheap to clone; every clone shares the node identity.

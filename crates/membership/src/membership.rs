@@ -83,6 +83,8 @@ pub struct JoinConfig {
     /// Deadline of one metadata request (including retries across superpeers) and of the
     /// join itself.
     pub request_timeout: Duration,
+    /// TLS for the node's connections (`None`: plain TCP); see `myriad_net::tls`.
+    pub tls: Option<myriad_net::TlsConfig>,
 }
 
 impl std::fmt::Debug for JoinConfig {
@@ -99,6 +101,7 @@ impl std::fmt::Debug for JoinConfig {
             .field("handler_threads", &self.handler_threads)
             .field("io_threads", &self.io_threads)
             .field("request_timeout", &self.request_timeout)
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -120,6 +123,7 @@ impl JoinConfig {
             handler_threads: 2,
             io_threads: 1,
             request_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -224,6 +228,7 @@ async fn join_exchange(
                     config.secret.clone(),
                 );
                 net_config.handler_threads = 1;
+                net_config.tls = config.tls.clone();
                 net_config
             },
             Handlers::new(),
@@ -891,6 +896,7 @@ fn endpoint_config(config: &JoinConfig, id: NodeId) -> myriad_net::Config {
     let mut net_config = myriad_net::Config::new(id, config.listen, config.secret.clone());
     net_config.handler_threads = config.handler_threads.max(1);
     net_config.io_threads = config.io_threads.max(1);
+    net_config.tls = config.tls.clone();
     net_config
 }
 

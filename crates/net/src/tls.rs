@@ -10,8 +10,9 @@
 //! Invariants:
 //! - Mutual TLS always: an acceptor requires a certificate signed by the cluster CA from
 //!   every connector (node or client); a connector accepts only an acceptor whose
-//!   certificate is signed by the CA and names [`NODE_NAME`] (node certificates only:
-//!   a client certificate cannot serve as a node).
+//!   certificate is signed by the CA and names [`NODE_NAME`]. Every certificate the CA
+//!   issues names it: clients accept connections too (superpeers dial them for
+//!   heartbeats and events).
 //! - A certificate names its role as a DNS name in its subject alternative names
 //!   ([`CertRole::dns_name`]: `peer.myriad`, `superpeer.myriad`, `client.myriad`).
 //! - Private keys are written `0600`, never logged; TLS 1.3 and 1.2 only (rustls' safe
@@ -29,8 +30,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
-/// The DNS name every node (peer or superpeer) certificate carries, and the server name a
-/// connector verifies the acceptor against.
+/// The DNS name every certificate of the cluster carries, and the server name a connector
+/// verifies the acceptor against (with the CA's signature).
 pub const NODE_NAME: &str = "node.myriad";
 
 /// The file name of the CA certificate in a TLS directory.
@@ -260,8 +261,8 @@ pub fn create_ca(dir: &Path) -> Result<(), TlsError> {
 }
 
 /// Issues a certificate for `name` in `role`, signed by the CA in `dir`: writes
-/// `DIR/NAME.pem` and `DIR/NAME.key` (`0600`). The certificate names the role and, for
-/// nodes, [`NODE_NAME`]; `hosts` adds DNS names or IP addresses (informational: the
+/// `DIR/NAME.pem` and `DIR/NAME.key` (`0600`). The certificate names the role and
+/// [`NODE_NAME`]; `hosts` adds DNS names or IP addresses (informational: the
 /// connector verifies [`NODE_NAME`], so nodes may move between addresses).
 pub fn issue(dir: &Path, name: &str, role: CertRole, hosts: &[String]) -> Result<(), TlsError> {
     if name.is_empty()
@@ -279,10 +280,7 @@ pub fn issue(dir: &Path, name: &str, role: CertRole, hosts: &[String]) -> Result
     let ca_key_pem = std::fs::read_to_string(&ca_key_path).map_err(io_error(&ca_key_path))?;
     let ca_key = rcgen::KeyPair::from_pem(&ca_key_pem).map_err(|e| pem_error(&ca_key_path, e))?;
     let ca_cert = ca_params()?.self_signed(&ca_key).map_err(generate_error)?;
-    let mut names = vec![role.dns_name().to_owned()];
-    if role != CertRole::Client {
-        names.push(NODE_NAME.to_owned());
-    }
+    let mut names = vec![role.dns_name().to_owned(), NODE_NAME.to_owned()];
     names.extend(hosts.iter().cloned());
     let mut params = rcgen::CertificateParams::new(names).map_err(generate_error)?;
     params

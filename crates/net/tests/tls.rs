@@ -1,6 +1,7 @@
 //! TLS between endpoints over real loopback sockets: requests small and large (many TLS
-//! records, many frames) and one-way messages arrive; a certificate from another CA, a
-//! plaintext connector, and a client certificate posing as a node are all refused.
+//! records, many frames) and one-way messages arrive; a certificate from another CA and a
+//! plaintext connector are refused, in either direction; client certificates serve both
+//! directions (superpeers dial clients).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -126,7 +127,7 @@ fn refused(result: Result<Bytes, NetError>, what: &str) {
 }
 
 #[test]
-fn foreign_ca_plaintext_and_client_certificates_are_refused() {
+fn foreign_ca_and_plaintext_are_refused_client_certificates_accepted() {
     let ours = tempfile::tempdir().expect("tempdir");
     let theirs = tempfile::tempdir().expect("tempdir");
     ca_with(
@@ -162,7 +163,7 @@ fn foreign_ca_plaintext_and_client_certificates_are_refused() {
         plain.request_blocking(NodeId(1), ECHO, Bytes::from_static(b"x"), TIMEOUT),
         "plaintext",
     );
-    // A client certificate may dial a node, but cannot serve as one.
+    // A client certificate dials a node and accepts a node's connection.
     let client = tls_endpoint(
         4,
         Some(TlsConfig::from_dir(ours.path(), "c1").unwrap()),
@@ -179,9 +180,15 @@ fn foreign_ca_plaintext_and_client_certificates_are_refused() {
         &counter,
     );
     link(&node2, &client);
+    let answer = node2
+        .request_blocking(NodeId(4), ECHO, Bytes::from_static(b"back"), TIMEOUT)
+        .expect("a node dials a client");
+    assert_eq!(&answer[..], b"back");
+    // The server dialing the foreign node: refused too (its certificate fails ours).
+    link(&server, &foreign);
     refused(
-        node2.request_blocking(NodeId(4), ECHO, Bytes::from_static(b"x"), TIMEOUT),
-        "client certificate as acceptor",
+        server.request_blocking(NodeId(2), ECHO, Bytes::from_static(b"x"), TIMEOUT),
+        "dialing a foreign CA",
     );
     // The server still serves its own after all that.
     link(&node2, &server);

@@ -99,6 +99,8 @@ pub struct SuperpeerConfig {
     pub handler_threads: usize,
     /// Worker threads of the superpeer's runtime (I/O, Raft, request tasks).
     pub io_threads: usize,
+    /// TLS for every connection (`None`: plain TCP); see `myriad_net::tls`.
+    pub tls: Option<myriad_net::TlsConfig>,
 }
 
 impl SuperpeerConfig {
@@ -127,6 +129,7 @@ impl SuperpeerConfig {
             recovery_backup_wait_ms: defaults.failure.recovery_backup_wait_ms,
             handler_threads: 2,
             io_threads: 2,
+            tls: None,
         }
     }
 
@@ -152,6 +155,7 @@ impl SuperpeerConfig {
             recovery_backup_wait_ms: config.failure.recovery_backup_wait_ms,
             handler_threads: 2,
             io_threads: 2,
+            tls: config.tls_config()?,
         })
     }
 }
@@ -289,6 +293,7 @@ impl Superpeer {
         let mut net_config =
             myriad_net::Config::new(config.id, config.listen, config.secret.clone());
         net_config.handler_threads = config.handler_threads.max(1);
+        net_config.tls = config.tls.clone();
         let slot: Arc<OnceLock<Arc<Core>>> = Arc::new(OnceLock::new());
         let members: Vec<NodeId> = config.members.iter().map(|(id, _)| *id).collect();
         let handlers = handlers(&slot, &members)?;
