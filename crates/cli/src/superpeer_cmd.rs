@@ -36,6 +36,10 @@ pub struct SuperpeerArgs {
     /// the configuration's `secret_file` or `secret`).
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// Join a running group instead of forming one: a fresh data directory waits until
+    /// the leader adds this superpeer (`myriad term -c "superpeeradd ID IP:PORT"`).
+    #[arg(long)]
+    join: bool,
     /// Write a JSON line here once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -95,7 +99,8 @@ pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
     if let Some(listen) = args.metrics_listen {
         config.metrics.listen = Some(listen);
     }
-    let superpeer_config = SuperpeerConfig::from_node_config(&config)?;
+    let mut superpeer_config = SuperpeerConfig::from_node_config(&config)?;
+    superpeer_config.join_existing = args.join;
     // Signal handlers first, so that a SIGTERM right after the ready file is seen is
     // handled as a clean stop.
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -47,6 +47,7 @@
 
 pub mod codec;
 mod files;
+pub mod group;
 pub mod limits;
 pub mod log_store;
 pub mod meta_raft;
@@ -55,6 +56,7 @@ pub mod state_machine;
 pub mod types;
 
 pub use codec::{RpcReply, RpcRequest, SnapshotRequest};
+pub use group::{GroupChangeError, GroupMembers};
 pub use log_store::{LogOpenError, LogStore};
 pub use meta_raft::{
     MetaRaft, RaftConfig, RaftReadError, RaftRole, RaftSummary, RaftWriteError, StartError,

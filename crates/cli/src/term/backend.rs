@@ -225,7 +225,9 @@ impl ClientBackend {
             TermCommand::LookupTree { .. }
             | TermCommand::Metadata { .. }
             | TermCommand::Recovery
-            | TermCommand::Stats { .. } => dispatch_cluster(client, command),
+            | TermCommand::Stats { .. }
+            | TermCommand::SuperpeerAdd { .. }
+            | TermCommand::SuperpeerRemove { .. } => dispatch_cluster(client, command),
             TermCommand::CompGroupList
             | TermCommand::CompGroupStatus { .. }
             | TermCommand::CompTask { .. }
@@ -636,6 +638,19 @@ fn lookup_tree(b: &BlockingClient<'_>, node: NodeId) -> Result<Value, String> {
 }
 
 /// `metadata`: the superpeer group's status, and one node's detail if asked for.
+/// The group after a change: leader, term and members.
+fn group_json(status: &myriad_proto::meta::StatusReply) -> Result<Value, String> {
+    Ok(json!({
+        "answered_by": status.node.to_string(),
+        "leader": status.leader.map(|id| id.to_string()),
+        "term": status.term,
+        "members": status.members.iter().map(|(id, address)| json!({
+            "nid": id.to_string(),
+            "address": address,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
 fn metadata(b: &BlockingClient<'_>, node: Option<NodeId>) -> Result<Value, String> {
     let status = b.status().map_err(text)?;
     let nodes = b.nodes().map_err(text)?;
@@ -692,6 +707,15 @@ fn dispatch_cluster(client: &Client, command: &TermCommand) -> Result<Value, Str
     match command {
         TermCommand::LookupTree { node } => lookup_tree(&b, *node),
         TermCommand::Metadata { node } => metadata(&b, *node),
+        TermCommand::SuperpeerAdd { node, address } => {
+            let address = address
+                .parse::<SocketAddr>()
+                .map_err(|_| format!("invalid address {address:?}"))?;
+            group_json(&b.add_superpeer(*node, address).map_err(text)?)
+        }
+        TermCommand::SuperpeerRemove { node } => {
+            group_json(&b.remove_superpeer(*node).map_err(text)?)
+        }
         TermCommand::Recovery => {
             let status = b.recovery_status().map_err(text)?;
             Ok(Value::Array(
