@@ -439,6 +439,24 @@ impl Membership {
         self.table.read().nodes.get(&id).map(|record| record.role)
     }
 
+    /// Whether `id` is a superpeer of the node table (one added to the group at runtime)
+    /// whose address is known; makes sure the messaging layer has that address.
+    fn reachable_superpeer(&self, id: NodeId) -> bool {
+        let Some(record) = self
+            .node(id)
+            .filter(|record| record.role == Role::Superpeer)
+        else {
+            return false;
+        };
+        let Ok(address) = record.address.parse::<SocketAddr>() else {
+            return false;
+        };
+        if self.net.address(id) != Some(address) {
+            self.net.set_address(id, address);
+        }
+        true
+    }
+
     /// Whether `id` may send peer-to-peer messages (replication, acknowledgements): not
     /// a node this node knows as a client. A node not known yet is let through (a peer
     /// that joined a moment ago may replicate before its join event arrived here); see
@@ -532,7 +550,9 @@ impl Membership {
                 MetaReply::NotLeader { leader } => {
                     last_error = format!("superpeer {target} is not the leader");
                     let known = leader.filter(|leader| {
-                        *leader != target && self.superpeers.iter().any(|(id, _)| id == leader)
+                        *leader != target
+                            && (self.superpeers.iter().any(|(id, _)| id == leader)
+                                || self.reachable_superpeer(*leader))
                     });
                     *self.leader_hint.lock() = known;
                     if known.is_none() {
@@ -949,11 +969,19 @@ fn with_own_handlers(
             }
         })
         .map_err(register)?;
+    // The configured superpeers, and those the node table knows as superpeers (added to
+    // the group at runtime: `AddSuperpeer`).
     let superpeers: Arc<[NodeId]> = superpeers.iter().map(|(id, _)| *id).collect();
     for message_type in [types::EVENT, types::HEARTBEAT, types::BARRIER_RELEASED] {
         let superpeers = superpeers.clone();
+        let table = slot.clone();
         handlers
-            .restrict(message_type, move |from| superpeers.contains(&from))
+            .restrict(message_type, move |from| {
+                superpeers.contains(&from)
+                    || table
+                        .get()
+                        .is_some_and(|membership| membership.role_of(from) == Some(Role::Superpeer))
+            })
             .map_err(register)?;
     }
     Ok(handlers)

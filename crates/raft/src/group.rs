@@ -16,8 +16,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use openraft::errors::{ClientWriteError, RaftError};
 use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{ClientWriteError, RaftError};
 use openraft::ChangeMembers;
 use thiserror::Error;
 
@@ -55,7 +55,9 @@ pub enum GroupChangeError {
     OutcomeUnknown(String),
 }
 
-fn write_error(error: RaftError<crate::types::TypeConfig, ClientWriteError<crate::types::TypeConfig>>) -> GroupChangeError {
+fn write_error(
+    error: RaftError<crate::types::TypeConfig, ClientWriteError<crate::types::TypeConfig>>,
+) -> GroupChangeError {
     match error {
         RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
             GroupChangeError::ForwardToLeader {
@@ -114,8 +116,7 @@ impl MetaRaft {
                 )));
             }
         }
-        if current.voters.len() >= crate::limits::MEMBERS_MAX && !current.voters.contains(&id)
-        {
+        if current.voters.len() >= crate::limits::MEMBERS_MAX && !current.voters.contains(&id) {
             return Err(GroupChangeError::Refused(format!(
                 "the group has {} voters already (at most {})",
                 current.voters.len(),

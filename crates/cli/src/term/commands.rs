@@ -954,8 +954,9 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
             parse_barrier(&a, name)
         }
         "tmpcreate" | "tmpget" | "tmpput" | "tmpremove" | "tmplist" => parse_tmp(&a, name),
-        "lookuptree" | "metadata" | "recovery" | "stats" | "superpeeradd"
-        | "superpeerremove" => parse_cluster(&a, name),
+        "lookuptree" | "metadata" | "recovery" | "stats" | "superpeeradd" | "superpeerremove" => {
+            parse_cluster(&a, name)
+        }
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
         | "compapp" => parse_compute(&a, name),
         other => Err(no_parser(other)),

@@ -107,6 +107,18 @@ impl Core {
                 leader: raft.leader(),
             });
         }
+        // A node ID is one node's: a peer's or client's ID cannot become a superpeer's.
+        let taken = raft.read_local(|state| {
+            state
+                .node(id)
+                .filter(|record| record.role != myriad_meta::Role::Superpeer)
+                .map(|record| format!("{:?}", record.role))
+        });
+        if let Some(role) = taken {
+            return change_error(GroupChangeError::Refused(format!(
+                "node ID {id} belongs to a {role} (pick an unused ID)"
+            )));
+        }
         if id != self.id {
             self.net.set_address(id, parsed);
         }
