@@ -21,6 +21,10 @@ pub struct PeerArgs {
     /// Listen address (port 0: the OS picks one).
     #[arg(long)]
     pub listen: Option<std::net::SocketAddr>,
+    /// The IP address other nodes reach this peer at (with the listener's port), when it
+    /// listens on 0.0.0.0 or behind NAT (`advertise` in the configuration).
+    #[arg(long)]
+    pub advertise: Option<std::net::IpAddr>,
     /// The superpeers, "ID=HOST:PORT,ID=HOST:PORT".
     #[arg(long)]
     pub superpeers: Option<String>,
@@ -128,6 +132,10 @@ pub fn run(args: &PeerArgs, registry: myriad_compute::Registry) -> anyhow::Resul
     join.secret = config.secret.clone().into_bytes();
     join.handler_threads = config.peer.handler_threads.max(1);
     join.tls = config.tls_config()?;
+    join.advertise = args
+        .advertise
+        .map(|ip| std::net::SocketAddr::new(ip, 0))
+        .or(config.advertise);
     let node = PeerNode::start(PeerOptions {
         join,
         memory_bytes: config.peer.memory_mb << 20,

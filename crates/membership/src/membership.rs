@@ -85,6 +85,10 @@ pub struct JoinConfig {
     pub request_timeout: Duration,
     /// TLS for the node's connections (`None`: plain TCP); see `myriad_net::tls`.
     pub tls: Option<myriad_net::TlsConfig>,
+    /// The address other nodes reach this one at, when it differs from `listen` (a node
+    /// listening on `0.0.0.0`, behind NAT, in a container). Port 0: the listener's port.
+    /// `None`: the listener's address.
+    pub advertise: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for JoinConfig {
@@ -102,6 +106,7 @@ impl std::fmt::Debug for JoinConfig {
             .field("io_threads", &self.io_threads)
             .field("request_timeout", &self.request_timeout)
             .field("tls", &self.tls.is_some())
+            .field("advertise", &self.advertise)
             .finish()
     }
 }
@@ -124,6 +129,7 @@ impl JoinConfig {
             io_threads: 1,
             request_timeout: Duration::from_secs(10),
             tls: None,
+            advertise: None,
         }
     }
 }
@@ -899,9 +905,19 @@ fn join_request(
     config: &JoinConfig,
     listener: &TcpListener,
 ) -> Result<JoinRequest, MembershipError> {
-    let address = listener
+    let bound = listener
         .local_addr()
         .map_err(|error| MembershipError::Join(format!("listener address: {error}")))?;
+    let address = match config.advertise {
+        Some(advertise) if advertise.port() == 0 => SocketAddr::new(advertise.ip(), bound.port()),
+        Some(advertise) => advertise,
+        None => bound,
+    };
+    if address.ip().is_unspecified() {
+        return Err(MembershipError::Join(format!(
+            "listening on {bound} needs an advertised address others can reach (--advertise IP)"
+        )));
+    }
     Ok(JoinRequest {
         role: config.role,
         address: address.to_string(),

@@ -445,6 +445,10 @@ pub struct NodeConfig {
     /// Where the node listens (port 0: the OS picks one; superpeers need a fixed port that
     /// matches their `superpeers` entry).
     pub listen: SocketAddr,
+    /// The address other nodes reach a peer at, when it differs from `listen` (e.g.
+    /// `listen = "0.0.0.0:22300"`, `advertise = "10.0.0.5:0"`; port 0: the listener's
+    /// port). Superpeers are reached at their `superpeers` entry instead.
+    pub advertise: Option<SocketAddr>,
     /// Directory of persistent state (the superpeer's Raft log and snapshot).
     pub data_dir: PathBuf,
     /// The cluster secret of the messaging layer's handshake (no default: empty means
@@ -481,6 +485,7 @@ impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
             data_dir: PathBuf::from("myriad-data"),
             secret: String::new(),
             secret_file: PathBuf::new(),
