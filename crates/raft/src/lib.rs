@@ -43,7 +43,8 @@
 //! 1. [`limits`], [`types`] and `files` (durable file writes): nothing of this crate;
 //! 2. [`codec`]: limits, types;
 //! 3. [`log_store`], [`state_machine`], [`network`]: codec and the first layer;
-//! 4. [`meta_raft`]: everything below.
+//! 4. [`meta_raft`]: everything below;
+//! 5. [`group`]: runtime membership changes, on top of `meta_raft`.
 
 pub mod codec;
 mod files;
