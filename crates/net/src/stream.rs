@@ -29,6 +29,11 @@ use crate::tls::TlsConfig;
 /// Bytes decrypted per read call at most (one TLS record's worth of plaintext).
 const TLS_READ_CHUNK: usize = 16 * 1024;
 
+/// Plaintext gathered from many small buffers into one before it is encrypted: rustls
+/// makes at least one record per buffer it is handed, so small frames would each cost a
+/// record (and its cipher call); gathered, they fill 16 KiB records.
+const TLS_GATHER_BYTES: usize = 64 * 1024;
+
 /// A plain or TLS stream over one TCP socket.
 pub(crate) struct NetStream {
     tcp: TcpStream,
@@ -217,7 +222,19 @@ impl NetStream {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
         }
-        let accepted = session.writer().write_vectored(slices)?;
+        let accepted = if slices.len() > 1 {
+            let mut gathered = Vec::with_capacity(TLS_GATHER_BYTES);
+            for slice in slices {
+                let room = TLS_GATHER_BYTES - gathered.len();
+                if room == 0 {
+                    break;
+                }
+                gathered.extend_from_slice(&slice[..slice.len().min(room)]);
+            }
+            session.writer().write(&gathered)?
+        } else {
+            session.writer().write_vectored(slices)?
+        };
         while session.wants_write() {
             match session.write_tls(&mut TryIo(&self.tcp)) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
