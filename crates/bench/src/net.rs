@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use myriad_net::{Bytes, Config, Endpoint, Handlers, Incoming, MessageType, NetHandle};
+use myriad_net::{Bytes, Config, Endpoint, Handlers, Incoming, MessageType, NetHandle, TlsConfig};
 use myriad_types::NodeId;
 use serde_json::{json, Value};
 
@@ -88,6 +88,10 @@ pub struct NetArgs {
     /// Print one JSON object per line (the last one holds every headline figure).
     #[arg(long)]
     pub json: bool,
+    /// Measure again with TLS on both endpoints (a fresh CA in a temporary directory) in
+    /// the same run, and print every headline figure plain and with TLS, with the ratio.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// Options of the hidden server half (`myriad bench net-server`).
@@ -99,6 +103,9 @@ pub struct NetServerArgs {
     /// I/O threads of the server endpoint.
     #[arg(long, default_value_t = 1)]
     pub io_threads: usize,
+    /// TLS directory (`myriad cert`) and certificate name of the server endpoint.
+    #[arg(long)]
+    pub tls_dir: Option<std::path::PathBuf>,
 }
 
 /// Runs the server half: prints `LISTEN <addr>` and serves until stdin closes.
@@ -138,6 +145,9 @@ pub fn serve(args: &NetServerArgs) -> Result<(), String> {
     let mut config = Config::new(SERVER, SocketAddr::from(([127, 0, 0, 1], 0)), SECRET);
     config.handler_threads = args.handler_threads;
     config.io_threads = args.io_threads;
+    if let Some(dir) = &args.tls_dir {
+        config.tls = Some(TlsConfig::from_dir(dir, "server").map_err(|e| e.to_string())?);
+    }
     let endpoint = Endpoint::start(config, handlers).map_err(|e| e.to_string())?;
     println!("LISTEN {}", endpoint.local_addr());
     std::io::stdout().flush().map_err(|e| e.to_string())?;
@@ -157,15 +167,22 @@ impl Drop for ChildGuard {
     }
 }
 
-fn spawn_server(io_threads: usize) -> Result<(ChildGuard, SocketAddr), String> {
+fn spawn_server(
+    io_threads: usize,
+    tls_dir: Option<&std::path::Path>,
+) -> Result<(ChildGuard, SocketAddr), String> {
     let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
-    let child = Command::new(exe)
-        .args([
-            "bench",
-            "net-server",
-            "--io-threads",
-            &io_threads.to_string(),
-        ])
+    let mut command = Command::new(exe);
+    command.args([
+        "bench",
+        "net-server",
+        "--io-threads",
+        &io_threads.to_string(),
+    ]);
+    if let Some(dir) = tls_dir {
+        command.arg("--tls-dir").arg(dir);
+    }
+    let child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -548,13 +565,69 @@ fn ratio(value: f64, reference: f64) -> f64 {
     }
 }
 
-/// Runs `myriad bench net`.
+/// Runs `myriad bench net` (twice with `--tls`: plain, then TLS, then the comparison).
 pub fn run(args: &NetArgs) -> Result<(), String> {
-    let (server, server_addr) = spawn_server(args.io_threads)?;
+    if !args.tls {
+        return run_once(args, None).map(|_| ());
+    }
+    let dir = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
+    myriad_net::tls::create_ca(dir.path()).map_err(|e| e.to_string())?;
+    for name in ["server", "client"] {
+        myriad_net::tls::issue(dir.path(), name, myriad_net::CertRole::Peer, &[])
+            .map_err(|e| e.to_string())?;
+    }
+    let plain = run_once(args, None)?;
+    if !args.json {
+        println!("\n--- the same with TLS (rustls, ring; mutual authentication) ---");
+    }
+    let tls = run_once(args, Some(dir.path()))?;
+    print_tls_comparison(args.json, &plain, &tls);
+    Ok(())
+}
+
+/// Every numeric headline of both runs side by side, with TLS / plain.
+fn print_tls_comparison(
+    json_lines: bool,
+    plain: &serde_json::Map<String, Value>,
+    tls: &serde_json::Map<String, Value>,
+) {
+    let mut rows = serde_json::Map::new();
+    if !json_lines {
+        println!("\nTLS cost (same run): figure, plain, TLS, TLS/plain");
+    }
+    for (key, value) in plain {
+        let (Some(a), Some(b)) = (value.as_f64(), tls.get(key).and_then(Value::as_f64)) else {
+            continue;
+        };
+        let ratio = if a == 0.0 { f64::NAN } else { b / a };
+        if json_lines {
+            rows.insert(key.clone(), json!({ "plain": a, "tls": b, "ratio": ratio }));
+        } else {
+            println!("  {key:<32} {a:>14.1} {b:>14.1} {ratio:>8.3}");
+        }
+    }
+    if json_lines {
+        println!(
+            "{}",
+            json!({ "bench": "net", "measure": "tls_comparison", "figures": rows })
+        );
+    }
+}
+
+/// One run against a fresh server process; TLS with `tls_dir`'s CA (certificates
+/// `server` and `client`). Returns the headline figures.
+fn run_once(
+    args: &NetArgs,
+    tls_dir: Option<&std::path::Path>,
+) -> Result<serde_json::Map<String, Value>, String> {
+    let (server, server_addr) = spawn_server(args.io_threads, tls_dir)?;
     let server_pid = server.0.id().to_string();
     let mut config = Config::new(CLIENT, SocketAddr::from(([127, 0, 0, 1], 0)), SECRET);
     config.handler_threads = 1;
     config.io_threads = args.io_threads;
+    if let Some(dir) = tls_dir {
+        config.tls = Some(TlsConfig::from_dir(dir, "client").map_err(|e| e.to_string())?);
+    }
     let endpoint = Endpoint::start(config, Handlers::new()).map_err(|e| e.to_string())?;
     endpoint.set_address(SERVER, server_addr);
     let net = endpoint.handle();
@@ -575,18 +648,22 @@ pub fn run(args: &NetArgs) -> Result<(), String> {
     bench_round_trips(&net, args, &mut report)?;
     let best_pipelined = bench_pipelined(&net, args, &mut report)?;
     bench_throughput(&net, &server_pid, args, &mut report)?;
-    bench_idle(&server_pid, &mut report);
+    if tls_dir.is_none() {
+        bench_idle(&server_pid, &mut report);
+    }
     drop(endpoint);
     drop(server);
-    bench_redis(args, best_pipelined, &mut report);
+    if tls_dir.is_none() {
+        bench_redis(args, best_pipelined, &mut report);
+    }
     if args.json {
-        let mut summary = json!({ "bench": "net", "measure": "summary" });
+        let mut summary = json!({ "bench": "net", "measure": "summary", "tls": tls_dir.is_some() });
         if let Some(object) = summary.as_object_mut() {
             object.extend(report.summary.clone());
         }
         println!("{summary}");
     }
-    Ok(())
+    Ok(report.summary)
 }
 
 /// One-way 64-byte messages from one and two threads.

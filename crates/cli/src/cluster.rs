@@ -80,6 +80,10 @@ pub struct StartArgs {
     /// `--secret-file`; default: DIR/secret, created with a random secret if missing.
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// TLS for every connection: a cluster CA and certificates in DIR/tls (created if
+    /// missing; clients use DIR/tls/client.pem).
+    #[arg(long)]
+    tls: bool,
     /// Seconds to wait for each group of nodes to be ready.
     #[arg(long, default_value_t = 30)]
     ready_timeout_secs: u64,
@@ -108,6 +112,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
                 spec.extra_args.push(config.display().to_string());
             }
             spec.secret_file = args.secret_file.clone();
+            spec.tls = args.tls;
             let spinner = spinner(format!(
                 "starting {} superpeers and {} peers",
                 spec.superpeers, spec.peers
@@ -119,6 +124,12 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             print!("{}", render_status(&cluster.status()));
             println!("superpeers: {}", cluster.superpeer_list());
             println!("secret file: {}", cluster.secret_file().display());
+            if let Some(tls) = cluster.tls_dir() {
+                println!(
+                    "TLS directory: {} (clients: --tls-name client)",
+                    tls.display()
+                );
+            }
             Ok(())
         }
         ClusterCommand::Status { dir, json } => {

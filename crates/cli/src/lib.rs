@@ -43,6 +43,9 @@ enum Command {
     /// Benchmarks that print their figures.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// TLS certificates: a cluster CA and the node and client certificates it signs.
+    #[command(subcommand)]
+    Cert(CertCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -87,6 +90,7 @@ pub fn main_with(registry: myriad_compute::Registry) -> anyhow::Result<()> {
         Command::Peer(args) => peer_cmd::run(&args, registry),
         Command::Cluster(command) => cluster::run(command),
         Command::Term(args) => term::main(args),
+        Command::Cert(command) => cert(command),
         Command::Bench(BenchCommand::Mem(args)) => {
             myriad_bench::mem::run(&args).map_err(anyhow::Error::msg)
         }
@@ -202,6 +206,83 @@ pub(crate) fn start_http(
         .map_err(|error| anyhow::anyhow!("metrics endpoint on {listen}: {error}"))?;
     tracing::info!(address = %server.local_addr(), "metrics endpoint listening");
     Ok(Some(server))
+}
+
+/// TLS flags of nodes and the terminal: `--tls-dir DIR --tls-name NAME` select
+/// `DIR/ca.pem`, `DIR/NAME.pem`, `DIR/NAME.key` (written by `myriad cert`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// Directory of the cluster CA and certificates (turns TLS on).
+    #[arg(long)]
+    pub tls_dir: Option<std::path::PathBuf>,
+    /// Name of this process's certificate in --tls-dir (NAME.pem, NAME.key).
+    #[arg(long, requires = "tls_dir")]
+    pub tls_name: Option<String>,
+}
+
+impl TlsArgs {
+    /// The TLS configuration the flags select (`None` without `--tls-dir`).
+    pub fn load(&self) -> anyhow::Result<Option<myriad_net::TlsConfig>> {
+        let Some(dir) = &self.tls_dir else {
+            return Ok(None);
+        };
+        let Some(name) = &self.tls_name else {
+            anyhow::bail!("--tls-dir needs --tls-name NAME (the certificate to use)");
+        };
+        Ok(Some(myriad_net::TlsConfig::from_dir(dir, name)?))
+    }
+}
+
+/// Flags of `myriad cert`.
+#[derive(clap::Subcommand, Debug)]
+pub enum CertCommand {
+    /// Create a cluster CA in DIR: ca.pem (trusted by every node and client) and ca.key
+    /// (mode 0600; keep it off the nodes).
+    Ca {
+        /// The directory (created if missing).
+        dir: std::path::PathBuf,
+    },
+    /// Issue a certificate signed by DIR's CA: DIR/NAME.pem and DIR/NAME.key (0600).
+    Issue {
+        /// The directory holding the CA.
+        dir: std::path::PathBuf,
+        /// The certificate's name (file names and common name).
+        name: String,
+        /// peer, superpeer or client (named in the certificate).
+        #[arg(long)]
+        role: String,
+        /// Extra DNS names or IP addresses for the certificate (repeatable).
+        #[arg(long = "host")]
+        hosts: Vec<String>,
+    },
+}
+
+fn cert(command: CertCommand) -> anyhow::Result<()> {
+    match command {
+        CertCommand::Ca { dir } => {
+            myriad_net::tls::create_ca(&dir)?;
+            println!(
+                "CA written: {}",
+                dir.join(myriad_net::tls::CA_CERT_FILE).display()
+            );
+        }
+        CertCommand::Issue {
+            dir,
+            name,
+            role,
+            hosts,
+        } => {
+            let role = myriad_net::CertRole::parse(&role).ok_or_else(|| {
+                anyhow::anyhow!("unknown role {role:?} (peer, superpeer or client)")
+            })?;
+            myriad_net::tls::issue(&dir, &name, role, &hosts)?;
+            println!(
+                "certificate written: {}",
+                dir.join(format!("{name}.pem")).display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The cluster secret's file: `flag` (`--secret-file`), else the one named by

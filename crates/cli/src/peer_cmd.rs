@@ -21,6 +21,10 @@ pub struct PeerArgs {
     /// Listen address (port 0: the OS picks one).
     #[arg(long)]
     pub listen: Option<std::net::SocketAddr>,
+    /// The IP address other nodes reach this peer at (with the listener's port), when it
+    /// listens on 0.0.0.0 or behind NAT (`advertise` in the configuration).
+    #[arg(long)]
+    pub advertise: Option<std::net::IpAddr>,
     /// The superpeers, "ID=HOST:PORT,ID=HOST:PORT".
     #[arg(long)]
     pub superpeers: Option<String>,
@@ -31,6 +35,9 @@ pub struct PeerArgs {
     /// the configuration's `secret_file` or `secret`).
     #[arg(long)]
     pub secret_file: Option<PathBuf>,
+    /// TLS: the certificate directory and name (see `myriad cert`).
+    #[command(flatten)]
+    pub tls: crate::TlsArgs,
     /// Memory for chunks, in MiB.
     #[arg(long)]
     pub memory_mb: Option<u64>,
@@ -81,6 +88,8 @@ pub fn run(args: &PeerArgs, registry: myriad_compute::Registry) -> anyhow::Resul
         superpeers: args.superpeers.clone(),
         data_dir: args.data_dir.clone(),
         secret_file: crate::secret_file_arg(args.secret_file.as_deref()),
+        tls_dir: args.tls.tls_dir.clone(),
+        tls_name: args.tls.tls_name.clone(),
     })?;
     config.read_secret_file()?;
     if let Some(memory_mb) = args.memory_mb {
@@ -122,6 +131,11 @@ pub fn run(args: &PeerArgs, registry: myriad_compute::Registry) -> anyhow::Resul
     join.switch = config.switch;
     join.secret = config.secret.clone().into_bytes();
     join.handler_threads = config.peer.handler_threads.max(1);
+    join.tls = config.tls_config()?;
+    join.advertise = args
+        .advertise
+        .map(|ip| std::net::SocketAddr::new(ip, 0))
+        .or(config.advertise);
     let node = PeerNode::start(PeerOptions {
         join,
         memory_bytes: config.peer.memory_mb << 20,

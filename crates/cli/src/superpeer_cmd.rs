@@ -36,9 +36,16 @@ pub struct SuperpeerArgs {
     /// the configuration's `secret_file` or `secret`).
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// Join a running group instead of forming one: a fresh data directory waits until
+    /// the leader adds this superpeer (`myriad term -c "superpeeradd ID IP:PORT"`).
+    #[arg(long)]
+    join: bool,
     /// Write a JSON line here once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// TLS: the certificate directory and name (see `myriad cert`).
+    #[command(flatten)]
+    tls: crate::TlsArgs,
     /// Exit (status 3) once the parent process is no longer this PID (it died).
     #[arg(long)]
     exit_with_parent: Option<u32>,
@@ -85,12 +92,15 @@ pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
         superpeers: args.superpeers.clone(),
         data_dir: args.data_dir.clone(),
         secret_file: crate::secret_file_arg(args.secret_file.as_deref()),
+        tls_dir: args.tls.tls_dir.clone(),
+        tls_name: args.tls.tls_name.clone(),
     })?;
     config.read_secret_file()?;
     if let Some(listen) = args.metrics_listen {
         config.metrics.listen = Some(listen);
     }
-    let superpeer_config = SuperpeerConfig::from_node_config(&config)?;
+    let mut superpeer_config = SuperpeerConfig::from_node_config(&config)?;
+    superpeer_config.join_existing = args.join;
     // Signal handlers first, so that a SIGTERM right after the ready file is seen is
     // handled as a clean stop.
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -61,6 +61,20 @@ impl ClientConfig {
             .map_err(|error| ClientError::InvalidArgument(error.to_string()))?;
         Ok(self)
     }
+
+    /// Turns TLS on with the CA and certificate `NAME` of a directory written by
+    /// `myriad cert` (`DIR/ca.pem`, `DIR/NAME.pem`, `DIR/NAME.key`).
+    pub fn with_tls_dir(
+        mut self,
+        dir: &std::path::Path,
+        name: &str,
+    ) -> Result<ClientConfig, ClientError> {
+        self.join.tls = Some(
+            myriad_net::TlsConfig::from_dir(dir, name)
+                .map_err(|error| ClientError::InvalidArgument(error.to_string()))?,
+        );
+        Ok(self)
+    }
 }
 
 /// A connection to a cluster. Cheap to clone; every clone shares the node identity.
@@ -348,6 +362,34 @@ impl Client {
         }
     }
 
+    /// Adds superpeer `id`, already running at `address` and started to join
+    /// (`myriad superpeer --join`), to the Raft group; returns the leader's view of the
+    /// group once the new member votes. Idempotent: adding a member again changes nothing.
+    pub async fn add_superpeer(
+        &self,
+        id: NodeId,
+        address: SocketAddr,
+    ) -> Result<StatusReply, ClientError> {
+        self.group_change(MetaRequest::AddSuperpeer {
+            id,
+            address: address.to_string(),
+        })
+        .await
+    }
+
+    /// Removes superpeer `id` from the Raft group; returns the leader's view of the group.
+    pub async fn remove_superpeer(&self, id: NodeId) -> Result<StatusReply, ClientError> {
+        self.group_change(MetaRequest::RemoveSuperpeer(id)).await
+    }
+
+    async fn group_change(&self, request: MetaRequest) -> Result<StatusReply, ClientError> {
+        match self.request(request).await? {
+            MetaReply::Status(status) => Ok(status),
+            MetaReply::Response(Response::Error(error)) => Err(ClientError::Meta(error)),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Moves the chunks `first..=last` (CIDs of one creator, all on one owner) to peer `to`;
     /// returns how many chunks moved. Clients find them at the new owner afterwards.
     pub async fn migrate(
@@ -501,5 +543,9 @@ impl BlockingClient<'_> {
         fn migrate(first: ChunkId, last: ChunkId, to: NodeId) -> Result<u64, ClientError>;
         /// See [`Client::migrate_from`].
         fn migrate_from(owner: NodeId, first: ChunkId, last: ChunkId, to: NodeId) -> Result<u64, ClientError>;
+        /// See [`Client::add_superpeer`].
+        fn add_superpeer(id: NodeId, address: SocketAddr) -> Result<StatusReply, ClientError>;
+        /// See [`Client::remove_superpeer`].
+        fn remove_superpeer(id: NodeId) -> Result<StatusReply, ClientError>;
     }
 }

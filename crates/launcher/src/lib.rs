@@ -130,6 +130,9 @@ pub enum LaunchError {
     /// The cluster secret's file could not be created or read.
     #[error(transparent)]
     Secret(#[from] myriad_net::secret::SecretError),
+    /// The TLS directory could not be created.
+    #[error("TLS certificates: {0}")]
+    Tls(#[from] myriad_net::TlsError),
     /// Sending a signal failed.
     #[error("signal {signal} to pid {pid}: {source}")]
     Signal {
@@ -214,6 +217,10 @@ pub struct LaunchSpec {
     /// The cluster secret's file (mode `0600`); `None`: `DIR/secret`, created with a
     /// random secret if missing.
     pub secret_file: Option<PathBuf>,
+    /// TLS for every connection: `start` creates a cluster CA in `DIR/tls` (if missing)
+    /// with the certificates `superpeer`, `peer` and `client`, and starts every node with
+    /// `--tls-dir DIR/tls --tls-name superpeer|peer` (see `myriad cert`).
+    pub tls: bool,
     /// Longest wait for each group of nodes (superpeers, then peers) to be ready.
     pub ready_timeout: Duration,
 }
@@ -231,6 +238,7 @@ impl LaunchSpec {
             exit_with_parent: true,
             extra_args: Vec::new(),
             secret_file: None,
+            tls: false,
             ready_timeout: Duration::from_secs(30),
         }
     }
@@ -276,8 +284,37 @@ pub struct ClusterFile {
     /// empty in files written before secrets had files).
     #[serde(default)]
     pub secret_file: PathBuf,
+    /// The TLS directory of `myriad cert` the nodes use (empty: no TLS); clients use its
+    /// certificate `client`.
+    #[serde(default, skip_serializing_if = "is_empty_path")]
+    pub tls_dir: PathBuf,
     /// Every node, superpeers first.
     pub nodes: Vec<NodeEntry>,
+}
+
+fn is_empty_path(path: &Path) -> bool {
+    path.as_os_str().is_empty()
+}
+
+/// Creates `dir`'s CA and the `superpeer`, `peer` and `client` certificates of a local
+/// cluster, each only if missing.
+fn ensure_tls_dir(dir: &Path) -> Result<(), LaunchError> {
+    use myriad_net::tls::{create_ca, issue, CA_CERT_FILE};
+    use myriad_net::CertRole;
+    if !dir.join(CA_CERT_FILE).exists() {
+        create_ca(dir)?;
+    }
+    let hosts = ["127.0.0.1".to_owned(), "localhost".to_owned()];
+    for (name, role) in [
+        ("superpeer", CertRole::Superpeer),
+        ("peer", CertRole::Peer),
+        ("client", CertRole::Client),
+    ] {
+        if !dir.join(format!("{name}.pem")).exists() {
+            issue(dir, name, role, &hosts)?;
+        }
+    }
+    Ok(())
 }
 
 /// A node and whether its process is alive.
@@ -363,6 +400,24 @@ impl LocalCluster {
             }
         };
 
+        let tls_dir = if spec.tls {
+            let tls_dir = dir.join("tls");
+            ensure_tls_dir(&tls_dir)?;
+            tls_dir
+        } else {
+            PathBuf::new()
+        };
+        let tls_args = |name: &str| -> Vec<String> {
+            if tls_dir.as_os_str().is_empty() {
+                return Vec::new();
+            }
+            vec![
+                "--tls-dir".into(),
+                tls_dir.display().to_string(),
+                "--tls-name".into(),
+                name.into(),
+            ]
+        };
         let ports = free_ports(spec.superpeers)?;
         let superpeers = ports
             .iter()
@@ -377,6 +432,7 @@ impl LocalCluster {
                 binary: spec.binary.clone(),
                 superpeers: superpeers.clone(),
                 secret_file: secret_file.clone(),
+                tls_dir: tls_dir.clone(),
                 nodes: Vec::new(),
             },
             children: HashMap::new(),
@@ -400,6 +456,7 @@ impl LocalCluster {
                 format!("127.0.0.1:{port}"),
             ];
             args.extend(paths.common_args(&superpeers, &secret_file));
+            args.extend(tls_args("superpeer"));
             args.extend(spec.extra_args.iter().cloned());
             superpeer_entries.push(paths.entry(name, NodeRole::Superpeer, args));
         }
@@ -409,6 +466,7 @@ impl LocalCluster {
             let paths = NodePaths::new(&dir, &name);
             let mut args = vec!["peer".to_string(), "--listen".into(), "127.0.0.1:0".into()];
             args.extend(paths.common_args(&superpeers, &secret_file));
+            args.extend(tls_args("peer"));
             if let Some(mb) = spec.peer_memory_mb {
                 args.push("--memory-mb".into());
                 args.push(mb.to_string());
@@ -483,6 +541,12 @@ impl LocalCluster {
         } else {
             self.file.secret_file.clone()
         }
+    }
+
+    /// The TLS directory the nodes use, if the cluster was started with TLS (clients use
+    /// its certificate `client`).
+    pub fn tls_dir(&self) -> Option<PathBuf> {
+        (!self.file.tls_dir.as_os_str().is_empty()).then(|| self.file.tls_dir.clone())
     }
 
     /// The cluster secret, read from [`secret_file`](Self::secret_file).

@@ -83,6 +83,12 @@ pub struct JoinConfig {
     /// Deadline of one metadata request (including retries across superpeers) and of the
     /// join itself.
     pub request_timeout: Duration,
+    /// TLS for the node's connections (`None`: plain TCP); see `myriad_net::tls`.
+    pub tls: Option<myriad_net::TlsConfig>,
+    /// The address other nodes reach this one at, when it differs from `listen` (a node
+    /// listening on `0.0.0.0`, behind NAT, in a container). Port 0: the listener's port.
+    /// `None`: the listener's address.
+    pub advertise: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for JoinConfig {
@@ -99,6 +105,8 @@ impl std::fmt::Debug for JoinConfig {
             .field("handler_threads", &self.handler_threads)
             .field("io_threads", &self.io_threads)
             .field("request_timeout", &self.request_timeout)
+            .field("tls", &self.tls.is_some())
+            .field("advertise", &self.advertise)
             .finish()
     }
 }
@@ -120,6 +128,8 @@ impl JoinConfig {
             handler_threads: 2,
             io_threads: 1,
             request_timeout: Duration::from_secs(10),
+            tls: None,
+            advertise: None,
         }
     }
 }
@@ -224,6 +234,7 @@ async fn join_exchange(
                     config.secret.clone(),
                 );
                 net_config.handler_threads = 1;
+                net_config.tls = config.tls.clone();
                 net_config
             },
             Handlers::new(),
@@ -434,6 +445,24 @@ impl Membership {
         self.table.read().nodes.get(&id).map(|record| record.role)
     }
 
+    /// Whether `id` is a superpeer of the node table (one added to the group at runtime)
+    /// whose address is known; makes sure the messaging layer has that address.
+    fn reachable_superpeer(&self, id: NodeId) -> bool {
+        let Some(record) = self
+            .node(id)
+            .filter(|record| record.role == Role::Superpeer)
+        else {
+            return false;
+        };
+        let Ok(address) = record.address.parse::<SocketAddr>() else {
+            return false;
+        };
+        if self.net.address(id) != Some(address) {
+            self.net.set_address(id, address);
+        }
+        true
+    }
+
     /// Whether `id` may send peer-to-peer messages (replication, acknowledgements): not
     /// a node this node knows as a client. A node not known yet is let through (a peer
     /// that joined a moment ago may replicate before its join event arrived here); see
@@ -527,7 +556,9 @@ impl Membership {
                 MetaReply::NotLeader { leader } => {
                     last_error = format!("superpeer {target} is not the leader");
                     let known = leader.filter(|leader| {
-                        *leader != target && self.superpeers.iter().any(|(id, _)| id == leader)
+                        *leader != target
+                            && (self.superpeers.iter().any(|(id, _)| id == leader)
+                                || self.reachable_superpeer(*leader))
                     });
                     *self.leader_hint.lock() = known;
                     if known.is_none() {
@@ -874,9 +905,19 @@ fn join_request(
     config: &JoinConfig,
     listener: &TcpListener,
 ) -> Result<JoinRequest, MembershipError> {
-    let address = listener
+    let bound = listener
         .local_addr()
         .map_err(|error| MembershipError::Join(format!("listener address: {error}")))?;
+    let address = match config.advertise {
+        Some(advertise) if advertise.port() == 0 => SocketAddr::new(advertise.ip(), bound.port()),
+        Some(advertise) => advertise,
+        None => bound,
+    };
+    if address.ip().is_unspecified() {
+        return Err(MembershipError::Join(format!(
+            "listening on {bound} needs an advertised address others can reach (--advertise IP)"
+        )));
+    }
     Ok(JoinRequest {
         role: config.role,
         address: address.to_string(),
@@ -891,6 +932,7 @@ fn endpoint_config(config: &JoinConfig, id: NodeId) -> myriad_net::Config {
     let mut net_config = myriad_net::Config::new(id, config.listen, config.secret.clone());
     net_config.handler_threads = config.handler_threads.max(1);
     net_config.io_threads = config.io_threads.max(1);
+    net_config.tls = config.tls.clone();
     net_config
 }
 
@@ -943,11 +985,19 @@ fn with_own_handlers(
             }
         })
         .map_err(register)?;
+    // The configured superpeers, and those the node table knows as superpeers (added to
+    // the group at runtime: `AddSuperpeer`).
     let superpeers: Arc<[NodeId]> = superpeers.iter().map(|(id, _)| *id).collect();
     for message_type in [types::EVENT, types::HEARTBEAT, types::BARRIER_RELEASED] {
         let superpeers = superpeers.clone();
+        let table = slot.clone();
         handlers
-            .restrict(message_type, move |from| superpeers.contains(&from))
+            .restrict(message_type, move |from| {
+                superpeers.contains(&from)
+                    || table
+                        .get()
+                        .is_some_and(|membership| membership.role_of(from) == Some(Role::Superpeer))
+            })
             .map_err(register)?;
     }
     Ok(handlers)

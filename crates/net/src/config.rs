@@ -9,6 +9,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::tls::TlsConfig;
 use crate::NodeId;
 
 /// Bytes read from a socket per read call (also the initial receive buffer size).
@@ -95,6 +96,11 @@ pub struct Config {
     pub lanes_per_node_max: usize,
     /// An idle lane is closed after this long unused.
     pub lane_idle_timeout: Duration,
+    /// TLS for every connection (`None`: plain TCP after the HMAC handshake). With TLS,
+    /// connections are mutually authenticated by the cluster CA and encrypted; the HMAC
+    /// handshake still runs inside them, and direct request lanes are off (blocking
+    /// requests go through the connection).
+    pub tls: Option<TlsConfig>,
 }
 
 impl std::fmt::Debug for Config {
@@ -118,6 +124,7 @@ impl std::fmt::Debug for Config {
             .field("io_threads", &self.io_threads)
             .field("lanes_per_node_max", &self.lanes_per_node_max)
             .field("lane_idle_timeout", &self.lane_idle_timeout)
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -144,6 +151,7 @@ impl Config {
             io_threads: 1,
             lanes_per_node_max: 64,
             lane_idle_timeout: Duration::from_secs(30),
+            tls: None,
         }
     }
 }

@@ -37,7 +37,6 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
-use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch, Notify};
 use tokio::time::Instant;
@@ -48,6 +47,7 @@ use crate::config::{
 };
 use crate::error::{FrameError, NetError};
 use crate::fault::{DelayLine, LinkFilter, DELAY_OUTGOING, DROP_OUTGOING};
+use crate::stream::NetStream;
 use crate::wire::{Fragment, FrameHeader, Kind, FRAME_PAYLOAD_BYTES_MAX, HEADER_BYTES};
 use crate::NodeId;
 
@@ -110,7 +110,7 @@ struct OutQueue {
     /// A sender found the queue full and waits for space.
     senders_waiting: bool,
     /// The socket, for direct writes by an idle sender (removed on close).
-    direct: Option<Arc<TcpStream>>,
+    direct: Option<Arc<NetStream>>,
     /// When a sender last found the queue empty and the writer parked.
     last_idle_send: Option<std::time::Instant>,
     /// Frames sent or queued so far.
@@ -550,8 +550,9 @@ impl Conn {
     }
 
     /// Gives senders the socket for direct writes (before the tasks start).
-    pub fn attach(&self, stream: Arc<TcpStream>) {
-        if !self.is_closed() {
+    pub fn attach(&self, stream: Arc<NetStream>) {
+        // TLS: no direct writes (the session's ciphertext needs the writer's flush).
+        if !self.is_closed() && !stream.is_tls() {
             self.out.lock().direct = Some(stream);
         }
     }
@@ -601,7 +602,7 @@ fn take_queued(conn: &Conn) -> Option<(VecDeque<Bytes>, usize)> {
 
 /// Writes every segment; returns the number of write calls made.
 async fn write_segments(
-    stream: &TcpStream,
+    stream: &NetStream,
     segments: &mut VecDeque<Bytes>,
 ) -> std::io::Result<u64> {
     let mut calls = 0;
@@ -638,6 +639,8 @@ async fn write_segments(
             }
         }
     }
+    // TLS: what the session holds as ciphertext goes out before the writer parks.
+    stream.flush().await?;
     Ok(calls)
 }
 
@@ -645,7 +648,7 @@ async fn write_segments(
 /// Returns the reason if the socket failed.
 pub(crate) async fn writer_loop(
     conn: Arc<Conn>,
-    stream: Arc<TcpStream>,
+    stream: Arc<NetStream>,
     clock: impl Fn() -> u64,
 ) -> Option<CloseReason> {
     let mut closed = conn.close_watch();
@@ -709,7 +712,7 @@ fn take_queued_delayed(conn: &Conn) -> Option<VecDeque<Bytes>> {
 /// writer takes over), `Err` with the writer's result when the connection ends.
 async fn write_delayed(
     conn: &Conn,
-    stream: &TcpStream,
+    stream: &NetStream,
     clock: &impl Fn() -> u64,
     closed: &mut watch::Receiver<bool>,
 ) -> Result<(), Option<CloseReason>> {

@@ -31,6 +31,10 @@
 //! # Structure
 //! - [`wire`]: frame header, frame decoder, reassembly, handshake (the byte format,
 //!   documented in `docs/wire-format.md`).
+//! - [`tls`]: TLS for connections ([`Config::tls`]): [`TlsConfig`] from a CA directory,
+//!   the CA and certificates of `myriad cert`. `stream`: the socket a connection's reader
+//!   and writer use, plain or carrying a rustls session (lanes stay plain: they are off
+//!   under TLS).
 //! - [`secret`]: the cluster secret's file (generated, written `0600`, read back; the
 //!   `MYRIAD_SECRET_FILE` variable). An endpoint refuses to start with an empty secret.
 //! - Payloads are encoded field by field with `myriad_types::codec` (varints,
@@ -54,8 +58,9 @@
 //! such as [`NodeId`], are used everywhere; checked on the sources by
 //! `tests/module_order.rs`, which also checks the endpoint submodules' order):
 //!
-//! 1. `error`, `config`, `fault`;
-//! 2. `wire` (error);
+//! 0. `tls` (no other module: TLS configuration and `myriad cert`'s files);
+//! 1. `error`, `config` (tls), `fault`;
+//! 2. `wire` (error), `secret`, `stream` (tls: a socket, plain or TLS);
 //! 3. `conn` (config, error, fault, wire) and `lane` (error, wire): neither names a
 //!    handler;
 //! 4. `handler` (conn: a [`Responder`] answers through its connection);
@@ -76,7 +81,7 @@
 //!   (`conn::direct_write`), and the millisecond clock of least-recently-used eviction
 //!   (`Shared::now_ms`).
 //! - **Sockets.** tokio `TcpListener`/`TcpStream` for connections (`endpoint::setup`,
-//!   `endpoint::accept`, `endpoint::dial`, `conn`, `reader`); blocking
+//!   `endpoint::accept`, `endpoint::dial`; `conn` and `reader` through `stream::NetStream`); blocking
 //!   `std::net::TcpStream` for lanes (`lane`, `endpoint::dial::dial_lane`). The network
 //!   filters (`fault`) sit right above the sockets, on the byte streams.
 //! - **Threads and tasks.** The tokio runtime (owned or passed in, `endpoint::setup`) runs
@@ -118,6 +123,8 @@ mod lane;
 mod pool;
 mod reader;
 pub mod secret;
+mod stream;
+pub mod tls;
 pub mod wire;
 
 pub use bytes::Bytes;
@@ -132,6 +139,7 @@ pub use error::{FrameError, HandshakeError, NetError};
 pub use fault::Fault;
 pub use handler::{Handler, Handlers, Incoming, MessageType, Responder, SenderCheck};
 pub use lane::LaneStats;
+pub use tls::{CertRole, TlsConfig, TlsError};
 
 /// A node's 16-bit ID: the one [`myriad_types::NodeId`] of every layer, re-exported for
 /// users of this crate's API.

@@ -18,7 +18,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::config::{READ_BUFFER_BYTES, READ_SPACE_BYTES_MIN};
@@ -27,6 +26,7 @@ use crate::error::FrameError;
 use crate::fault::{DelayLine, DELAY_INCOMING, DROP_INCOMING};
 use crate::handler::{self, type_key, Delivery, HandlerMap, Registered};
 use crate::pool::Batch;
+use crate::stream::NetStream;
 use crate::wire::{FrameDecoder, Kind, Reassembler, HEADER_BYTES};
 
 /// What the reader needs from its endpoint.
@@ -43,7 +43,7 @@ pub(crate) trait ReaderContext {
 /// the connection ended.
 pub(crate) async fn reader_loop(
     conn: Arc<Conn>,
-    stream: Arc<TcpStream>,
+    stream: Arc<NetStream>,
     context: &impl ReaderContext,
 ) -> CloseReason {
     let decoder = FrameDecoder::default();
@@ -119,7 +119,7 @@ pub(crate) async fn reader_loop(
     }
 }
 
-async fn read_some(stream: &TcpStream, buf: &mut impl BufMut) -> std::io::Result<usize> {
+async fn read_some(stream: &NetStream, buf: &mut impl BufMut) -> std::io::Result<usize> {
     loop {
         stream.readable().await?;
         match stream.try_read_buf(buf) {
@@ -156,7 +156,7 @@ impl IncomingDelay {
     async fn read(
         &mut self,
         conn: &Conn,
-        stream: &TcpStream,
+        stream: &NetStream,
         buf: &mut impl BufMut,
     ) -> std::io::Result<usize> {
         let held_max = conn

@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 /// The crate doc's order: a module may use those of earlier levels (and its own).
 const CRATE_LEVELS: &[&[&str]] = &[
+    &["tls"],
     &["error", "config", "fault"],
-    &["wire", "secret"],
+    &["wire", "secret", "stream"],
     &["conn", "lane"],
     &["handler"],
     &["pool"],

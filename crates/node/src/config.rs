@@ -232,6 +232,18 @@ pub struct MetricsSection {
     pub listen: Option<SocketAddr>,
 }
 
+/// TLS settings (`[tls]`): a directory written by `myriad cert` and this node's
+/// certificate name in it. With `dir` set, every connection is TLS with mutual
+/// authentication by the cluster CA (see `myriad_net::tls`); unset, plain TCP.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsSection {
+    /// Directory holding `ca.pem`, `NAME.pem` and `NAME.key` (empty: TLS off).
+    pub dir: PathBuf,
+    /// The certificate's name in `dir` (`NAME.pem`, `NAME.key`).
+    pub name: String,
+}
+
 /// Settings of the peer role.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -433,6 +445,10 @@ pub struct NodeConfig {
     /// Where the node listens (port 0: the OS picks one; superpeers need a fixed port that
     /// matches their `superpeers` entry).
     pub listen: SocketAddr,
+    /// The address other nodes reach a peer at, when it differs from `listen` (e.g.
+    /// `listen = "0.0.0.0:22300"`, `advertise = "10.0.0.5:0"`; port 0: the listener's
+    /// port). Superpeers are reached at their `superpeers` entry instead.
+    pub advertise: Option<SocketAddr>,
     /// Directory of persistent state (the superpeer's Raft log and snapshot).
     pub data_dir: PathBuf,
     /// The cluster secret of the messaging layer's handshake (no default: empty means
@@ -459,6 +475,8 @@ pub struct NodeConfig {
     pub backup: BackupSection,
     /// The HTTP endpoint of metrics and the status page.
     pub metrics: MetricsSection,
+    /// TLS for node and client connections (`[tls]`; off unless `dir` is set).
+    pub tls: TlsSection,
     /// Compute settings (peers).
     pub compute: ComputeSection,
 }
@@ -467,6 +485,7 @@ impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
             data_dir: PathBuf::from("myriad-data"),
             secret: String::new(),
             secret_file: PathBuf::new(),
@@ -483,6 +502,7 @@ impl Default for NodeConfig {
             peer: PeerSection::default(),
             backup: BackupSection::default(),
             metrics: MetricsSection::default(),
+            tls: TlsSection::default(),
             compute: ComputeSection::default(),
         }
     }
@@ -501,6 +521,10 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     /// `--secret-file` (or `MYRIAD_SECRET_FILE`).
     pub secret_file: Option<PathBuf>,
+    /// `--tls-dir`.
+    pub tls_dir: Option<PathBuf>,
+    /// `--tls-name`.
+    pub tls_name: Option<String>,
 }
 
 impl NodeConfig {
@@ -535,7 +559,29 @@ impl NodeConfig {
         if let Some(file) = &overrides.secret_file {
             self.secret_file = file.clone();
         }
+        if let Some(dir) = &overrides.tls_dir {
+            self.tls.dir = dir.clone();
+        }
+        if let Some(name) = &overrides.tls_name {
+            self.tls.name = name.clone();
+        }
         Ok(())
+    }
+
+    /// Loads the TLS configuration of `[tls]`: `None` when `tls.dir` is unset; an error
+    /// when the name is missing or the files do not load.
+    pub fn tls_config(&self) -> Result<Option<myriad_net::TlsConfig>, ConfigError> {
+        if self.tls.dir.as_os_str().is_empty() {
+            return Ok(None);
+        }
+        if self.tls.name.is_empty() {
+            return Err(ConfigError::Invalid(
+                "tls.dir is set but tls.name is not (give --tls-name NAME)".to_owned(),
+            ));
+        }
+        myriad_net::TlsConfig::from_dir(&self.tls.dir, &self.tls.name)
+            .map(Some)
+            .map_err(|error| ConfigError::Invalid(format!("TLS: {error}")))
     }
 
     /// Reads `secret_file`, if one is set, into `secret` (the file wins over an inline
@@ -824,6 +870,7 @@ listen = "127.0.0.1:0"
                 superpeers: Some("2=127.0.0.1:7002".to_owned()),
                 data_dir: Some(PathBuf::from("/tmp/sp2")),
                 secret_file: Some(PathBuf::from("/tmp/secret")),
+                ..Overrides::default()
             })
             .unwrap();
         assert_eq!(config.superpeer.id, 2);

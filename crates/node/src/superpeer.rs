@@ -55,6 +55,7 @@ use tokio::sync::mpsc;
 
 use crate::config::{ConfigError, NodeConfig, NodeError};
 
+mod group;
 mod recovery;
 mod watch;
 
@@ -99,6 +100,11 @@ pub struct SuperpeerConfig {
     pub handler_threads: usize,
     /// Worker threads of the superpeer's runtime (I/O, Raft, request tasks).
     pub io_threads: usize,
+    /// Join a running group (added by its leader with `AddSuperpeer`) instead of forming
+    /// one from `members`; see `myriad_raft::RaftConfig::join_existing`.
+    pub join_existing: bool,
+    /// TLS for every connection (`None`: plain TCP); see `myriad_net::tls`.
+    pub tls: Option<myriad_net::TlsConfig>,
 }
 
 impl SuperpeerConfig {
@@ -127,6 +133,8 @@ impl SuperpeerConfig {
             recovery_backup_wait_ms: defaults.failure.recovery_backup_wait_ms,
             handler_threads: 2,
             io_threads: 2,
+            join_existing: false,
+            tls: None,
         }
     }
 
@@ -152,6 +160,8 @@ impl SuperpeerConfig {
             recovery_backup_wait_ms: config.failure.recovery_backup_wait_ms,
             handler_threads: 2,
             io_threads: 2,
+            join_existing: false,
+            tls: config.tls_config()?,
         })
     }
 }
@@ -228,7 +238,9 @@ impl RaftTransport for NetTransport {
 /// What the handlers, the event pump and the watcher share.
 pub(crate) struct Core {
     id: NodeId,
-    members: Vec<(NodeId, SocketAddr)>,
+    /// The group: the configured superpeers, then kept in step with the Raft membership
+    /// (`group::follow_membership`), so superpeers added at runtime are members too.
+    members: parking_lot::RwLock<Vec<(NodeId, SocketAddr)>>,
     net: NetHandle,
     raft: OnceLock<MetaRaft>,
     /// Every configured superpeer is in the committed node table (permanent once true).
@@ -289,6 +301,7 @@ impl Superpeer {
         let mut net_config =
             myriad_net::Config::new(config.id, config.listen, config.secret.clone());
         net_config.handler_threads = config.handler_threads.max(1);
+        net_config.tls = config.tls.clone();
         let slot: Arc<OnceLock<Arc<Core>>> = Arc::new(OnceLock::new());
         let members: Vec<NodeId> = config.members.iter().map(|(id, _)| *id).collect();
         let handlers = handlers(&slot, &members)?;
@@ -302,7 +315,7 @@ impl Superpeer {
         let (events, pending) = mpsc::channel(EVENTS_PENDING_MAX);
         let core = Arc::new(Core {
             id: config.id,
-            members: config.members.clone(),
+            members: parking_lot::RwLock::new(config.members.clone()),
             net: net.clone(),
             raft: OnceLock::new(),
             registered: AtomicBool::new(false),
@@ -328,6 +341,7 @@ impl Superpeer {
         raft_config.heartbeat_ms = config.raft_heartbeat_ms;
         raft_config.request_timeout_ms = config.raft_request_timeout_ms;
         raft_config.snapshot_every_entries = config.snapshot_every_entries;
+        raft_config.join_existing = config.join_existing;
         // Events are announced from the applied log, so they go out in commit order.
         let weak = Arc::downgrade(&core);
         let observer: myriad_raft::ApplyObserver = Arc::new(
@@ -351,6 +365,7 @@ impl Superpeer {
         runtime.spawn(watch::run(core.clone()));
         runtime.spawn(registration_loop(core.clone()));
         runtime.spawn(recovery::run(core.clone()));
+        runtime.spawn(group::follow_membership(core.clone()));
         tracing::info!(id = %config.id, address = %net.local_addr(), "superpeer serving");
         Ok(Superpeer {
             core,
@@ -518,10 +533,14 @@ fn handlers(slot: &Arc<OnceLock<Arc<Core>>>, members: &[NodeId]) -> Result<Handl
     // Other superpeers' leaders push events here too; the applied state already has them.
     handlers.register(types::EVENT, |_message: Incoming| {})?;
     handlers.register(types::BARRIER_RELEASED, |_message: Incoming| {})?;
+    // The configured members, and once the core runs, those the Raft membership added.
     let members: Arc<[NodeId]> = members.into();
     for message_type in [types::RAFT_RPC, types::EVENT, types::BARRIER_RELEASED] {
         let members = Arc::clone(&members);
-        handlers.restrict(message_type, move |from| members.contains(&from))?;
+        let slot = slot.clone();
+        handlers.restrict(message_type, move |from| {
+            members.contains(&from) || slot.get().is_some_and(|core| core.is_member(from))
+        })?;
     }
     Ok(handlers)
 }
@@ -605,7 +624,10 @@ fn read_reply(state: &MetaState, request: &MetaRequest) -> MetaReply {
                 .map(|(zone, backups)| (zone, backups.to_vec()))
                 .collect(),
         ),
-        MetaRequest::Write(_) | MetaRequest::Status => {
+        MetaRequest::Write(_)
+        | MetaRequest::Status
+        | MetaRequest::AddSuperpeer { .. }
+        | MetaRequest::RemoveSuperpeer(_) => {
             MetaReply::Unavailable("stopped: not a read request".to_owned())
         }
     }
@@ -639,8 +661,8 @@ impl Core {
             .status(self.raft().is_some_and(MetaRaft::is_leader))
     }
 
-    fn is_member(&self, node: NodeId) -> bool {
-        self.members.iter().any(|(id, _)| *id == node)
+    pub(crate) fn is_member(&self, node: NodeId) -> bool {
+        self.members.read().iter().any(|(id, _)| *id == node)
     }
 
     fn on_raft_rpc(core: Arc<Core>, mut message: Incoming) {
@@ -741,12 +763,14 @@ impl Core {
                     last_log_index: metrics.last_log_index,
                     last_applied_index: metrics.last_applied_index,
                     members: self
-                        .members
+                        .members()
                         .iter()
                         .map(|(id, address)| (*id, address.to_string()))
                         .collect(),
                 })
             }
+            MetaRequest::AddSuperpeer { id, address } => self.add_superpeer(id, address).await,
+            MetaRequest::RemoveSuperpeer(id) => self.remove_superpeer(id).await,
             MetaRequest::Write(command) => self.execute_write(command).await,
             read => match raft
                 .read_linearizable(|state| read_reply(state, &read))
@@ -909,9 +933,10 @@ impl Core {
         if self.registered.load(Ordering::Acquire) {
             return Ok(());
         }
+        let members = self.members();
         let missing: Vec<(NodeId, SocketAddr)> = raft
             .read_linearizable(|state| {
-                self.members
+                members
                     .iter()
                     .filter(|(id, _)| {
                         state
@@ -1072,8 +1097,9 @@ impl Core {
         self.id
     }
 
-    pub(crate) fn members(&self) -> &[(NodeId, SocketAddr)] {
-        &self.members
+    /// The group's members as this superpeer knows them now.
+    pub(crate) fn members(&self) -> Vec<(NodeId, SocketAddr)> {
+        self.members.read().clone()
     }
 
     pub(crate) fn heartbeat_interval(&self) -> Duration {
@@ -1273,9 +1299,9 @@ async fn event_pump(core: Arc<Core>, mut pending: mpsc::Receiver<EventPush>) {
                 .collect()
         });
         targets.extend(
-            core.members
-                .iter()
-                .map(|(id, _)| *id)
+            core.members()
+                .into_iter()
+                .map(|(id, _)| id)
                 .filter(|id| *id != core.id),
         );
         let payload = push.encode();

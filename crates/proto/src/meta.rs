@@ -79,6 +79,18 @@ pub enum MetaRequest {
     /// The answering superpeer's view of the group (answered by any superpeer, from its
     /// local state, not forwarded).
     Status,
+    /// Add superpeer `id`, listening at `address`, to the Raft group (leader only; answered
+    /// with the leader's [`MetaReply::Status`] once it votes). The superpeer must run
+    /// already, started to join (`myriad superpeer --join`).
+    AddSuperpeer {
+        /// Its node ID (= Raft member ID).
+        id: NodeId,
+        /// Where it listens (`host:port`).
+        address: String,
+    },
+    /// Remove superpeer `id` from the Raft group (leader only; answered with the leader's
+    /// [`MetaReply::Status`]).
+    RemoveSuperpeer(NodeId),
 }
 
 /// The state of a barrier as [`MetaRequest::BarrierStatus`] reports it.
@@ -490,6 +502,15 @@ impl MetaRequest {
                 out.put_u8(13);
                 put_node(&mut out, *owner);
             }
+            MetaRequest::AddSuperpeer { id, address } => {
+                out.put_u8(14);
+                put_node(&mut out, *id);
+                out.put_str(address);
+            }
+            MetaRequest::RemoveSuperpeer(id) => {
+                out.put_u8(15);
+                put_node(&mut out, *id);
+            }
         }
         out.finish()
     }
@@ -515,6 +536,15 @@ impl MetaRequest {
             11 => MetaRequest::Status,
             12 => MetaRequest::Bases(get_node(&mut input)?),
             13 => MetaRequest::ZonesDue(get_node(&mut input)?),
+            14 => MetaRequest::AddSuperpeer {
+                id: get_node(&mut input)?,
+                address: get_string(
+                    &mut input,
+                    "superpeer address",
+                    myriad_types::limits::ADDRESS_BYTES_MAX,
+                )?,
+            },
+            15 => MetaRequest::RemoveSuperpeer(get_node(&mut input)?),
             tag => {
                 return Err(ProtoError::UnknownTag {
                     what: "metadata request",

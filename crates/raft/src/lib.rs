@@ -43,10 +43,12 @@
 //! 1. [`limits`], [`types`] and `files` (durable file writes): nothing of this crate;
 //! 2. [`codec`]: limits, types;
 //! 3. [`log_store`], [`state_machine`], [`network`]: codec and the first layer;
-//! 4. [`meta_raft`]: everything below.
+//! 4. [`meta_raft`]: everything below;
+//! 5. [`group`]: runtime membership changes, on top of `meta_raft`.
 
 pub mod codec;
 mod files;
+pub mod group;
 pub mod limits;
 pub mod log_store;
 pub mod meta_raft;
@@ -55,6 +57,7 @@ pub mod state_machine;
 pub mod types;
 
 pub use codec::{RpcReply, RpcRequest, SnapshotRequest};
+pub use group::{GroupChangeError, GroupMembers};
 pub use log_store::{LogOpenError, LogStore};
 pub use meta_raft::{
     MetaRaft, RaftConfig, RaftReadError, RaftRole, RaftSummary, RaftWriteError, StartError,

@@ -67,6 +67,10 @@ pub struct RaftConfig {
     pub log_compact_bytes: u64,
     /// Deadline of a write or a linearizable read.
     pub request_timeout_ms: u64,
+    /// Join a running group instead of forming one: a fresh directory then waits, as a
+    /// non-voter, for the leader to add it (`MetaRaft::add_superpeer`); `members` is not
+    /// proposed. Ignored on a restart (the log holds the membership).
+    pub join_existing: bool,
 }
 
 impl RaftConfig {
@@ -87,6 +91,7 @@ impl RaftConfig {
             entries_kept_after_snapshot: 1_000,
             log_compact_bytes: LOG_COMPACT_BYTES_DEFAULT,
             request_timeout_ms: 5_000,
+            join_existing: false,
         }
     }
 
@@ -252,18 +257,18 @@ pub struct RaftSummary {
     pub purged_index: Option<u64>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     node_id: u64,
-    raft: Raft,
+    pub(crate) raft: Raft,
     reader: MetaStateReader,
-    request_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     heartbeat: Duration,
 }
 
 /// One superpeer's member of the Raft group. Cheap to clone.
 #[derive(Clone)]
 pub struct MetaRaft {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for MetaRaft {
@@ -317,7 +322,7 @@ impl MetaRaft {
             .is_initialized()
             .await
             .map_err(|error| StartError::Raft(error.to_string()))?;
-        if !initialized {
+        if !initialized && !config.join_existing {
             let members: BTreeMap<u64, SuperpeerNode> = config
                 .members
                 .iter()

@@ -15,6 +15,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("state_machine", 2),
     ("network", 2),
     ("meta_raft", 3),
+    ("group", 4),
 ];
 
 fn layer(module: &str) -> Option<u32> {

@@ -106,6 +106,13 @@ impl ClusterBuilder {
         self
     }
 
+    /// TLS for every connection (a CA and certificates in `DIR/tls`; clients use the
+    /// certificate `client`): see `LaunchSpec::tls`.
+    pub fn tls(mut self, on: bool) -> Self {
+        self.spec.tls = on;
+        self
+    }
+
     /// Longest wait for each group of nodes to be ready (default 20 s).
     pub fn ready_timeout(mut self, timeout: Duration) -> Self {
         self.spec.ready_timeout = timeout;

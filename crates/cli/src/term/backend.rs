@@ -69,6 +69,7 @@ pub const LIST_RANGES_MAX: u64 = 100_000;
 pub fn connect(
     superpeers: &[(u16, String)],
     secret: Result<Vec<u8>, String>,
+    tls: Result<Option<myriad_net::TlsConfig>, String>,
 ) -> Box<dyn TermBackend> {
     if superpeers.is_empty() {
         return Box::new(UnconnectedBackend {
@@ -77,6 +78,10 @@ pub fn connect(
     }
     let secret = match secret {
         Ok(secret) => secret,
+        Err(reason) => return Box::new(UnconnectedBackend { reason }),
+    };
+    let tls = match tls {
+        Ok(tls) => tls,
         Err(reason) => return Box::new(UnconnectedBackend { reason }),
     };
     let mut parsed = Vec::with_capacity(superpeers.len());
@@ -90,7 +95,7 @@ pub fn connect(
             }
         }
     }
-    Box::new(ClientBackend::new(parsed, secret))
+    Box::new(ClientBackend::new(parsed, secret).with_tls(tls))
 }
 
 /// A backend that fails every command with one reason.
@@ -111,6 +116,8 @@ pub struct ClientBackend {
     superpeers: Vec<(NodeId, SocketAddr)>,
     /// The cluster secret (never shown: not in `Debug` either).
     secret: Vec<u8>,
+    /// TLS for the terminal's connections (`None`: plain TCP).
+    tls: Option<myriad_net::TlsConfig>,
     client: Option<Client>,
     /// The last failed connection attempt: when it ended and why.
     failed: Option<(Instant, String)>,
@@ -135,10 +142,17 @@ impl ClientBackend {
         ClientBackend {
             superpeers,
             secret,
+            tls: None,
             client: None,
             failed: None,
             locks: HashMap::new(),
         }
+    }
+
+    /// Turns TLS on for the terminal's connections.
+    pub fn with_tls(mut self, tls: Option<myriad_net::TlsConfig>) -> ClientBackend {
+        self.tls = tls;
+        self
     }
 
     /// The joined client, joining first if needed.
@@ -154,6 +168,7 @@ impl ClientBackend {
         let mut config = ClientConfig::new(self.superpeers.clone());
         config.join.request_timeout = CONNECT_TIMEOUT;
         config.join.secret = self.secret.clone();
+        config.join.tls = self.tls.clone();
         // The terminal stores nothing and runs nothing for others.
         config.join.capabilities = Capabilities(0);
         let list: Vec<String> = self
@@ -210,7 +225,9 @@ impl ClientBackend {
             TermCommand::LookupTree { .. }
             | TermCommand::Metadata { .. }
             | TermCommand::Recovery
-            | TermCommand::Stats { .. } => dispatch_cluster(client, command),
+            | TermCommand::Stats { .. }
+            | TermCommand::SuperpeerAdd { .. }
+            | TermCommand::SuperpeerRemove { .. } => dispatch_cluster(client, command),
             TermCommand::CompGroupList
             | TermCommand::CompGroupStatus { .. }
             | TermCommand::CompTask { .. }
@@ -632,6 +649,19 @@ fn lookup_tree(b: &BlockingClient<'_>, node: NodeId) -> Result<Value, String> {
 }
 
 /// `metadata`: the superpeer group's status, and one node's detail if asked for.
+/// The group after a change: leader, term and members.
+fn group_json(status: &myriad_proto::meta::StatusReply) -> Result<Value, String> {
+    Ok(json!({
+        "answered_by": status.node.to_string(),
+        "leader": status.leader.map(|id| id.to_string()),
+        "term": status.term,
+        "members": status.members.iter().map(|(id, address)| json!({
+            "nid": id.to_string(),
+            "address": address,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
 fn metadata(b: &BlockingClient<'_>, node: Option<NodeId>) -> Result<Value, String> {
     let status = b.status().map_err(text)?;
     let nodes = b.nodes().map_err(text)?;
@@ -688,6 +718,15 @@ fn dispatch_cluster(client: &Client, command: &TermCommand) -> Result<Value, Str
     match command {
         TermCommand::LookupTree { node } => lookup_tree(&b, *node),
         TermCommand::Metadata { node } => metadata(&b, *node),
+        TermCommand::SuperpeerAdd { node, address } => {
+            let address = address
+                .parse::<SocketAddr>()
+                .map_err(|_| format!("invalid address {address:?}"))?;
+            group_json(&b.add_superpeer(*node, address).map_err(text)?)
+        }
+        TermCommand::SuperpeerRemove { node } => {
+            group_json(&b.remove_superpeer(*node).map_err(text)?)
+        }
         TermCommand::Recovery => {
             let status = b.recovery_status().map_err(text)?;
             Ok(Value::Array(

@@ -450,6 +450,18 @@ pub enum TermCommand {
         /// `master`, `slave` or `none`.
         role: String,
     },
+    /// Add a running superpeer (started with `--join`) to the Raft group.
+    SuperpeerAdd {
+        /// Its node ID.
+        node: NodeId,
+        /// Where it listens (`IP:PORT`).
+        address: String,
+    },
+    /// Remove a superpeer from the Raft group.
+    SuperpeerRemove {
+        /// Its node ID.
+        node: NodeId,
+    },
     /// Start a registered application on a peer.
     CompApp {
         /// The peer.
@@ -504,6 +516,8 @@ impl TermCommand {
             TermCommand::Metadata { .. } => "metadata",
             TermCommand::Recovery => "recovery",
             TermCommand::Stats { .. } => "stats",
+            TermCommand::SuperpeerAdd { .. } => "superpeeradd",
+            TermCommand::SuperpeerRemove { .. } => "superpeerremove",
             TermCommand::CompGroupList => "compgrpls",
             TermCommand::CompGroupStatus { .. } => "compgrpstatus",
             TermCommand::CompTask { .. } => "comptask",
@@ -696,6 +710,16 @@ pub const COMMANDS: &[CommandSpec] = &[
         "show the recoveries of failed peers' zones",
     ),
     spec("stats", "stats [nid]", "show statistics"),
+    spec(
+        "superpeeradd",
+        "superpeeradd <nid> <ip:port>",
+        "add a running superpeer (started with --join) to the Raft group",
+    ),
+    spec(
+        "superpeerremove",
+        "superpeerremove <nid>",
+        "remove a superpeer from the Raft group",
+    ),
     spec(
         "compgrpls",
         "compgrpls",
@@ -1085,7 +1109,9 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
             parse_barrier(&a, name)
         }
         "tmpcreate" | "tmpget" | "tmpput" | "tmpremove" | "tmplist" => parse_tmp(&a, name),
-        "lookuptree" | "metadata" | "recovery" | "stats" => parse_cluster(&a, name),
+        "lookuptree" | "metadata" | "recovery" | "stats" | "superpeeradd" | "superpeerremove" => {
+            parse_cluster(&a, name)
+        }
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
         | "compapp" => parse_compute(&a, name),
         "chunkremoverange" | "nodedrain" | "nodewait" | "balance" | "monitoring"
@@ -1368,6 +1394,21 @@ fn parse_cluster(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
             TermCommand::Stats {
                 node: a.optional_node(0)?,
             }
+        }
+        "superpeeradd" => {
+            a.count(2, 2)?;
+            let address = a.required(1)?;
+            if address.parse::<std::net::SocketAddr>().is_err() {
+                return Err(a.error(format!("invalid address {address:?} (IP:PORT)")));
+            }
+            TermCommand::SuperpeerAdd {
+                node: a.node(0)?,
+                address: address.to_owned(),
+            }
+        }
+        "superpeerremove" => {
+            a.count(1, 1)?;
+            TermCommand::SuperpeerRemove { node: a.node(0)? }
         }
         other => return Err(no_parser(other)),
     };

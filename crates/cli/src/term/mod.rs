@@ -78,6 +78,9 @@ pub struct TermArgs {
     /// the `--cluster` directory's secret file.
     #[arg(long)]
     pub secret_file: Option<PathBuf>,
+    /// TLS: the certificate directory and name (see `myriad cert`).
+    #[command(flatten)]
+    pub tls: crate::TlsArgs,
 }
 
 /// What running some input did.
@@ -276,10 +279,17 @@ pub fn parse_superpeers(list: &str) -> Result<Vec<(u16, String)>, String> {
 /// failed.
 pub fn main(args: TermArgs) -> anyhow::Result<()> {
     let mut secret_file = crate::secret_file_arg(args.secret_file.as_deref());
+    let mut tls_args = args.tls.clone();
     let superpeers = match (&args.cluster, &args.superpeers) {
         (Some(dir), _) => {
             let cluster = myriad_launcher::LocalCluster::open(dir)?;
             secret_file.get_or_insert_with(|| cluster.secret_file());
+            if tls_args.tls_dir.is_none() {
+                if let Some(tls) = cluster.tls_dir() {
+                    tls_args.tls_dir = Some(tls);
+                    tls_args.tls_name = Some("client".to_owned());
+                }
+            }
             cluster.superpeer_addresses()
         }
         (None, Some(list)) => parse_superpeers(list).map_err(anyhow::Error::msg)?,
@@ -293,7 +303,8 @@ pub fn main(args: TermArgs) -> anyhow::Result<()> {
                 .to_string(),
         ),
     };
-    let backend = backend::connect(&superpeers, secret);
+    let tls = tls_args.load().map_err(|error| error.to_string());
+    let backend = backend::connect(&superpeers, secret, tls);
     let mut shell = Shell::new(backend, args.json);
     let outcome = if let Some(script) = &args.command {
         shell.run_line(script, &mut io::stdout().lock(), &mut io::stderr().lock())?

@@ -15,7 +15,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -23,6 +22,7 @@ use super::shared::Shared;
 use crate::config::ACCEPT_RETRY_DELAY;
 use crate::conn::CloseReason;
 use crate::error::HandshakeError;
+use crate::stream::NetStream;
 use crate::wire::{self, Greeting, GREETING_BYTES, PROOF_BYTES};
 use crate::NodeId;
 
@@ -103,8 +103,14 @@ pub(super) async fn accept_loop(
 }
 
 /// The acceptor's half of the handshake; on success the connection runs.
-async fn accept(shared: &Arc<Shared>, mut stream: TcpStream) -> Result<(), String> {
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+async fn accept(shared: &Arc<Shared>, tcp: TcpStream) -> Result<(), String> {
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    let stream = match &shared.config.tls {
+        None => NetStream::plain(tcp),
+        Some(tls) => NetStream::tls_accept(tcp, tls)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?,
+    };
     let mut theirs = [0u8; GREETING_BYTES];
     stream
         .read_exact(&mut theirs)

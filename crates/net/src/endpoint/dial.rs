@@ -10,11 +10,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::shared::Shared;
 use crate::error::{HandshakeError, NetError};
+use crate::stream::NetStream;
 use crate::wire::{self, Greeting, Verdict, GREETING_BYTES, PROOF_BYTES};
 use crate::NodeId;
 
@@ -112,17 +112,21 @@ pub(super) async fn dial(
     shared: &Shared,
     node: NodeId,
     addr: SocketAddr,
-) -> Result<(TcpStream, u64, Verdict), NetError> {
-    let mut stream = TcpStream::connect(addr).await.map_err(|e| {
+) -> Result<(NetStream, u64, Verdict), NetError> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| {
         if e.kind() == std::io::ErrorKind::ConnectionRefused {
             NetError::ConnectRefused(node)
         } else {
             connect_failed(node, e)
         }
     })?;
-    stream
-        .set_nodelay(true)
-        .map_err(|e| connect_failed(node, e))?;
+    tcp.set_nodelay(true).map_err(|e| connect_failed(node, e))?;
+    let stream = match &shared.config.tls {
+        None => NetStream::plain(tcp),
+        Some(tls) => NetStream::tls_connect(tcp, tls)
+            .await
+            .map_err(|e| connect_failed(node, format!("TLS: {e}")))?,
+    };
     let ours = shared.greeting(false).encode();
     stream
         .write_all(&ours)

@@ -15,8 +15,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
-use tokio::net::TcpStream;
-
 use super::deadline_after;
 use super::dial::dial;
 use super::events::ConnectionLost;
@@ -24,6 +22,7 @@ use super::shared::{Attempt, Shared, Slot};
 use crate::conn::{writer_loop, CloseReason, Conn};
 use crate::error::NetError;
 use crate::reader::reader_loop;
+use crate::stream::NetStream;
 use crate::wire::Verdict;
 use crate::NodeId;
 
@@ -140,7 +139,7 @@ impl Shared {
     }
 
     /// Starts the reader and writer tasks of a connection now in the table.
-    pub(super) fn run(self: &Arc<Self>, conn: Arc<Conn>, stream: TcpStream) {
+    pub(super) fn run(self: &Arc<Self>, conn: Arc<Conn>, stream: NetStream) {
         let stream = Arc::new(stream);
         conn.attach(stream.clone());
         let (reader, writer) = (stream.clone(), stream);

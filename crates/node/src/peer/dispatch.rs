@@ -85,7 +85,13 @@ impl PeerDispatch {
         backup: bool,
     ) -> Result<(), PeerError> {
         let superpeers: Arc<[myriad_types::NodeId]> = superpeers.into();
-        handlers.restrict(types::RECOVER, move |from| superpeers.contains(&from))?;
+        let table = Arc::clone(&self.membership);
+        handlers.restrict(types::RECOVER, move |from| {
+            superpeers.contains(&from)
+                || table
+                    .get()
+                    .is_some_and(|m| m.role_of(from) == Some(myriad_meta::Role::Superpeer))
+        })?;
         if backup {
             let membership = Arc::clone(&self.membership);
             handlers.restrict(myriad_replication::wire::REPLICATE, move |from| {

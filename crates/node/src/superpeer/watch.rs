@@ -86,9 +86,9 @@ pub(crate) async fn run(core: Arc<Core>) {
         let now = Instant::now();
         let mut state = state.lock();
         for (id, _) in core.members() {
-            if *id != core.id() {
+            if id != core.id() {
                 state.superpeers.insert(
-                    *id,
+                    id,
                     Watched {
                         last_ok: now,
                         acked: 0,

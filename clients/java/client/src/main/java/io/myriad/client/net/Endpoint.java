@@ -224,7 +224,16 @@ public final class Endpoint implements AutoCloseable {
         out.write(mine);
         out.flush();
         byte[] theirs = new byte[Handshake.GREETING_BYTES];
-        in.readFully(theirs);
+        try {
+            in.readFully(theirs);
+        } catch (java.io.EOFException e) {
+            // A node refuses a wrong secret only after its greeting: closing before it is
+            // what a TLS-only cluster does to a plaintext connector.
+            throw new MyriadException.Protocol("node " + node + " closed the connection before"
+                    + " its greeting: the cluster most likely requires TLS, which this Java"
+                    + " client does not support yet (use the Rust client or myriad term, or a"
+                    + " cluster without TLS)");
+        }
         Handshake.Greeting greeting = Handshake.Greeting.decode(theirs);
         if (greeting.node != node || greeting.lane) {
             throw new MyriadException.Protocol("dialed node " + node + ", answered by " + greeting.node);

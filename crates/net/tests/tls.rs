@@ -1,0 +1,199 @@
+//! TLS between endpoints over real loopback sockets: requests small and large (many TLS
+//! records, many frames) and one-way messages arrive; a certificate from another CA and a
+//! plaintext connector are refused, in either direction; client certificates serve both
+//! directions (superpeers dial clients).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use myriad_net::tls::{create_ca, issue};
+use myriad_net::{
+    Bytes, CertRole, Config, Endpoint, Handlers, Incoming, MessageType, NetError, NodeId, TlsConfig,
+};
+
+const SECRET: &str = "test cluster secret";
+const ECHO: MessageType = MessageType::unordered(1, 1);
+const COUNT: MessageType = MessageType::ordered(1, 2);
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+fn loopback() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+fn handlers(counter: &Arc<AtomicUsize>) -> Handlers {
+    let mut handlers = Handlers::new();
+    handlers
+        .register(ECHO, |request: Incoming| {
+            let payload = request.payload.clone();
+            let _ = request.respond(payload);
+        })
+        .expect("register echo");
+    let counter = counter.clone();
+    handlers
+        .register(COUNT, move |_message: Incoming| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("register count");
+    handlers
+}
+
+fn tls_endpoint(id: u16, tls: Option<TlsConfig>, counter: &Arc<AtomicUsize>) -> Endpoint {
+    let mut config = Config::new(NodeId(id), loopback(), SECRET);
+    config.tls = tls;
+    config.connect_timeout = Duration::from_secs(2);
+    Endpoint::start(config, handlers(counter)).expect("endpoint starts")
+}
+
+fn link(a: &Endpoint, b: &Endpoint) {
+    a.set_address(b.node_id(), b.local_addr());
+    b.set_address(a.node_id(), a.local_addr());
+}
+
+fn ca_with(dir: &Path, names: &[(&str, CertRole)]) {
+    create_ca(dir).expect("CA");
+    for (name, role) in names {
+        issue(dir, name, *role, &["127.0.0.1".to_owned()]).expect("issue");
+    }
+}
+
+#[test]
+fn tls_endpoints_carry_requests_and_messages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    ca_with(
+        dir.path(),
+        &[("p1", CertRole::Peer), ("p2", CertRole::Superpeer)],
+    );
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = tls_endpoint(
+        1,
+        Some(TlsConfig::from_dir(dir.path(), "p1").unwrap()),
+        &counter,
+    );
+    let b = tls_endpoint(
+        2,
+        Some(TlsConfig::from_dir(dir.path(), "p2").unwrap()),
+        &counter,
+    );
+    link(&a, &b);
+    let answer = a
+        .request_blocking(NodeId(2), ECHO, Bytes::from_static(b"hello"), TIMEOUT)
+        .expect("echo over TLS");
+    assert_eq!(&answer[..], b"hello");
+    // Large: many records and frames each way.
+    let large: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let answer = b
+        .request_blocking(NodeId(1), ECHO, Bytes::from(large.clone()), TIMEOUT)
+        .expect("large echo over TLS");
+    assert_eq!(&answer[..], &large[..]);
+    for i in 0..10_000u32 {
+        a.send_blocking(NodeId(2), COUNT, Bytes::from(i.to_le_bytes().to_vec()))
+            .expect("send");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while counter.load(Ordering::SeqCst) < 10_000 {
+        assert!(Instant::now() < deadline, "messages did not all arrive");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Many concurrent requests from several threads.
+    std::thread::scope(|scope| {
+        for t in 0..4u8 {
+            let a = &a;
+            scope.spawn(move || {
+                for i in 0..500u32 {
+                    let payload = Bytes::from(vec![t; (i % 300) as usize + 1]);
+                    let answer = a
+                        .request_blocking(NodeId(2), ECHO, payload.clone(), TIMEOUT)
+                        .expect("echo");
+                    assert_eq!(answer, payload);
+                }
+            });
+        }
+    });
+}
+
+fn refused(result: Result<Bytes, NetError>, what: &str) {
+    match result {
+        Err(
+            NetError::ConnectFailed { .. }
+            | NetError::AuthenticationFailed(_)
+            | NetError::ConnectionLost(_)
+            | NetError::ConnectTimeout(_),
+        ) => {}
+        other => panic!("{what}: expected a refused connection, got {other:?}"),
+    }
+}
+
+#[test]
+fn foreign_ca_and_plaintext_are_refused_client_certificates_accepted() {
+    let ours = tempfile::tempdir().expect("tempdir");
+    let theirs = tempfile::tempdir().expect("tempdir");
+    ca_with(
+        ours.path(),
+        &[
+            ("n1", CertRole::Peer),
+            ("n2", CertRole::Peer),
+            ("c1", CertRole::Client),
+        ],
+    );
+    ca_with(theirs.path(), &[("x", CertRole::Peer)]);
+    let counter = Arc::new(AtomicUsize::new(0));
+    let server = tls_endpoint(
+        1,
+        Some(TlsConfig::from_dir(ours.path(), "n1").unwrap()),
+        &counter,
+    );
+    // A node whose certificate another CA signed (same HMAC secret): refused.
+    let foreign = tls_endpoint(
+        2,
+        Some(TlsConfig::from_dir(theirs.path(), "x").unwrap()),
+        &counter,
+    );
+    link(&foreign, &server);
+    refused(
+        foreign.request_blocking(NodeId(1), ECHO, Bytes::from_static(b"x"), TIMEOUT),
+        "foreign CA",
+    );
+    // A plaintext connector (same secret, no TLS): refused.
+    let plain = tls_endpoint(3, None, &counter);
+    link(&plain, &server);
+    refused(
+        plain.request_blocking(NodeId(1), ECHO, Bytes::from_static(b"x"), TIMEOUT),
+        "plaintext",
+    );
+    // A client certificate dials a node and accepts a node's connection.
+    let client = tls_endpoint(
+        4,
+        Some(TlsConfig::from_dir(ours.path(), "c1").unwrap()),
+        &counter,
+    );
+    link(&client, &server);
+    let answer = client
+        .request_blocking(NodeId(1), ECHO, Bytes::from_static(b"ok"), TIMEOUT)
+        .expect("a client certificate dials a node");
+    assert_eq!(&answer[..], b"ok");
+    let node2 = tls_endpoint(
+        5,
+        Some(TlsConfig::from_dir(ours.path(), "n2").unwrap()),
+        &counter,
+    );
+    link(&node2, &client);
+    let answer = node2
+        .request_blocking(NodeId(4), ECHO, Bytes::from_static(b"back"), TIMEOUT)
+        .expect("a node dials a client");
+    assert_eq!(&answer[..], b"back");
+    // The server dialing the foreign node: refused too (its certificate fails ours).
+    link(&server, &foreign);
+    refused(
+        server.request_blocking(NodeId(2), ECHO, Bytes::from_static(b"x"), TIMEOUT),
+        "dialing a foreign CA",
+    );
+    // The server still serves its own after all that.
+    link(&node2, &server);
+    let answer = node2
+        .request_blocking(NodeId(1), ECHO, Bytes::from_static(b"still"), TIMEOUT)
+        .expect("server still serves");
+    assert_eq!(&answer[..], b"still");
+}

@@ -1,0 +1,191 @@
+//! Changing the superpeer group at runtime: adding a superpeer (as a learner that catches
+//! up, then a voter), removing one, and reading the current membership.
+//!
+//! Job: the three calls the superpeer role needs to grow, shrink or repair its group with
+//! openraft's joint consensus (`change_membership`), each bounded by a deadline.
+//!
+//! Invariants: only the leader changes the group (a follower answers
+//! [`GroupChangeError::ForwardToLeader`]); a new voter is always a caught-up learner first
+//! (`add_learner` in blocking mode), so adding it never stalls commits; one change at a
+//! time (openraft refuses a change while another is in progress: the caller retries); the
+//! group never loses its last voter.
+//!
+//! Called by: the superpeer role (`myriad_node::superpeer`), on an `AddSuperpeer` or
+//! `RemoveSuperpeer` metadata request from `myriad term` or a client.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use openraft::async_runtime::WatchReceiver;
+use openraft::errors::{ClientWriteError, RaftError};
+use openraft::ChangeMembers;
+use thiserror::Error;
+
+use crate::meta_raft::MetaRaft;
+use crate::types::SuperpeerNode;
+
+/// Extra time a new superpeer gets to catch up, beyond the request timeout.
+const CATCH_UP_EXTRA: Duration = Duration::from_secs(30);
+
+/// The group as the Raft membership records it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupMembers {
+    /// Voting members.
+    pub voters: BTreeSet<u64>,
+    /// Every member (voters and learners) and its address.
+    pub nodes: BTreeMap<u64, String>,
+}
+
+/// Why a group change did not happen (or its outcome is unknown).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GroupChangeError {
+    /// This superpeer does not lead; ask `leader`.
+    #[error("not the leader; the leader is {leader:?}")]
+    ForwardToLeader {
+        /// The leader as far as this superpeer knows.
+        leader: Option<u64>,
+    },
+    /// The change makes no sense: removing the last voter or an unknown member, adding an
+    /// ID that is already a voter with another address, a bad ID.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// The change did not finish in time or failed on the way; the group may or may not
+    /// have changed (read it again).
+    #[error("outcome unknown: {0}")]
+    OutcomeUnknown(String),
+}
+
+fn write_error(
+    error: RaftError<crate::types::TypeConfig, ClientWriteError<crate::types::TypeConfig>>,
+) -> GroupChangeError {
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+            GroupChangeError::ForwardToLeader {
+                leader: forward.leader_id,
+            }
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(error)) => {
+            GroupChangeError::Refused(error.to_string())
+        }
+        other => GroupChangeError::OutcomeUnknown(other.to_string()),
+    }
+}
+
+impl MetaRaft {
+    /// The current membership (the latest, possibly not yet committed, configuration).
+    pub fn group(&self) -> GroupMembers {
+        let receiver = self.inner.raft.metrics();
+        let metrics = receiver.borrow_watched();
+        let membership = metrics.membership_config.membership();
+        GroupMembers {
+            voters: membership.voter_ids().collect(),
+            nodes: membership
+                .nodes()
+                .map(|(id, node)| (*id, node.address.clone()))
+                .collect(),
+        }
+    }
+
+    fn ensure_leader(&self) -> Result<(), GroupChangeError> {
+        if self.is_leader() {
+            Ok(())
+        } else {
+            Err(GroupChangeError::ForwardToLeader {
+                leader: self.leader(),
+            })
+        }
+    }
+
+    /// Adds superpeer `id` listening at `address` as a voter: first as a learner, waiting
+    /// until it has caught up with the log, then promoted. Adding a current voter with the
+    /// same address is a no-op. Leader only.
+    pub async fn add_superpeer(
+        &self,
+        id: u64,
+        address: String,
+    ) -> Result<GroupMembers, GroupChangeError> {
+        self.ensure_leader()?;
+        if id == 0 || id > crate::limits::NODE_ID_MAX {
+            return Err(GroupChangeError::Refused(format!("bad superpeer ID {id}")));
+        }
+        let current = self.group();
+        if let Some(known) = current.nodes.get(&id) {
+            if *known != address {
+                return Err(GroupChangeError::Refused(format!(
+                    "superpeer {id} is a member at {known}, not {address} (remove it first)"
+                )));
+            }
+        }
+        if current.voters.len() >= crate::limits::MEMBERS_MAX && !current.voters.contains(&id) {
+            return Err(GroupChangeError::Refused(format!(
+                "the group has {} voters already (at most {})",
+                current.voters.len(),
+                crate::limits::MEMBERS_MAX
+            )));
+        }
+        let deadline = self.inner.request_timeout + CATCH_UP_EXTRA;
+        if !current.nodes.contains_key(&id) {
+            let add = self
+                .inner
+                .raft
+                .add_learner(id, SuperpeerNode::new(address), true);
+            tokio::time::timeout(deadline, add)
+                .await
+                .map_err(|_| {
+                    GroupChangeError::OutcomeUnknown(format!(
+                        "superpeer {id} did not catch up within {deadline:?}"
+                    ))
+                })?
+                .map_err(write_error)?;
+        }
+        if !current.voters.contains(&id) {
+            let change = self
+                .inner
+                .raft
+                .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false);
+            tokio::time::timeout(deadline, change)
+                .await
+                .map_err(|_| {
+                    GroupChangeError::OutcomeUnknown(format!(
+                        "promoting superpeer {id} did not commit within {deadline:?}"
+                    ))
+                })?
+                .map_err(write_error)?;
+        }
+        Ok(self.group())
+    }
+
+    /// Removes superpeer `id` from the group (voter or learner); it no longer receives the
+    /// log. Removing the leader itself is allowed: it steps down once the change commits.
+    /// Leader only.
+    pub async fn remove_superpeer(&self, id: u64) -> Result<GroupMembers, GroupChangeError> {
+        self.ensure_leader()?;
+        let current = self.group();
+        if !current.nodes.contains_key(&id) {
+            return Err(GroupChangeError::Refused(format!(
+                "superpeer {id} is not a member"
+            )));
+        }
+        if current.voters.len() == 1 && current.voters.contains(&id) {
+            return Err(GroupChangeError::Refused(
+                "the group's last voter cannot be removed".to_owned(),
+            ));
+        }
+        let deadline = self.inner.request_timeout + CATCH_UP_EXTRA;
+        let change = if current.voters.contains(&id) {
+            ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        };
+        let change = self.inner.raft.change_membership(change, false);
+        tokio::time::timeout(deadline, change)
+            .await
+            .map_err(|_| {
+                GroupChangeError::OutcomeUnknown(format!(
+                    "removing superpeer {id} did not commit within {deadline:?}"
+                ))
+            })?
+            .map_err(write_error)?;
+        Ok(self.group())
+    }
+}
