@@ -4,6 +4,7 @@
 //! against a named baseline measured in the same run where one can be run here. None of
 //! them is a timed test: they report, they do not assert.
 
+pub mod graph500;
 pub mod jobs;
 pub mod kv;
 pub mod log;

@@ -6,7 +6,9 @@
 //! calls it with the built-in jobs and tasks; a user's own peer binary (an application
 //! that runs inside the peers, see `examples/chunk-scan` and docs/compute.md) calls it with
 //! its own [`myriad_compute::Registry`]: it then is a complete `myriad` (superpeer, peer,
-//! term, cluster, bench) whose peers run the user's jobs, tasks and applications.
+//! term, cluster, bench) whose peers run the user's jobs, tasks and applications. Every
+//! peer also gets the graph tasks (`graph.load`, `graph.bfs`, ..., `myriad_graph`), so
+//! `myriad bench graph500` works with any such binary.
 //!
 //! # Who calls it
 //! `src/main.rs` and user binaries.
@@ -57,6 +59,9 @@ enum BenchCommand {
     /// The compute platform: local/remote/delegated empty-job throughput (Rayon as the local
     /// bound), steals, superstep latency of a compute group.
     Jobs(myriad_bench::jobs::JobsArgs),
+    /// Graph500: a Kronecker graph loaded as vertex chunks into a compute group and a
+    /// validated, direction-optimizing BFS from random roots (MTEPS).
+    Graph500(myriad_bench::graph500::Graph500Args),
     /// Small-object get/put of a local cluster, with Redis and memcached baselines.
     Kv(myriad_bench::kv::KvArgs),
     /// The backup-side log engine: append rate, recovery read, disk baseline.
@@ -80,7 +85,7 @@ pub fn main_with(registry: myriad_compute::Registry) -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(args) => demo::run(&args),
         Command::Superpeer(args) => superpeer_cmd::run(&args),
-        Command::Peer(args) => peer_cmd::run(&args, registry),
+        Command::Peer(args) => peer_cmd::run(&args, myriad_graph::register(registry)),
         Command::Cluster(command) => cluster::run(command),
         Command::Term(args) => term::main(args),
         Command::Bench(BenchCommand::Mem(args)) => {
@@ -94,6 +99,9 @@ pub fn main_with(registry: myriad_compute::Registry) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Jobs(args)) => {
             myriad_bench::jobs::run(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Graph500(args)) => {
+            myriad_bench::graph500::run(&args).map_err(anyhow::Error::msg)
         }
         Command::Bench(BenchCommand::Kv(args)) => {
             myriad_bench::kv::run(&args).map_err(anyhow::Error::msg)
