@@ -132,7 +132,9 @@ fn wait_for_slaves(client: &Client, group: u16, want: usize) -> Result<(), Strin
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("group {group} did not get {want} slaves ({have:?})"));
+            return Err(format!(
+                "group {group} did not get {want} slaves ({have:?})"
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -252,8 +254,10 @@ pub fn run_on_group(client: &Client, args: &Graph500Args) -> Result<Graph500Figu
             .map(|v| parse("graph.bfs", v))
             .collect::<Result<_, _>>()?;
         for (i, &root) in batch.iter().enumerate() {
-            let reports: Vec<&RootReport> =
-                per_slave.iter().filter_map(|reports| reports.get(i)).collect();
+            let reports: Vec<&RootReport> = per_slave
+                .iter()
+                .filter_map(|reports| reports.get(i))
+                .collect();
             let secs = reports.iter().map(|r| r.secs).fold(0.0, f64::max);
             let edges = reports.first().map_or(0, |r| r.edges);
             let valid = reports.len() == slaves && reports.iter().all(|r| r.valid);
@@ -297,8 +301,7 @@ pub fn run(args: &Graph500Args) -> Result<(), String> {
         Some(dir) => {
             let info = LocalCluster::open(dir).map_err(|e| e.to_string())?;
             let secret = info.secret().map_err(|e| e.to_string())?;
-            let client =
-                Client::connect(info.superpeers(), secret).map_err(|e| e.to_string())?;
+            let client = Client::connect(info.superpeers(), secret).map_err(|e| e.to_string())?;
             find_master(&client, args.group).map_err(|e| e.to_string())?;
             wait_for_slaves(&client, args.group, args.peers)?;
             let figures = run_on_group(&client, args);
@@ -314,7 +317,8 @@ pub fn run(args: &Graph500Args) -> Result<(), String> {
             let secret = cluster.secret().map_err(|e| e.to_string())?;
             let client =
                 Client::connect(cluster.superpeers(), secret).map_err(|e| e.to_string())?;
-            let figures = form_group(&client, &cluster, args).and_then(|()| run_on_group(&client, args));
+            let figures =
+                form_group(&client, &cluster, args).and_then(|()| run_on_group(&client, args));
             client.shutdown();
             (figures?, Some(cluster))
         }
@@ -325,9 +329,9 @@ pub fn run(args: &Graph500Args) -> Result<(), String> {
 
 fn print_figures(args: &Graph500Args, figures: &Graph500Figures) {
     let [hmean, min, median, max] = figures.mteps;
-    let threads = args.threads.unwrap_or(
-        std::thread::available_parallelism().map_or(1, usize::from) / args.peers.max(1),
-    );
+    let threads = args
+        .threads
+        .unwrap_or(std::thread::available_parallelism().map_or(1, usize::from) / args.peers.max(1));
     let load = figures.edges as f64 / figures.load_secs.max(1e-9) / 1e6;
     emit(
         args.json,
@@ -338,8 +342,12 @@ fn print_figures(args: &Graph500Args, figures: &Graph500Figures) {
         format!(
             "load    scale {} edgefactor {}: {} edges in {:.2} s ({load:.2} M edges/s); \
              {:.1} chunk bytes/edge (+ {:.1} bytes/edge of BFS rows)",
-            args.scale, args.edgefactor, figures.edges, figures.load_secs,
-            figures.bytes_per_edge, figures.csr_bytes_per_edge
+            args.scale,
+            args.edgefactor,
+            figures.edges,
+            figures.load_secs,
+            figures.bytes_per_edge,
+            figures.csr_bytes_per_edge
         ),
     );
     emit(

@@ -43,9 +43,12 @@ fn the_graph500_benchmark_loads_runs_and_validates() {
         assert!(value > 0.0, "{key} = {value}: {summary}");
     }
     // Chunks hold 4 bytes per directed adjacency entry (two per input edge, minus loops
-    // and duplicates) plus per-vertex headers: a few bytes per edge, not hundreds.
+    // and duplicates): at least that much store memory per edge (small graphs also pay
+    // the allocator's fixed costs).
     let bytes = summary["bytes_per_edge"].as_f64().unwrap_or(0.0);
-    assert!(bytes > 4.0 && bytes < 40.0, "{summary}");
+    assert!(bytes > 4.0, "{summary}");
+    let rows = summary["csr_bytes_per_edge"].as_f64().unwrap_or(0.0);
+    assert!(rows > 4.0 && rows < 16.0, "{summary}");
 }
 
 /// A cluster of 3 peers (group 1: the first is made master, 2 slaves) and a client.
@@ -98,7 +101,10 @@ fn graph_tasks_run_from_the_terminal_and_a_killed_slave_fails_the_bfs() {
         "comptask 1 graph.load '{\"name\":\"g\",\"scale\":12,\"verify\":true}' --slaves-min 2",
     );
     assert_eq!(load["state"], "finished", "{load:#}");
-    let roots = comptask(&cluster, "comptask 1 graph.roots '{\"name\":\"g\",\"count\":2}' --slaves-min 2");
+    let roots = comptask(
+        &cluster,
+        "comptask 1 graph.roots '{\"name\":\"g\",\"count\":2}' --slaves-min 2",
+    );
     assert_eq!(roots["state"], "finished", "{roots:#}");
     let bfs = comptask(
         &cluster,
@@ -118,13 +124,17 @@ fn graph_tasks_run_from_the_terminal_and_a_killed_slave_fails_the_bfs() {
         })
     };
     std::thread::sleep(Duration::from_millis(800));
-    assert!(!runner.is_finished(), "100,000 BFS runs should take longer than 0.8 s");
+    assert!(
+        !runner.is_finished(),
+        "100,000 BFS runs should take longer than 0.8 s"
+    );
     cluster.kill(slaves[1].0);
     let outcome = runner.join().expect("the runner thread");
     let error = outcome.expect_err("the BFS must fail with a slave killed");
     assert!(
-        error.contains("graph.bfs failed"),
-        "not a clear task failure: {error}"
+        error.contains("graph.bfs failed") && error.contains(&slaves[1].to_string()),
+        "not a clear task failure naming node {}: {error}",
+        slaves[1]
     );
     eprintln!("the BFS failed as expected: {error}");
     client.shutdown();

@@ -116,8 +116,7 @@ impl LoadedGraph {
     }
 }
 
-static GRAPHS: LazyLock<Mutex<HashMap<String, Arc<LoadedGraph>>>> =
-    LazyLock::new(Default::default);
+static GRAPHS: LazyLock<Mutex<HashMap<String, Arc<LoadedGraph>>>> = LazyLock::new(Default::default);
 
 /// The graph of this name held by this process.
 pub fn loaded(name: &str) -> Option<Arc<LoadedGraph>> {
@@ -277,11 +276,19 @@ fn input_edges(
         (None, None) => return Err("graph.load needs `scale` or `file`".into()),
     };
     let local_max = edges.iter().map(|&(u, v)| u.max(v) as u64 + 1).max();
-    let value = [local_max.unwrap_or(0).to_le_bytes(), (edges.len() as u64).to_le_bytes()]
-        .concat();
-    let all = comm.exchange(Bytes::from(value)).map_err(|e| e.to_string())?;
+    let value = [
+        local_max.unwrap_or(0).to_le_bytes(),
+        (edges.len() as u64).to_le_bytes(),
+    ]
+    .concat();
+    let all = comm
+        .exchange(Bytes::from(value))
+        .map_err(|e| e.to_string())?;
     let mut vertices = all.iter().map(|v| read_u64(v)).max().unwrap_or(0);
-    let total: u64 = all.iter().map(|v| read_u64(v.get(8..).unwrap_or(&[]))).sum();
+    let total: u64 = all
+        .iter()
+        .map(|v| read_u64(v.get(8..).unwrap_or(&[])))
+        .sum();
     if params.file.is_none() {
         vertices = 1u64 << params.scale.unwrap_or(0);
     }
@@ -366,7 +373,9 @@ fn store_chunks(ctx: &TaskContext, adjacency: &Adjacency) -> Result<(Vec<CidRun>
         for (offset, cid) in cids.into_iter().enumerate() {
             let l = (start + offset) as u64;
             match runs.last_mut() {
-                Some(run) if run.first_cid + run.len == cid.raw() && run.first_local + run.len == l => {
+                Some(run)
+                    if run.first_cid + run.len == cid.raw() && run.first_local + run.len == l =>
+                {
                     run.len += 1;
                 }
                 _ => runs.push(CidRun {
@@ -393,12 +402,18 @@ fn verify_chunks(ctx: &TaskContext, graph: &LoadedGraph) -> Result<(), String> {
     while start < vertices {
         let end = (start + CHUNK_BATCH as u64).min(vertices);
         let cids: Vec<ChunkId> = (start..end)
-            .map(|l| graph.cid(l).ok_or_else(|| format!("no CID for local vertex {l}")))
+            .map(|l| {
+                graph
+                    .cid(l)
+                    .ok_or_else(|| format!("no CID for local vertex {l}"))
+            })
             .collect::<Result<_, _>>()?;
         for (l, data) in (start..end).zip(local.get_batch(&cids)) {
             let data = data.map_err(|e| format!("reading vertex chunk {l}: {e}"))?;
             if data != vertex_payload(graph.adjacency.neighbours(l as usize)) {
-                return Err(format!("vertex chunk of local vertex {l} differs from the rows"));
+                return Err(format!(
+                    "vertex chunk of local vertex {l} differs from the rows"
+                ));
             }
         }
         start = end;
@@ -413,13 +428,18 @@ fn load(ctx: &TaskContext, params: &LoadParams) -> Result<LoadReport, String> {
     let (edges, vertices, total_edges) = input_edges(ctx, &comm, params)?;
     let generate_secs = started.elapsed().as_secs_f64();
     if vertices == 0 || vertices > u64::from(u32::MAX) {
-        return Err(format!("{vertices} vertices: not a graph this loader takes"));
+        return Err(format!(
+            "{vertices} vertices: not a graph this loader takes"
+        ));
     }
     let partition = Partition::new(vertices, ctx.slaves().len());
     let part = ctx.index();
     let pairs = distribute(&comm, &partition, &edges)?;
-    let adjacency =
-        Adjacency::from_pairs(partition.count(part) as usize, partition.first(part), &pairs);
+    let adjacency = Adjacency::from_pairs(
+        partition.count(part) as usize,
+        partition.first(part),
+        &pairs,
+    );
     drop(pairs);
     let (cid_runs, chunk_bytes) = store_chunks(ctx, &adjacency)?;
     let graph = LoadedGraph {
@@ -617,7 +637,9 @@ fn validate_distributed(
     for &p in parents {
         bytes.extend_from_slice(&p.to_le_bytes());
     }
-    let pieces = comm.exchange(Bytes::from(bytes)).map_err(|e| e.to_string())?;
+    let pieces = comm
+        .exchange(Bytes::from(bytes))
+        .map_err(|e| e.to_string())?;
     let mut all = Vec::with_capacity(graph.partition.vertices as usize);
     for piece in &pieces {
         all.extend(
@@ -628,7 +650,11 @@ fn validate_distributed(
     }
     let mut error = None;
     if all.len() as u64 != graph.partition.vertices {
-        error = Some(format!("{} parents for {} vertices", all.len(), graph.partition.vertices));
+        error = Some(format!(
+            "{} parents for {} vertices",
+            all.len(),
+            graph.partition.vertices
+        ));
     }
     let levels = match tree_levels(&all, root) {
         Ok(levels) => levels,
@@ -643,7 +669,9 @@ fn validate_distributed(
     }
     let mut value = check.edges_in_component.to_le_bytes().to_vec();
     value.extend_from_slice(&check.found.to_bytes());
-    let marks = comm.exchange(Bytes::from(value)).map_err(|e| e.to_string())?;
+    let marks = comm
+        .exchange(Bytes::from(value))
+        .map_err(|e| e.to_string())?;
     let found = Bitmap::new(all.len());
     let mut edges = 0;
     for piece in &marks {
