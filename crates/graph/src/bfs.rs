@@ -183,7 +183,7 @@ impl State<'_> {
             return run();
         }
         std::thread::scope(|scope| {
-            let handles: Vec<_> = (1..self.threads).map(|_| scope.spawn(&run)).collect();
+            let handles: Vec<_> = (1..self.threads).map(|_| scope.spawn(run)).collect();
             let mut all = run();
             for handle in handles {
                 match handle.join() {
@@ -257,7 +257,7 @@ impl State<'_> {
         self.parallel(|start, end| {
             for word_index in start..end {
                 let mut open = !self.visited.word(word_index);
-                if word_index + 1 == self.visited.word_count() && self.parents.len() % 64 != 0 {
+                if word_index + 1 == self.visited.word_count() && !self.parents.len().is_multiple_of(64) {
                     open &= (1u64 << (self.parents.len() % 64)) - 1;
                 }
                 let mut found = 0u64;

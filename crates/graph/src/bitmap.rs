@@ -114,7 +114,7 @@ impl Bitmap {
             let mut raw = [0u8; 8];
             raw.copy_from_slice(piece);
             let mut bits = u64::from_le_bytes(raw);
-            if index + 1 == self.words.len() && self.len % 64 != 0 {
+            if index + 1 == self.words.len() && !self.len.is_multiple_of(64) {
                 bits &= (1u64 << (self.len % 64)) - 1;
             }
             self.or_word(index, bits);

@@ -121,7 +121,7 @@ impl Kronecker {
     fn shuffle(&self) -> (u64, u64) {
         let m = self.edge_count();
         let mut state = self.seed ^ 0x5348_5546_464C_4521;
-        let mut a = splitmix64(&mut state) % m | 1;
+        let mut a = (splitmix64(&mut state) % m) | 1;
         while gcd(a, m) != 1 {
             a = (a + 2) % m;
         }
