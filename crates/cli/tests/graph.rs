@@ -1,8 +1,8 @@
 //! Graph500 on real processes: `myriad bench graph500` end to end on a small graph (its
 //! cluster, the load into vertex chunks, BFS from random roots, the validation, the
-//! summary line), the graph tasks through the terminal's `comptask` on a running cluster
-//! (with the vertex chunks read back and compared), and a BFS whose slave is SIGKILLed
-//! failing with a clear error instead of hanging.
+//! summary line); the graph tasks through the terminal's `comptask` and its `graph500`
+//! command on a running cluster (with the vertex chunks read back and compared); and a
+//! BFS whose slave is SIGKILLed failing with a clear error instead of hanging.
 
 use std::time::Duration;
 
@@ -111,6 +111,15 @@ fn graph_tasks_run_from_the_terminal_and_a_killed_slave_fails_the_bfs() {
         "comptask 1 graph.bfs '{\"name\":\"g\",\"roots\":[1,2,3]}' --slaves-min 2",
     );
     assert_eq!(bfs["state"], "finished", "{bfs:#}");
+
+    // The whole benchmark as one terminal command on the running group.
+    let figures = comptask(&cluster, "graph500 1 10 --roots 3 --slaves 2");
+    assert_eq!(figures["validated"], true, "{figures:#}");
+    assert_eq!(figures["roots"], 3, "{figures:#}");
+    assert!(
+        figures["mteps_hmean"].as_f64().unwrap_or(0.0) > 0.0,
+        "{figures:#}"
+    );
 
     // Many BFS runs without validation; a slave SIGKILLed meanwhile.
     let slaves = group_status(&client, 1).expect("status").slaves;

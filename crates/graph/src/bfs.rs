@@ -257,7 +257,9 @@ impl State<'_> {
         self.parallel(|start, end| {
             for word_index in start..end {
                 let mut open = !self.visited.word(word_index);
-                if word_index + 1 == self.visited.word_count() && !self.parents.len().is_multiple_of(64) {
+                if word_index + 1 == self.visited.word_count()
+                    && !self.parents.len().is_multiple_of(64)
+                {
                     open &= (1u64 << (self.parents.len() % 64)) - 1;
                 }
                 let mut found = 0u64;

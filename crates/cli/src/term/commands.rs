@@ -350,6 +350,20 @@ pub enum TermCommand {
         /// Most slaves (0: all).
         slaves_max: u32,
     },
+    /// Graph500 on a compute group: load a Kronecker graph, BFS from random roots,
+    /// validate, report MTEPS (`myriad bench graph500` on a running cluster).
+    Graph500 {
+        /// The group.
+        group: u16,
+        /// log2 of the vertex count.
+        scale: u32,
+        /// Slaves that hold the graph (all of the group's when 0).
+        slaves: u32,
+        /// BFS roots.
+        roots: u32,
+        /// Edges per vertex.
+        edgefactor: u32,
+    },
     /// Run a task script file (TOML or JSON) on a compute group and wait for it.
     CompTaskScript {
         /// The group.
@@ -413,6 +427,7 @@ impl TermCommand {
             TermCommand::CompGroupStatus { .. } => "compgrpstatus",
             TermCommand::CompTask { .. } => "comptask",
             TermCommand::CompTaskScript { .. } => "comptaskscript",
+            TermCommand::Graph500 { .. } => "graph500",
             TermCommand::CompGroupJoin { .. } => "compgrpjoin",
             TermCommand::CompApp { .. } => "compapp",
         }
@@ -565,6 +580,11 @@ pub const COMMANDS: &[CommandSpec] = &[
         "comptaskscript",
         "comptaskscript <group> <file>",
         "run a task script (TOML or JSON) on a compute group",
+    ),
+    spec(
+        "graph500",
+        "graph500 <group> <scale> [--slaves N] [--roots N] [--edgefactor N]",
+        "load a Graph500 graph on a group's slaves, run and validate BFS, report MTEPS",
     ),
     spec(
         "compgrpjoin",
@@ -918,6 +938,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "chunkget" => (&[], &["offset", "length"]),
         "chunkput" => (&[], &["offset"]),
         "comptask" => (&[], &["slaves-min", "slaves-max"]),
+        "graph500" => (&[], &["slaves", "roots", "edgefactor"]),
         _ => (&[], &[]),
     };
     let a = Args::split(name, rest, flags, valued)?;
@@ -932,7 +953,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "tmpcreate" | "tmpget" | "tmpput" | "tmpremove" | "tmplist" => parse_tmp(&a, name),
         "lookuptree" | "metadata" | "recovery" | "stats" => parse_cluster(&a, name),
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
-        | "compapp" => parse_compute(&a, name),
+        | "compapp" | "graph500" => parse_compute(&a, name),
         other => Err(no_parser(other)),
     }
 }
@@ -1245,6 +1266,16 @@ fn parse_compute(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
                 params,
                 slaves_min: a.option_u32("slaves-min")?.unwrap_or(1),
                 slaves_max: a.option_u32("slaves-max")?.unwrap_or(0),
+            }
+        }
+        "graph500" => {
+            a.count(2, 2)?;
+            TermCommand::Graph500 {
+                group: group(0)?,
+                scale: a.number_u32(1, "scale")?,
+                slaves: a.option_u32("slaves")?.unwrap_or(0),
+                roots: a.option_u32("roots")?.unwrap_or(64),
+                edgefactor: a.option_u32("edgefactor")?.unwrap_or(16),
             }
         }
         "comptaskscript" => {
