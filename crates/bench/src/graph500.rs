@@ -20,6 +20,10 @@
 //! with `--json` is the summary: `scale`, `edgefactor`, `peers`, `roots`, `validated`
 //! (every root passed on every slave), `mteps_hmean`, `mteps_min`, `mteps_median`,
 //! `mteps_max`, `load_secs`, `bytes_per_edge`, `csr_bytes_per_edge`, `threads`.
+//!
+//! With `--local`, the same kernel then runs in this process on the whole graph (one
+//! part, every core, the same roots, validated): the shared-memory bound of this code, and
+//! the distributed/local ratio. That run holds the whole edge list in one process.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -29,7 +33,9 @@ use myriad_client::client::Client;
 use myriad_compute::client::{find_master, group_status, set_role, submit};
 use myriad_compute::wire::{ScriptEnd, SubmitReply};
 use myriad_compute::{Role, TaskScript};
+use myriad_graph::gen::Kronecker;
 use myriad_graph::task::{LoadReport, RootReport};
+use myriad_graph::validate::validate;
 use myriad_launcher::{LaunchSpec, LocalCluster};
 use myriad_types::NodeId;
 use serde_json::json;
@@ -68,6 +74,10 @@ pub struct Graph500Args {
     /// Top-down only (no direction optimization), for comparison.
     #[arg(long)]
     pub top_down: bool,
+    /// Also run the same kernel in this process on one part with every core, from the same
+    /// roots and validated (the shared-memory bound of this BFS; holds the whole graph).
+    #[arg(long)]
+    pub local: bool,
     /// Memory of each peer in MiB (default: enough for the graph's chunks).
     #[arg(long)]
     pub peer_memory_mb: Option<u64>,
@@ -195,6 +205,8 @@ pub struct Graph500Figures {
     pub csr_bytes_per_edge: f64,
     /// Roots run.
     pub roots: usize,
+    /// The roots, in order.
+    pub root_ids: Vec<u32>,
 }
 
 /// Harmonic mean, min, median, max of `values`.
@@ -291,6 +303,7 @@ pub fn run_on_group(client: &Client, args: &Graph500Args) -> Result<Graph500Figu
         bytes_per_edge: chunk_bytes as f64 / edges.max(1) as f64,
         csr_bytes_per_edge: csr_bytes as f64 / edges.max(1) as f64,
         roots: mteps.len(),
+        root_ids: roots,
     })
 }
 
@@ -323,7 +336,64 @@ pub fn run(args: &Graph500Args) -> Result<(), String> {
             (figures?, Some(cluster))
         }
     };
+    // The local line first: with --json the summary stays the last line.
+    if args.local {
+        local_bound(args, &figures)?;
+    }
     print_figures(args, &figures);
+    Ok(())
+}
+
+/// The same kernel in this process, one part, every core: MTEPS per root.
+fn local_bound(args: &Graph500Args, distributed: &Graph500Figures) -> Result<(), String> {
+    use myriad_graph::bfs::{bfs, BfsOptions, Solo};
+    use myriad_graph::csr::{local_pairs, Adjacency, Partition};
+    let kronecker = Kronecker::new(args.scale, args.edgefactor, args.seed);
+    kronecker.check()?;
+    let perm = kronecker.permutation();
+    let edges: Vec<_> = kronecker.edges(&perm, 0, u64::MAX).collect();
+    let partition = Partition::new(kronecker.vertices(), 1);
+    let adjacency = Adjacency::from_pairs(
+        kronecker.vertices() as usize,
+        0,
+        &local_pairs(&partition, 0, &edges),
+    );
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let options = BfsOptions {
+        threads,
+        direction_optimizing: !args.top_down,
+        ..BfsOptions::default()
+    };
+    let mut mteps = Vec::new();
+    let mut validated = true;
+    for &root in &distributed.root_ids {
+        let started = Instant::now();
+        let outcome =
+            bfs(&Solo, &partition, &adjacency, root, &options).map_err(|e| e.to_string())?;
+        let secs = started.elapsed().as_secs_f64();
+        match validate(&outcome.parents, root, &edges) {
+            Ok(in_component) => mteps.push(in_component as f64 / secs.max(1e-9) / 1e6),
+            Err(error) => {
+                eprintln!("graph500: local BFS from {root} failed validation: {error}");
+                validated = false;
+            }
+        }
+    }
+    let [hmean, min, median, max] = summarize(&mteps);
+    let ratio = distributed.mteps[0] / hmean.max(1e-9);
+    emit(
+        args.json,
+        json!({"bench": "graph500", "case": "local", "scale": args.scale, "threads": threads,
+               "roots": mteps.len(), "validated": validated, "mteps_hmean": hmean,
+               "mteps_min": min, "mteps_median": median, "mteps_max": max,
+               "distributed_to_local": ratio}),
+        format!(
+            "local   same kernel in one process, {threads} threads, {} roots: {hmean:.1} MTEPS \
+             harmonic mean (min {min:.1}, median {median:.1}, max {max:.1}); validated: \
+             {validated}; distributed/local {ratio:.2}",
+            mteps.len()
+        ),
+    );
     Ok(())
 }
 

@@ -176,6 +176,7 @@ fn graph500(
         seed: 1,
         threads: None,
         top_down: false,
+        local: false,
         peer_memory_mb: None,
         cluster: None,
         group,
