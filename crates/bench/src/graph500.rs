@@ -252,6 +252,15 @@ pub fn run_on_group(client: &Client, args: &Graph500Args) -> Result<Graph500Figu
         edges as f64 / load_secs.max(1e-9) / 1e6,
         loads.iter().map(|l| l.local_vertices).sum::<u64>()
     );
+    let slowest = |phase: fn(&LoadReport) -> f64| loads.iter().map(phase).fold(0.0, f64::max);
+    eprintln!(
+        "graph500: load phases, slowest slave: generate {:.2} s, distribute {:.2} s, \
+         rows {:.2} s, chunks {:.2} s",
+        slowest(|l| l.generate_secs),
+        slowest(|l| l.distribute_secs),
+        slowest(|l| l.rows_secs),
+        slowest(|l| l.chunks_secs)
+    );
     let params = json!({"name": "graph500", "count": args.roots, "seed": args.seed});
     let values = run_task(client, group, slaves, "graph.roots", params, long)?;
     let roots: Vec<u32> = parse("graph.roots", values.first().ok_or("no roots")?)?;

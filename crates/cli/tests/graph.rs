@@ -121,6 +121,37 @@ fn graph_tasks_run_from_the_terminal_and_a_killed_slave_fails_the_bfs() {
         "{figures:#}"
     );
 
+    // An edge-list file (a ring of 200 vertices with chords, and an isolated pair), read
+    // share by share by the slaves; the BFS from 0 reaches the ring and passes validation.
+    let file = dir.path().join("ring.txt");
+    let mut text = String::from("# ring\n");
+    for v in 0..200u32 {
+        text.push_str(&format!("{v} {}\n", (v + 1) % 200));
+        if v % 17 == 0 {
+            text.push_str(&format!("{v} {}\n", (v * 7 + 3) % 200));
+        }
+    }
+    text.push_str("300 301\n");
+    std::fs::write(&file, text).expect("edge file");
+    let long = Duration::from_secs(30);
+    let params = json!({"name": "ring", "file": file.display().to_string(), "verify": true});
+    run_task(&client, 1, 2, "graph.load", params, long).expect("load from the file");
+    let values = run_task(
+        &client,
+        1,
+        2,
+        "graph.bfs",
+        json!({"name": "ring", "roots": [0]}),
+        long,
+    )
+    .expect("BFS on the file's graph");
+    for value in &values {
+        let reports: Value = serde_json::from_slice(value).expect("JSON");
+        assert_eq!(reports[0]["valid"], true, "{reports}");
+        assert_eq!(reports[0]["reached"], 200, "{reports}");
+    }
+    run_task(&client, 1, 2, "graph.drop", json!({"name": "ring"}), long).expect("drop");
+
     // Many BFS runs without validation; a slave SIGKILLed meanwhile.
     let slaves = group_status(&client, 1).expect("status").slaves;
     assert!(slaves.iter().all(|s| peers[1..].contains(s)), "{slaves:?}");

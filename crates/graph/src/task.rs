@@ -224,6 +224,12 @@ pub struct LoadReport {
     pub csr_bytes: u64,
     /// Seconds generating or reading the edges.
     pub generate_secs: f64,
+    /// Seconds sending the edges to their owners (until every slave has its pairs).
+    pub distribute_secs: f64,
+    /// Seconds building the rows.
+    pub rows_secs: f64,
+    /// Seconds writing the vertex chunks.
+    pub chunks_secs: f64,
     /// Seconds of the whole load on this slave.
     pub load_secs: f64,
 }
@@ -424,7 +430,8 @@ fn verify_chunks(ctx: &TaskContext, graph: &LoadedGraph) -> Result<(), String> {
 fn load(ctx: &TaskContext, params: &LoadParams) -> Result<LoadReport, String> {
     let started = Instant::now();
     let comm = TaskComm(ctx);
-    GRAPHS.lock().remove(&params.name);
+    // Loading a name again replaces the graph: the old one's chunks go first.
+    drop_graph(ctx, &params.name)?;
     let (edges, vertices, total_edges) = input_edges(ctx, &comm, params)?;
     let generate_secs = started.elapsed().as_secs_f64();
     if vertices == 0 || vertices > u64::from(u32::MAX) {
@@ -434,14 +441,20 @@ fn load(ctx: &TaskContext, params: &LoadParams) -> Result<LoadReport, String> {
     }
     let partition = Partition::new(vertices, ctx.slaves().len());
     let part = ctx.index();
+    let phase = Instant::now();
     let pairs = distribute(&comm, &partition, &edges)?;
+    let distribute_secs = phase.elapsed().as_secs_f64();
+    let phase = Instant::now();
     let adjacency = Adjacency::from_pairs(
         partition.count(part) as usize,
         partition.first(part),
         &pairs,
     );
     drop(pairs);
+    let rows_secs = phase.elapsed().as_secs_f64();
+    let phase = Instant::now();
     let (cid_runs, chunk_bytes) = store_chunks(ctx, &adjacency)?;
+    let chunks_secs = phase.elapsed().as_secs_f64();
     let graph = LoadedGraph {
         partition,
         part,
@@ -463,6 +476,9 @@ fn load(ctx: &TaskContext, params: &LoadParams) -> Result<LoadReport, String> {
         chunk_bytes,
         csr_bytes: graph.adjacency.bytes(),
         generate_secs,
+        distribute_secs,
+        rows_secs,
+        chunks_secs,
         load_secs: started.elapsed().as_secs_f64(),
     };
     GRAPHS.lock().insert(params.name.clone(), Arc::new(graph));
@@ -703,21 +719,27 @@ impl Task for DropTask {
     }
     fn run(&self, ctx: &TaskContext) -> Result<Bytes, String> {
         let params: NameParams = ctx.params_json()?;
-        let Some(graph) = GRAPHS.lock().remove(&params.name) else {
-            return Ok(myriad_compute::int_value(0));
-        };
-        let cids: Vec<ChunkId> = graph
-            .cid_runs
-            .iter()
-            .flat_map(|run| (0..run.len).map(move |i| ChunkId::from_raw(run.first_cid + i)))
-            .collect();
-        let client = ctx.env().client.blocking();
-        let chunks = client.chunks();
-        for batch in cids.chunks(CHUNK_BATCH) {
-            if let Some(Err(e)) = chunks.remove_batch(batch).into_iter().find(Result::is_err) {
-                return Err(format!("removing vertex chunks: {e}"));
-            }
-        }
-        Ok(myriad_compute::int_value(cids.len() as i64))
+        let removed = drop_graph(ctx, &params.name)?;
+        Ok(myriad_compute::int_value(removed as i64))
     }
+}
+
+/// Forgets the graph `name` and removes its vertex chunks; how many were removed.
+fn drop_graph(ctx: &TaskContext, name: &str) -> Result<usize, String> {
+    let Some(graph) = GRAPHS.lock().remove(name) else {
+        return Ok(0);
+    };
+    let cids: Vec<ChunkId> = graph
+        .cid_runs
+        .iter()
+        .flat_map(|run| (0..run.len).map(move |i| ChunkId::from_raw(run.first_cid + i)))
+        .collect();
+    let client = ctx.env().client.blocking();
+    let chunks = client.chunks();
+    for batch in cids.chunks(CHUNK_BATCH) {
+        if let Some(Err(e)) = chunks.remove_batch(batch).into_iter().find(Result::is_err) {
+            return Err(format!("removing vertex chunks: {e}"));
+        }
+    }
+    Ok(cids.len())
 }
