@@ -128,32 +128,33 @@ impl Kronecker {
         (a, splitmix64(&mut state) % m)
     }
 
+    /// The initiator as cumulative 32-bit thresholds (A, A+B, A+B+C).
+    fn thresholds(&self) -> [u64; 3] {
+        let scale = |p: f64| (p.clamp(0.0, 1.0) * 4_294_967_296.0) as u64;
+        [
+            scale(self.a),
+            scale(self.a + self.b),
+            scale(self.a + self.b + self.c),
+        ]
+    }
+
     /// Generated edge number `k`, before the vertex permutation.
-    fn raw_edge(&self, k: u64) -> (u32, u32) {
+    #[inline]
+    fn raw_edge(&self, k: u64, [a, ab, abc]: [u64; 3]) -> (u32, u32) {
         let mut state = self.seed ^ k.wrapping_mul(0xD1B5_4A32_D192_ED03);
-        let ab = self.a + self.b;
-        let abc = ab + self.c;
         let (mut u, mut v) = (0u32, 0u32);
         let mut bits = 0u64;
-        let mut left = 0;
         for level in 0..self.scale {
-            if left == 0 {
+            // 32 random bits per level (two levels per draw): plenty for probabilities
+            // given to two digits.
+            if level % 2 == 0 {
                 bits = splitmix64(&mut state);
-                left = 2;
             }
-            // 32 random bits per level: plenty for probabilities given to two digits.
-            let r = (bits & 0xFFFF_FFFF) as f64 / 4_294_967_296.0;
+            let r = bits & 0xFFFF_FFFF;
             bits >>= 32;
-            left -= 1;
-            let (bu, bv) = if r < self.a {
-                (0, 0)
-            } else if r < ab {
-                (0, 1)
-            } else if r < abc {
-                (1, 0)
-            } else {
-                (1, 1)
-            };
+            // Quadrant A (0, 0), B (0, 1), C (1, 0), D (1, 1), without branches.
+            let bu = u32::from(r >= ab);
+            let bv = u32::from(r >= a) ^ bu ^ u32::from(r >= abc);
             u |= bu << level;
             v |= bv << level;
         }
@@ -170,9 +171,15 @@ impl Kronecker {
     ) -> impl Iterator<Item = Edge> + 'a {
         let m = self.edge_count();
         let (a, b) = self.shuffle();
+        let thresholds = self.thresholds();
+        // With a power-of-two edge count (edge factor 16) the modulo is a mask.
+        let mask = m.is_power_of_two().then(|| m - 1);
         (start.min(m)..end.min(m)).map(move |i| {
-            let k = ((u128::from(a) * u128::from(i) + u128::from(b)) % u128::from(m)) as u64;
-            let (u, v) = self.raw_edge(k);
+            let k = match mask {
+                Some(mask) => a.wrapping_mul(i).wrapping_add(b) & mask,
+                None => ((u128::from(a) * u128::from(i) + u128::from(b)) % u128::from(m)) as u64,
+            };
+            let (u, v) = self.raw_edge(k, thresholds);
             (perm[u as usize], perm[v as usize])
         })
     }
@@ -223,6 +230,28 @@ mod tests {
             pieces.extend(graph.edges(&perm, start, end));
         }
         assert_eq!(pieces, all);
+    }
+
+    #[test]
+    fn each_level_picks_quadrants_with_the_initiator_probabilities() {
+        // Without the vertex permutation, bit `l` of (u, v) is level l's quadrant:
+        // u's bit set in C and D (0.24), v's in B and D (0.24), both in D (0.05).
+        let graph = Kronecker::new(12, 16, 5);
+        let identity: Vec<u32> = (0..1u32 << 12).collect();
+        let (mut u_set, mut v_set, mut both, mut total) = (0u64, 0u64, 0u64, 0u64);
+        for (u, v) in graph.edges(&identity, 0, u64::MAX) {
+            for level in 0..12 {
+                let (bu, bv) = ((u >> level) & 1, (v >> level) & 1);
+                u_set += u64::from(bu);
+                v_set += u64::from(bv);
+                both += u64::from(bu & bv);
+                total += 1;
+            }
+        }
+        let share = |count: u64| count as f64 / total as f64;
+        assert!((share(u_set) - 0.24).abs() < 0.005, "{}", share(u_set));
+        assert!((share(v_set) - 0.24).abs() < 0.005, "{}", share(v_set));
+        assert!((share(both) - 0.05).abs() < 0.003, "{}", share(both));
     }
 
     #[test]
