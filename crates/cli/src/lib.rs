@@ -6,7 +6,9 @@
 //! calls it with the built-in jobs and tasks; a user's own peer binary (an application
 //! that runs inside the peers, see `examples/chunk-scan` and docs/compute.md) calls it with
 //! its own [`myriad_compute::Registry`]: it then is a complete `myriad` (superpeer, peer,
-//! term, cluster, bench) whose peers run the user's jobs, tasks and applications.
+//! term, cluster, bench) whose peers run the user's jobs, tasks and applications. Every
+//! peer also gets the graph tasks (`graph.load`, `graph.bfs`, ..., `myriad_graph`), so
+//! `myriad bench graph500` works with any such binary.
 //!
 //! # Who calls it
 //! `src/main.rs` and user binaries.
@@ -62,6 +64,9 @@ enum BenchCommand {
     Jobs(myriad_bench::jobs::JobsArgs),
     /// A skewed read load on one peer, before and after the load balancer's rounds.
     Balance(myriad_bench::balance::BalanceArgs),
+    /// Graph500: a Kronecker graph loaded as vertex chunks into a compute group and a
+    /// validated, direction-optimizing BFS from random roots (MTEPS).
+    Graph500(myriad_bench::graph500::Graph500Args),
     /// Small-object get/put of a local cluster, with Redis and memcached baselines.
     Kv(myriad_bench::kv::KvArgs),
     /// The backup-side log engine: append rate, recovery read, disk baseline.
@@ -87,7 +92,7 @@ pub fn main_with(registry: myriad_compute::Registry) -> anyhow::Result<()> {
     match cli.command {
         Command::Demo(args) => demo::run(&args),
         Command::Superpeer(args) => superpeer_cmd::run(&args),
-        Command::Peer(args) => peer_cmd::run(&args, registry),
+        Command::Peer(args) => peer_cmd::run(&args, myriad_graph::register(registry)),
         Command::Cluster(command) => cluster::run(command),
         Command::Term(args) => term::main(args),
         Command::Cert(command) => cert(command),
@@ -105,6 +110,9 @@ pub fn main_with(registry: myriad_compute::Registry) -> anyhow::Result<()> {
         }
         Command::Bench(BenchCommand::Jobs(args)) => {
             myriad_bench::jobs::run(&args).map_err(anyhow::Error::msg)
+        }
+        Command::Bench(BenchCommand::Graph500(args)) => {
+            myriad_bench::graph500::run(&args).map_err(anyhow::Error::msg)
         }
         Command::Bench(BenchCommand::Kv(args)) => {
             myriad_bench::kv::run(&args).map_err(anyhow::Error::msg)

@@ -232,6 +232,7 @@ impl ClientBackend {
             | TermCommand::CompGroupStatus { .. }
             | TermCommand::CompTask { .. }
             | TermCommand::CompTaskScript { .. }
+            | TermCommand::Graph500 { .. }
             | TermCommand::CompGroupJoin { .. }
             | TermCommand::CompApp { .. } => super::compute::dispatch(client, command),
             TermCommand::NodeDrain { .. }

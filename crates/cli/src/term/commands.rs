@@ -22,6 +22,7 @@
 //! [`super::Shell`] for interactive and one-shot input; the backend receives only parsed
 //! commands.
 
+mod compute;
 mod ops;
 
 use std::fmt;
@@ -434,6 +435,20 @@ pub enum TermCommand {
         /// Most slaves (0: all).
         slaves_max: u32,
     },
+    /// Graph500 on a compute group: load a Kronecker graph, BFS from random roots,
+    /// validate, report MTEPS (`myriad bench graph500` on a running cluster).
+    Graph500 {
+        /// The group.
+        group: u16,
+        /// log2 of the vertex count.
+        scale: u32,
+        /// Slaves that hold the graph (all of the group's when 0).
+        slaves: u32,
+        /// BFS roots.
+        roots: u32,
+        /// Edges per vertex.
+        edgefactor: u32,
+    },
     /// Run a task script file (TOML or JSON) on a compute group and wait for it.
     CompTaskScript {
         /// The group.
@@ -522,6 +537,7 @@ impl TermCommand {
             TermCommand::CompGroupStatus { .. } => "compgrpstatus",
             TermCommand::CompTask { .. } => "comptask",
             TermCommand::CompTaskScript { .. } => "comptaskscript",
+            TermCommand::Graph500 { .. } => "graph500",
             TermCommand::CompGroupJoin { .. } => "compgrpjoin",
             TermCommand::CompApp { .. } => "compapp",
         }
@@ -739,6 +755,11 @@ pub const COMMANDS: &[CommandSpec] = &[
         "comptaskscript",
         "comptaskscript <group> <file>",
         "run a task script (TOML or JSON) on a compute group",
+    ),
+    spec(
+        "graph500",
+        "graph500 <group> <scale> [--slaves N] [--roots N] [--edgefactor N]",
+        "load a Graph500 graph on a group's slaves, run and validate BFS, report MTEPS",
     ),
     spec(
         "compgrpjoin",
@@ -1097,6 +1118,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
         "balance" => (&[], &["rounds", "window-ms", "imbalance", "max-chunks"]),
         "monitoring" => (&[], &["history"]),
         "recoverywait" => (&[], &["timeout"]),
+        "graph500" => (&[], &["slaves", "roots", "edgefactor"]),
         _ => (&[], &[]),
     };
     let a = Args::split(name, rest, flags, valued)?;
@@ -1113,7 +1135,7 @@ fn parse_tokens(tokens: &[Token]) -> Result<TermCommand, ParseError> {
             parse_cluster(&a, name)
         }
         "compgrpls" | "compgrpstatus" | "comptask" | "comptaskscript" | "compgrpjoin"
-        | "compapp" => parse_compute(&a, name),
+        | "compapp" | "graph500" => compute::parse(&a, name),
         "chunkremoverange" | "nodedrain" | "nodewait" | "balance" | "monitoring"
         | "loggerlevel" | "loginfo" | "chunklocklist" | "chunkdump" | "memdump"
         | "recoverywait" => ops::parse(&a, name),
@@ -1409,68 +1431,6 @@ fn parse_cluster(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
         "superpeerremove" => {
             a.count(1, 1)?;
             TermCommand::SuperpeerRemove { node: a.node(0)? }
-        }
-        other => return Err(no_parser(other)),
-    };
-    Ok(command)
-}
-
-/// The compute commands (`comp*`).
-fn parse_compute(a: &Args<'_>, name: &str) -> Result<TermCommand, ParseError> {
-    let group = |index: usize| -> Result<u16, ParseError> {
-        let text = a.required(index)?;
-        parse_u64(text)
-            .and_then(|n| u16::try_from(n).ok())
-            .ok_or_else(|| a.error(format!("invalid group {text:?} (a 16-bit number)")))
-    };
-    let command = match name {
-        "compgrpls" => {
-            a.count(0, 0)?;
-            TermCommand::CompGroupList
-        }
-        "compgrpstatus" => {
-            a.count(1, 1)?;
-            TermCommand::CompGroupStatus { group: group(0)? }
-        }
-        "comptask" => {
-            a.count(2, 3)?;
-            let params = a.get(2).unwrap_or_default().to_owned();
-            if !params.is_empty() && serde_json::from_str::<Value>(&params).is_err() {
-                return Err(a.error(format!("parameters are not JSON: {params:?}")));
-            }
-            TermCommand::CompTask {
-                group: group(0)?,
-                task: a.required(1)?.to_owned(),
-                params,
-                slaves_min: a.option_u32("slaves-min")?.unwrap_or(1),
-                slaves_max: a.option_u32("slaves-max")?.unwrap_or(0),
-            }
-        }
-        "comptaskscript" => {
-            a.count(2, 2)?;
-            TermCommand::CompTaskScript {
-                group: group(0)?,
-                path: a.required(1)?.to_owned(),
-            }
-        }
-        "compgrpjoin" => {
-            a.count(3, 3)?;
-            let role = a.required(2)?.to_ascii_lowercase();
-            if !matches!(role.as_str(), "master" | "slave" | "none") {
-                return Err(a.error(format!("unknown role {role:?} (master, slave, none)")));
-            }
-            TermCommand::CompGroupJoin {
-                node: a.node(0)?,
-                group: group(1)?,
-                role,
-            }
-        }
-        "compapp" => {
-            a.count(2, 2)?;
-            TermCommand::CompApp {
-                node: a.node(0)?,
-                name: a.required(1)?.to_owned(),
-            }
         }
         other => return Err(no_parser(other)),
     };

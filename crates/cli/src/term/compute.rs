@@ -68,6 +68,13 @@ pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String>
             let script = TaskScript::parse(&script).map_err(|error| error.to_string())?;
             outcome(client, &script.to_request(*group))
         }
+        TermCommand::Graph500 {
+            group,
+            scale,
+            slaves,
+            roots,
+            edgefactor,
+        } => graph500(client, *group, *scale, *slaves, *roots, *edgefactor),
         TermCommand::CompGroupJoin { node, group, role } => {
             let role: Role = role.parse()?;
             set_role(client, *node, *group, role).map_err(text)?;
@@ -143,4 +150,45 @@ fn outcome(client: &Client, request: &SubmitRequest) -> Result<Value, String> {
             Value::Array(tasks)
         )),
     }
+}
+
+/// `graph500`: the benchmark's load, roots, BFS and validation on a running group.
+fn graph500(
+    client: &Client,
+    group: u16,
+    scale: u32,
+    slaves: u32,
+    roots: u32,
+    edgefactor: u32,
+) -> Result<Value, String> {
+    let slaves = match slaves {
+        0 => group_status(client, group)
+            .map_err(|error| error.to_string())?
+            .slaves
+            .len(),
+        n => n as usize,
+    };
+    let args = myriad_bench::graph500::Graph500Args {
+        scale,
+        edgefactor,
+        roots: roots as usize,
+        peers: slaves,
+        seed: 1,
+        threads: None,
+        top_down: false,
+        local: false,
+        peer_memory_mb: None,
+        cluster: None,
+        group,
+        dir: None,
+        json: true,
+    };
+    let figures = myriad_bench::graph500::run_on_group(client, &args)?;
+    let [hmean, min, median, max] = figures.mteps;
+    Ok(json!({
+        "scale": scale, "edgefactor": edgefactor, "peers": slaves, "roots": figures.roots,
+        "validated": figures.validated, "mteps_hmean": hmean, "mteps_min": min,
+        "mteps_median": median, "mteps_max": max, "load_secs": figures.load_secs,
+        "bytes_per_edge": figures.bytes_per_edge,
+    }))
 }
