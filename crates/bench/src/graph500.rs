@@ -255,11 +255,12 @@ pub fn run_on_group(client: &Client, args: &Graph500Args) -> Result<Graph500Figu
     let slowest = |phase: fn(&LoadReport) -> f64| loads.iter().map(phase).fold(0.0, f64::max);
     eprintln!(
         "graph500: load phases, slowest slave: generate {:.2} s, distribute {:.2} s, \
-         rows {:.2} s, chunks {:.2} s",
+         rows {:.2} s, chunks {:.2} s, rows from chunks {:.2} s",
         slowest(|l| l.generate_secs),
         slowest(|l| l.distribute_secs),
         slowest(|l| l.rows_secs),
-        slowest(|l| l.chunks_secs)
+        slowest(|l| l.chunks_secs),
+        slowest(|l| l.index_secs)
     );
     let params = json!({"name": "graph500", "count": args.roots, "seed": args.seed});
     let values = run_task(client, group, slaves, "graph.roots", params, long)?;
