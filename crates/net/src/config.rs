@@ -95,6 +95,11 @@ pub struct Config {
     pub lanes_per_node_max: usize,
     /// An idle lane is closed after this long unused.
     pub lane_idle_timeout: Duration,
+    /// How long a blocking request on a lane polls for its response before the thread
+    /// blocks, when it is the only thread of this endpoint waiting on a lane (see
+    /// `crate::lane`, "Spinning"). Zero (the default) never spins; clients that wait for
+    /// one response at a time set it (`myriad-membership`'s `JoinConfig::lane_spin`).
+    pub lane_spin: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -118,6 +123,7 @@ impl std::fmt::Debug for Config {
             .field("io_threads", &self.io_threads)
             .field("lanes_per_node_max", &self.lanes_per_node_max)
             .field("lane_idle_timeout", &self.lane_idle_timeout)
+            .field("lane_spin", &self.lane_spin)
             .finish()
     }
 }
@@ -126,7 +132,7 @@ impl Config {
     /// Defaults: 100 connections, 2 s connect and handshake timeouts, at most
     /// [`PENDING_HANDSHAKES_MAX`] handshakes in progress, 10 s send timeout,
     /// 4 MiB send queue, 4 MiB unprocessed receive bytes, 256 MiB messages, 2 handler
-    /// threads, 1 I/O thread, 64 lanes per node closed after 30 s idle.
+    /// threads, 1 I/O thread, 64 lanes per node closed after 30 s idle, no spinning.
     pub fn new(node_id: NodeId, listen_addr: SocketAddr, secret: impl Into<Vec<u8>>) -> Self {
         Self {
             node_id,
@@ -144,6 +150,7 @@ impl Config {
             io_threads: 1,
             lanes_per_node_max: 64,
             lane_idle_timeout: Duration::from_secs(30),
+            lane_spin: Duration::ZERO,
         }
     }
 }
