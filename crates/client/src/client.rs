@@ -28,8 +28,8 @@ use crate::ClientError;
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Default of a client's `join.lane_spin`: a blocking call that is the only one of its
-/// client in flight polls its direct lane this long for the answer before its thread
-/// blocks (about one loopback round trip of a batch on a quiet machine; see
+/// process waiting on a direct lane polls the lane this long for the answer before its
+/// thread blocks (about one loopback round trip of a batch on a quiet machine; see
 /// `myriad_net::Config::lane_spin`). Calls from several threads at once never spin.
 pub const LANE_SPIN_DEFAULT: Duration = Duration::from_micros(50);
 

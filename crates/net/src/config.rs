@@ -96,7 +96,7 @@ pub struct Config {
     /// An idle lane is closed after this long unused.
     pub lane_idle_timeout: Duration,
     /// How long a blocking request on a lane polls for its response before the thread
-    /// blocks, when it is the only thread of this endpoint waiting on a lane (see
+    /// blocks, when it is the only thread of the process waiting on a lane (see
     /// `crate::lane`, "Spinning"). Zero (the default) never spins; clients that wait for
     /// one response at a time set it (`myriad-membership`'s `JoinConfig::lane_spin`).
     pub lane_spin: Duration,

@@ -27,8 +27,8 @@
 //!   blocking read or write needs it back (`Lane::nonblocking` tracks the mode, so
 //!   back-to-back spinning requests switch it once, not per request).
 //!
-//! Spinning: a caller that is alone (no other thread of this endpoint waits on a lane,
-//! see [`OutgoingLanes::caller`]) polls its lane with non-blocking reads for up to
+//! Spinning: a caller that is alone (no other thread of the process waits on a lane of
+//! any endpoint, see [`OutgoingLanes::caller`]) polls its lane with non-blocking reads for up to
 //! `Config::lane_spin` before it blocks, as DXNet's threads busy-poll while the CPUs are
 //! not overprovisioned. Where idle CPUs halt (virtual machines), a thread that blocks for
 //! a response pays the wake-up of a halted CPU on top of the round trip; polling keeps
@@ -366,13 +366,29 @@ pub(crate) enum Take {
     Full,
 }
 
+/// Threads of this process in a blocking request on lanes now, over all endpoints (a
+/// process with one client per thread has many endpoints, and their callers share the
+/// CPUs all the same).
+static LANE_CALLERS: AtomicUsize = AtomicUsize::new(0);
+
 /// The calling side's lanes, per node.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct OutgoingLanes {
     nodes: Mutex<HashMap<NodeId, NodeLanes>>,
     next_id: AtomicU64,
-    /// Threads in a blocking request on lanes now (see [`OutgoingLanes::caller`]).
-    callers: AtomicUsize,
+    /// Threads in a blocking request on lanes now (see [`OutgoingLanes::caller`]): the
+    /// process-wide [`LANE_CALLERS`] (a test's own counter in unit tests).
+    callers: &'static AtomicUsize,
+}
+
+impl Default for OutgoingLanes {
+    fn default() -> Self {
+        OutgoingLanes {
+            nodes: Mutex::default(),
+            next_id: AtomicU64::default(),
+            callers: &LANE_CALLERS,
+        }
+    }
 }
 
 /// A thread's blocking request (or batch of requests) on lanes, counted while it lives.
@@ -383,7 +399,7 @@ pub(crate) struct Caller<'a> {
 
 impl Caller<'_> {
     /// How long this caller may spin for a response now: `spin` while it is the only
-    /// caller of the endpoint, else zero (the CPUs are shared: block at once).
+    /// caller of the process, else zero (the CPUs are shared: block at once).
     pub fn spin(&self, spin: Duration) -> Duration {
         if self.callers.load(Ordering::Relaxed) <= 1 {
             spin
@@ -400,11 +416,12 @@ impl Drop for Caller<'_> {
 }
 
 impl OutgoingLanes {
-    /// Counts the calling thread as waiting on lanes until the guard is dropped.
-    pub fn caller(&self) -> Caller<'_> {
+    /// Counts the calling thread as waiting on lanes (of any endpoint of the process)
+    /// until the guard is dropped.
+    pub fn caller(&self) -> Caller<'static> {
         self.callers.fetch_add(1, Ordering::Relaxed);
         Caller {
-            callers: &self.callers,
+            callers: self.callers,
         }
     }
 
@@ -549,7 +566,11 @@ mod tests {
 
     #[test]
     fn only_a_lone_caller_spins() {
-        let lanes = OutgoingLanes::default();
+        // A counter of its own: other tests of this process use the process-wide one.
+        let lanes = OutgoingLanes {
+            callers: Box::leak(Box::new(AtomicUsize::new(0))),
+            ..OutgoingLanes::default()
+        };
         let spin = Duration::from_micros(50);
         let first = lanes.caller();
         assert_eq!(first.spin(spin), spin, "alone");

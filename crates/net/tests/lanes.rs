@@ -165,18 +165,20 @@ fn a_lone_spinning_caller_reads_quick_large_slow_and_timed_out_answers() {
     let mut spinning = config(1);
     spinning.lane_spin = Duration::from_millis(20);
     let (a, _b) = pair(spinning, config(2), &gate);
-    for round in 0..200u32 {
+    // Only a lone caller of the process spins: the other tests of this binary run
+    // concurrently for a moment, so echo until one answer was read while spinning.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut round = 0u32;
+    while a.lane_stats(NodeId(2)).outgoing_spin_reads_total == 0 {
+        assert!(Instant::now() < deadline, "no answer read while spinning");
         let answer = echo(&a, &round.to_le_bytes()).expect("answer");
         assert_eq!(&answer[..], &round.to_le_bytes());
+        round += 1;
     }
     let quick = a.lane_stats(NodeId(2));
     assert_eq!(
         quick.outgoing_opened_total, 1,
         "one lane, reused: {quick:?}"
-    );
-    assert!(
-        quick.outgoing_spin_reads_total > 0,
-        "echoes answered within 20 ms were read while spinning: {quick:?}"
     );
     // A request of a whole frame on a socket a spin left non-blocking (its write may fill
     // the send buffer), its answer read in many reads.
