@@ -32,7 +32,9 @@
 //! `Config::lane_spin` before it blocks, as DXNet's threads busy-poll while the CPUs are
 //! not overprovisioned. Where idle CPUs halt (virtual machines), a thread that blocks for
 //! a response pays the wake-up of a halted CPU on top of the round trip; polling keeps
-//! its CPU running. Callers that share the CPUs (more than one waiting) never spin.
+//! its CPU running. Callers that share the CPUs (more than one waiting) never spin, and
+//! a spinning thread that finds it lost its CPU meanwhile (the machine is busy) pauses
+//! spinning for the whole process for a while (`SpinGate`).
 
 use std::collections::HashMap;
 use std::io::{IoSlice, Read, Write};
@@ -113,6 +115,8 @@ pub(crate) struct Lane {
     nonblocking: bool,
     /// Reads that found data while spinning, not yet added to the node's total.
     spin_reads: u64,
+    /// A spin of the last request lost its CPU (see [`Caller::spun_on`]).
+    spin_preempted: bool,
 }
 
 impl Lane {
@@ -266,6 +270,7 @@ impl Lane {
         self.set_nonblocking(true).map_err(LaneFailure::Io)?;
         let start = self.buf.len();
         self.buf.resize(start + bytes, 0);
+        let mut polled = Instant::now();
         let outcome = loop {
             match self
                 .stream
@@ -277,9 +282,16 @@ impl Lane {
                     break Ok(read);
                 }
                 Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= until {
+                    let now = Instant::now();
+                    if now.duration_since(polled) >= SPIN_PREEMPTED_GAP {
+                        // This thread lost its CPU meanwhile: stop spinning.
+                        self.spin_preempted = true;
                         break Ok(0);
                     }
+                    if now >= until {
+                        break Ok(0);
+                    }
+                    polled = now;
                     // Lets a thread that waits for this CPU (the answering node's, when
                     // it runs on this machine) go first; returns at once otherwise.
                     std::thread::yield_now();
@@ -366,19 +378,51 @@ pub(crate) enum Take {
     Full,
 }
 
-/// Threads of this process in a blocking request on lanes now, over all endpoints (a
-/// process with one client per thread has many endpoints, and their callers share the
-/// CPUs all the same).
-static LANE_CALLERS: AtomicUsize = AtomicUsize::new(0);
+/// A gap this long between two polls of a spinning read means its thread lost the CPU
+/// (another thread wanted it): spinning then pauses for [`SPIN_PAUSE`].
+const SPIN_PREEMPTED_GAP: Duration = Duration::from_micros(20);
+
+/// How long nobody of the process spins after a spinning thread lost its CPU.
+const SPIN_PAUSE: Duration = Duration::from_millis(100);
+
+/// Whether the callers of a process may spin (see the module docs): the threads in a
+/// blocking request on lanes now, over all endpoints (a process with one client per
+/// thread has many endpoints, and their callers share the CPUs all the same), and a
+/// pause after a spinning thread lost its CPU (the machine is busy: a spinning thread
+/// would use up its share and then wait behind others once its answer is there).
+#[derive(Debug, Default)]
+pub(crate) struct SpinGate {
+    callers: AtomicUsize,
+    /// Nanoseconds after `epoch` before which nobody spins.
+    paused_until: AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl SpinGate {
+    const fn new() -> SpinGate {
+        SpinGate {
+            callers: AtomicUsize::new(0),
+            paused_until: AtomicU64::new(0),
+            epoch: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        let elapsed = self.epoch.get_or_init(Instant::now).elapsed();
+        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The process's [`SpinGate`].
+static SPIN_GATE: SpinGate = SpinGate::new();
 
 /// The calling side's lanes, per node.
 #[derive(Debug)]
 pub(crate) struct OutgoingLanes {
     nodes: Mutex<HashMap<NodeId, NodeLanes>>,
     next_id: AtomicU64,
-    /// Threads in a blocking request on lanes now (see [`OutgoingLanes::caller`]): the
-    /// process-wide [`LANE_CALLERS`] (a test's own counter in unit tests).
-    callers: &'static AtomicUsize,
+    /// Who may spin: the process-wide [`SPIN_GATE`] (a test's own in unit tests).
+    gate: &'static SpinGate,
 }
 
 impl Default for OutgoingLanes {
@@ -386,7 +430,7 @@ impl Default for OutgoingLanes {
         OutgoingLanes {
             nodes: Mutex::default(),
             next_id: AtomicU64::default(),
-            callers: &LANE_CALLERS,
+            gate: &SPIN_GATE,
         }
     }
 }
@@ -394,24 +438,36 @@ impl Default for OutgoingLanes {
 /// A thread's blocking request (or batch of requests) on lanes, counted while it lives.
 #[derive(Debug)]
 pub(crate) struct Caller<'a> {
-    callers: &'a AtomicUsize,
+    gate: &'a SpinGate,
 }
 
 impl Caller<'_> {
     /// How long this caller may spin for a response now: `spin` while it is the only
-    /// caller of the process, else zero (the CPUs are shared: block at once).
+    /// caller of the process and spinning is not paused, else zero (the CPUs are
+    /// shared: block at once).
     pub fn spin(&self, spin: Duration) -> Duration {
-        if self.callers.load(Ordering::Relaxed) <= 1 {
+        let gate = self.gate;
+        let alone = gate.callers.load(Ordering::Relaxed) <= 1;
+        if alone && gate.now_ns() >= gate.paused_until.load(Ordering::Relaxed) {
             spin
         } else {
             Duration::ZERO
+        }
+    }
+
+    /// After a request on `lane`: pauses spinning if its spin lost the CPU.
+    pub fn spun_on(&self, lane: &mut Lane) {
+        if std::mem::take(&mut lane.spin_preempted) {
+            let pause = u64::try_from(SPIN_PAUSE.as_nanos()).unwrap_or(u64::MAX);
+            let until = self.gate.now_ns().saturating_add(pause);
+            self.gate.paused_until.fetch_max(until, Ordering::Relaxed);
         }
     }
 }
 
 impl Drop for Caller<'_> {
     fn drop(&mut self) {
-        self.callers.fetch_sub(1, Ordering::Relaxed);
+        self.gate.callers.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -419,10 +475,8 @@ impl OutgoingLanes {
     /// Counts the calling thread as waiting on lanes (of any endpoint of the process)
     /// until the guard is dropped.
     pub fn caller(&self) -> Caller<'static> {
-        self.callers.fetch_add(1, Ordering::Relaxed);
-        Caller {
-            callers: self.callers,
-        }
+        self.gate.callers.fetch_add(1, Ordering::Relaxed);
+        Caller { gate: self.gate }
     }
 
     /// Takes an idle lane to `node` or reserves the right to open one (at most `max`).
@@ -479,6 +533,7 @@ impl OutgoingLanes {
             next_request_id: 1,
             nonblocking: false,
             spin_reads: 0,
+            spin_preempted: false,
         })
     }
 
@@ -566,9 +621,9 @@ mod tests {
 
     #[test]
     fn only_a_lone_caller_spins() {
-        // A counter of its own: other tests of this process use the process-wide one.
+        // A gate of its own: other tests of this process use the process-wide one.
         let lanes = OutgoingLanes {
-            callers: Box::leak(Box::new(AtomicUsize::new(0))),
+            gate: Box::leak(Box::new(SpinGate::new())),
             ..OutgoingLanes::default()
         };
         let spin = Duration::from_micros(50);
@@ -583,8 +638,17 @@ mod tests {
         assert_eq!(second.spin(spin), Duration::ZERO);
         drop(second);
         assert_eq!(first.spin(spin), spin, "alone again");
+        // A spin that lost its CPU pauses spinning.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let stream = TcpStream::connect(listener.local_addr().expect("address")).expect("dial");
+        assert!(matches!(lanes.take(NodeId(2), 1), Take::Open));
+        let mut lane = lanes.opened(NodeId(2), stream, 1).expect("lane");
+        lane.spin_preempted = true;
+        first.spun_on(&mut lane);
+        assert!(!lane.spin_preempted, "noted once");
+        assert_eq!(first.spin(spin), Duration::ZERO, "paused");
         drop(first);
-        assert_eq!(lanes.callers.load(Ordering::Relaxed), 0);
+        assert_eq!(lanes.gate.callers.load(Ordering::Relaxed), 0);
     }
 
     #[test]

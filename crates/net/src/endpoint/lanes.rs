@@ -49,6 +49,7 @@ impl NetHandle {
         let config = &self.shared.config;
         let spin = caller.spin(config.lane_spin);
         let result = lane.call(header, payload, deadline, spin, config.message_bytes_max);
+        caller.spun_on(&mut lane);
         Some(self.release_lane(to, lane, result))
     }
 

@@ -321,6 +321,7 @@ impl NetHandle {
                 Step::Lane(to, mut lane, sent) => {
                     let spin = caller.spin(self.shared.config.lane_spin);
                     let result = lane.receive(&sent, deadline, spin, message_bytes_max);
+                    caller.spun_on(&mut lane);
                     self.release_lane(to, lane, result)
                 }
                 Step::Connection(pending) => pending.wait_blocking(),
