@@ -28,9 +28,9 @@
 //!   back-to-back spinning requests switch it once, not per request).
 //!
 //! Spinning: a caller that is alone (no other thread of the process waits on a lane of
-//! any endpoint, see [`OutgoingLanes::caller`]) polls its lane with non-blocking reads for up to
-//! `Config::lane_spin` before it blocks, as DXNet's threads busy-poll while the CPUs are
-//! not overprovisioned. Where idle CPUs halt (virtual machines), a thread that blocks for
+//! any endpoint, see [`OutgoingLanes::caller`]) polls its lane with non-blocking reads
+//! for up to `Config::lane_spin` before it blocks, as DXNet's threads busy-poll while the
+//! CPUs are not overprovisioned. Where idle CPUs halt (virtual machines), a thread that blocks for
 //! a response pays the wake-up of a halted CPU on top of the round trip; polling keeps
 //! its CPU running. Callers that share the CPUs (more than one waiting) never spin, and
 //! a spinning thread that finds it lost its CPU meanwhile (the machine is busy) pauses
