@@ -11,6 +11,9 @@ What runs, in this order, each on this machine's loopback:
    ``myriad.Client`` (one connection per peer each, like ``myriad bench kv``'s Rust
    threads) and calls back to back over uniform random keys: ``get``/``put`` for batch
    1, the numpy calls ``get_array``/``put_array`` of ``--batch`` CIDs for batches.
+   A call that is the only one of the process waiting polls for its answer for the
+   client's ``lane_spin`` (``--lane-spin-us``; by default the Rust client's 50 µs, as
+   in ``myriad bench kv``) before its thread sleeps.
 2. **rust**: ``myriad bench kv`` of the same binary with the same shape (peers, keys,
    object bytes, threads, batch, duration), the Rust client's figures (``--json``).
 3. **redis**: ``redis-server`` on a free 127.0.0.1 port (no persistence), the same keys
@@ -136,7 +139,8 @@ def python_rows(args, binary: str) -> list[dict]:
                 peer_memory_mb=args.peer_memory_mb,
                 config=write_config(config_dir),
             ) as cluster:
-        clients = [cluster.connect(timeout=10.0) for _ in range(max(args.threads))]
+        spin = {} if args.lane_spin_us is None else {"lane_spin": args.lane_spin_us / 1e6}
+        clients = [cluster.connect(timeout=10.0, **spin) for _ in range(max(args.threads))]
         try:
             first = clients[0]
             peers = first.peers()
@@ -348,6 +352,8 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--peer-memory-mb", type=int, default=1024)
+    parser.add_argument("--lane-spin-us", type=float, default=None,
+                        help="the Python clients' lane_spin in µs (default: the client's; 0: never spin)")
     parser.add_argument("--ops", type=lambda s: s.split(","), default=["get", "put"])
     parser.add_argument("--skip", type=lambda s: s.split(","), default=[],
                         help="parts to leave out (python, rust, redis), e.g. for a quick look")

@@ -20,7 +20,8 @@ use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use myriad_client::ClientError;
 use myriad_types::{ChunkId, NodeId};
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::ndarray::Array2;
+use numpy::{PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use pyo3::types::PyAny;
 
@@ -173,15 +174,12 @@ impl Core {
                 .await;
             Ok(assemble(pieces.into_iter().flatten(), count, size))
         };
-        let call = Call::new(self, timeout, future, move |py, result| {
-            let array = result.map(|buffer| -> PyResult<Py<PyAny>> {
-                let flat = PyArray1::from_vec(py, buffer);
-                Ok(flat.reshape([count, size])?.into_any().unbind())
-            });
-            match array {
-                Ok(array) => array,
-                Err(failure) => item_result(py, Err(failure)),
-            }
+        let call = Call::new(self, timeout, future, move |py, result| match result {
+            // One numpy array over the buffer as it is (no reshape of a flat one).
+            Ok(buffer) => Array2::from_shape_vec((count, size), buffer)
+                .map(|rows| PyArray2::from_owned_array(py, rows).into_any().unbind())
+                .map_err(|error| pyo3::exceptions::PyValueError::new_err(error.to_string())),
+            Err(failure) => item_result(py, Err(failure)),
         });
         Ok(match blocking {
             Some((api, cids)) => call.with_blocking(move || {

@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -14,7 +15,7 @@ use pyo3::types::PyAny;
 use crate::aio::AsyncClient;
 use crate::core::{
     open_cluster_dir, resolve_secret, seconds, superpeer_list, ConnectSpec, Core,
-    CALL_TIMEOUT_DEFAULT, CONNECT_TIMEOUT_DEFAULT,
+    CALL_TIMEOUT_DEFAULT, CONNECT_TIMEOUT_DEFAULT, LANE_SPIN_MAX,
 };
 use crate::ops::{self, payload};
 use crate::{convert, errors};
@@ -44,6 +45,7 @@ pub fn connect_spec(
     timeout: f64,
     durability: Option<&Bound<'_, PyAny>>,
     listen: Option<String>,
+    lane_spin: Option<f64>,
 ) -> PyResult<ConnectSpec> {
     let (superpeers, cluster) = match (cluster_dir, superpeers) {
         (Some(dir), None) => {
@@ -73,7 +75,20 @@ pub fn connect_spec(
         call_timeout: seconds(timeout, "timeout")?,
         durability: durability.map_or(Ok(0), crate::core::durability)?,
         listen,
+        lane_spin: lane_spin.map(spin_seconds).transpose()?,
     })
+}
+
+/// A `lane_spin` from Python: finite, at least 0 (never spin) and at most
+/// [`LANE_SPIN_MAX`].
+fn spin_seconds(value: f64) -> PyResult<Duration> {
+    if !(value.is_finite() && (0.0..=LANE_SPIN_MAX.as_secs_f64()).contains(&value)) {
+        return Err(PyValueError::new_err(format!(
+            "lane_spin must be 0 to {} seconds, not {value}",
+            LANE_SPIN_MAX.as_secs_f64()
+        )));
+    }
+    Ok(Duration::from_secs_f64(value))
 }
 
 #[pymethods]
@@ -84,11 +99,13 @@ impl Client {
     /// cluster secret: `secret`, else the file `secret_file` (mode 0600), else the
     /// cluster directory's file, else the file named by `MYRIAD_SECRET_FILE`; there is no
     /// default (`ValueError` without one). `timeout` is every call's default timeout
-    /// (seconds), `durability` the default of changing calls.
+    /// (seconds), `durability` the default of changing calls. `lane_spin` (seconds; by
+    /// default the Rust client's, 50 µs; 0: never) is how long a blocking call that is
+    /// the only one of the process waiting polls for its answer before its thread sleeps.
     #[staticmethod]
     #[pyo3(signature = (*, cluster_dir=None, superpeers=None, secret=None,
         secret_file=None, connect_timeout=CONNECT_TIMEOUT_DEFAULT,
-        timeout=CALL_TIMEOUT_DEFAULT, durability=None, listen=None))]
+        timeout=CALL_TIMEOUT_DEFAULT, durability=None, listen=None, lane_spin=None))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
@@ -100,6 +117,7 @@ impl Client {
         timeout: f64,
         durability: Option<&Bound<'_, PyAny>>,
         listen: Option<String>,
+        lane_spin: Option<f64>,
     ) -> PyResult<Client> {
         let spec = connect_spec(
             cluster_dir,
@@ -110,6 +128,7 @@ impl Client {
             timeout,
             durability,
             listen,
+            lane_spin,
         )?;
         let core = py
             .detach(move || Core::connect(spec))

@@ -49,6 +49,8 @@ pub const CHUNK_APIS_MAX: usize = 32;
 pub const CALL_TIMEOUT_DEFAULT: f64 = 2.0;
 /// Default longest wait to join the cluster, seconds.
 pub const CONNECT_TIMEOUT_DEFAULT: f64 = 10.0;
+/// Longest `lane_spin` accepted by `connect`.
+pub const LANE_SPIN_MAX: Duration = Duration::from_millis(10);
 /// Longest wait of `close` for the calls in flight to end.
 pub const CLOSE_WAIT_MAX: Duration = Duration::from_secs(60);
 /// Durability names by level (`myriad_proto::chunk::DURABILITY_*`).
@@ -215,6 +217,9 @@ pub struct ConnectSpec {
     pub durability: u8,
     /// Address this client listens on (`None`: 127.0.0.1, any port).
     pub listen: Option<SocketAddr>,
+    /// How long a lone blocking call polls its lane (`None`: the Rust client's default,
+    /// `myriad_client::client::LANE_SPIN_DEFAULT`).
+    pub lane_spin: Option<Duration>,
 }
 
 impl Core {
@@ -228,6 +233,9 @@ impl Core {
         }
         config.chunks.timeout = spec.call_timeout;
         config.chunks.durability = spec.durability;
+        if let Some(spin) = spec.lane_spin {
+            config.join.lane_spin = spin;
+        }
         let client = Client::connect_with(config)?;
         let handle = client.membership().net().runtime();
         Ok(Core {

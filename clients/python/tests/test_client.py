@@ -95,6 +95,20 @@ def test_connect_needs_exactly_one_way_to_find_the_cluster(cluster):
         myriad.Client.connect(superpeers=["no-at-sign"])
 
 
+def test_lane_spin_is_bounded_and_reads_alike_spinning_or_not(cluster, client, peer):
+    values = [bytes([i]) * 8 for i in range(16)]
+    cids = client.create_with_data(peer, values)
+    for round, spin in enumerate((0.0, 0.001)):
+        with cluster.connect(lane_spin=spin) as spinning:
+            assert spinning.get_batch(cids[1:]) == values[1:]
+            value = f"spin {round:3d}".encode()
+            spinning.put(cids[0], value)
+            assert spinning.get(cids[0]) == value
+    for bad in (-1e-6, 0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="lane_spin"):
+            cluster.connect(lane_spin=bad)
+
+
 def test_single_create_get_put_size_remove(client, peer):
     cid = client.create(peer, 16)
     assert cid >> 48 == peer

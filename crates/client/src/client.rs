@@ -35,6 +35,12 @@ pub use monitor::MONITOR_QUERY_TIMEOUT;
 /// How long a superpeer may take to answer a recovery-status request.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Default of a client's `join.lane_spin`: a blocking call that is the only one of its
+/// process waiting on a direct lane polls the lane this long for the answer before its
+/// thread blocks (about one loopback round trip of a batch on a quiet machine; see
+/// `myriad_net::Config::lane_spin`). Calls from several threads at once never spin.
+pub const LANE_SPIN_DEFAULT: Duration = Duration::from_micros(50);
+
 /// How a client connects.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -46,10 +52,13 @@ pub struct ClientConfig {
 
 impl ClientConfig {
     /// Defaults for the given superpeers, with no secret yet: set `join.secret` (or use
-    /// [`ClientConfig::with_secret_file`]); joining without one is refused.
+    /// [`ClientConfig::with_secret_file`]); joining without one is refused. Lone blocking
+    /// calls spin for [`LANE_SPIN_DEFAULT`].
     pub fn new(superpeers: Vec<(NodeId, SocketAddr)>) -> ClientConfig {
+        let mut join = JoinConfig::new(superpeers, Role::Client);
+        join.lane_spin = LANE_SPIN_DEFAULT;
         ClientConfig {
-            join: JoinConfig::new(superpeers, Role::Client),
+            join,
             chunks: ChunkOptions::default(),
         }
     }

@@ -80,6 +80,9 @@ pub struct JoinConfig {
     pub handler_threads: usize,
     /// I/O threads of the node's endpoint (only when it owns its runtime: `join_blocking`).
     pub io_threads: usize,
+    /// How long a lone blocking request of this node polls its lane before it blocks
+    /// (`myriad_net::Config::lane_spin`; zero: never). Clients set it, peers do not.
+    pub lane_spin: Duration,
     /// Deadline of one metadata request (including retries across superpeers) and of the
     /// join itself.
     pub request_timeout: Duration,
@@ -104,6 +107,7 @@ impl std::fmt::Debug for JoinConfig {
             .field("secret", &"<redacted>")
             .field("handler_threads", &self.handler_threads)
             .field("io_threads", &self.io_threads)
+            .field("lane_spin", &self.lane_spin)
             .field("request_timeout", &self.request_timeout)
             .field("tls", &self.tls.is_some())
             .field("advertise", &self.advertise)
@@ -114,7 +118,7 @@ impl std::fmt::Debug for JoinConfig {
 impl JoinConfig {
     /// Defaults: listen on `127.0.0.1:0`, no secret (set `secret`: joining without one is
     /// refused; there is no default secret), all capabilities, rack and
-    /// switch 0, 2 handler threads, 1 I/O thread, 10 s request timeout.
+    /// switch 0, 2 handler threads, 1 I/O thread, no lane spinning, 10 s request timeout.
     pub fn new(superpeers: Vec<(NodeId, SocketAddr)>, role: Role) -> JoinConfig {
         JoinConfig {
             superpeers,
@@ -127,6 +131,7 @@ impl JoinConfig {
             secret: Vec::new(),
             handler_threads: 2,
             io_threads: 1,
+            lane_spin: Duration::ZERO,
             request_timeout: Duration::from_secs(10),
             tls: None,
             advertise: None,
@@ -933,6 +938,7 @@ fn endpoint_config(config: &JoinConfig, id: NodeId) -> myriad_net::Config {
     net_config.handler_threads = config.handler_threads.max(1);
     net_config.io_threads = config.io_threads.max(1);
     net_config.tls = config.tls.clone();
+    net_config.lane_spin = config.lane_spin;
     net_config
 }
 

@@ -101,6 +101,11 @@ pub struct Config {
     /// handshake still runs inside them, and direct request lanes are off (blocking
     /// requests go through the connection).
     pub tls: Option<TlsConfig>,
+    /// How long a blocking request on a lane polls for its response before the thread
+    /// blocks, when it is the only thread of the process waiting on a lane (see
+    /// `crate::lane`, "Spinning"). Zero (the default) never spins; clients that wait for
+    /// one response at a time set it (`myriad-membership`'s `JoinConfig::lane_spin`).
+    pub lane_spin: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -125,6 +130,7 @@ impl std::fmt::Debug for Config {
             .field("lanes_per_node_max", &self.lanes_per_node_max)
             .field("lane_idle_timeout", &self.lane_idle_timeout)
             .field("tls", &self.tls.is_some())
+            .field("lane_spin", &self.lane_spin)
             .finish()
     }
 }
@@ -133,7 +139,7 @@ impl Config {
     /// Defaults: 100 connections, 2 s connect and handshake timeouts, at most
     /// [`PENDING_HANDSHAKES_MAX`] handshakes in progress, 10 s send timeout,
     /// 4 MiB send queue, 4 MiB unprocessed receive bytes, 256 MiB messages, 2 handler
-    /// threads, 1 I/O thread, 64 lanes per node closed after 30 s idle.
+    /// threads, 1 I/O thread, 64 lanes per node closed after 30 s idle, no spinning.
     pub fn new(node_id: NodeId, listen_addr: SocketAddr, secret: impl Into<Vec<u8>>) -> Self {
         Self {
             node_id,
@@ -152,6 +158,7 @@ impl Config {
             lanes_per_node_max: 64,
             lane_idle_timeout: Duration::from_secs(30),
             tls: None,
+            lane_spin: Duration::ZERO,
         }
     }
 }

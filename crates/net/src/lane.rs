@@ -22,12 +22,24 @@
 //! - Closing a node's lanes (fence, shutdown) shuts down every open socket, also those in
 //!   use: their calls fail at once, and the lanes are dropped when handed back.
 //! - Every read is bounded by the request's deadline (the socket's receive timeout, set
-//!   only when it changes), every write by the send timeout.
+//!   only when it changes, or the clock while spinning), every write by the send timeout.
+//! - A lane's socket is in non-blocking mode only after a spin or a stale check, until a
+//!   blocking read or write needs it back (`Lane::nonblocking` tracks the mode, so
+//!   back-to-back spinning requests switch it once, not per request).
+//!
+//! Spinning: a caller that is alone (no other thread of the process waits on a lane of
+//! any endpoint, see [`OutgoingLanes::caller`]) polls its lane with non-blocking reads
+//! for up to `Config::lane_spin` before it blocks, as DXNet's threads busy-poll while the
+//! CPUs are not overprovisioned. Where idle CPUs halt (virtual machines), a thread that blocks for
+//! a response pays the wake-up of a halted CPU on top of the round trip; polling keeps
+//! its CPU running. Callers that share the CPUs (more than one waiting) never spin, and
+//! a spinning thread that finds it lost its CPU meanwhile (the machine is busy) pauses
+//! spinning for the whole process for a while (`SpinGate`).
 
 use std::collections::HashMap;
 use std::io::{IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -57,6 +69,10 @@ pub struct LaneStats {
     pub incoming: usize,
     /// Lanes opened to the node since the endpoint started (for reuse figures).
     pub outgoing_opened_total: u64,
+    /// Reads on lanes to the node that found data while their caller spun (see
+    /// `Config::lane_spin`), since the endpoint started; counted when a lane goes back to
+    /// the pool or is dropped.
+    pub outgoing_spin_reads_total: u64,
 }
 
 /// Why a request on a lane failed; the lane is dropped in every case.
@@ -94,6 +110,13 @@ pub(crate) struct Lane {
     /// The peer's endpoint instance (a lane of an older instance is never reused).
     pub peer_instance: u64,
     next_request_id: u32,
+    /// Whether the socket is in non-blocking mode (set by a spinning read or the stale
+    /// check; blocking reads and writes switch it back when they need it).
+    nonblocking: bool,
+    /// Reads that found data while spinning, not yet added to the node's total.
+    spin_reads: u64,
+    /// A spin of the last request lost its CPU (see [`Caller::spun_on`]).
+    spin_preempted: bool,
 }
 
 impl Lane {
@@ -104,15 +127,23 @@ impl Lane {
         if self.last_used.elapsed() < idle_min {
             return false;
         }
-        if self.stream.set_nonblocking(true).is_err() {
+        if self.set_nonblocking(true).is_err() {
             return true;
         }
         let mut probe = [0u8; 1];
-        let stale = !matches!(
+        !matches!(
             self.stream.peek(&mut probe),
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock
-        );
-        stale || self.stream.set_nonblocking(false).is_err()
+        )
+    }
+
+    /// Switches the socket's mode if it is not `nonblocking` already.
+    fn set_nonblocking(&mut self, nonblocking: bool) -> std::io::Result<()> {
+        if self.nonblocking != nonblocking {
+            self.stream.set_nonblocking(nonblocking)?;
+            self.nonblocking = nonblocking;
+        }
+        Ok(())
     }
 
     /// Sends one request and reads its response (reassembling fragments), blocking this
@@ -122,10 +153,11 @@ impl Lane {
         header: FrameHeader,
         payload: &Bytes,
         deadline: Instant,
+        spin: Duration,
         message_bytes_max: usize,
     ) -> Result<Bytes, LaneFailure> {
         let sent = self.send(header, payload)?;
-        self.receive(&sent, deadline, message_bytes_max)
+        self.receive(&sent, deadline, spin, message_bytes_max)
     }
 
     /// Writes one request (its message ID assigned here); returns the header sent, which
@@ -147,13 +179,19 @@ impl Lane {
     }
 
     /// Reads the response to the request `sent` (reassembling fragments), blocking this
-    /// thread until it is complete or `deadline` passes.
+    /// thread until it is complete or `deadline` passes. For up to `spin` (zero: not at
+    /// all) the thread polls the socket instead of blocking (see the module docs).
     pub fn receive(
         &mut self,
         sent: &FrameHeader,
         deadline: Instant,
+        spin: Duration,
         message_bytes_max: usize,
     ) -> Result<Bytes, LaneFailure> {
+        let mut spin_until = (!spin.is_zero())
+            .then(|| Instant::now().checked_add(spin))
+            .flatten()
+            .map(|until| until.min(deadline));
         let decoder = FrameDecoder::default();
         let mut reassembler = Reassembler::new(message_bytes_max);
         loop {
@@ -180,7 +218,16 @@ impl Lane {
             let needed = decoder
                 .bytes_needed(&self.buf)
                 .saturating_sub(self.buf.len());
-            self.read_some(needed.max(LANE_READ_BYTES), deadline)?;
+            let bytes = needed.max(LANE_READ_BYTES);
+            let spun = match spin_until {
+                Some(until) => self.spin_read(bytes, until)?,
+                None => false,
+            };
+            if !spun {
+                // The spin is over for this response (or there was none): block.
+                spin_until = None;
+                self.read_some(bytes, deadline)?;
+            }
         }
     }
 
@@ -199,6 +246,14 @@ impl Lane {
                 Ok(0) => return Err(LaneFailure::Io(std::io::ErrorKind::WriteZero.into())),
                 Ok(written) => written,
                 Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+                // Left non-blocking by a spin and the send buffer is full: block (bounded
+                // by the send timeout) for the rest.
+                Err(error)
+                    if self.nonblocking && error.kind() == std::io::ErrorKind::WouldBlock =>
+                {
+                    self.set_nonblocking(false).map_err(LaneFailure::Io)?;
+                    continue;
+                }
                 Err(error) if is_timeout(&error) => return Err(LaneFailure::Timeout),
                 Err(error) => return Err(LaneFailure::Io(error)),
             };
@@ -209,9 +264,50 @@ impl Lane {
         Ok(())
     }
 
+    /// Polls the socket with non-blocking reads of up to `bytes` bytes (appended to the
+    /// buffer) until one returns data (`true`) or `until` passes (`false`: nothing read).
+    fn spin_read(&mut self, bytes: usize, until: Instant) -> Result<bool, LaneFailure> {
+        self.set_nonblocking(true).map_err(LaneFailure::Io)?;
+        let start = self.buf.len();
+        self.buf.resize(start + bytes, 0);
+        let mut polled = Instant::now();
+        let outcome = loop {
+            match self
+                .stream
+                .read(self.buf.get_mut(start..).unwrap_or_default())
+            {
+                Ok(0) => break Err(LaneFailure::Io(std::io::ErrorKind::UnexpectedEof.into())),
+                Ok(read) => {
+                    self.spin_reads += 1;
+                    break Ok(read);
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    let now = Instant::now();
+                    if now.duration_since(polled) >= SPIN_PREEMPTED_GAP {
+                        // This thread lost its CPU meanwhile: stop spinning.
+                        self.spin_preempted = true;
+                        break Ok(0);
+                    }
+                    if now >= until {
+                        break Ok(0);
+                    }
+                    polled = now;
+                    // Lets a thread that waits for this CPU (the answering node's, when
+                    // it runs on this machine) go first; returns at once otherwise.
+                    std::thread::yield_now();
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => break Err(LaneFailure::Io(error)),
+            }
+        };
+        self.buf.truncate(start + *outcome.as_ref().unwrap_or(&0));
+        outcome.map(|read| read > 0)
+    }
+
     /// One read of up to `bytes` bytes appended to the buffer, waiting at most until
     /// `deadline`.
     fn read_some(&mut self, bytes: usize, deadline: Instant) -> Result<(), LaneFailure> {
+        self.set_nonblocking(false).map_err(LaneFailure::Io)?;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -266,6 +362,8 @@ struct NodeLanes {
     opening: usize,
     /// Lanes opened so far.
     opened_total: u64,
+    /// Spinning reads that found data, of the lanes handed back or dropped so far.
+    spin_reads_total: u64,
 }
 
 /// What [`OutgoingLanes::take`] found.
@@ -280,14 +378,107 @@ pub(crate) enum Take {
     Full,
 }
 
-/// The calling side's lanes, per node.
+/// A gap this long between two polls of a spinning read means its thread lost the CPU
+/// (another thread wanted it): spinning then pauses for [`SPIN_PAUSE`].
+const SPIN_PREEMPTED_GAP: Duration = Duration::from_micros(20);
+
+/// How long nobody of the process spins after a spinning thread lost its CPU.
+const SPIN_PAUSE: Duration = Duration::from_millis(100);
+
+/// Whether the callers of a process may spin (see the module docs): the threads in a
+/// blocking request on lanes now, over all endpoints (a process with one client per
+/// thread has many endpoints, and their callers share the CPUs all the same), and a
+/// pause after a spinning thread lost its CPU (the machine is busy: a spinning thread
+/// would use up its share and then wait behind others once its answer is there).
 #[derive(Debug, Default)]
+pub(crate) struct SpinGate {
+    callers: AtomicUsize,
+    /// Nanoseconds after `epoch` before which nobody spins.
+    paused_until: AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl SpinGate {
+    const fn new() -> SpinGate {
+        SpinGate {
+            callers: AtomicUsize::new(0),
+            paused_until: AtomicU64::new(0),
+            epoch: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        let elapsed = self.epoch.get_or_init(Instant::now).elapsed();
+        u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The process's [`SpinGate`].
+static SPIN_GATE: SpinGate = SpinGate::new();
+
+/// The calling side's lanes, per node.
+#[derive(Debug)]
 pub(crate) struct OutgoingLanes {
     nodes: Mutex<HashMap<NodeId, NodeLanes>>,
     next_id: AtomicU64,
+    /// Who may spin: the process-wide [`SPIN_GATE`] (a test's own in unit tests).
+    gate: &'static SpinGate,
+}
+
+impl Default for OutgoingLanes {
+    fn default() -> Self {
+        OutgoingLanes {
+            nodes: Mutex::default(),
+            next_id: AtomicU64::default(),
+            gate: &SPIN_GATE,
+        }
+    }
+}
+
+/// A thread's blocking request (or batch of requests) on lanes, counted while it lives.
+#[derive(Debug)]
+pub(crate) struct Caller<'a> {
+    gate: &'a SpinGate,
+}
+
+impl Caller<'_> {
+    /// How long this caller may spin for a response now: `spin` while it is the only
+    /// caller of the process and spinning is not paused, else zero (the CPUs are
+    /// shared: block at once).
+    pub fn spin(&self, spin: Duration) -> Duration {
+        let gate = self.gate;
+        let alone = gate.callers.load(Ordering::Relaxed) <= 1;
+        if alone && gate.now_ns() >= gate.paused_until.load(Ordering::Relaxed) {
+            spin
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// After a request on `lane`: pauses spinning if its spin lost the CPU.
+    pub fn spun_on(&self, lane: &mut Lane) {
+        if std::mem::take(&mut lane.spin_preempted) {
+            let pause = u64::try_from(SPIN_PAUSE.as_nanos()).unwrap_or(u64::MAX);
+            let until = self.gate.now_ns().saturating_add(pause);
+            self.gate.paused_until.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Caller<'_> {
+    fn drop(&mut self) {
+        self.gate.callers.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl OutgoingLanes {
+    /// Counts the calling thread as waiting on lanes (of any endpoint of the process)
+    /// until the guard is dropped.
+    pub fn caller(&self) -> Caller<'static> {
+        self.gate.callers.fetch_add(1, Ordering::Relaxed);
+        Caller { gate: self.gate }
+    }
+
     /// Takes an idle lane to `node` or reserves the right to open one (at most `max`).
     pub fn take(&self, node: NodeId, max: usize) -> Take {
         let mut nodes = self.nodes.lock();
@@ -340,14 +531,18 @@ impl OutgoingLanes {
             last_used: Instant::now(),
             peer_instance,
             next_request_id: 1,
+            nonblocking: false,
+            spin_reads: 0,
+            spin_preempted: false,
         })
     }
 
     /// Hands a lane that finished a request cleanly back to the pool (dropped if the
     /// node's lanes were closed meanwhile).
-    pub fn give_back(&self, node: NodeId, lane: Lane) {
+    pub fn give_back(&self, node: NodeId, mut lane: Lane) {
         let mut nodes = self.nodes.lock();
         if let Some(lanes) = nodes.get_mut(&node) {
+            lanes.spin_reads_total += std::mem::take(&mut lane.spin_reads);
             if lanes.sockets.contains_key(&lane.id) {
                 lanes.idle.push(lane);
             }
@@ -358,6 +553,7 @@ impl OutgoingLanes {
     pub fn discard(&self, node: NodeId, lane: Lane) {
         if let Some(lanes) = self.nodes.lock().get_mut(&node) {
             lanes.sockets.remove(&lane.id);
+            lanes.spin_reads_total += lane.spin_reads;
         }
         let _ = lane.stream.shutdown(Shutdown::Both);
     }
@@ -412,8 +608,87 @@ impl OutgoingLanes {
                 outgoing_idle: lanes.idle.len(),
                 incoming: 0,
                 outgoing_opened_total: lanes.opened_total,
+                outgoing_spin_reads_total: lanes.spin_reads_total,
             },
             None => LaneStats::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_lone_caller_spins() {
+        // A gate of its own: other tests of this process use the process-wide one.
+        let lanes = OutgoingLanes {
+            gate: Box::leak(Box::new(SpinGate::new())),
+            ..OutgoingLanes::default()
+        };
+        let spin = Duration::from_micros(50);
+        let first = lanes.caller();
+        assert_eq!(first.spin(spin), spin, "alone");
+        let second = lanes.caller();
+        assert_eq!(
+            first.spin(spin),
+            Duration::ZERO,
+            "two callers share the CPUs"
+        );
+        assert_eq!(second.spin(spin), Duration::ZERO);
+        drop(second);
+        assert_eq!(first.spin(spin), spin, "alone again");
+        // A spin that lost its CPU pauses spinning.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let stream = TcpStream::connect(listener.local_addr().expect("address")).expect("dial");
+        assert!(matches!(lanes.take(NodeId(2), 1), Take::Open));
+        let mut lane = lanes.opened(NodeId(2), stream, 1).expect("lane");
+        lane.spin_preempted = true;
+        first.spun_on(&mut lane);
+        assert!(!lane.spin_preempted, "noted once");
+        assert_eq!(first.spin(spin), Duration::ZERO, "paused");
+        drop(first);
+        assert_eq!(lanes.gate.callers.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_write_on_a_socket_a_spin_left_non_blocking_waits_for_room() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let stream = TcpStream::connect(listener.local_addr().expect("address")).expect("dial");
+        let (mut peer, _) = listener.accept().expect("accept");
+        let lanes = OutgoingLanes::default();
+        assert!(matches!(lanes.take(NodeId(2), 1), Take::Open));
+        let mut lane = lanes.opened(NodeId(2), stream, 1).expect("lane");
+        lane.set_nonblocking(true).expect("non-blocking");
+        // Far more than the socket buffers hold while the peer does not read yet.
+        let payload = Bytes::from(vec![7u8; 8 << 20]);
+        let expected = HEADER_BYTES + payload.len();
+        let reader = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let mut received = 0;
+            let mut chunk = vec![0u8; 1 << 16];
+            while received < expected {
+                match peer.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(read) => received += read,
+                }
+            }
+            received
+        });
+        let header = FrameHeader {
+            kind: crate::wire::Kind::Request,
+            ordered: false,
+            fragment: crate::wire::Fragment::Whole,
+            type_id: 1,
+            subtype: 1,
+            message_id: 0,
+            payload_bytes: payload.len() as u32,
+        };
+        lane.send(header, &payload).expect("written in full");
+        assert!(
+            !lane.nonblocking,
+            "the full send buffer switched it to blocking"
+        );
+        assert_eq!(reader.join().expect("reader"), expected);
     }
 }

@@ -1,6 +1,7 @@
 //! Direct request lanes (`NetHandle::request_blocking`'s fast path) over real loopback
-//! sockets: concurrent callers, a slow handler on one lane, timeouts, fencing, the lane
-//! handshake, the limits, idle closing, and a peer restarting on the same address.
+//! sockets: concurrent callers, a slow handler on one lane, a caller that spins, timeouts,
+//! fencing, the lane handshake, the limits, idle closing, and a peer restarting on the
+//! same address.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -156,6 +157,68 @@ fn a_slow_handler_on_one_lane_does_not_block_another() {
         let gated = waiting.join().expect("thread");
         assert_eq!(&gated.expect("gated answer")[..], b"gated");
     });
+}
+
+#[test]
+fn a_lone_spinning_caller_reads_quick_large_slow_and_timed_out_answers() {
+    let gate = Gate::default();
+    let mut spinning = config(1);
+    spinning.lane_spin = Duration::from_millis(20);
+    let (a, _b) = pair(spinning, config(2), &gate);
+    // Only a lone caller of the process spins: the other tests of this binary run
+    // concurrently for a moment, so echo until one answer was read while spinning.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut round = 0u32;
+    while a.lane_stats(NodeId(2)).outgoing_spin_reads_total == 0 {
+        assert!(Instant::now() < deadline, "no answer read while spinning");
+        let answer = echo(&a, &round.to_le_bytes()).expect("answer");
+        assert_eq!(&answer[..], &round.to_le_bytes());
+        round += 1;
+    }
+    let quick = a.lane_stats(NodeId(2));
+    assert_eq!(
+        quick.outgoing_opened_total, 1,
+        "one lane, reused: {quick:?}"
+    );
+    // A request of a whole frame on a socket a spin left non-blocking (its write may fill
+    // the send buffer), its answer read in many reads.
+    let large: Vec<u8> = (0..myriad_net::wire::FRAME_PAYLOAD_BYTES_MAX)
+        .map(|index| (index % 251) as u8)
+        .collect();
+    assert!(echo(&a, &large).expect("large answer")[..] == large[..]);
+    // The deadline bounds a spin: the gated request times out after 10 ms, not 20.
+    let began = Instant::now();
+    let outcome = a.request_blocking(
+        NodeId(2),
+        GATED,
+        Bytes::from_static(b"late"),
+        Duration::from_millis(10),
+    );
+    assert!(
+        matches!(outcome, Err(NetError::Timeout(NodeId(2)))),
+        "{outcome:?}"
+    );
+    assert!(began.elapsed() < Duration::from_secs(2), "bounded");
+    // An answer later than the spin: the caller blocks and still gets it.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(100));
+            gate.open();
+        });
+        let slow = a.request_blocking(NodeId(2), GATED, Bytes::from_static(b"slow"), TIMEOUT);
+        assert_eq!(&slow.expect("slow answer")[..], b"slow");
+    });
+    let after = a.lane_stats(NodeId(2));
+    assert_eq!(
+        after.outgoing_opened_total, 2,
+        "only the timed-out lane was replaced: {after:?}"
+    );
+    // Without `lane_spin` (the default), nothing spins.
+    let (c, _d) = pair(config(1), config(2), &gate);
+    for round in 0..20u8 {
+        assert_eq!(&echo(&c, &[round]).expect("answer")[..], &[round]);
+    }
+    assert_eq!(c.lane_stats(NodeId(2)).outgoing_spin_reads_total, 0);
 }
 
 #[test]

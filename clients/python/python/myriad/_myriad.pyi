@@ -91,13 +91,16 @@ class Client:
         timeout: float = 2.0,
         durability: Optional[Durability] = None,
         listen: Optional[str] = None,
+        lane_spin: Optional[float] = None,
     ) -> Client:
         """Joins the cluster: ``cluster_dir`` (written by ``myriad cluster start`` or
         :func:`myriad.local_cluster`; its secret file is read) or ``superpeers``
         (``["1@127.0.0.1:7000"]`` or ``[(1, "127.0.0.1:7000")]``). The secret:
         ``secret``, else the file ``secret_file`` (mode 0600), else the cluster
         directory's, else the file named by ``MYRIAD_SECRET_FILE``; no default
-        (``ValueError`` without one)."""
+        (``ValueError`` without one). ``lane_spin`` (seconds, 0 to 0.01; default the Rust
+        client's 50 µs; 0 never spins): how long a blocking call that is the only one of
+        the process waiting polls for its answer before its thread sleeps."""
     @property
     def node_id(self) -> int:
         """This client's node ID (assigned by the superpeers)."""

@@ -40,13 +40,16 @@ impl NetHandle {
         timeout: Duration,
     ) -> Option<Result<Bytes, NetError>> {
         let deadline = lane_deadline(timeout);
+        let caller = self.shared.lanes.caller();
         let mut lane = match self.acquire_lane(to, message_type, payload, deadline)? {
             Ok(lane) => lane,
             Err(error) => return Some(Err(error)),
         };
         let header = whole_header(Kind::Request, message_type, 0, payload.len());
-        let message_bytes_max = self.shared.config.message_bytes_max;
-        let result = lane.call(header, payload, deadline, message_bytes_max);
+        let config = &self.shared.config;
+        let spin = caller.spin(config.lane_spin);
+        let result = lane.call(header, payload, deadline, spin, config.message_bytes_max);
+        caller.spun_on(&mut lane);
         Some(self.release_lane(to, lane, result))
     }
 

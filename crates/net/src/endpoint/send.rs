@@ -292,6 +292,7 @@ impl NetHandle {
         }
         let deadline = super::lanes::lane_deadline(timeout);
         let message_bytes_max = self.shared.config.message_bytes_max;
+        let caller = self.shared.lanes.caller();
         let steps: Vec<Step> = requests
             .into_iter()
             .map(|(to, message_type, payload)| {
@@ -318,7 +319,9 @@ impl NetHandle {
             .into_iter()
             .map(|step| match step {
                 Step::Lane(to, mut lane, sent) => {
-                    let result = lane.receive(&sent, deadline, message_bytes_max);
+                    let spin = caller.spin(self.shared.config.lane_spin);
+                    let result = lane.receive(&sent, deadline, spin, message_bytes_max);
+                    caller.spun_on(&mut lane);
                     self.release_lane(to, lane, result)
                 }
                 Step::Connection(pending) => pending.wait_blocking(),
