@@ -806,12 +806,18 @@ mod tests {
         assert!(decode_vertex(&[1, 0], &mut targets).is_err(), "no degree");
         let mut short = vertex_payload(&[1, 2]).to_vec();
         short.pop();
-        assert!(decode_vertex(&short, &mut targets).is_err(), "a truncated list");
+        assert!(
+            decode_vertex(&short, &mut targets).is_err(),
+            "a truncated list"
+        );
         let mut long = vertex_payload(&[1]).to_vec();
         long.extend_from_slice(&[0, 0, 0, 0]);
         assert!(decode_vertex(&long, &mut targets).is_err(), "extra bytes");
         let huge = u32::MAX.to_le_bytes();
-        assert!(decode_vertex(&huge, &mut targets).is_err(), "a degree beyond the chunk");
+        assert!(
+            decode_vertex(&huge, &mut targets).is_err(),
+            "a degree beyond the chunk"
+        );
         assert!(targets.is_empty(), "nothing appended on errors");
     }
 }
