@@ -26,9 +26,11 @@
 //! the distributed/local ratio. That run holds the whole edge list in one process.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use indicatif::{ProgressBar, ProgressStyle};
 use myriad_client::client::Client;
 use myriad_compute::client::{find_master, group_status, set_role, submit};
 use myriad_compute::wire::{ScriptEnd, SubmitReply};
@@ -226,6 +228,37 @@ pub fn summarize(values: &[f64]) -> [f64; 4] {
     [hmean, sorted[0], median, sorted[n - 1]]
 }
 
+/// Follows a running `graph.load` until `loading` turns false: a progress bar of the vertex
+/// chunks the slaves `nodes` hold (from their chunk statistics, polled every 200 ms) out of
+/// the graph's `vertices`, on stderr and only when it is a terminal (indicatif hides it
+/// otherwise). A slave whose statistics cannot be read counts as before; the bar never
+/// decides anything.
+fn follow_load(client: &Client, nodes: &[NodeId], vertices: u64, loading: &AtomicBool) {
+    let count = || -> u64 {
+        nodes
+            .iter()
+            .filter_map(|&node| client.stats(node).ok())
+            .map(|stats| stats.chunks)
+            .sum()
+    };
+    // The load drops an earlier graph of the same name first: count from the lowest seen.
+    let mut floor = count();
+    let bar = ProgressBar::new(vertices);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "graph500: load {bar:30} {pos}/{len} vertex chunks ({per_sec}, {elapsed})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    while loading.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = count();
+        floor = floor.min(now);
+        bar.set_position((now - floor).min(vertices));
+    }
+    bar.finish_and_clear();
+}
+
 /// Loads, picks roots, runs and validates the BFS on `group`'s `peers` slaves, printing
 /// progress to stderr.
 pub fn run_on_group(client: &Client, args: &Graph500Args) -> Result<Graph500Figures, String> {
@@ -238,7 +271,15 @@ pub fn run_on_group(client: &Client, args: &Graph500Args) -> Result<Graph500Figu
     let started = Instant::now();
     let params = json!({"name": "graph500", "scale": args.scale, "edgefactor": args.edgefactor,
                         "seed": args.seed});
-    let values = run_task(client, group, slaves, "graph.load", params, long)?;
+    let nodes = group_status(client, group).map_or_else(|_| Vec::new(), |status| status.slaves);
+    let vertices = 1u64.checked_shl(args.scale).unwrap_or(u64::MAX);
+    let loading = AtomicBool::new(true);
+    let values = std::thread::scope(|scope| {
+        scope.spawn(|| follow_load(client, &nodes, vertices, &loading));
+        let values = run_task(client, group, slaves, "graph.load", params, long);
+        loading.store(false, Ordering::Release);
+        values
+    })?;
     let load_secs = started.elapsed().as_secs_f64();
     let loads: Vec<LoadReport> = values
         .iter()
