@@ -237,7 +237,7 @@ fn follow_load(client: &Client, nodes: &[NodeId], vertices: u64, loading: &Atomi
     let count = || -> u64 {
         nodes
             .iter()
-            .filter_map(|&node| client.stats(node).ok())
+            .filter_map(|&node| client.blocking().chunks().stats(node).ok())
             .map(|stats| stats.chunks)
             .sum()
     };
