@@ -289,6 +289,7 @@ fn monitoring(
                 .map(|pair| {
                     let mut row = json!({"age_s": age_s(now_ms, &pair[1])});
                     merge_rates(&mut row, &pair[0], &pair[1]);
+                    merge_hot(&mut row, &pair[1], usize::MAX);
                     row
                 })
                 .collect(),
@@ -305,10 +306,38 @@ fn monitoring(
                     0 | 1 => merge_rates(&mut row, newest, newest),
                     n => merge_rates(&mut row, &reports[n - 2], newest),
                 }
+                merge_hot(&mut row, newest, HOT_RANGES_SHOWN);
                 Some(row)
             })
             .collect(),
     ))
+}
+
+/// Hot ranges per peer in the cluster table of `monitoring` (a node's history shows all).
+const HOT_RANGES_SHOWN: usize = 3;
+
+/// Adds `report`'s hottest CID ranges (at most `max`) to the object `row`, as one text:
+/// `FIRST..LAST:RATE/s`, hottest first, space-separated ("-" for none).
+fn merge_hot(row: &mut Value, report: &MonitorReport, max: usize) {
+    let text: Vec<String> = report
+        .hot_ranges
+        .iter()
+        .take(max)
+        .map(|range| {
+            format!(
+                "{}..{}:{}/s",
+                range.first, range.last, range.requests_per_sec
+            )
+        })
+        .collect();
+    if let Value::Object(map) = row {
+        let shown = if text.is_empty() {
+            "-".to_owned()
+        } else {
+            text.join(" ")
+        };
+        map.insert("hot_ranges".to_owned(), json!(shown));
+    }
 }
 
 /// Seconds since `report` was taken.
