@@ -226,6 +226,18 @@ fn remove_range(client: &Client, first: ChunkId, last: ChunkId) -> Result<Value,
     }))
 }
 
+/// CID ranges as `FIRST..LAST` separated by spaces ("-" for none).
+fn ranges_text(ranges: &[(myriad_types::ChunkId, myriad_types::ChunkId)]) -> String {
+    if ranges.is_empty() {
+        return "-".to_owned();
+    }
+    ranges
+        .iter()
+        .map(|(first, last)| format!("{first}..{last}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `balance`: rounds until one moves nothing (or `rounds` ran); one row per round.
 fn balance(client: &Client, rounds: u32, options: &BalanceOptions) -> Result<Value, String> {
     let mut rows = Vec::new();
@@ -250,6 +262,7 @@ fn balance(client: &Client, rounds: u32, options: &BalanceOptions) -> Result<Val
             "from": outcome.moved_between.map(|(from, _)| from.to_string()),
             "to": outcome.moved_between.map(|(_, to)| to.to_string()),
             "moved": outcome.moved,
+            "ranges": ranges_text(&outcome.moved_ranges),
             "decision": outcome.decision,
         }));
         if outcome.moved == 0 {

@@ -35,6 +35,9 @@ pub const HEAT_BLOCK_LIDS: u64 = 1 << HEAT_BLOCK_SHIFT;
 pub const HEAT_SLOTS: usize = 4_096;
 /// Slots a request tries before it counts as untracked.
 pub const PROBES: usize = 8;
+/// Neighbouring blocks merge into one range if the busier has at most this many times
+/// the requests of the other.
+pub const MERGE_RATIO: f64 = 1.5;
 
 /// Per-block request counters of one peer. See the module documentation.
 #[derive(Debug)]
@@ -121,13 +124,19 @@ impl RangeHeat {
         let mut hottest: Vec<(u64, u64)> = blocks.into_iter().collect();
         hottest.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         hottest.truncate(max);
-        // Merge neighbours (same creator: the key's top bits are the creator's).
+        // Merge neighbours of the same creator (the key's top bits are the creator's) and
+        // a similar rate (within MERGE_RATIO of the previous block), so that a range's
+        // requests are spread about evenly over its blocks.
         hottest.sort_unstable_by_key(|&(key, _)| key);
         let mut merged: Vec<(u64, u64, u64)> = Vec::with_capacity(hottest.len());
+        let mut previous = 0u64;
         for (key, requests) in hottest {
+            let similar = requests.min(previous) as f64
+                >= requests.max(previous) as f64 / MERGE_RATIO;
             match merged.last_mut() {
                 Some((_, last, sum))
                     if *last + 1 == key
+                        && similar
                         && (*last - 1) >> (48 - HEAT_BLOCK_SHIFT)
                             == (key - 1) >> (48 - HEAT_BLOCK_SHIFT) =>
                 {
@@ -136,6 +145,7 @@ impl RangeHeat {
                 }
                 _ => merged.push((key, key, requests)),
             }
+            previous = requests;
         }
         let seconds = seconds.max(1e-3);
         let mut ranges: Vec<HotRange> = merged
@@ -171,18 +181,24 @@ mod tests {
         for _ in 0..50 {
             heat.record(cid(2, 10 * HEAT_BLOCK_LIDS + 7));
         }
+        // Its neighbour, far colder, stays a range of its own.
+        for _ in 0..4 {
+            heat.record(cid(2, 11 * HEAT_BLOCK_LIDS));
+        }
         for block in 0..20 {
             heat.record(cid(3, block * HEAT_BLOCK_LIDS));
         }
-        let ranges = heat.roll(4, 2.0);
-        assert_eq!(ranges.len(), 3, "{ranges:?}");
+        let ranges = heat.roll(5, 2.0);
+        assert_eq!(ranges.len(), 4, "{ranges:?}");
         assert_eq!(ranges[0].first, cid(2, 512));
         assert_eq!(ranges[0].last, cid(2, 1023));
         assert_eq!(ranges[0].requests_per_sec, 300, "600 requests over 2 s");
         assert_eq!(ranges[1].first, cid(2, 10 * HEAT_BLOCK_LIDS));
         assert_eq!(ranges[1].last, cid(2, 11 * HEAT_BLOCK_LIDS - 1));
         assert_eq!(ranges[1].requests_per_sec, 25);
-        assert_eq!(ranges[2].requests_per_sec, 1, "one of the cold blocks");
+        assert_eq!(ranges[2].first, cid(2, 11 * HEAT_BLOCK_LIDS));
+        assert_eq!(ranges[2].requests_per_sec, 2);
+        assert_eq!(ranges[3].requests_per_sec, 1, "one of the cold blocks");
         assert_eq!(heat.untracked(), 0);
         // The counts were reset: an idle interval reports nothing, and frees the slots.
         assert!(heat.roll(4, 2.0).is_empty());
