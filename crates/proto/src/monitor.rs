@@ -138,8 +138,7 @@ impl MonitorReport {
     /// ranges' count (varint) and per range its first and last CID (u64 LE) and rate
     /// (varint).
     pub fn encode(&self) -> Bytes {
-        let mut encoder =
-            Encoder::with_capacity(REPORT_FIELDS * 5 + self.hot_ranges.len() * 20);
+        let mut encoder = Encoder::with_capacity(REPORT_FIELDS * 5 + self.hot_ranges.len() * 20);
         self.put(&mut encoder);
         encoder.finish()
     }

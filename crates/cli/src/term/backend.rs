@@ -434,7 +434,9 @@ fn shutdown_superpeer(client: &Client, record: &NodeRecord) -> Result<Value, Str
             SHUTDOWN_REQUEST_TIMEOUT,
         )
         .map_err(|error| {
-            format!("{node} left the superpeer group but did not accept the shutdown request: {error}")
+            format!(
+                "{node} left the superpeer group but did not accept the shutdown request: {error}"
+            )
         })?;
     let deadline = Instant::now() + SHUTDOWN_LEAVE_WAIT;
     let mut stopped = false;
@@ -482,6 +484,12 @@ fn dispatch_chunk(client: &Client, command: &TermCommand) -> Result<Value, Strin
         TermCommand::ChunkCreate { size, node, count } => {
             let mut created = Vec::with_capacity(*count as usize);
             let mut left = *count as usize;
+            // A load of more than one batch shows its progress (stderr, terminals only).
+            let bar = (left > CREATE_BATCH_MAX).then(|| {
+                let bar = super::ops::progress_bar("creating");
+                bar.set_length(u64::from(*count));
+                bar
+            });
             while left > 0 {
                 let batch = left.min(CREATE_BATCH_MAX);
                 let cids = if batch == 1 {
@@ -493,6 +501,12 @@ fn dispatch_chunk(client: &Client, command: &TermCommand) -> Result<Value, Strin
                 };
                 left -= batch;
                 created.extend(cids);
+                if let Some(bar) = &bar {
+                    bar.set_position(created.len() as u64);
+                }
+            }
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
             }
             Ok(Value::Array(
                 created

@@ -135,7 +135,7 @@ pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String>
 }
 
 /// A bar on stderr (hidden when stderr is no terminal).
-fn progress_bar(prefix: &'static str) -> ProgressBar {
+pub(super) fn progress_bar(prefix: &'static str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     if let Ok(style) =
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} chunks {msg} ({elapsed})")

@@ -131,8 +131,8 @@ impl RangeHeat {
         let mut merged: Vec<(u64, u64, u64)> = Vec::with_capacity(hottest.len());
         let mut previous = 0u64;
         for (key, requests) in hottest {
-            let similar = requests.min(previous) as f64
-                >= requests.max(previous) as f64 / MERGE_RATIO;
+            let similar =
+                requests.min(previous) as f64 >= requests.max(previous) as f64 / MERGE_RATIO;
             match merged.last_mut() {
                 Some((_, last, sum))
                     if *last + 1 == key
