@@ -273,7 +273,9 @@ fn hot_range(cids: &[ChunkId], chunks: usize) -> std::ops::Range<usize> {
     if chunks == 0 {
         return 0..0;
     }
-    let Some(start) = (cids.len() / 3..cids.len()).find(|&i| cids[i].local_id() % 256 == 0) else {
+    let Some(start) =
+        (cids.len() / 3..cids.len()).find(|&i| cids[i].local_id().is_multiple_of(256))
+    else {
         return 0..0;
     };
     let end = start + chunks;

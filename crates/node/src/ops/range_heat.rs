@@ -156,7 +156,7 @@ impl RangeHeat {
                 requests_per_sec: (requests as f64 / seconds).round() as u64,
             })
             .collect();
-        ranges.sort_by(|a, b| b.requests_per_sec.cmp(&a.requests_per_sec));
+        ranges.sort_by_key(|range| std::cmp::Reverse(range.requests_per_sec));
         ranges
     }
 }
