@@ -16,7 +16,10 @@
 //!   resuming after a leader change (status: [`types::RECOVERY_STATUS`]);
 //! - a peer's new incarnation (a restart with its data directory) gets its zone-number and
 //!   local-ID bases ([`MetaRequest::Bases`]); its join pushes the ownership of its fresh
-//!   local IDs back to it.
+//!   local IDs back to it;
+//! - an operator's clean stop ([`types::NODE_SHUTDOWN`], from `myriad term`'s
+//!   `nodeshutdown` once the superpeer left the Raft group) sets a flag the process polls
+//!   ([`Superpeer::shutdown_requested`]).
 //!
 //! # Invariants
 //! - The metadata changes only through Raft; a follower never applies a request itself.
