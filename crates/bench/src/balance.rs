@@ -4,11 +4,16 @@
 //! A local cluster of `peers` peers (no backups) holds `chunks` chunks, all created on the
 //! first peer; `threads` client threads (one client each) read random batches of `batch`
 //! of them, uniformly over all chunks, so the first peer serves every request and the
-//! others idle. The benchmark measures the reads per second for `seconds` (**before**),
+//! others idle. With `--hot-chunks N`, a share `--hot-share` of the reads goes to a hot
+//! sub-range instead: the `N` chunks from the first one whose local ID starts a block of
+//! 256 at a third of the chunks (the summary names it, `hot_first`/`hot_last`), so the
+//! balancer has a hot range to find within the busy peer. The benchmark measures the reads per second for `seconds` (**before**),
 //! runs balancing rounds ([`myriad_client::client::Client::balance_round`], each watching
 //! the request rates for `window_ms`) while the load goes on until a round moves nothing
 //! or `rounds` ran, then measures again (**after**). Each phase prints every peer's
-//! request rate; the summary (the last line with `--json`) has `before_reads_per_sec`,
+//! request rate, each round the CID ranges it moved (`moved_ranges`, and whether they were
+//! picked as hot ranges, `by_hot_ranges`); the summary (the last line with `--json`) has
+//! `before_reads_per_sec`,
 //! `after_reads_per_sec`, `speedup`, `moved_chunks`, `rounds`, `balance_ms`, and the
 //! busiest peer's share of the requests before and after (`before_max_share`,
 //! `after_max_share`). Nothing is asserted: on one machine, the peers share its cores with
@@ -58,6 +63,12 @@ pub struct BalanceArgs {
     /// Requests per second below which the balancer moves nothing.
     #[arg(long, default_value_t = 100.0)]
     pub min_rate: f64,
+    /// Chunks of a hot sub-range (0: uniform reads only).
+    #[arg(long, default_value_t = 0)]
+    pub hot_chunks: usize,
+    /// Share of the reads that go to the hot sub-range.
+    #[arg(long, default_value_t = 0.6)]
+    pub hot_share: f64,
     /// Memory of each peer in MiB.
     #[arg(long, default_value_t = 256)]
     pub peer_memory_mb: u64,
@@ -124,6 +135,7 @@ impl Load {
         args: &BalanceArgs,
         cluster: &LocalCluster,
         cids: &Arc<Vec<ChunkId>>,
+        hot: std::ops::Range<usize>,
         secret: &[u8],
     ) -> Result<Load, String> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -140,12 +152,19 @@ impl Load {
                 Arc::clone(cids),
             );
             let batch = args.batch.max(1);
+            let (hot, hot_share) = (hot.clone(), args.hot_share.clamp(0.0, 1.0));
             threads.push(std::thread::spawn(move || {
                 let mut rng = rand::rngs::SmallRng::seed_from_u64(thread as u64);
                 let mut picked = Vec::with_capacity(batch);
                 while !stop.load(Ordering::Relaxed) {
                     picked.clear();
-                    picked.extend((0..batch).map(|_| cids[rng.gen_range(0..cids.len())]));
+                    picked.extend((0..batch).map(|_| {
+                        if !hot.is_empty() && rng.gen_bool(hot_share) {
+                            cids[rng.gen_range(hot.clone())]
+                        } else {
+                            cids[rng.gen_range(0..cids.len())]
+                        }
+                    }));
                     let results = client.blocking().chunks().get_batch(&picked);
                     let ok = results.iter().filter(|r| r.is_ok()).count() as u64;
                     reads.fetch_add(ok, Ordering::Relaxed);
@@ -214,14 +233,20 @@ fn measure(
                 .map_err(|e| format!("creating chunks: {e}"))?,
         );
     }
+    let hot = hot_range(&cids, args.hot_chunks);
     let cids = Arc::new(cids);
-    let load = Load::start(args, cluster, &cids, secret)?;
-    std::thread::sleep(Duration::from_secs(1));
+    let load = Load::start(args, cluster, &cids, hot.clone(), secret)?;
+    // Two monitoring intervals, so the busy peer's report names its hot ranges.
+    std::thread::sleep(Duration::from_secs(if hot.is_empty() { 1 } else { 4 }));
     let window = Duration::from_millis(args.window_ms);
     let result = phases(args, client, &load, window);
     let errors = load.stop();
     let mut summary = result?;
     summary["read_errors"] = json!(errors);
+    if !hot.is_empty() {
+        summary["hot_first"] = json!(cids[hot.start].to_string());
+        summary["hot_last"] = json!(cids[hot.end - 1].to_string());
+    }
     emit(
         args.json,
         summary.clone(),
@@ -239,6 +264,30 @@ fn measure(
         ),
     );
     Ok(())
+}
+
+/// Indices into `cids` of the hot sub-range: `chunks` chunks from the first one at or
+/// after a third of them whose local ID starts a block of 256, if they are consecutive
+/// CIDs of one creator (else, and for 0 chunks, empty).
+fn hot_range(cids: &[ChunkId], chunks: usize) -> std::ops::Range<usize> {
+    if chunks == 0 {
+        return 0..0;
+    }
+    let Some(start) =
+        (cids.len() / 3..cids.len()).find(|&i| cids[i].local_id().is_multiple_of(256))
+    else {
+        return 0..0;
+    };
+    let end = start + chunks;
+    let consecutive = end <= cids.len()
+        && cids[start..end]
+            .windows(2)
+            .all(|pair| pair[1].raw() == pair[0].raw() + 1);
+    if consecutive {
+        start..end
+    } else {
+        0..0
+    }
 }
 
 /// Before, balancing, after; the summary object.
@@ -276,7 +325,9 @@ fn phases(
         moved += outcome.moved;
         emit(
             args.json,
-            json!({"bench": "balance", "case": "round", "round": round, "moved": outcome.moved, "decision": outcome.decision}),
+            json!({"bench": "balance", "case": "round", "round": round, "moved": outcome.moved,
+                "moved_ranges": outcome.moved_ranges.iter().map(|(a, b)| [a.to_string(), b.to_string()]).collect::<Vec<_>>(),
+                "by_hot_ranges": outcome.by_hot_ranges, "decision": outcome.decision}),
             format!("round {round}: {}", outcome.decision),
         );
         if outcome.moved == 0 {
@@ -299,7 +350,7 @@ fn phases(
     );
     Ok(json!({
         "bench": "balance", "case": "summary", "peers": args.peers, "chunks": args.chunks,
-        "threads": args.threads, "batch": args.batch,
+        "threads": args.threads, "batch": args.batch, "hot_chunks": args.hot_chunks,
         "before_reads_per_sec": before, "after_reads_per_sec": after,
         "speedup": after / before.max(1e-9), "moved_chunks": moved, "rounds": rounds,
         "balance_ms": balance_ms, "before_max_share": before_share, "after_max_share": after_share,

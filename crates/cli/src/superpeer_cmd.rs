@@ -1,18 +1,24 @@
-//! `myriad superpeer`: runs one member of the superpeer group until SIGTERM or SIGINT.
+//! `myriad superpeer`: runs one member of the superpeer group until SIGTERM, SIGINT or an
+//! operator's shutdown request (`myriad term`'s `nodeshutdown`, sent after the superpeer
+//! left the Raft group).
 //!
 //! Settings come from `--config FILE` (TOML, see `myriad_node::config`) with the flags
 //! overriding single settings. Once the endpoint is up and Raft has started, the command
 //! writes the ready file (if asked): one JSON line
 //! `{"role":"superpeer","node_id":1,"address":"127.0.0.1:P","pid":1234}`, written to a
-//! temporary file and renamed, so a reader never sees a partial line. On SIGTERM or SIGINT
-//! it shuts down cleanly and exits 0; a bad configuration exits nonzero with the reason.
+//! temporary file and renamed, so a reader never sees a partial line. On SIGTERM, SIGINT or
+//! a shutdown request it shuts down cleanly and exits 0; a bad configuration exits nonzero with the reason.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use myriad_node::config::{NodeConfig, Overrides};
 use myriad_node::superpeer::{Superpeer, SuperpeerConfig};
+
+/// How often the process checks whether an operator asked it to stop.
+const SHUTDOWN_POLL: Duration = Duration::from_millis(100);
 
 /// Flags of `myriad superpeer`.
 #[derive(clap::Args, Debug)]
@@ -120,10 +126,19 @@ pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.ready_file {
         write_ready_file(path, &superpeer, http.as_ref().map(|h| h.local_addr()))?;
     }
+    // A signal, or an operator's `nodeshutdown` (polled: the flag is set by a handler).
     let signal = runtime.block_on(async {
-        tokio::select! {
-            _ = terminate.recv() => "SIGTERM",
-            _ = interrupt.recv() => "SIGINT",
+        let mut poll = tokio::time::interval(SHUTDOWN_POLL);
+        loop {
+            tokio::select! {
+                _ = terminate.recv() => break "SIGTERM",
+                _ = interrupt.recv() => break "SIGINT",
+                _ = poll.tick() => {
+                    if superpeer.shutdown_requested() {
+                        break "shutdown request";
+                    }
+                }
+            }
         }
     });
     tracing::info!(signal, "stopping");

@@ -5,6 +5,9 @@
 //! removed (`superpeerremove`) and a fresh one added in its place; then another original
 //! member is killed and the group (now with the replacement in its quorum) still serves
 //! every name registered along the way, and the chunk written at the start.
+//! A second test shuts superpeers down cleanly from the terminal (`nodeshutdown` of a
+//! superpeer: it leaves the Raft group, then its process exits 0), the leader first, and
+//! the rest of the group keeps serving.
 //!
 //! Every process is SIGKILLed when the test ends (also on a panic); node logs go to files
 //! in the test directory (kept and named on a panic).
@@ -119,13 +122,17 @@ impl Nodes {
         self.start(&format!("superpeer-{id}"), &args);
     }
 
-    fn kill(&mut self, name: &str) {
+    fn process(&mut self, name: &str) -> &mut Process {
         let (_, process) = self
             .processes
             .iter_mut()
             .find(|(n, _)| n == name)
             .expect("a started node");
-        process.kill();
+        process
+    }
+
+    fn kill(&mut self, name: &str) {
+        self.process(name).kill();
     }
 
     fn peer_id(&self) -> u16 {
@@ -287,4 +294,81 @@ fn the_group_grows_loses_its_leader_is_repaired_and_keeps_its_metadata() {
     }
     let got = nodes.term_ok(&survivors, &format!("chunkget {cid}"));
     assert_eq!(got[0]["data"], "abcdefgh", "{got:?}");
+}
+
+#[test]
+fn nodeshutdown_of_a_superpeer_leaves_the_group_then_stops_it_and_the_rest_serves() {
+    let mut nodes = Nodes::new();
+    let addresses: Vec<(u16, SocketAddr)> = [1, 2, 3].map(|id| (id, free_port())).into();
+    let all = list(&addresses);
+    for (id, address) in &addresses {
+        nodes.superpeer(*id, *address, &all, false);
+    }
+    nodes.start(
+        "peer",
+        &[
+            "peer".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--superpeers".into(),
+            all.clone(),
+            "--memory-mb".into(),
+            "64".into(),
+        ],
+    );
+    let peer = format!("0x{:04x}", nodes.peer_id());
+    let values = nodes.term_ok(&all, &format!("chunkcreate 8 {peer} 1"));
+    let cid = values[0][0]["cid"].as_str().expect("a CID").to_owned();
+    nodes.term_ok(&all, &format!("chunkput {cid} abcdefgh"));
+    register(&nodes, &all, "before", &cid);
+
+    // The leader leaves the group and stops; the two others elect a leader.
+    let metadata = nodes.term_ok(&all, "metadata");
+    let leader = metadata[0]["leader"].as_str().expect("a leader").to_owned();
+    let leader_id = u16::from_str_radix(leader.trim_start_matches("0x"), 16).expect("hex");
+    let values = nodes.term_ok(&all, &format!("nodeshutdown {leader}"));
+    assert_eq!(values[0]["left_group"], true, "{values:?}");
+    assert_eq!(values[0]["stopped"], true, "{values:?}");
+    let members = member_ids(&values[0]);
+    assert_eq!(members.len(), 2, "{values:?}");
+    assert!(!members.contains(&leader), "{values:?}");
+    let status = nodes
+        .process(&format!("superpeer-{leader_id}"))
+        .wait_exit(Duration::from_secs(10), "the shut down superpeer");
+    assert!(status.success(), "a clean exit: {status:?}");
+
+    let rest: Vec<(u16, SocketAddr)> = addresses
+        .iter()
+        .copied()
+        .filter(|(id, _)| *id != leader_id)
+        .collect();
+    let rest_list = list(&rest);
+    register(&nodes, &rest_list, "after", &cid);
+    let got = nodes.term_ok(&rest_list, &format!("chunkget {cid}"));
+    assert_eq!(got[0]["data"], "abcdefgh", "{got:?}");
+    let metadata = nodes.term_ok(&rest_list, "metadata");
+    assert_ne!(metadata[0]["leader"], leader.as_str(), "{metadata:?}");
+
+    // One more: the last one left is a group of one and still serves (its quorum is
+    // itself, so it did not depend on the stopped members).
+    let (second, _) = rest[0];
+    let values = nodes.term_ok(&rest_list, &format!("nodeshutdown {second}"));
+    assert_eq!(values[0]["stopped"], true, "{values:?}");
+    assert_eq!(member_ids(&values[0]).len(), 1, "{values:?}");
+    let status = nodes
+        .process(&format!("superpeer-{second}"))
+        .wait_exit(Duration::from_secs(10), "the second superpeer");
+    assert!(status.success(), "{status:?}");
+    let last = list(&rest[1..]);
+    register(&nodes, &last, "alone", &cid);
+    for name in ["before", "after", "alone"] {
+        let values = nodes.term_ok(&last, &format!("nameget {name}"));
+        assert_eq!(values[0]["cid"], cid.as_str(), "{name}: {values:?}");
+    }
+    // The last member cannot leave: refused, and its process keeps running.
+    let (code, values) = nodes.term(&last, &format!("nodeshutdown {}", rest[1].0));
+    assert_eq!(code, Some(1), "{values:?}");
+    assert!(!nodes
+        .process(&format!("superpeer-{}", rest[1].0))
+        .has_exited());
 }

@@ -16,7 +16,10 @@
 //!   resuming after a leader change (status: [`types::RECOVERY_STATUS`]);
 //! - a peer's new incarnation (a restart with its data directory) gets its zone-number and
 //!   local-ID bases ([`MetaRequest::Bases`]); its join pushes the ownership of its fresh
-//!   local IDs back to it.
+//!   local IDs back to it;
+//! - an operator's clean stop ([`types::NODE_SHUTDOWN`], from `myriad term`'s
+//!   `nodeshutdown` once the superpeer left the Raft group) sets a flag the process polls
+//!   ([`Superpeer::shutdown_requested`]).
 //!
 //! # Invariants
 //! - The metadata changes only through Raft; a follower never applies a request itself.
@@ -263,6 +266,7 @@ pub(crate) struct Core {
 /// runs no async tasks.
 pub struct Superpeer {
     core: Arc<Core>,
+    shutdown_requested: Arc<AtomicBool>,
     endpoint: Option<Endpoint>,
     runtime: Option<tokio::runtime::Runtime>,
     _lock: DirLock,
@@ -304,7 +308,8 @@ impl Superpeer {
         net_config.tls = config.tls.clone();
         let slot: Arc<OnceLock<Arc<Core>>> = Arc::new(OnceLock::new());
         let members: Vec<NodeId> = config.members.iter().map(|(id, _)| *id).collect();
-        let handlers = handlers(&slot, &members)?;
+        let shutdown_requested = Arc::new(AtomicBool::new(false));
+        let handlers = handlers(&slot, &members, &shutdown_requested)?;
         let endpoint = Endpoint::start_on(runtime.handle().clone(), net_config, handlers)?;
         let net = endpoint.handle();
         for (id, address) in &config.members {
@@ -369,10 +374,18 @@ impl Superpeer {
         tracing::info!(id = %config.id, address = %net.local_addr(), "superpeer serving");
         Ok(Superpeer {
             core,
+            shutdown_requested,
             endpoint: Some(endpoint),
             runtime: Some(runtime),
             _lock: lock,
         })
+    }
+
+    /// Whether an operator asked this superpeer to stop ([`types::NODE_SHUTDOWN`], sent
+    /// by `myriad term`'s `nodeshutdown` after the superpeer left the Raft group); the
+    /// process polls it and then stops as on SIGTERM.
+    pub fn shutdown_requested(&self) -> bool {
+        self.shutdown_requested.load(Ordering::Acquire)
     }
 
     /// This superpeer's node ID.
@@ -469,7 +482,13 @@ impl Drop for Superpeer {
 /// Registers every type a superpeer receives. Each handler hands its work to a task.
 /// Raft RPCs, events and barrier releases are only accepted from the group's `members`
 /// (anyone else's connection is closed: roles, see `docs/security.md`).
-fn handlers(slot: &Arc<OnceLock<Arc<Core>>>, members: &[NodeId]) -> Result<Handlers, NodeError> {
+/// [`types::NODE_SHUTDOWN`] (an operator's clean stop) sets `shutdown_requested`; it is
+/// refused from nodes known as peers or superpeers.
+fn handlers(
+    slot: &Arc<OnceLock<Arc<Core>>>,
+    members: &[NodeId],
+    shutdown_requested: &Arc<AtomicBool>,
+) -> Result<Handlers, NodeError> {
     let mut handlers = Handlers::new();
     let with_core = |slot: &Arc<OnceLock<Arc<Core>>>,
                      serve: fn(Arc<Core>, Incoming)|
@@ -525,6 +544,31 @@ fn handlers(slot: &Arc<OnceLock<Arc<Core>>>, members: &[NodeId]) -> Result<Handl
                     state
                         .node(from)
                         .is_none_or(|record| record.role != Role::Client)
+                })
+            })
+    })?;
+    // An operator's clean stop (`nodeshutdown`): the terminal has the superpeer leave the
+    // Raft group first; the process polls the flag and stops as on SIGTERM.
+    let flag = Arc::clone(shutdown_requested);
+    handlers.register(types::NODE_SHUTDOWN, move |incoming: Incoming| {
+        tracing::info!(from = %incoming.from, "shutdown requested");
+        flag.store(true, Ordering::Release);
+        if incoming.is_request() {
+            let _ = incoming.respond(Bytes::new());
+        }
+    })?;
+    // Not from peers or superpeers (they never send it). A client unknown here is let
+    // through: a superpeer that just left the group may not have applied its join.
+    let shutdown_slot = slot.clone();
+    handlers.restrict(types::NODE_SHUTDOWN, move |from| {
+        shutdown_slot
+            .get()
+            .and_then(|core| core.raft())
+            .is_none_or(|raft| {
+                raft.read_local(|state| {
+                    state
+                        .node(from)
+                        .is_none_or(|record| record.role == Role::Client)
                 })
             })
     })?;

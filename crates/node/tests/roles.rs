@@ -4,7 +4,8 @@
 //! releases, monitoring reports) loses its connection before any handler runs; the node
 //! goes on serving that same client over a new connection, and nothing changed: the
 //! chunks, the node table and the leader are as before. A type clients may send (the
-//! recovery status) is answered. Cluster-internal metadata commands (a failure verdict,
+//! recovery status) is answered. A peer's shutdown request to a superpeer is refused the
+//! same way. Cluster-internal metadata commands (a failure verdict,
 //! another node's leave) from a client are refused by the superpeer; the client API's
 //! (temporary storage) are not.
 
@@ -125,6 +126,21 @@ fn a_client_cannot_send_peer_or_superpeer_internal_types() {
             create_only: false,
         }))
         .expect("a client may use temporary storage");
+
+    // A peer may not stop a superpeer (an operator's terminal, a client, may:
+    // `nodeshutdown`): its connection closes and the superpeer's flag stays clear.
+    let peer = cluster.live_peers().next().expect("a live peer");
+    let result = peer.membership().net().request_blocking(
+        superpeer,
+        types::NODE_SHUTDOWN,
+        Bytes::new(),
+        REFUSAL_TIMEOUT,
+    );
+    assert!(
+        matches!(result, Err(NetError::ConnectionLost(node)) if node == superpeer),
+        "a shutdown request from a peer: {result:?}"
+    );
+    assert!(!cluster.leader().shutdown_requested());
 
     // A type clients may send is answered.
     net.request_blocking(

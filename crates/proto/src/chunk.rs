@@ -967,14 +967,63 @@ pub fn is_read_only_request(payload: &[u8]) -> bool {
     )
 }
 
+/// The first CID an encoded [`ChunkRequest`] names, read without decoding the rest
+/// (no allocation: the peer's per-range request counters call it for every request).
+/// `None` for requests that name no CID (create, list, stats), an empty batch, or bytes
+/// too short to hold one; bounds-checked like the decoder.
+pub fn request_first_cid(payload: &[u8]) -> Option<ChunkId> {
+    let (&request_tag, rest) = payload.split_first()?;
+    let at = match request_tag {
+        tag::READ_AT | tag::LOCK | tag::UNLOCK => 0,
+        tag::WRITE_AT | tag::RESIZE => 1,
+        tag::GET | tag::STATUS | tag::PUT | tag::REMOVE | tag::INSERT => {
+            let skip = usize::from(matches!(request_tag, tag::PUT | tag::REMOVE | tag::INSERT));
+            let counted = rest.get(skip..)?;
+            // The count: a varint of at most ten bytes; zero names no CID.
+            let length = counted.iter().take(10).position(|byte| byte & 0x80 == 0)? + 1;
+            if counted[..length].iter().all(|&byte| byte & 0x7f == 0) {
+                return None;
+            }
+            skip + length
+        }
+        _ => return None,
+    };
+    let raw: [u8; 8] = rest.get(at..at + 8)?.try_into().ok()?;
+    Some(ChunkId::from_raw(u64::from_le_bytes(raw)))
+}
+
+/// The first CID a decoded request names (what [`request_first_cid`] peeks).
+fn first_cid_of(request: &ChunkRequest) -> Option<ChunkId> {
+    match request {
+        ChunkRequest::Get { cids }
+        | ChunkRequest::Status { cids }
+        | ChunkRequest::Remove { cids, .. } => cids.first().copied(),
+        ChunkRequest::Put { items, .. } | ChunkRequest::Insert { items, .. } => {
+            items.first().map(|(cid, _)| *cid)
+        }
+        ChunkRequest::ReadAt { cid, .. }
+        | ChunkRequest::WriteAt { cid, .. }
+        | ChunkRequest::Resize { cid, .. }
+        | ChunkRequest::Lock { cid, .. }
+        | ChunkRequest::Unlock { cid, .. } => Some(*cid),
+        ChunkRequest::Create { .. }
+        | ChunkRequest::CreateWithData { .. }
+        | ChunkRequest::List { .. }
+        | ChunkRequest::Stats => None,
+    }
+}
+
 /// Runs every decoder of this family on `bytes` (the fuzz target's entry point); never
 /// panics, whatever the input.
 pub fn fuzz_decode(bytes: &[u8]) {
     let payload = Bytes::copy_from_slice(bytes);
+    let first = request_first_cid(bytes);
     if let Ok(request) = ChunkRequest::decode(payload.clone()) {
         // A decoded message encodes to bytes that decode to the same message.
         let again = ChunkRequest::decode(request.encode());
         assert_eq!(again.as_ref(), Ok(&request), "request re-encoding differs");
+        // The peek agrees with the decoder.
+        assert_eq!(first, first_cid_of(&request), "first CID peek differs");
     }
     if let Ok(reply) = ChunkReply::decode(payload) {
         let again = ChunkReply::decode(reply.encode());
@@ -1129,6 +1178,7 @@ mod tests {
         #[test]
         fn requests_round_trip(request in request()) {
             let bytes = request.encode();
+            prop_assert_eq!(request_first_cid(&bytes), first_cid_of(&request));
             prop_assert_eq!(ChunkRequest::decode(bytes.clone()), Ok(request));
             // Every strict prefix is refused, never misread.
             for cut in 0..bytes.len() {

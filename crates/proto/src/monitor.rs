@@ -6,12 +6,15 @@
 //! [`MonitorReport`] carries running totals (CPU time, bytes sent and received, bytes
 //! written to the backup logs, requests served) and current levels (resident memory,
 //! chunks, payload and free bytes), so that a reader computes rates from two consecutive
-//! reports and a lost report costs resolution, not correctness. [`MonitorQuery`] names one
+//! reports and a lost report costs resolution, not correctness. It also names the peer's
+//! hottest CID ranges ([`HotRange`], at most [`HOT_RANGES_MAX`]) with their request rates
+//! over the interval before the report. [`MonitorQuery`] names one
 //! node or all; [`MonitorReply`] gives each node's kept reports, oldest first.
 //!
 //! # Invariants
-//! Decoding never panics; counts are bounded by [`MONITOR_NODES_MAX`] and
-//! [`MONITOR_REPORTS_MAX`] and by the bytes present.
+//! Decoding never panics; counts are bounded by [`MONITOR_NODES_MAX`],
+//! [`MONITOR_REPORTS_MAX`] and [`HOT_RANGES_MAX`] and by the bytes present; a hot range
+//! whose first CID is above its last, or of two creators, is refused.
 //!
 //! # Who calls it
 //! Peers (pushing), superpeers (keeping and answering), the client library's
@@ -19,7 +22,7 @@
 
 use bytes::Bytes;
 use myriad_types::codec::{Decoder, Encoder};
-use myriad_types::NodeId;
+use myriad_types::{ChunkId, NodeId};
 
 use crate::{get_count, ProtoError};
 
@@ -27,11 +30,27 @@ use crate::{get_count, ProtoError};
 pub const MONITOR_NODES_MAX: usize = 1 << 16;
 /// Most reports one reply gives per node.
 pub const MONITOR_REPORTS_MAX: usize = 4_096;
-/// Fields of one report (each at least one byte on the wire).
-const REPORT_FIELDS: usize = 10;
+/// Most hot ranges one report names.
+pub const HOT_RANGES_MAX: usize = 16;
+/// Fields of one report (each at least one byte on the wire; the hot ranges' count one).
+const REPORT_FIELDS: usize = 11;
+/// Bytes of one hot range on the wire at least (two CIDs and a varint).
+const HOT_RANGE_BYTES_MIN: usize = 17;
+
+/// A CID range and the requests per second for its chunks a peer served over the
+/// interval before its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotRange {
+    /// First CID of the range.
+    pub first: ChunkId,
+    /// Last CID of the range (same creator, `first <= last`).
+    pub last: ChunkId,
+    /// Requests per second naming a CID of the range (by their first CID).
+    pub requests_per_sec: u64,
+}
 
 /// One peer's summary at one moment (see the module documentation).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MonitorReport {
     /// When it was taken, milliseconds since the Unix epoch (the peer's clock).
     pub unix_ms: u64,
@@ -53,6 +72,9 @@ pub struct MonitorReport {
     pub free_bytes: u64,
     /// Remote chunk requests served so far.
     pub requests_served: u64,
+    /// The hottest CID ranges over the last interval, hottest first (at most
+    /// [`HOT_RANGES_MAX`]).
+    pub hot_ranges: Vec<HotRange>,
 }
 
 impl MonitorReport {
@@ -67,11 +89,18 @@ impl MonitorReport {
             .put_varint(self.chunks)
             .put_varint(self.payload_bytes)
             .put_varint(self.free_bytes)
-            .put_varint(self.requests_served);
+            .put_varint(self.requests_served)
+            .put_varint(self.hot_ranges.len() as u64);
+        for range in &self.hot_ranges {
+            encoder
+                .put_u64_le(range.first.raw())
+                .put_u64_le(range.last.raw())
+                .put_varint(range.requests_per_sec);
+        }
     }
 
     fn get(decoder: &mut Decoder) -> Result<MonitorReport, ProtoError> {
-        Ok(MonitorReport {
+        let mut report = MonitorReport {
             unix_ms: decoder.get_varint("report time")?,
             cpu_ms: decoder.get_varint("CPU time")?,
             rss_bytes: decoder.get_varint("resident bytes")?,
@@ -82,12 +111,34 @@ impl MonitorReport {
             payload_bytes: decoder.get_varint("payload bytes")?,
             free_bytes: decoder.get_varint("free bytes")?,
             requests_served: decoder.get_varint("requests served")?,
-        })
+            hot_ranges: Vec::new(),
+        };
+        let count = get_count(decoder, "hot ranges", HOT_RANGES_MAX, HOT_RANGE_BYTES_MIN)?;
+        report.hot_ranges.reserve_exact(count);
+        for _ in 0..count {
+            let first = ChunkId::from_raw(decoder.get_u64_le("hot range first CID")?);
+            let last = ChunkId::from_raw(decoder.get_u64_le("hot range last CID")?);
+            if first.raw() > last.raw() || first.creator() != last.creator() {
+                return Err(ProtoError::Invalid {
+                    what: "hot range",
+                    detail: format!("{first}..={last} is not a range of one creator"),
+                });
+            }
+            let requests_per_sec = decoder.get_varint("hot range rate")?;
+            report.hot_ranges.push(HotRange {
+                first,
+                last,
+                requests_per_sec,
+            });
+        }
+        Ok(report)
     }
 
-    /// The report's bytes: its ten fields as varints, in declaration order.
+    /// The report's bytes: its ten figures as varints in declaration order, then the hot
+    /// ranges' count (varint) and per range its first and last CID (u64 LE) and rate
+    /// (varint).
     pub fn encode(&self) -> Bytes {
-        let mut encoder = Encoder::with_capacity(REPORT_FIELDS * 5);
+        let mut encoder = Encoder::with_capacity(REPORT_FIELDS * 5 + self.hot_ranges.len() * 20);
         self.put(&mut encoder);
         encoder.finish()
     }
@@ -213,8 +264,34 @@ mod tests {
             payload_bytes: 64_000_000,
             free_bytes: 1 << 30,
             requests_served: 99,
+            hot_ranges: vec![HotRange {
+                first: ChunkId::from_raw(0x0002_0000_0000_0100),
+                last: ChunkId::from_raw(0x0002_0000_0000_01ff),
+                requests_per_sec: 12_000,
+            }],
         };
-        assert_eq!(MonitorReport::decode(report.encode()), Ok(report));
+        assert_eq!(MonitorReport::decode(report.encode()), Ok(report.clone()));
+        // A range backwards, or over two creators, is refused.
+        for (first, last) in [
+            (0x0002_0000_0000_01ffu64, 0x0002_0000_0000_0100u64),
+            (0x0002_0000_0000_0100, 0x0003_0000_0000_0100),
+        ] {
+            let bad = MonitorReport {
+                hot_ranges: vec![HotRange {
+                    first: ChunkId::from_raw(first),
+                    last: ChunkId::from_raw(last),
+                    requests_per_sec: 1,
+                }],
+                ..report.clone()
+            };
+            assert!(MonitorReport::decode(bad.encode()).is_err());
+        }
+        // More ranges than the limit are refused.
+        let many = MonitorReport {
+            hot_ranges: vec![report.hot_ranges[0]; HOT_RANGES_MAX + 1],
+            ..report.clone()
+        };
+        assert!(MonitorReport::decode(many.encode()).is_err());
         for query in [
             MonitorQuery {
                 node: None,
@@ -228,7 +305,10 @@ mod tests {
             assert_eq!(MonitorQuery::decode(query.encode()), Ok(query));
         }
         let reply = MonitorReply {
-            nodes: vec![(NodeId(2), vec![report, report]), (NodeId(3), vec![])],
+            nodes: vec![
+                (NodeId(2), vec![report.clone(), report.clone()]),
+                (NodeId(3), vec![]),
+            ],
         };
         assert_eq!(MonitorReply::decode(reply.encode()), Ok(reply));
         let mut long = report.encode().to_vec();

@@ -17,9 +17,11 @@
 //!   superpeers declare its client failed instead, which releases its locks as well.
 //! - `chunkunlock` releases the kind of lock (read or write) this terminal took on that
 //!   CID; a CID this terminal did not lock is refused without asking the peer.
-//! - `nodeshutdown` only ever sends [`types::NODE_SHUTDOWN`] to a live peer: superpeers and
-//!   clients do not handle that message type (an unknown type closes the connection), so
-//!   they are refused with the command to use instead.
+//! - `nodeshutdown` only ever sends [`types::NODE_SHUTDOWN`] to a live peer, or to a
+//!   superpeer that is no longer a member of the Raft group: for a superpeer it first has
+//!   the leader remove it (`superpeerremove`), checks the group no longer lists it, and
+//!   only then asks the process to stop, so the group never counts a stopped member in
+//!   its quorum. Clients do not handle that message type and are refused.
 //! - A failed connection attempt is remembered for [`CONNECT_RETRY_AFTER`] only: the
 //!   commands of one `-c` line fail at once with the same reason, while a later command
 //!   of an interactive terminal (which may be started before its cluster) tries again.
@@ -348,12 +350,7 @@ impl ClientBackend {
         }
         let record = find_node(client, node)?;
         match record.role {
-            Role::Superpeer => {
-                return Err(format!(
-                    "{node} is a superpeer: superpeers are stopped with `myriad cluster stop \
-                     --dir DIR` (or a signal to their process), not from the terminal"
-                ))
-            }
+            Role::Superpeer => return shutdown_superpeer(client, &record),
             Role::Client => {
                 return Err(format!(
                     "{node} is a client: clients leave on their own and cannot be shut down"
@@ -398,6 +395,73 @@ impl ClientBackend {
     }
 }
 
+/// `nodeshutdown` of a superpeer: leaves the Raft group (through the leader), then asks
+/// the process to stop, then waits (bounded) until its address refuses connections.
+fn shutdown_superpeer(client: &Client, record: &NodeRecord) -> Result<Value, String> {
+    let node = record.id;
+    let b = client.blocking();
+    let members = match b.remove_superpeer(node) {
+        Ok(status) => status.members,
+        Err(error) => {
+            // Refused because it already left? Then stopping it is safe.
+            let status = b.status().map_err(|status_error| {
+                format!("{node} could not leave the group ({error}), and the group status is unknown ({status_error}): not stopped")
+            })?;
+            if status.members.iter().any(|(id, _)| *id == node) {
+                return Err(format!(
+                    "{node} could not leave the superpeer group, so it is not stopped: {error}"
+                ));
+            }
+            status.members
+        }
+    };
+    if members.iter().any(|(id, _)| *id == node) {
+        return Err(format!(
+            "{node} is still listed in the superpeer group after its removal: not stopped"
+        ));
+    }
+    let address = record.address.parse::<SocketAddr>().ok();
+    if let Some(address) = address {
+        client.membership().net().set_address(node, address);
+    }
+    client
+        .membership()
+        .net()
+        .request_blocking(
+            node,
+            types::NODE_SHUTDOWN,
+            Bytes::new(),
+            SHUTDOWN_REQUEST_TIMEOUT,
+        )
+        .map_err(|error| {
+            format!(
+                "{node} left the superpeer group but did not accept the shutdown request: {error}"
+            )
+        })?;
+    let deadline = Instant::now() + SHUTDOWN_LEAVE_WAIT;
+    let mut stopped = false;
+    while let Some(address) = address {
+        if std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
+            stopped = true;
+            break;
+        }
+        if Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(json!({
+        "node": node.to_string(),
+        "shutdown": "requested",
+        "left_group": true,
+        "stopped": stopped,
+        "members": members.iter().map(|(id, address)| json!({
+            "nid": id.to_string(),
+            "address": address,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
 impl TermBackend for ClientBackend {
     fn run(&mut self, command: &TermCommand) -> Result<Value, String> {
         let client = self.client()?;
@@ -420,6 +484,12 @@ fn dispatch_chunk(client: &Client, command: &TermCommand) -> Result<Value, Strin
         TermCommand::ChunkCreate { size, node, count } => {
             let mut created = Vec::with_capacity(*count as usize);
             let mut left = *count as usize;
+            // A load of more than one batch shows its progress (stderr, terminals only).
+            let bar = (left > CREATE_BATCH_MAX).then(|| {
+                let bar = super::ops::progress_bar("creating");
+                bar.set_length(u64::from(*count));
+                bar
+            });
             while left > 0 {
                 let batch = left.min(CREATE_BATCH_MAX);
                 let cids = if batch == 1 {
@@ -431,6 +501,12 @@ fn dispatch_chunk(client: &Client, command: &TermCommand) -> Result<Value, Strin
                 };
                 left -= batch;
                 created.extend(cids);
+                if let Some(bar) = &bar {
+                    bar.set_position(created.len() as u64);
+                }
+            }
+            if let Some(bar) = bar {
+                bar.finish_and_clear();
             }
             Ok(Value::Array(
                 created

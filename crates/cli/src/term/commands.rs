@@ -571,7 +571,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec(
         "nodeshutdown",
         "nodeshutdown <nid> [--kill]",
-        "shut a node down",
+        "shut a node down (a superpeer leaves the Raft group first)",
     ),
     spec(
         "chunkcreate",

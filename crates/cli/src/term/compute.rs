@@ -183,7 +183,16 @@ fn graph500(
         dir: None,
         json: true,
     };
-    let figures = myriad_bench::graph500::run_on_group(client, &args)?;
+    // The load and the searches run inside the benchmark: a spinner with the elapsed
+    // time (stderr, terminals only) shows the terminal is busy.
+    let spinner = indicatif::ProgressBar::new_spinner();
+    spinner.set_message(format!(
+        "graph500: loading a scale-{scale} graph on {slaves} slaves, then {roots} searches"
+    ));
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    let figures = myriad_bench::graph500::run_on_group(client, &args);
+    spinner.finish_and_clear();
+    let figures = figures?;
     let [hmean, min, median, max] = figures.mteps;
     Ok(json!({
         "scale": scale, "edgefactor": edgefactor, "peers": slaves, "roots": figures.roots,

@@ -135,7 +135,7 @@ pub fn dispatch(client: &Client, command: &TermCommand) -> Result<Value, String>
 }
 
 /// A bar on stderr (hidden when stderr is no terminal).
-fn progress_bar(prefix: &'static str) -> ProgressBar {
+pub(super) fn progress_bar(prefix: &'static str) -> ProgressBar {
     let bar = ProgressBar::new(0);
     if let Ok(style) =
         ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} chunks {msg} ({elapsed})")
@@ -226,6 +226,18 @@ fn remove_range(client: &Client, first: ChunkId, last: ChunkId) -> Result<Value,
     }))
 }
 
+/// CID ranges as `FIRST..LAST` separated by spaces ("-" for none).
+fn ranges_text(ranges: &[(myriad_types::ChunkId, myriad_types::ChunkId)]) -> String {
+    if ranges.is_empty() {
+        return "-".to_owned();
+    }
+    ranges
+        .iter()
+        .map(|(first, last)| format!("{first}..{last}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// `balance`: rounds until one moves nothing (or `rounds` ran); one row per round.
 fn balance(client: &Client, rounds: u32, options: &BalanceOptions) -> Result<Value, String> {
     let mut rows = Vec::new();
@@ -250,6 +262,7 @@ fn balance(client: &Client, rounds: u32, options: &BalanceOptions) -> Result<Val
             "from": outcome.moved_between.map(|(from, _)| from.to_string()),
             "to": outcome.moved_between.map(|(_, to)| to.to_string()),
             "moved": outcome.moved,
+            "ranges": ranges_text(&outcome.moved_ranges),
             "decision": outcome.decision,
         }));
         if outcome.moved == 0 {
@@ -289,6 +302,7 @@ fn monitoring(
                 .map(|pair| {
                     let mut row = json!({"age_s": age_s(now_ms, &pair[1])});
                     merge_rates(&mut row, &pair[0], &pair[1]);
+                    merge_hot(&mut row, &pair[1], usize::MAX);
                     row
                 })
                 .collect(),
@@ -305,10 +319,38 @@ fn monitoring(
                     0 | 1 => merge_rates(&mut row, newest, newest),
                     n => merge_rates(&mut row, &reports[n - 2], newest),
                 }
+                merge_hot(&mut row, newest, HOT_RANGES_SHOWN);
                 Some(row)
             })
             .collect(),
     ))
+}
+
+/// Hot ranges per peer in the cluster table of `monitoring` (a node's history shows all).
+const HOT_RANGES_SHOWN: usize = 3;
+
+/// Adds `report`'s hottest CID ranges (at most `max`) to the object `row`, as one text:
+/// `FIRST..LAST:RATE/s`, hottest first, space-separated ("-" for none).
+fn merge_hot(row: &mut Value, report: &MonitorReport, max: usize) {
+    let text: Vec<String> = report
+        .hot_ranges
+        .iter()
+        .take(max)
+        .map(|range| {
+            format!(
+                "{}..{}:{}/s",
+                range.first, range.last, range.requests_per_sec
+            )
+        })
+        .collect();
+    if let Value::Object(map) = row {
+        let shown = if text.is_empty() {
+            "-".to_owned()
+        } else {
+            text.join(" ")
+        };
+        map.insert("hot_ranges".to_owned(), json!(shown));
+    }
 }
 
 /// Seconds since `report` was taken.

@@ -1,28 +1,40 @@
-//! Load balancing by migration: moving chunks from the busiest peer to the idlest one.
+//! Load balancing by migration: moving the hottest CID ranges from the busiest peer to the
+//! idlest one.
 //!
 //! # Job
 //! [`Client::peer_loads`] reads every alive storage peer's request counter twice, a window
 //! apart (`ChunkRequest::Stats`, `requests_served`), and gives each peer's request rate
 //! and chunk count. [`Client::balance_round`] takes one such sample and, when the busiest
 //! peer serves at least [`BalanceOptions::imbalance`] times the mean rate (and at least
-//! [`BalanceOptions::min_rate`]), migrates a share of its chunks to the idlest peer: the
-//! share that would bring both towards the mean if requests are spread evenly over the
-//! busy peer's chunks, at most [`BalanceOptions::chunks_per_round_max`] (the rate limit).
-//! The chunks taken are the busy peer's first CID ranges in its listing, cut into
-//! migrations of [`BalanceOptions::piece_chunks`] CIDs.
+//! [`BalanceOptions::min_rate`]), migrates chunks from it to the idlest peer, aiming to
+//! move the request rate that brings both towards the mean ([`plan`]).
+//!
+//! Which chunks: the busy peer's hottest CID ranges, from its newest monitoring report
+//! (peers count requests per block of local IDs and push the hottest blocks with their
+//! rates to the superpeers, see `myriad_proto::monitor::HotRange`). [`pick_ranges`] takes
+//! the hot ranges hottest first, each whole while that comes closer to the rate to move
+//! than leaving it; a range hotter than that is split (the share that brings the rates
+//! level, assuming its requests spread evenly over its chunks); if the hot ranges do not add up to the rate
+//! to move, the rest comes from the peer's other chunks, at the rate per chunk left over
+//! by the hot ones. Without a recent report (monitoring off, a peer that just started)
+//! the round falls back to the share of the peer's chunks [`plan`] computes, taken from
+//! its first CID ranges. Either way at most [`BalanceOptions::chunks_per_round_max`]
+//! chunks move (the rate limit), in migrations of [`BalanceOptions::piece_chunks`] CIDs.
 //!
 //! # Invariants
 //! - Nothing moves unless the sample shows an imbalance above both thresholds; one round
-//!   moves from one peer to one other peer, at most `chunks_per_round_max` chunks.
+//!   moves from one peer to one other peer, at most `chunks_per_round_max` chunks, and
+//!   only chunks the busy peer's listing shows it holds.
 //! - Every move is a migration (`MIGRATE`) with its guarantees: no acknowledged write is
 //!   lost, no read sees an older value, clients follow the chunks.
 //! - The balancer is off unless someone runs it: the terminal's `balance` command or a
 //!   tool calling [`Client::balance_round`] in a loop with its own pause between rounds.
 //!
 //! # Limits
-//! The peers count requests per peer, not per CID range, so the balancer cannot pick the
-//! hottest ranges of a peer: it assumes the requests a peer serves are spread evenly
-//! over its chunks (a skew between peers is what it corrects, not one within a peer).
+//! Hot ranges are blocks of 256 local IDs counted by each request's first CID, over the
+//! peer's last monitoring interval (2 s): a batch spanning blocks counts for its first
+//! only, and a round right after a change of the workload still sees the previous one's
+//! shares (scaled to the rate the round measured).
 //!
 //! # Who calls it
 //! `myriad term` (`balance`), `myriad bench balance`, tools through [`Client`].
@@ -30,7 +42,8 @@
 use std::time::{Duration, Instant};
 
 use myriad_meta::{Capabilities, NodeState, Role};
-use myriad_types::NodeId;
+use myriad_proto::monitor::{HotRange, MonitorQuery};
+use myriad_types::{ChunkId, NodeId};
 
 use super::drain::pieces;
 use super::{BlockingClient, Client};
@@ -38,6 +51,8 @@ use crate::ClientError;
 
 /// Most CID ranges one round reads from the busy peer's listing.
 const BALANCE_LIST_RANGES: u64 = 100_000;
+/// A monitoring report older than this is not used to pick hot ranges.
+pub const HOT_REPORT_MAX_AGE: Duration = Duration::from_secs(10);
 
 /// When and how much a balancing round moves.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,6 +101,11 @@ pub struct BalanceRound {
     pub moved_between: Option<(NodeId, NodeId)>,
     /// Chunks moved.
     pub moved: u64,
+    /// The CID ranges moved, in the order moved (pieces of one range merged).
+    pub moved_ranges: Vec<(ChunkId, ChunkId)>,
+    /// Whether the ranges were picked by their request rates (the busy peer's hot
+    /// ranges), rather than as the first ranges of its listing.
+    pub by_hot_ranges: bool,
     /// Why nothing moved, or what moved, in words.
     pub decision: String,
 }
@@ -134,30 +154,102 @@ impl Client {
             loads,
             moved_between: None,
             moved: 0,
+            moved_ranges: Vec::new(),
+            by_hot_ranges: false,
             decision,
         };
         let Some((from, to, chunks)) = moves else {
             return Ok(round);
         };
-        let (ranges, _) = self.chunks().list(from, None, BALANCE_LIST_RANGES).await?;
-        let mut left = chunks;
+        let (owned, _) = self.chunks().list(from, None, BALANCE_LIST_RANGES).await?;
+        let rate_of = |node: NodeId| {
+            round
+                .loads
+                .iter()
+                .find(|load| load.node == node)
+                .map_or(0.0, |load| load.requests_per_sec)
+        };
+        let mean = round.loads.iter().map(|l| l.requests_per_sec).sum::<f64>()
+            / round.loads.len().max(1) as f64;
+        let rates = Rates {
+            busy: rate_of(from),
+            idle: rate_of(to),
+            mean,
+        };
+        let hot = self.hot_ranges(from, rates.busy).await;
+        let picked = if hot.is_empty() {
+            Vec::new()
+        } else {
+            pick_ranges(&hot, &owned, rates, options.chunks_per_round_max)
+        };
+        let ranges = if picked.is_empty() {
+            first_ranges(&owned, chunks)
+        } else {
+            round.by_hot_ranges = true;
+            picked
+        };
         for (first, last) in ranges {
-            if left == 0 {
-                break;
+            let mut moved = 0;
+            for (a, b) in pieces(first, last, options.piece_chunks) {
+                moved += self.migrate_from(from, a, b, to).await?;
             }
-            let take = (last.local_id() - first.local_id() + 1).min(left);
-            let Some(end) =
-                myriad_types::ChunkId::new(first.creator(), first.local_id() + take - 1)
-            else {
-                continue;
-            };
-            for (a, b) in pieces(first, end, options.piece_chunks) {
-                round.moved += self.migrate_from(from, a, b, to).await?;
+            round.moved += moved;
+            if moved > 0 {
+                round.moved_ranges.push((first, last));
             }
-            left -= take;
+        }
+        if round.by_hot_ranges {
+            round.decision.push_str(" (hot ranges first)");
         }
         round.moved_between = Some((from, to));
         Ok(round)
+    }
+
+    /// `peer`'s hottest CID ranges from its newest monitoring report, if that is recent
+    /// ([`HOT_REPORT_MAX_AGE`]); empty without one (or if no superpeer answers). The
+    /// rates are scaled by `busy_rate` over the peer's total rate in the report's
+    /// interval (from the two newest reports), so a report whose interval saw only part
+    /// of the load (a migration in its middle) still gives each range its share.
+    async fn hot_ranges(&self, peer: NodeId, busy_rate: f64) -> Vec<HotRange> {
+        let query = MonitorQuery {
+            node: Some(peer),
+            history: 2,
+        };
+        let Ok(reply) = self.monitoring(query).await else {
+            return Vec::new();
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis() as u64);
+        let Some((_, reports)) = reply.nodes.into_iter().find(|(node, _)| *node == peer) else {
+            return Vec::new();
+        };
+        let Some(newest) = reports.last() else {
+            return Vec::new();
+        };
+        if now_ms.saturating_sub(newest.unix_ms) > HOT_REPORT_MAX_AGE.as_millis() as u64 {
+            return Vec::new();
+        }
+        let total_rate = match reports.as_slice() {
+            [older, newer] if newer.unix_ms > older.unix_ms => {
+                newer.requests_served.saturating_sub(older.requests_served) as f64 * 1_000.0
+                    / (newer.unix_ms - older.unix_ms) as f64
+            }
+            _ => 0.0,
+        };
+        let scale = if total_rate > 0.0 && busy_rate > 0.0 {
+            busy_rate / total_rate
+        } else {
+            1.0
+        };
+        newest
+            .hot_ranges
+            .iter()
+            .map(|range| HotRange {
+                requests_per_sec: (range.requests_per_sec as f64 * scale).round() as u64,
+                ..*range
+            })
+            .collect()
     }
 }
 
@@ -171,6 +263,144 @@ impl BlockingClient<'_> {
     pub fn balance_round(&self, options: &BalanceOptions) -> Result<BalanceRound, ClientError> {
         self.block_on(self.client.balance_round(options))
     }
+}
+
+/// The request rates [`pick_ranges`] balances: the busy peer's, the idle peer's, the mean.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rates {
+    /// Requests per second of the peer chunks move from.
+    pub busy: f64,
+    /// Requests per second of the peer chunks move to.
+    pub idle: f64,
+    /// Mean requests per second over all peers.
+    pub mean: f64,
+}
+
+/// Chunks in the inclusive ranges `ranges` (raw CIDs).
+fn count(ranges: &[(u64, u64)]) -> u64 {
+    ranges.iter().map(|(a, b)| b - a + 1).sum()
+}
+
+/// The parts of `owned` inside `first..=last` (raw CIDs).
+fn intersect(owned: &[(u64, u64)], first: u64, last: u64) -> Vec<(u64, u64)> {
+    owned
+        .iter()
+        .filter_map(|&(a, b)| {
+            let (a, b) = (a.max(first), b.min(last));
+            (a <= b).then_some((a, b))
+        })
+        .collect()
+}
+
+/// The first `chunks` CIDs of `ranges`, in order.
+fn take_first(ranges: &[(u64, u64)], chunks: u64) -> Vec<(u64, u64)> {
+    let mut left = chunks;
+    let mut out = Vec::new();
+    for &(a, b) in ranges {
+        if left == 0 {
+            break;
+        }
+        let take = (b - a + 1).min(left);
+        out.push((a, a + take - 1));
+        left -= take;
+    }
+    out
+}
+
+/// `owned` without the parts in any of `taken` (raw CIDs, inclusive).
+fn subtract(owned: &[(u64, u64)], taken: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut rest: Vec<(u64, u64)> = owned.to_vec();
+    for &(x, y) in taken {
+        rest = rest
+            .into_iter()
+            .flat_map(|(a, b)| {
+                if b < x || a > y {
+                    return vec![(a, b)];
+                }
+                let mut parts = Vec::with_capacity(2);
+                if a < x {
+                    parts.push((a, x - 1));
+                }
+                if b > y {
+                    parts.push((y + 1, b));
+                }
+                parts
+            })
+            .collect();
+    }
+    rest
+}
+
+fn to_cids(ranges: Vec<(u64, u64)>) -> Vec<(ChunkId, ChunkId)> {
+    ranges
+        .into_iter()
+        .map(|(a, b)| (ChunkId::from_raw(a), ChunkId::from_raw(b)))
+        .collect()
+}
+
+/// Which of the busy peer's chunks a round moves, given its hot ranges (hottest first),
+/// the ranges it holds (`owned`, from its listing) and the rates: see the
+/// [module docs](self). At most `max_chunks` CIDs; empty if nothing is worth moving.
+pub fn pick_ranges(
+    hot: &[HotRange],
+    owned: &[(ChunkId, ChunkId)],
+    rates: Rates,
+    max_chunks: u64,
+) -> Vec<(ChunkId, ChunkId)> {
+    let owned: Vec<(u64, u64)> = owned
+        .iter()
+        .filter(|(a, b)| a.raw() <= b.raw() && a.creator() == b.creator())
+        .map(|(a, b)| (a.raw(), b.raw()))
+        .collect();
+    // The rate to move (at most half the gap between the two peers, so no move makes
+    // the idle peer busier than the busy one was).
+    let target = (rates.busy - rates.mean).min(rates.mean - rates.idle);
+    let (mut moved_rate, mut taken) = (0.0f64, Vec::<(u64, u64)>::new());
+    let (mut hot_parts, mut hot_rate) = (Vec::<(u64, u64)>::new(), 0.0f64);
+    for range in hot {
+        let parts = intersect(&owned, range.first.raw(), range.last.raw());
+        hot_parts.extend(&parts);
+        let chunks = count(&parts);
+        // A report may predate a migration: only the held part of a range counts.
+        let span = (range.last.raw() - range.first.raw() + 1) as f64;
+        let rate = range.requests_per_sec as f64 * (chunks as f64 / span).min(1.0);
+        hot_rate += rate;
+        if moved_rate >= target || chunks == 0 || rate <= 0.0 {
+            continue;
+        }
+        if rate < 2.0 * (target - moved_rate) {
+            // Moving it whole comes closer to the target than leaving it.
+            taken.extend(parts);
+            moved_rate += rate;
+        } else {
+            // Too hot to move whole: the share that levels the two peers.
+            let share = ((target - moved_rate) / rate).clamp(0.0, 1.0);
+            let take = ((chunks as f64 * share).ceil() as u64).min(chunks);
+            taken.extend(take_first(&parts, take));
+            moved_rate = target;
+        }
+    }
+    if moved_rate < target {
+        // Top up from the other chunks, at the rate per chunk the hot ranges leave.
+        let rest = subtract(&owned, &hot_parts);
+        let (rest_rate, rest_chunks) = (rates.busy - hot_rate, count(&rest));
+        if rest_rate > 0.0 && rest_chunks > 0 {
+            let per_chunk = rest_rate / rest_chunks as f64;
+            let take = ((target - moved_rate) / per_chunk).ceil() as u64;
+            taken.extend(take_first(&rest, take.min(rest_chunks)));
+        }
+    }
+    to_cids(take_first(&taken, max_chunks))
+}
+
+/// The first `chunks` CIDs of the listing `owned`, for a round without hot ranges.
+fn first_ranges(owned: &[(ChunkId, ChunkId)], chunks: u64) -> Vec<(ChunkId, ChunkId)> {
+    let owned: Vec<(u64, u64)> = owned
+        .iter()
+        .filter(|(a, b)| a.raw() <= b.raw() && a.creator() == b.creator())
+        .map(|(a, b)| (a.raw(), b.raw()))
+        .collect();
+    to_cids(take_first(&owned, chunks))
 }
 
 /// What a round should move given `loads`: (from, to, chunks) or nothing, and why.
@@ -237,6 +467,68 @@ mod tests {
             requests_per_sec: rate,
             chunks,
         }
+    }
+
+    fn cid(lid: u64) -> ChunkId {
+        ChunkId::new(NodeId(2), lid).expect("a valid CID")
+    }
+
+    fn hot(first: u64, last: u64, rate: u64) -> HotRange {
+        HotRange {
+            first: cid(first),
+            last: cid(last),
+            requests_per_sec: rate,
+        }
+    }
+
+    #[test]
+    fn the_hot_sub_range_moves_exactly_and_a_too_hot_one_is_split() {
+        // The peer holds LIDs 1..=3000; LIDs 1024..=1535 take 5,800 of its 10,000 req/s,
+        // two idle peers: 3,333 req/s to move; the hot range whole comes closer to that
+        // than nothing.
+        let owned = [(cid(1), cid(3000))];
+        let ranges = [
+            hot(1024, 1535, 5_800),
+            hot(0, 255, 300),
+            hot(2048, 2303, 290),
+        ];
+        let rates = Rates {
+            busy: 10_000.0,
+            idle: 0.0,
+            mean: 10_000.0 / 3.0,
+        };
+        let picked = pick_ranges(&ranges, &owned, rates, 100_000);
+        assert_eq!(picked, vec![(cid(1024), cid(1535))]);
+        // The rate limit cuts it.
+        let limited = pick_ranges(&ranges, &owned, rates, 100);
+        assert_eq!(limited, vec![(cid(1024), cid(1123))]);
+        // Two peers at 6,700 and 3,300: the hot range alone would make the other peer
+        // the busier, so a share of it moves: (6,700 - 5,000) / 6,700 of 512 chunks.
+        let owned_now = [(cid(1024), cid(1535))];
+        let rates = Rates {
+            busy: 6_700.0,
+            idle: 3_300.0,
+            mean: 5_000.0,
+        };
+        let picked = pick_ranges(&[hot(1024, 1535, 6_700)], &owned_now, rates, 100_000);
+        assert_eq!(picked, vec![(cid(1024), cid(1024 + 130 - 1))]);
+        // Hot ranges the peer no longer holds are skipped; the rest of the rate comes
+        // from its other chunks at their rate per chunk (1,000 req/s over 1,000 chunks).
+        let owned = [(cid(1), cid(1000)), (cid(5000), cid(5099))];
+        let rates = Rates {
+            busy: 1_300.0,
+            idle: 0.0,
+            mean: 650.0,
+        };
+        let ranges = [hot(3000, 3999, 900), hot(5000, 5099, 300)];
+        let picked = pick_ranges(&ranges, &owned, rates, 100_000);
+        assert_eq!(picked, vec![(cid(5000), cid(5099)), (cid(1), cid(350))]);
+        // Nothing hot, nothing held: nothing picked.
+        assert!(pick_ranges(&[], &[], rates, 10).is_empty());
+        assert_eq!(
+            subtract(&[(1, 10), (20, 30)], &[(5, 6), (25, 40)]),
+            vec![(1, 4), (7, 10), (20, 24)]
+        );
     }
 
     #[test]

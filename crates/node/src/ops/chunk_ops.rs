@@ -3,7 +3,7 @@
 //!
 //! # Job
 //! [`ChunkOps::record`] takes the encoded request and reply (only their first byte, the
-//! type tag) and, for one request in [`LATENCY_SAMPLE_EVERY`] per thread ([`Timer`]), the
+//! type tag, and the request's first CID for the per-range counters, [`ChunkOps::heat`]) and, for one request in [`LATENCY_SAMPLE_EVERY`] per thread ([`Timer`]), the
 //! time it took from reaching the peer's handler to its reply; [`ChunkOps::snapshot`]
 //! reads everything for the metrics endpoint. Requests are all counted; latencies are
 //! sampled because two clock reads cost about as much as the rest of the bookkeeping on
@@ -23,6 +23,8 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use super::range_heat::RangeHeat;
 
 /// One request in this many (counted per thread) has its latency measured.
 pub const LATENCY_SAMPLE_EVERY: u32 = 8;
@@ -125,6 +127,7 @@ struct OpSlot {
 #[derive(Debug, Default)]
 pub struct ChunkOps {
     slots: [OpSlot; OPS],
+    heat: RangeHeat,
 }
 
 /// One operation type in a [`ChunkOps::snapshot`].
@@ -170,6 +173,9 @@ impl ChunkOps {
             Some(&tag) if usize::from(tag) < OPS => usize::from(tag),
             _ => 0,
         };
+        if let Some(cid) = myriad_proto::chunk::request_first_cid(request) {
+            self.heat.record(cid);
+        }
         let slot = &self.slots[op];
         slot.results[usize::from(reply_failed(reply))].fetch_add(1, Ordering::Relaxed);
         let Some(elapsed) = timer.elapsed() else {
@@ -183,6 +189,11 @@ impl ChunkOps {
         slot.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         slot.sum_ns.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The requests per CID range (counted by each request's first CID).
+    pub fn heat(&self) -> &RangeHeat {
+        &self.heat
     }
 
     /// Every operation type's figures (types never seen included, at zero).

@@ -35,6 +35,7 @@ pub mod monitor;
 pub mod peer_metrics;
 pub mod process;
 mod prom;
+pub mod range_heat;
 pub mod status;
 pub mod superpeer_metrics;
 

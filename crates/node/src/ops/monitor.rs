@@ -5,7 +5,8 @@
 //! # Job
 //! - [`push_reports`]: a peer's task: every interval, reads its process figures
 //!   (`/proc`), its connections' byte counters, its memory manager, its chunk request
-//!   counter and its log engine's bytes written, and sends one
+//!   counter, its log engine's bytes written and its hottest CID ranges of the interval
+//!   (rolled from [`crate::ops::range_heat::RangeHeat`]), and sends one
 //!   [`MonitorReport`] to each configured superpeer ([`types::MONITOR_REPORT`], one-way).
 //! - [`MonitorStore`]: a superpeer's reports, per peer, oldest first; registered as the
 //!   handlers of [`types::MONITOR_REPORT`] and [`types::MONITOR_QUERY`] by
@@ -30,7 +31,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use myriad_membership::Membership;
 use myriad_net::{Handlers, Incoming, NetError};
-use myriad_proto::monitor::{MonitorQuery, MonitorReply, MonitorReport, MONITOR_REPORTS_MAX};
+use myriad_proto::monitor::{
+    HotRange, MonitorQuery, MonitorReply, MonitorReport, HOT_RANGES_MAX, MONITOR_REPORTS_MAX,
+};
 use myriad_proto::types;
 use myriad_replication::BackupService;
 use myriad_types::NodeId;
@@ -51,11 +54,12 @@ fn unix_ms() -> u64 {
         .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
-/// A peer's summary now.
+/// A peer's summary now, naming `hot_ranges` (the interval's, from the range counters).
 pub fn report(
     service: &ChunkService,
     membership: &Membership,
     backup: Option<&BackupService>,
+    hot_ranges: Vec<HotRange>,
 ) -> MonitorReport {
     let process = super::process::process_stats();
     let net = membership.net();
@@ -87,6 +91,7 @@ pub fn report(
         payload_bytes: memory.payload_bytes,
         free_bytes: memory.free_bytes,
         requests_served: service.ops().total(),
+        hot_ranges,
     }
 }
 
@@ -99,9 +104,13 @@ pub async fn push_reports(
 ) {
     let mut tick = tokio::time::interval(MONITOR_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rolled = std::time::Instant::now();
     loop {
         tick.tick().await;
-        let summary = report(&service, &membership, backup.as_deref()).encode();
+        let seconds = rolled.elapsed().as_secs_f64();
+        rolled = std::time::Instant::now();
+        let hot = service.ops().heat().roll(HOT_RANGES_MAX, seconds);
+        let summary = report(&service, &membership, backup.as_deref(), hot).encode();
         for (superpeer, _) in membership.superpeers() {
             let sent: Result<(), NetError> = membership
                 .net()
@@ -144,7 +153,7 @@ impl MonitorStore {
             .filter(|(node, _)| query.node.is_none_or(|wanted| wanted == **node))
             .map(|(node, reports)| {
                 let skip = reports.len().saturating_sub(keep);
-                (*node, reports.iter().skip(skip).copied().collect())
+                (*node, reports.iter().skip(skip).cloned().collect())
             })
             .collect();
         rows.sort_by_key(|(node, _)| *node);
