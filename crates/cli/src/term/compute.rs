@@ -183,16 +183,9 @@ fn graph500(
         dir: None,
         json: true,
     };
-    // The load and the searches run inside the benchmark: a spinner with the elapsed
-    // time (stderr, terminals only) shows the terminal is busy.
-    let spinner = indicatif::ProgressBar::new_spinner();
-    spinner.set_message(format!(
-        "graph500: loading a scale-{scale} graph on {slaves} slaves, then {roots} searches"
-    ));
-    spinner.enable_steady_tick(Duration::from_millis(200));
-    let figures = myriad_bench::graph500::run_on_group(client, &args);
-    spinner.finish_and_clear();
-    let figures = figures?;
+    // The benchmark shows the load's progress bar and a line per batch of searches
+    // (stderr, the bar on terminals only).
+    let figures = myriad_bench::graph500::run_on_group(client, &args)?;
     let [hmean, min, median, max] = figures.mteps;
     Ok(json!({
         "scale": scale, "edgefactor": edgefactor, "peers": slaves, "roots": figures.roots,
