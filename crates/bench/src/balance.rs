@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use myriad_client::client::{BalanceOptions, Client, PeerLoad};
-use myriad_launcher::{LaunchSpec, LocalCluster, NodeRole};
+use myriad_launcher::LocalCluster;
 use myriad_types::{ChunkId, NodeId};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -101,25 +101,14 @@ fn start_cluster(
     args: &BalanceArgs,
     dir: &std::path::Path,
 ) -> Result<(LocalCluster, Vec<NodeId>), String> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let config = dir.join("balance-bench.toml");
-    std::fs::write(&config, "[backup]\nreplication = 0\n").map_err(|e| e.to_string())?;
-    let binary = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
-    let mut spec = LaunchSpec::new(dir.join("cluster"), binary);
-    spec.superpeers = 1;
-    spec.peers = args.peers.max(2);
-    spec.peer_memory_mb = Some(args.peer_memory_mb);
-    spec.ready_timeout = Duration::from_secs(30);
-    spec.extra_args = vec!["--config".into(), config.display().to_string()];
-    let cluster = LocalCluster::start_owned(spec).map_err(|e| e.to_string())?;
-    let mut peers: Vec<NodeId> = cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == NodeRole::Peer)
-        .map(|node| NodeId(node.node_id))
-        .collect();
-    peers.sort_unstable();
-    Ok((cluster, peers))
+    let config = "[backup]\nreplication = 0\n";
+    crate::cluster::start_local(
+        dir,
+        "balance-bench.toml",
+        config,
+        args.peers.max(2),
+        args.peer_memory_mb,
+    )
 }
 
 /// The load: `threads` readers counting the chunks they read into `reads`.

@@ -38,7 +38,7 @@ use myriad_compute::{Role, TaskScript};
 use myriad_graph::gen::Kronecker;
 use myriad_graph::task::{LoadReport, RootReport};
 use myriad_graph::validate::validate;
-use myriad_launcher::{LaunchSpec, LocalCluster};
+use myriad_launcher::LocalCluster;
 use myriad_types::NodeId;
 use serde_json::json;
 
@@ -100,25 +100,17 @@ pub struct Graph500Args {
 
 /// Starts `peers + 1` peers with the compute group (the lowest node ID is the master).
 fn start_cluster(args: &Graph500Args, dir: &std::path::Path) -> Result<LocalCluster, String> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let config = dir.join("graph500.toml");
-    let text = format!(
+    let config = format!(
         "[backup]\nreplication = 0\n[compute]\ngroup = {}\nrole = \"slave\"\n",
         args.group
     );
-    std::fs::write(&config, text).map_err(|e| e.to_string())?;
-    let binary = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
-    let mut spec = LaunchSpec::new(dir.join("cluster"), binary);
-    spec.superpeers = 1;
-    spec.peers = args.peers.max(1) + 1;
     // Chunks: 4 bytes per directed edge, a header and the degree per vertex, slack.
     let vertices = 1u64 << args.scale.min(40);
     let bytes = (vertices * u64::from(args.edgefactor) * 8 + vertices * 32) * 3 / 2;
     let estimate = bytes / args.peers.max(1) as u64 / (1 << 20) + 128;
-    spec.peer_memory_mb = Some(args.peer_memory_mb.unwrap_or(estimate));
-    spec.ready_timeout = Duration::from_secs(30);
-    spec.extra_args = vec!["--config".into(), config.display().to_string()];
-    let cluster = LocalCluster::start_owned(spec).map_err(|e| e.to_string())?;
+    let memory = args.peer_memory_mb.unwrap_or(estimate);
+    let (cluster, _) =
+        crate::cluster::start_local(dir, "graph500.toml", &config, args.peers.max(1) + 1, memory)?;
     Ok(cluster)
 }
 

@@ -34,7 +34,7 @@ use myriad_compute::{
     read_int, ComputeConfig, ComputeService, Job, JobContext, JobHandle, Jobs, Registry, Role,
     TaskScript, Wire,
 };
-use myriad_launcher::{LaunchSpec, LocalCluster};
+use myriad_launcher::LocalCluster;
 use myriad_types::codec::{DecodeError, Decoder, Encoder};
 use myriad_types::{ChunkId, NodeId};
 use serde_json::json;
@@ -190,29 +190,17 @@ fn start_cluster(
     args: &JobsArgs,
     dir: &std::path::Path,
 ) -> Result<(LocalCluster, Vec<NodeId>), String> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let config = dir.join("jobs-bench.toml");
-    let text = format!(
+    let config = format!(
         "[backup]\nreplication = 0\n[compute]\nworkers = {}\ngroup = 1\nrole = \"slave\"\n",
         args.workers
     );
-    std::fs::write(&config, text).map_err(|e| e.to_string())?;
-    let binary = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
-    let mut spec = LaunchSpec::new(dir.join("cluster"), binary);
-    spec.superpeers = 1;
-    spec.peers = args.peers.max(2);
-    spec.peer_memory_mb = Some(args.peer_memory_mb);
-    spec.ready_timeout = Duration::from_secs(30);
-    spec.extra_args = vec!["--config".into(), config.display().to_string()];
-    let cluster = LocalCluster::start_owned(spec).map_err(|e| e.to_string())?;
-    let mut peers: Vec<NodeId> = cluster
-        .nodes()
-        .iter()
-        .filter(|node| node.role == myriad_launcher::NodeRole::Peer)
-        .map(|node| NodeId(node.node_id))
-        .collect();
-    peers.sort_unstable();
-    Ok((cluster, peers))
+    crate::cluster::start_local(
+        dir,
+        "jobs-bench.toml",
+        &config,
+        args.peers.max(2),
+        args.peer_memory_mb,
+    )
 }
 
 /// Keeps `window` jobs in flight; jobs per second.

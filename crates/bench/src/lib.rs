@@ -6,6 +6,7 @@
 
 pub mod backup_mem;
 pub mod balance;
+pub mod cluster;
 pub mod graph500;
 pub mod jobs;
 pub mod kv;
