@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use myriad_testing::netns::{ip, unavailable};
 use myriad_testing::process::{poll_until, Process};
 use serde_json::Value;
 
@@ -27,22 +28,6 @@ const CHUNKS: usize = 24;
 
 fn address(host: usize) -> String {
     format!("10.251.0.{host}")
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|error| format!("running ip: {error}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
 }
 
 /// The hosts' namespaces and the switch's; deleted on drop (with their veths).
@@ -122,19 +107,6 @@ impl Drop for Hosts {
         for namespace in self.created.iter().rev() {
             let _ = ip(&["netns", "del", namespace]);
         }
-    }
-}
-
-fn unavailable() -> Option<String> {
-    let Ok(uid) = Command::new("id").arg("-u").output() else {
-        return Some("`id -u` does not run".into());
-    };
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("not root".into());
-    }
-    match Command::new("ip").arg("-V").output() {
-        Ok(output) if output.status.success() => None,
-        _ => Some("no `ip` command".into()),
     }
 }
 

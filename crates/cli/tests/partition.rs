@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use myriad_testing::netns::{ip, unavailable};
 use myriad_testing::process::{poll_until, Process};
 use serde_json::Value;
 
@@ -30,23 +31,6 @@ const ADDRESS_A: &str = "10.250.0.1";
 const ADDRESS_B: &str = "10.250.0.2";
 const SUPERPEER_PORT: u16 = 7300;
 const CHUNKS: usize = 40;
-
-/// Runs `ip` with `args`; the error output on failure.
-fn ip(args: &[&str]) -> Result<(), String> {
-    let output = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|error| format!("running ip: {error}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
-}
 
 /// Two namespaces joined by a veth pair; deleted on drop.
 struct Namespaces {
@@ -123,20 +107,6 @@ impl Drop for Namespaces {
         // Deleting a namespace also deletes the veth pair.
         let _ = ip(&["netns", "del", &self.a]);
         let _ = ip(&["netns", "del", &self.b]);
-    }
-}
-
-/// Whether this machine can run the test, and why not.
-fn unavailable() -> Option<String> {
-    let Ok(uid) = Command::new("id").arg("-u").output() else {
-        return Some("`id -u` does not run".into());
-    };
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some("not root".into());
-    }
-    match Command::new("ip").arg("-V").output() {
-        Ok(output) if output.status.success() => None,
-        _ => Some("no `ip` command".into()),
     }
 }
 

@@ -10,6 +10,7 @@
 //! - [`process`]: the same for the `myriad` binary's processes (the cli tests): a local
 //!   cluster started, killed and restarted through `myriad-launcher`, subcommands run with
 //!   a timeout, child processes killed on drop;
+//! - [`netns`]: `ip` and the can-this-machine-run-it check of the network-namespace tests;
 //! - [`history`]: a checker that verifies that a recorded history of client operations on
 //!   chunks is linearizable per chunk (each chunk is a read/write register);
 //! - [`sim`]: a deterministic simulation of a small cluster from a seed (simulated time,
@@ -30,5 +31,6 @@
 pub mod cluster;
 pub mod env;
 pub mod history;
+pub mod netns;
 pub mod process;
 pub mod sim;
