@@ -121,13 +121,29 @@ impl Handlers {
     /// no hand-off to the handler pool: the lowest latency, for short handlers that never
     /// block (no locks held long, no blocking sends, no I/O), e.g. a memory-manager get.
     /// A blocking inline handler stalls every connection served by that I/O thread.
-    /// Ordered types cannot be inline (their order is kept by the pool's lanes).
+    /// Ordered types cannot be inline here (their order is kept by the pool's lanes);
+    /// see [`Handlers::register_inline_ordered`].
     pub fn register_inline(
         &mut self,
         message_type: MessageType,
         handler: impl Handler,
     ) -> Result<&mut Self, NetError> {
         insert(&mut self.map, message_type, Arc::new(handler), true)?;
+        Ok(self)
+    }
+
+    /// Registers an inline handler (see [`Handlers::register_inline`]) for an *ordered*
+    /// type. The reader task handles one connection's frames in stream order, so the
+    /// handler sees the messages of a connection in send order; it keeps that order
+    /// itself if it hands some of them to other threads. For a hot ordered type whose
+    /// handler is short in the common case (a backup appending a replication message to
+    /// its write buffer), which a hand-off to the pool would cost a thread switch.
+    pub fn register_inline_ordered(
+        &mut self,
+        message_type: MessageType,
+        handler: impl Handler,
+    ) -> Result<&mut Self, NetError> {
+        insert_checked(&mut self.map, message_type, Arc::new(handler), true, true)?;
         Ok(self)
     }
 
@@ -175,8 +191,19 @@ pub(crate) fn insert(
     handler: Arc<dyn Handler>,
     inline: bool,
 ) -> Result<(), NetError> {
+    insert_checked(map, message_type, handler, inline, false)
+}
+
+/// [`insert`], with `ordered_inline` allowing an ordered type inline.
+pub(crate) fn insert_checked(
+    map: &mut HandlerMap,
+    message_type: MessageType,
+    handler: Arc<dyn Handler>,
+    inline: bool,
+    ordered_inline: bool,
+) -> Result<(), NetError> {
     let key = type_key(message_type.type_id, message_type.subtype);
-    if inline && message_type.ordered {
+    if inline && message_type.ordered && !ordered_inline {
         return Err(NetError::OrderedInline {
             type_id: message_type.type_id,
             subtype: message_type.subtype,

@@ -275,8 +275,8 @@ fn cut_and_dispatch(
             handler: entry.handler,
         };
         if entry.inline {
-            // Ordered types are never inline (`handler::insert`): the pool keeps their order.
-            debug_assert!(!entry.ordered, "an ordered type registered inline");
+            // An ordered type is inline only by `register_inline_ordered`: handled here, in
+            // stream order, like every inline type.
             // The last complete frame of this read may answer straight to the socket.
             let direct = if buf.len() < HEADER_BYTES {
                 Direct::Yes

@@ -980,3 +980,57 @@ fn an_address_without_a_listener_is_refused_not_just_failed() {
         "{through_connection:?}"
     );
 }
+
+#[test]
+fn ordered_inline_handlers_run_in_send_order_on_the_io_thread_and_answer_detached() {
+    // Node 2 handles SEQUENCE inline (opted in) and acknowledges each message with a
+    // detached COUNT message back to node 1, from the I/O thread.
+    let seen: Arc<parking_lot::Mutex<Vec<(u32, String)>>> = Arc::default();
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut handlers = Handlers::new();
+    let record = seen.clone();
+    let acks = Arc::new(std::sync::OnceLock::<myriad_net::NetHandle>::new());
+    let ack_net = acks.clone();
+    handlers
+        .register_inline_ordered(SEQUENCE, move |message: Incoming| {
+            let number = u32::from_le_bytes(message.payload[..4].try_into().expect("4 bytes"));
+            let thread = std::thread::current()
+                .name()
+                .unwrap_or_default()
+                .to_string();
+            record.lock().push((number, thread));
+            if let Some(net) = ack_net.get() {
+                net.send_detached(message.from, COUNT, Bytes::new())
+                    .expect("detached send queued");
+            }
+        })
+        .expect("ordered inline allowed by the explicit opt-in");
+    let server = start(config(2), handlers);
+    let _ = acks.set(server.handle());
+    let client = start(config(1), echo_and_count(&counter));
+    link(&client, &server);
+    const MESSAGES: u32 = 2_000;
+    for number in 0..MESSAGES {
+        client
+            .send_blocking(
+                NodeId(2),
+                SEQUENCE,
+                Bytes::from(number.to_le_bytes().to_vec()),
+            )
+            .expect("sent");
+    }
+    wait_until("every message handled", || {
+        seen.lock().len() == MESSAGES as usize
+    });
+    wait_until("every detached acknowledgement back", || {
+        counter.load(Ordering::SeqCst) == MESSAGES as usize
+    });
+    let seen = seen.lock();
+    for (expected, (number, thread)) in seen.iter().enumerate() {
+        assert_eq!(
+            *number, expected as u32,
+            "messages handled out of send order"
+        );
+        assert!(thread.starts_with("myriad-net-io"), "ran on {thread}");
+    }
+}

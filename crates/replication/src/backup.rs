@@ -1,15 +1,21 @@
 //! The backup side: applies masters' replication streams to the log engine.
 //!
 //! # Job
-//! [`BackupService`] handles [`wire::REPLICATE`] messages (an ordered type, so one master's
-//! messages arrive one at a time in send order on a pool thread): it creates the log zone
+//! [`BackupService`] handles [`wire::REPLICATE`] messages (an ordered type, handled inline
+//! on the I/O thread that reads the master's connection, so in send order): it creates the log zone
 //! on first use (the master's zone `(master, zone)`, or for an operation naming a log
 //! owner, the adopted zone `(owner, zone)` the master restored from a failed peer), appends writes and removes in stream order, drops operations it already
 //! applied, stops at a gap, and acknowledges ([`wire::ACK`]) right after appending
 //! (`Replicated`). A durability thread acknowledges again once the appends are on disk
 //! (`Durable`): it calls [`LogEngine::wait_durable`] when a message asked for durability
 //! (the flusher then flushes at once) and otherwise follows [`LogEngine::durable_seq`].
-//! Nothing waits for the disk on a messaging thread.
+//! Nothing waits for the disk on a messaging thread: a message is applied inline only when
+//! its zones exist and the engine has room for it now ([`LogEngine::room_now`]), and its
+//! acknowledgement is queued without waiting ([`NetHandle::send_detached`]). Any other
+//! message (a zone to create, a full write buffer, a recovery running here) goes to the
+//! service's apply thread, and so do all messages after it until that thread has caught
+//! up, which keeps the send order. (Inline application spares a thread switch per
+//! message: with the pool hand-off, each replicated write cost one on every backup.)
 //!
 //! # Invariants
 //! - An operation is applied only if its sequence number is the stream's next one: never
@@ -29,7 +35,7 @@
 //! Recovery (issue 6) reads zones through [`BackupService::recover_zone`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -139,12 +145,24 @@ struct Inner {
     marks: Mutex<HashMap<NodeId, Marks>>,
     marks_cv: Condvar,
     shutdown: AtomicBool,
+    /// Messages handed to the apply thread and not applied yet: while there are any, new
+    /// messages follow them there (send order).
+    deferred: AtomicUsize,
+    /// To the apply thread.
+    defer_tx: crossbeam_channel::Sender<(NodeId, LogMessage)>,
+    /// Messages applied inline and on the apply thread ([`BackupService::apply_paths`]).
+    applied_inline: AtomicU64,
+    applied_deferred: AtomicU64,
 }
+
+/// How long the apply thread waits for a message before it looks at the shutdown flag.
+const APPLY_POLL: Duration = Duration::from_millis(100);
 
 /// The backup side of replication. See the module documentation.
 pub struct BackupService {
     inner: Arc<Inner>,
     watcher: Option<JoinHandle<()>>,
+    applier: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for BackupService {
@@ -156,6 +174,7 @@ impl std::fmt::Debug for BackupService {
 impl BackupService {
     /// A service over `engine`; starts its durability thread.
     pub fn new(engine: Arc<LogEngine>, config: BackupConfig) -> std::io::Result<BackupService> {
+        let (defer_tx, defer_rx) = crossbeam_channel::unbounded();
         let inner = Arc::new(Inner {
             engine,
             config,
@@ -167,15 +186,42 @@ impl BackupService {
             marks: Mutex::new(HashMap::new()),
             marks_cv: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            deferred: AtomicUsize::new(0),
+            defer_tx,
+            applied_inline: AtomicU64::new(0),
+            applied_deferred: AtomicU64::new(0),
         });
         let watcher_inner = inner.clone();
         let watcher = std::thread::Builder::new()
             .name("replica-durable".into())
             .spawn(move || watcher_inner.durability_loop())?;
+        let apply_inner = inner.clone();
+        let applier = std::thread::Builder::new()
+            .name("replica-apply".into())
+            .spawn(move || apply_inner.apply_loop(defer_rx));
+        let applier = match applier {
+            Ok(applier) => applier,
+            Err(error) => {
+                inner.shutdown.store(true, Ordering::Release);
+                inner.marks_cv.notify_all();
+                let _ = watcher.join();
+                return Err(error);
+            }
+        };
         Ok(BackupService {
             inner,
             watcher: Some(watcher),
+            applier: Some(applier),
         })
+    }
+
+    /// Replication messages handled so far: `(inline on an I/O thread, on the apply
+    /// thread)`; see the module docs.
+    pub fn apply_paths(&self) -> (u64, u64) {
+        (
+            self.inner.applied_inline.load(Ordering::Relaxed),
+            self.inner.applied_deferred.load(Ordering::Relaxed),
+        )
     }
 
     /// The log engine.
@@ -188,7 +234,7 @@ impl BackupService {
     /// unapplied (masters resend them).
     pub fn register(&self, handlers: &mut Handlers) -> Result<(), BackupError> {
         let inner = self.inner.clone();
-        handlers.register(wire::REPLICATE, move |incoming: Incoming| {
+        handlers.register_inline_ordered(wire::REPLICATE, move |incoming: Incoming| {
             inner.on_message(incoming)
         })?;
         Ok(())
@@ -198,7 +244,7 @@ impl BackupService {
     pub fn register_on(&self, net: &NetHandle) -> Result<(), BackupError> {
         self.attach(net.clone());
         let inner = self.inner.clone();
-        net.register(wire::REPLICATE, move |incoming: Incoming| {
+        net.register_inline_ordered(wire::REPLICATE, move |incoming: Incoming| {
             inner.on_message(incoming)
         })?;
         Ok(())
@@ -277,6 +323,20 @@ impl Drop for BackupService {
         if let Some(watcher) = self.watcher.take() {
             let _ = watcher.join();
         }
+        if let Some(applier) = self.applier.take() {
+            let _ = applier.join();
+        }
+    }
+}
+
+/// Decodes a replication message; a malformed one is logged and dropped (`None`).
+fn decode_message(master: NodeId, payload: Bytes) -> Option<LogMessage> {
+    match LogMessage::decode(payload) {
+        Ok(message) => Some(message),
+        Err(e) => {
+            tracing::warn!(%master, error = %e, "malformed replication message");
+            None
+        }
     }
 }
 
@@ -295,13 +355,69 @@ impl Inner {
         }
     }
 
+    /// Queues an acknowledgement without waiting (from an I/O thread or the apply thread).
     fn send_ack(&self, to: NodeId, ack: &Ack) {
         let Some(net) = self.net.get() else {
             return;
         };
-        if let Err(e) = net.send_blocking(to, wire::ACK, ack.encode()) {
+        if let Err(e) = net.send_detached(to, wire::ACK, ack.encode()) {
             tracing::debug!(master = %to, error = %e, "replication ack not sent");
         }
+    }
+
+    /// The apply thread: applies the messages the inline handler could not, in order.
+    fn apply_loop(&self, messages: crossbeam_channel::Receiver<(NodeId, LogMessage)>) {
+        while !self.shutdown.load(Ordering::Acquire) {
+            let (master, message) = match messages.recv_timeout(APPLY_POLL) {
+                Ok(next) => next,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            };
+            let ack = self.apply_decoded(master, message);
+            self.applied_deferred.fetch_add(1, Ordering::Relaxed);
+            self.deferred.fetch_sub(1, Ordering::AcqRel);
+            if let Some(ack) = ack {
+                self.send_ack(master, &ack);
+            }
+        }
+    }
+
+    /// Whether `message` of `master` can be applied now without waiting: no recovery
+    /// read is running here, every zone it writes exists, and the engine has room for
+    /// each zone's share ([`LogEngine::room_now`]).
+    fn fits_now(&self, master: NodeId, message: &LogMessage) -> bool {
+        if self.recovering_count.load(Ordering::Acquire) > 0 {
+            return false;
+        }
+        // (zone, operations, payload bytes, largest payload)
+        let mut shares: Vec<(ZoneId, usize, usize, usize)> = Vec::new();
+        for op in &message.ops {
+            let (owner, zone_number) = op.log_zone(master);
+            let Ok(zone) = log_zone(owner, zone_number) else {
+                return false;
+            };
+            let bytes = match op {
+                Op::Put { data, .. } => data.len(),
+                Op::Remove { .. } => 0,
+            };
+            match shares.iter_mut().find(|share| share.0 == zone) {
+                Some(share) => {
+                    share.1 += 1;
+                    share.2 += bytes;
+                    share.3 = share.3.max(bytes);
+                }
+                None => shares.push((zone, 1, bytes, bytes)),
+            }
+        }
+        {
+            let zones = self.zones.lock();
+            if shares.iter().any(|share| !zones.contains(&share.0)) {
+                return false;
+            }
+        }
+        shares
+            .iter()
+            .all(|&(zone, ops, bytes, largest)| self.engine.room_now(zone, ops, bytes, largest))
     }
 
     /// Freezes `zone` until the guard drops: from now on every message applies nothing to
@@ -329,26 +445,39 @@ impl Inner {
         self.engine.append_batch(zone, run)
     }
 
+    /// The inline handler (on the I/O thread that read the message): applies the message
+    /// here when that cannot wait, else hands it to the apply thread.
     fn on_message(&self, incoming: Incoming) {
         if self.net.get().is_none() {
             return;
         }
         let master = incoming.from;
-        if let Some(ack) = self.apply_message(master, incoming.payload) {
-            self.send_ack(master, &ack);
+        let Some(message) = decode_message(master, incoming.payload) else {
+            return;
+        };
+        if self.deferred.load(Ordering::Acquire) == 0 && self.fits_now(master, &message) {
+            let ack = self.apply_decoded(master, message);
+            self.applied_inline.fetch_add(1, Ordering::Relaxed);
+            if let Some(ack) = ack {
+                self.send_ack(master, &ack);
+            }
+            return;
+        }
+        self.deferred.fetch_add(1, Ordering::AcqRel);
+        if self.defer_tx.send((master, message)).is_err() {
+            self.deferred.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
     /// Applies one replication message of `master` and returns the acknowledgement to send
     /// (`None` for a malformed or stale message, which is not acknowledged).
     fn apply_message(&self, master: NodeId, payload: Bytes) -> Option<Ack> {
-        let message = match LogMessage::decode(payload) {
-            Ok(message) => message,
-            Err(e) => {
-                tracing::warn!(%master, error = %e, "malformed replication message");
-                return None;
-            }
-        };
+        let message = decode_message(master, payload)?;
+        self.apply_decoded(master, message)
+    }
+
+    /// [`Inner::apply_message`] for a decoded message.
+    fn apply_decoded(&self, master: NodeId, message: LogMessage) -> Option<Ack> {
         let stream = self.streams.lock().entry(master).or_default().clone();
         let mut stream = stream.lock();
         if message.stream < stream.id {

@@ -196,3 +196,44 @@ fn adopted_zone_ops_go_to_the_log_owners_zone() {
         .expect("recover the adopted zone");
     assert_eq!(got, vec![(3, vec![3; 12])]);
 }
+
+#[test]
+fn messages_apply_inline_when_they_fit_and_in_order_on_the_apply_thread_otherwise() {
+    let rig = rig();
+    // A new zone must be created (file I/O): the apply thread takes the first message.
+    rig.send(1, 1, vec![put(0, 1, 1)]);
+    rig.expect(1, 1, |s| *s == AckStatus::Ok);
+    assert_eq!(rig.service.apply_paths(), (0, 1));
+    // Small writes to an existing zone: inline, on the I/O thread.
+    rig.send(1, 2, vec![put(0, 2, 1), put(0, 3, 1)]);
+    rig.expect(1, 3, |s| *s == AckStatus::Ok);
+    assert_eq!(rig.service.apply_paths(), (1, 1));
+    // More than the write buffer's half takes at once (small_for_tests: 64 KiB buffer;
+    // its 64-entry version buffers also send some of the burst there when a seal waits):
+    // the apply thread waits for the flusher; the burst right behind it follows it
+    // there until it has caught up, in send order (a message applied out of order would
+    // stop at a gap: this test's master never resends).
+    let big: Vec<Op> = (0..5u64)
+        .map(|i| Op::Put {
+            owner: None,
+            zone: 0,
+            cid: 100 + i,
+            data: Bytes::from(vec![7u8; 7_000]),
+        })
+        .collect();
+    rig.send(1, 4, big);
+    let mut next = 9;
+    for i in 0..200u64 {
+        rig.send(1, next, vec![put(0, 1_000 + i, 2)]);
+        next += 1;
+    }
+    rig.expect(1, next - 1, |s| *s == AckStatus::Ok);
+    let (inline, deferred) = rig.service.apply_paths();
+    assert!(
+        deferred >= 2,
+        "the large message went to the apply thread: {deferred}"
+    );
+    assert_eq!(inline + deferred, 2 + 1 + 200, "every message handled once");
+    let stats = rig.service.engine().stats();
+    assert_eq!(stats.appended_entries, 3 + 5 + 200);
+}

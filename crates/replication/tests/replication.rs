@@ -1102,3 +1102,32 @@ fn deferred_reports_call_back_once_the_backups_acknowledged() {
     );
     assert!(rx.try_recv().is_err(), "each callback runs once");
 }
+
+/// Sparse writes leave from the writing thread (its stream's send task idle: no hand-off
+/// to the sender thread) and still reach every backup; the sender thread takes over only
+/// when a stream is busy.
+#[test]
+fn sparse_writes_are_shipped_by_the_writer_and_reach_every_backup() {
+    let cluster = Cluster::start(3, 2, Registry::default(), |_| {});
+    for local in 0..30 {
+        cluster
+            .create(local, payload(local, 0, 32), Durability::Replicated)
+            .unwrap();
+    }
+    for local in 0..30 {
+        // Replicated: each write waits for its acknowledgements, so the next one finds
+        // the streams idle.
+        cluster
+            .put(local, payload(local, 1, 40), Durability::Replicated)
+            .unwrap();
+    }
+    cluster.replicator.wait_all(Durability::Durable).unwrap();
+    cluster.check_backups_match_memory();
+    let stats = cluster.replicator.stats();
+    let by_writer: u64 = stats.streams.iter().map(|s| s.shipped_by_writer).sum();
+    let by_sender: u64 = stats.streams.iter().map(|s| s.shipped_by_sender).sum();
+    assert!(
+        by_writer >= 2 * 30,
+        "idle streams ship from the writer: {by_writer} by the writer, {by_sender} by the sender"
+    );
+}

@@ -372,6 +372,39 @@ impl LogEngine {
         Ok(last)
     }
 
+    /// Whether `zone` takes `chunks` appends (writes or removes) of `payload_bytes` in all
+    /// right now, without waiting for the flusher: the zone exists, the engine has not
+    /// failed, no payload needs a chain (each is at most `payload_max` bytes), the write
+    /// buffer's active half has room for them and the zone's version buffer has room for
+    /// that many new chunks. A snapshot: another appender may take the room before the
+    /// caller appends, which then waits as usual. For callers that must not block (the
+    /// backup service applying replication inline on an I/O thread).
+    pub fn room_now(
+        &self,
+        zone: ZoneId,
+        chunks: usize,
+        payload_bytes: usize,
+        payload_max: usize,
+    ) -> bool {
+        let inner = &self.inner;
+        if inner.failed.load(Ordering::Relaxed) || inner.shutdown.load(Ordering::Relaxed) {
+            return false;
+        }
+        if payload_max > inner.config.entry_payload_bytes_max() as usize {
+            return false;
+        }
+        let Ok(z) = inner.zone(zone) else {
+            return false;
+        };
+        let half = (inner.config.write_buffer_bytes / 2) as usize;
+        let needed = chunks * (RECORD_HEADER_BYTES + header::HEADER_BYTES_MAX) + payload_bytes;
+        if inner.wb.lock().active.len() + needed > half {
+            return false;
+        }
+        let room = z.versions.lock().room_now(chunks);
+        room
+    }
+
     /// Removes chunk `cid` from `zone`: a new version flagged deleted, made durable in the
     /// zone's version log by the next flush (no entry in the data log).
     pub fn remove(&self, zone: ZoneId, cid: u64) -> LogResult<AppendTicket> {

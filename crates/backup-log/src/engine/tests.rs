@@ -342,3 +342,49 @@ fn dropping_an_engine_with_hour_intervals_is_prompt() {
         );
     }
 }
+
+#[test]
+fn room_now_says_whether_appends_would_wait() {
+    // Hour intervals: nothing flushes unless asked, so the buffers only fill.
+    let config = LogConfig {
+        flush_interval: Duration::from_secs(3600),
+        reorg_interval: Duration::from_secs(3600),
+        ..LogConfig::small_for_tests()
+    };
+    let zone = ZoneId { owner: 1, zone: 0 };
+    let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+    let engine = LogEngine::open(config.clone(), storage).unwrap();
+    assert!(
+        !engine.room_now(zone, 1, 10, 10),
+        "an unknown zone has no room"
+    );
+    engine.create_zone(zone).unwrap();
+    assert!(engine.room_now(zone, 1, 10, 10));
+    let link_max = config.entry_payload_bytes_max() as usize;
+    assert!(
+        !engine.room_now(zone, 1, link_max + 1, link_max + 1),
+        "a chained chunk"
+    );
+    let half = (config.write_buffer_bytes / 2) as usize;
+    assert!(
+        !engine.room_now(zone, 4, half, half / 4),
+        "more than the active half"
+    );
+    // The 64-entry version buffer: at its seal point (65 %: 41 entries) the epoch is
+    // sealed and waits for the flusher (which does not run); the next buffer then fills
+    // to 64 entries, and a new chunk would have to wait.
+    for cid in 0..(41 + 64) as u64 {
+        assert!(engine.room_now(zone, 1, 8, 8), "room for chunk {cid}");
+        engine.append(zone, cid, &[1; 8]).unwrap();
+    }
+    assert!(
+        !engine.room_now(zone, 1, 8, 8),
+        "a full version buffer with a seal pending must wait for the flusher"
+    );
+    engine.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !engine.room_now(zone, 1, 8, 8) {
+        assert!(Instant::now() < deadline, "no room after a flush");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -328,6 +328,15 @@ impl VersionManager {
         }
     }
 
+    /// Whether `chunks` assignments cannot block now: the buffer has room for that many
+    /// new chunks, or no sealed epoch waits for the disk (so a seal can start a new one).
+    /// (A version overflow of one chunk, 2^24 writes in one epoch, is not foreseen: that
+    /// assignment may still wait.)
+    pub fn room_now(&self, chunks: usize) -> bool {
+        self.buffer.len() + chunks <= self.entries_max
+            || (self.sealed.is_none() && chunks <= self.entries_max)
+    }
+
     /// A new version for a write of `cid`, the append with sequence number `seq`.
     pub fn assign_put(&mut self, cid: u64, seq: u64) -> Result<Version, AssignBlocked> {
         self.assign(cid, false, seq)

@@ -98,6 +98,18 @@ impl NetHandle {
         })
     }
 
+    /// Registers an inline handler for an ordered type on a running endpoint (see
+    /// [`crate::Handlers::register_inline_ordered`]).
+    pub fn register_inline_ordered(
+        &self,
+        message_type: MessageType,
+        handler: impl crate::Handler,
+    ) -> Result<(), NetError> {
+        self.update_handlers(|map| {
+            crate::handler::insert_checked(map, message_type, Arc::new(handler), true, true)
+        })
+    }
+
     /// Lets only senders for which `allowed` holds send `message_type` from now on (a
     /// registered type; see [`crate::Handlers::restrict`], the same for a running
     /// endpoint). Connections already reading pick it up with their next handler lookup.

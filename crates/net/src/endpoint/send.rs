@@ -103,6 +103,30 @@ impl NetHandle {
         }
     }
 
+    /// Sends a one-way message from any thread, inline handlers on an I/O thread
+    /// included, without waiting: queued on this thread when the connection is up and has
+    /// room (the common case), otherwise handed to a task on the messaging runtime that
+    /// connects or waits for room. A message that takes that task may be overtaken by a
+    /// later send: for messages whose order does not matter (cumulative acknowledgements).
+    /// Errors found before the hand-off are returned; the task's are logged (debug).
+    pub fn send_detached(
+        &self,
+        to: NodeId,
+        message_type: MessageType,
+        payload: Bytes,
+    ) -> Result<(), NetError> {
+        if let Fast::Done = self.send_fast(to, message_type, &payload)? {
+            return Ok(());
+        }
+        let net = self.clone();
+        self.runtime().spawn(async move {
+            if let Err(error) = net.send_slow(to, message_type, &payload).await {
+                tracing::debug!(%to, %error, "detached send failed");
+            }
+        });
+        Ok(())
+    }
+
     /// Sends one message to several nodes (the payload is shared, not copied); one result
     /// per node, in order.
     pub async fn send_many(

@@ -10,7 +10,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::stream::Sent;
+use bytes::Bytes;
+use myriad_types::NodeId;
+
+use super::stream::{Sent, Stream};
 use super::zones::{op_key, ZoneKey};
 use super::{Inner, ReplicaEvent, State};
 use crate::wire::{self, encode_log_message};
@@ -64,53 +67,10 @@ impl Inner {
                     if stream.window.is_empty() || resend_soon {
                         stream.resend_requested = false;
                     }
-                    while !stream.pending.is_empty() {
-                        let first_seq = stream.next_seq - stream.pending.len() as u64;
-                        let mut ops = Vec::new();
-                        let mut bytes = 0;
-                        let mut durable = false;
-                        while let Some((op, d)) = stream.pending.front() {
-                            let size = op.encoded_bytes();
-                            if !ops.is_empty()
-                                && (bytes + size > self.config.message_bytes_target
-                                    || ops.len() >= wire::OPS_PER_MESSAGE_MAX)
-                            {
-                                break;
-                            }
-                            durable |= *d;
-                            bytes += size;
-                            let Some((op, _)) = stream.pending.pop_front() else {
-                                break;
-                            };
-                            ops.push(op);
-                        }
-                        stream.pending_bytes -= bytes;
-                        let last_seq = first_seq + ops.len() as u64 - 1;
-                        let encoded = encode_log_message(stream.id, first_seq, durable, &ops);
-                        let mut zones: Vec<(ZoneKey, u64)> = Vec::new();
-                        for op in &ops {
-                            match zones.iter_mut().find(|(z, _)| *z == op_key(op)) {
-                                Some((_, n)) => *n += 1,
-                                None => zones.push((op_key(op), 1)),
-                            }
-                        }
-                        if stream.window.is_empty() {
-                            stream.last_progress = now;
-                        }
-                        stream.window_bytes += encoded.len();
-                        debug_assert!(
-                            stream
-                                .window
-                                .back()
-                                .is_none_or(|m| m.last_seq + 1 == first_seq),
-                            "a stream's messages carry consecutive sequence numbers"
-                        );
-                        stream.window.push_back(Sent {
-                            last_seq,
-                            bytes: encoded.clone(),
-                            zones,
-                        });
-                        messages.push(encoded);
+                    let resent = messages.len();
+                    self.build_messages(stream, now, &mut messages);
+                    if messages.len() > resent {
+                        stream.shipped_by_sender += 1;
                     }
                     if !stream.window.is_empty()
                         && !stream.unreachable_reported
@@ -120,12 +80,7 @@ impl Inner {
                         stream.unreachable_reported = true;
                         unreachable.push(backup);
                     }
-                    if !messages.is_empty() {
-                        stream.in_flight.fetch_add(1, Ordering::AcqRel);
-                        if stream.courier.send(messages).is_err() {
-                            stream.in_flight.fetch_sub(1, Ordering::AcqRel);
-                        }
-                    }
+                    Self::hand_over(stream, messages);
                 }
                 // Deferred waits past their deadline, or whose stream was replaced.
                 finished = self.finished_waiters(&mut state);
@@ -135,6 +90,97 @@ impl Inner {
                 tracing::warn!(%backup, "backup unreachable");
                 self.emit(ReplicaEvent::BackupUnreachable(backup));
             }
+        }
+    }
+
+    /// Turns `stream`'s pending operations into log messages of up to
+    /// `message_bytes_target` bytes, moves them into its window and appends them to
+    /// `messages` (the caller hands them to the send task). Under the state lock.
+    pub(super) fn build_messages(
+        &self,
+        stream: &mut Stream,
+        now: Instant,
+        messages: &mut Vec<Bytes>,
+    ) {
+        while !stream.pending.is_empty() {
+            let first_seq = stream.next_seq - stream.pending.len() as u64;
+            let mut ops = Vec::new();
+            let mut bytes = 0;
+            let mut durable = false;
+            while let Some((op, d)) = stream.pending.front() {
+                let size = op.encoded_bytes();
+                if !ops.is_empty()
+                    && (bytes + size > self.config.message_bytes_target
+                        || ops.len() >= wire::OPS_PER_MESSAGE_MAX)
+                {
+                    break;
+                }
+                durable |= *d;
+                bytes += size;
+                let Some((op, _)) = stream.pending.pop_front() else {
+                    break;
+                };
+                ops.push(op);
+            }
+            stream.pending_bytes -= bytes;
+            let last_seq = first_seq + ops.len() as u64 - 1;
+            let encoded = encode_log_message(stream.id, first_seq, durable, &ops);
+            let mut zones: Vec<(ZoneKey, u64)> = Vec::new();
+            for op in &ops {
+                match zones.iter_mut().find(|(z, _)| *z == op_key(op)) {
+                    Some((_, n)) => *n += 1,
+                    None => zones.push((op_key(op), 1)),
+                }
+            }
+            if stream.window.is_empty() {
+                stream.last_progress = now;
+            }
+            stream.window_bytes += encoded.len();
+            debug_assert!(
+                stream
+                    .window
+                    .back()
+                    .is_none_or(|m| m.last_seq + 1 == first_seq),
+                "a stream's messages carry consecutive sequence numbers"
+            );
+            stream.window.push_back(Sent {
+                last_seq,
+                bytes: encoded.clone(),
+                zones,
+            });
+            messages.push(encoded);
+        }
+    }
+
+    /// Hands `messages` to `stream`'s send task (nothing when empty).
+    pub(super) fn hand_over(stream: &mut Stream, messages: Vec<Bytes>) {
+        if messages.is_empty() {
+            return;
+        }
+        stream.in_flight.fetch_add(1, Ordering::AcqRel);
+        if stream.courier.send(messages).is_err() {
+            stream.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Ships `backup`'s pending operations from the submitting thread when its send task
+    /// is idle and no resend is due, which spares the hand-off to the sender thread (a
+    /// thread switch per write when writes are sparse); otherwise wakes the sender, which
+    /// batches what piled up. Under the state lock.
+    pub(super) fn ship_or_wake(&self, state: &mut State, backup: NodeId, now: Instant) {
+        let Some(stream) = state.streams.get_mut(&backup) else {
+            return;
+        };
+        if stream.pending.is_empty() {
+            return;
+        }
+        if stream.in_flight.load(Ordering::Acquire) == 0 && !stream.resend_requested {
+            let mut messages = Vec::new();
+            self.build_messages(stream, now, &mut messages);
+            stream.shipped_by_writer += 1;
+            Self::hand_over(stream, messages);
+        } else {
+            self.work.notify_one();
         }
     }
 }

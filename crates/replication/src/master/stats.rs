@@ -52,6 +52,11 @@ pub struct StreamStats {
     pub unacknowledged_bytes: usize,
     /// Times the window was resent.
     pub resends: u64,
+    /// Batches of new messages handed to the send task by the writing thread itself
+    /// (its stream was idle) and by the sender thread.
+    pub shipped_by_writer: u64,
+    /// See `shipped_by_writer`.
+    pub shipped_by_sender: u64,
 }
 
 /// A snapshot of a [`Replicator`].
@@ -102,6 +107,8 @@ impl Replicator {
                 unacknowledged_messages: s.window.len(),
                 unacknowledged_bytes: s.unacknowledged_bytes(),
                 resends: s.resends,
+                shipped_by_writer: s.shipped_by_writer,
+                shipped_by_sender: s.shipped_by_sender,
             })
             .collect();
         streams.sort_by_key(|s| s.backup);

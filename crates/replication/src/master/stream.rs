@@ -62,6 +62,10 @@ pub(super) struct Stream {
     pub(super) courier: UnboundedSender<Vec<Bytes>>,
     /// Batches handed over and not yet sent (or given up on).
     pub(super) in_flight: Arc<AtomicUsize>,
+    /// Batches of new messages shipped by writing threads and by the sender thread
+    /// ([`StreamStats`](super::StreamStats)).
+    pub(super) shipped_by_writer: u64,
+    pub(super) shipped_by_sender: u64,
 }
 
 impl Stream {
@@ -103,6 +107,8 @@ impl Stream {
             resends: 0,
             unacknowledged_per_zone: BTreeMap::new(),
             backoff: 0,
+            shipped_by_writer: 0,
+            shipped_by_sender: 0,
         }
     }
 
@@ -230,6 +236,9 @@ impl Inner {
             if full.is_empty() {
                 return Ok(());
             }
+            // Room comes from acknowledgements of shipped operations: make sure the
+            // sender ships what the submission queued so far.
+            self.work.notify_one();
             if self.progress.wait_until(state, deadline).timed_out() {
                 return Err(ReplicaError::Timeout {
                     what: "room in a backup stream",

@@ -136,6 +136,7 @@ impl Inner {
         let wants_durable = durability == Durability::Durable;
         let mut targets: Vec<Target> = Vec::new();
         let mut touched: Vec<u32> = Vec::new();
+        let mut shipping: Vec<NodeId> = Vec::new();
         let mut state = self.state.lock();
         if let Mode::NoWait(all) = mode {
             if !self.ready_now(&state, all, false) {
@@ -226,8 +227,16 @@ impl Inner {
                     Some(t) => *t = target,
                     None => targets.push(target),
                 }
+                if !shipping.contains(&backup) {
+                    shipping.push(backup);
+                }
             }
-            self.work.notify_one();
+        }
+        // The new operations leave now (or the sender thread takes them): before the
+        // registration wait below and before the caller waits for acknowledgements.
+        let now = Instant::now();
+        for &backup in &shipping {
+            self.ship_or_wake(&mut state, backup, now);
         }
         // A zone's registration precedes every acknowledgement of a write to it. (A
         // no-wait submission checked that each zone had been registered; a registration
