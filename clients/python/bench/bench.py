@@ -14,6 +14,10 @@ What runs, in this order, each on this machine's loopback:
    A call that is the only one of the process waiting polls for its answer for the
    client's ``lane_spin`` (``--lane-spin-us``; by default the Rust client's 50 µs, as
    in ``myriad bench kv``) before its thread sleeps.
+   With ``--tls`` the same again against a second cluster started with TLS
+   (``local_cluster(tls=True)``: every connection TLS 1.3 with mutual authentication,
+   lanes off), as rows **python-tls**, with python-tls / python ratio lines: the cost of
+   TLS to the Python client, both measured in this run.
 2. **rust**: ``myriad bench kv`` of the same binary with the same shape (peers, keys,
    object bytes, threads, batch, duration), the Rust client's figures (``--json``).
 3. **redis**: ``redis-server`` on a free 127.0.0.1 port (no persistence), the same keys
@@ -131,13 +135,15 @@ def write_config(directory: str) -> str:
     return path
 
 
-def python_rows(args, binary: str) -> list[dict]:
+def python_rows(args, binary: str, tls: bool = False) -> list[dict]:
     rows = []
+    system = "python-tls" if tls else "python"
     with tempfile.TemporaryDirectory(prefix="myriad-bench-python-") as config_dir, \
             myriad.local_cluster(
                 peers=args.peers, superpeers=1, binary=binary,
                 peer_memory_mb=args.peer_memory_mb,
                 config=write_config(config_dir),
+                tls=tls,
             ) as cluster:
         spin = {} if args.lane_spin_us is None else {"lane_spin": args.lane_spin_us / 1e6}
         clients = [cluster.connect(timeout=10.0, **spin) for _ in range(max(args.threads))]
@@ -169,7 +175,7 @@ def python_rows(args, binary: str) -> list[dict]:
                     for batch in (1, args.batch):
                         workers = [worker(clients[i], op, batch) for i in range(threads)]
                         measured = closed_loop(workers, args.keys, batch, args.warmup, args.duration)
-                        rows.append(row("python", op, threads, batch, measured, args))
+                        rows.append(row(system, op, threads, batch, measured, args))
                         emit(rows[-1], args)
         finally:
             for client in clients:
@@ -308,7 +314,7 @@ def emit(record: dict, args) -> None:
     if args.json:
         print(json.dumps(record), flush=True)
     elif record["kind"] == "result":
-        print(f"{record['system']:>8} {record['op']:>3} threads {record['threads']:>2} "
+        print(f"{record['system']:>10} {record['op']:>3} threads {record['threads']:>2} "
               f"batch {record['batch']:>3}: {record['ops_per_sec']:>12,.0f} ops/s  "
               f"p50 {record['p50_us']:>9.1f} µs  p99 {record['p99_us']:>9.1f} µs", flush=True)
     else:
@@ -318,7 +324,7 @@ def emit(record: dict, args) -> None:
               f"{record['threads']:>2} batch {record['batch']:>3}: {ratio}{target}", flush=True)
 
 
-def ratios(python: list[dict], others: list[dict], name: str, args) -> None:
+def ratios(python: list[dict], others: list[dict], name: str, args, of: str = "python") -> None:
     if not others:
         return
     index = {(r["op"], r["threads"], r["batch"]): r for r in others}
@@ -326,9 +332,9 @@ def ratios(python: list[dict], others: list[dict], name: str, args) -> None:
         key = (mine["op"], mine["threads"], mine["batch"])
         other = index.get(key)
         target = None
-        if mine["op"] == "get" and mine["batch"] > 1:
+        if mine["op"] == "get" and mine["batch"] > 1 and name in ("rust", "redis-py"):
             target = TARGET_BATCHED_GET_VS_RUST if name == "rust" else TARGET_BATCHED_GET_VS_REDIS
-        emit({"kind": "ratio", "of": "python", "to": name, "op": key[0], "threads": key[1],
+        emit({"kind": "ratio", "of": of, "to": name, "op": key[0], "threads": key[1],
               "batch": key[2], "target": target,
               "ratio": None if other is None else mine["ops_per_sec"] / other["ops_per_sec"]},
              args)
@@ -357,15 +363,19 @@ def main() -> int:
     parser.add_argument("--ops", type=lambda s: s.split(","), default=["get", "put"])
     parser.add_argument("--skip", type=lambda s: s.split(","), default=[],
                         help="parts to leave out (python, rust, redis), e.g. for a quick look")
+    parser.add_argument("--tls", action="store_true",
+                        help="also measure the Python client against a TLS cluster (python-tls rows)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     binary = str(myriad.find_binary(args.binary))
     machine(args)
     python = python_rows(args, binary) if "python" not in args.skip else []
+    python_tls = python_rows(args, binary, tls=True) if args.tls else []
     rust = rust_rows(args, binary) if "rust" not in args.skip else []
     redis = redis_rows(args) if "redis" not in args.skip else []
     ratios(python, rust, "rust", args)
     ratios(python, redis, "redis-py", args)
+    ratios(python_tls, python, "python", args, of="python-tls")
     machine(args)
     return 0
 

@@ -14,7 +14,7 @@ use pyo3::types::PyAny;
 
 use crate::aio::AsyncClient;
 use crate::core::{
-    open_cluster_dir, resolve_secret, seconds, superpeer_list, ConnectSpec, Core,
+    open_cluster_dir, resolve_secret, resolve_tls, seconds, superpeer_list, ConnectSpec, Core,
     CALL_TIMEOUT_DEFAULT, CONNECT_TIMEOUT_DEFAULT, LANE_SPIN_MAX,
 };
 use crate::ops::{self, payload};
@@ -34,7 +34,16 @@ impl Client {
     }
 }
 
-/// The arguments of `connect`, parsed with the GIL held (the secret file is read here).
+/// Where `connect` finds its TLS certificates: `tls_dir=` and `tls_name=`.
+pub struct TlsArgs {
+    /// A directory written by `myriad cert` (`ca.pem`, `NAME.pem`, `NAME.key`).
+    pub dir: Option<PathBuf>,
+    /// The certificate's name in it (default `client`).
+    pub name: Option<String>,
+}
+
+/// The arguments of `connect`, parsed with the GIL held (the secret file and the TLS
+/// certificates are read here).
 #[allow(clippy::too_many_arguments)]
 pub fn connect_spec(
     cluster_dir: Option<PathBuf>,
@@ -46,6 +55,7 @@ pub fn connect_spec(
     durability: Option<&Bound<'_, PyAny>>,
     listen: Option<String>,
     lane_spin: Option<f64>,
+    tls: TlsArgs,
 ) -> PyResult<ConnectSpec> {
     let (superpeers, cluster) = match (cluster_dir, superpeers) {
         (Some(dir), None) => {
@@ -76,6 +86,7 @@ pub fn connect_spec(
         durability: durability.map_or(Ok(0), crate::core::durability)?,
         listen,
         lane_spin: lane_spin.map(spin_seconds).transpose()?,
+        tls: resolve_tls(tls.dir, tls.name, cluster.as_ref())?,
     })
 }
 
@@ -102,10 +113,15 @@ impl Client {
     /// (seconds), `durability` the default of changing calls. `lane_spin` (seconds; by
     /// default the Rust client's, 50 µs; 0: never) is how long a blocking call that is
     /// the only one of the process waiting polls for its answer before its thread sleeps.
+    /// TLS (`docs/security.md`): `tls_dir` (a directory of `myriad cert`: `ca.pem`,
+    /// `NAME.pem`, `NAME.key`) with the certificate `tls_name` (default `client`); with a
+    /// `cluster_dir` of a cluster started with `--tls` its `tls` directory is used without
+    /// asking. Under TLS the HMAC handshake with the secret still runs inside it.
     #[staticmethod]
     #[pyo3(signature = (*, cluster_dir=None, superpeers=None, secret=None,
         secret_file=None, connect_timeout=CONNECT_TIMEOUT_DEFAULT,
-        timeout=CALL_TIMEOUT_DEFAULT, durability=None, listen=None, lane_spin=None))]
+        timeout=CALL_TIMEOUT_DEFAULT, durability=None, listen=None, lane_spin=None,
+        tls_dir=None, tls_name=None))]
     #[allow(clippy::too_many_arguments)]
     fn connect(
         py: Python<'_>,
@@ -118,6 +134,8 @@ impl Client {
         durability: Option<&Bound<'_, PyAny>>,
         listen: Option<String>,
         lane_spin: Option<f64>,
+        tls_dir: Option<PathBuf>,
+        tls_name: Option<String>,
     ) -> PyResult<Client> {
         let spec = connect_spec(
             cluster_dir,
@@ -129,6 +147,10 @@ impl Client {
             durability,
             listen,
             lane_spin,
+            TlsArgs {
+                dir: tls_dir,
+                name: tls_name,
+            },
         )?;
         let core = py
             .detach(move || Core::connect(spec))

@@ -102,10 +102,12 @@ impl LocalCluster {
     /// their files under `dir`; returns once every node serves (or raises, with the tail
     /// of the failing node's log). The cluster secret: `secret` (written to `DIR/secret`,
     /// mode 0600), or the file `secret_file`, or else `DIR/secret` as it is (created with a
-    /// random secret if missing).
+    /// random secret if missing). `tls`: every connection over TLS, with a cluster CA and
+    /// the `superpeer`, `peer` and `client` certificates in `DIR/tls` (created if missing),
+    /// as `myriad cluster start --tls`.
     #[staticmethod]
     #[pyo3(signature = (dir, binary, *, superpeers=1, peers=3, peer_memory_mb=None,
-        secret=None, secret_file=None, config=None, ready_timeout=60.0))]
+        secret=None, secret_file=None, config=None, ready_timeout=60.0, tls=false))]
     #[allow(clippy::too_many_arguments)]
     fn start(
         py: Python<'_>,
@@ -118,6 +120,7 @@ impl LocalCluster {
         secret_file: Option<PathBuf>,
         config: Option<PathBuf>,
         ready_timeout: f64,
+        tls: bool,
     ) -> PyResult<LocalCluster> {
         if !binary.is_file() {
             return Err(PyValueError::new_err(format!(
@@ -130,6 +133,7 @@ impl LocalCluster {
         spec.peers = peers;
         spec.peer_memory_mb = peer_memory_mb;
         spec.ready_timeout = seconds(ready_timeout, "ready_timeout")?;
+        spec.tls = tls;
         if let Some(config) = config {
             spec.extra_args.push("--config".into());
             spec.extra_args.push(config.display().to_string());
@@ -172,6 +176,13 @@ impl LocalCluster {
     #[getter]
     fn secret_file(&self) -> PathBuf {
         self.inner.lock().secret_file()
+    }
+
+    /// The TLS directory of `myriad cert` the nodes use (`ca.pem`, `client.pem`,
+    /// `client.key`, ...), or `None` for a cluster without TLS.
+    #[getter]
+    fn tls_dir(&self) -> Option<PathBuf> {
+        self.inner.lock().tls_dir()
     }
 
     /// The superpeers as `["ID@127.0.0.1:PORT", ...]` (what `Client.connect` takes).

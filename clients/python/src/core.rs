@@ -30,7 +30,7 @@ use myriad_client::membership::Membership;
 use myriad_client::ClientError;
 use myriad_launcher::LocalCluster as Launched;
 use myriad_net::secret::{self, SecretError};
-use myriad_net::SECRET_BYTES_MAX;
+use myriad_net::{TlsConfig, SECRET_BYTES_MAX};
 use myriad_types::NodeId;
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -203,6 +203,37 @@ pub fn resolve_secret(
     }
 }
 
+/// The certificate name a client uses when `tls_name` is not given: the one
+/// `myriad cluster start --tls` issues for clients (`DIR/tls/client.pem`).
+pub const TLS_NAME_DEFAULT: &str = "client";
+
+/// The TLS configuration `Client.connect` uses: `DIR/ca.pem`, `DIR/NAME.pem` and
+/// `DIR/NAME.key` of `tls_dir` (a directory written by `myriad cert`), `NAME` being
+/// `tls_name` or [`TLS_NAME_DEFAULT`]; without `tls_dir`, the cluster directory's TLS
+/// directory (`cluster.json`'s `tls_dir`, a cluster started with `--tls`) with the
+/// certificate `tls_name` or `client`, as `myriad term --cluster` does; else none (plain
+/// TCP). `ValueError` for `tls_name` without any TLS directory, and for files that do not
+/// load (missing, not PEM, a key that does not match its certificate).
+pub fn resolve_tls(
+    tls_dir: Option<PathBuf>,
+    tls_name: Option<String>,
+    cluster: Option<&Launched>,
+) -> PyResult<Option<TlsConfig>> {
+    let dir = match tls_dir.or_else(|| cluster.and_then(Launched::tls_dir)) {
+        Some(dir) => dir,
+        None if tls_name.is_some() => {
+            return Err(PyValueError::new_err(
+                "tls_name= needs tls_dir= (or a cluster_dir= of a cluster started with TLS)",
+            ))
+        }
+        None => return Ok(None),
+    };
+    let name = tls_name.unwrap_or_else(|| TLS_NAME_DEFAULT.to_owned());
+    TlsConfig::from_dir(&dir, &name)
+        .map(Some)
+        .map_err(|error| PyValueError::new_err(format!("TLS: {error}")))
+}
+
 /// How to connect (the arguments of `Client.connect`, parsed).
 pub struct ConnectSpec {
     /// The superpeers to join through.
@@ -220,6 +251,8 @@ pub struct ConnectSpec {
     /// How long a lone blocking call polls its lane (`None`: the Rust client's default,
     /// `myriad_client::client::LANE_SPIN_DEFAULT`).
     pub lane_spin: Option<Duration>,
+    /// TLS for every connection (`None`: plain TCP after the HMAC handshake).
+    pub tls: Option<TlsConfig>,
 }
 
 impl Core {
@@ -236,6 +269,7 @@ impl Core {
         if let Some(spin) = spec.lane_spin {
             config.join.lane_spin = spin;
         }
+        config.join.tls = spec.tls;
         let client = Client::connect_with(config)?;
         let handle = client.membership().net().runtime();
         Ok(Core {

@@ -6,6 +6,8 @@ The calls are those of the Rust client library (``myriad-client``), bound with P
   ``Client.connect(cluster_dir=...)`` or ``Client.connect(superpeers=[...], secret=...)``
   (or ``secret_file=``). There is no default secret: a cluster directory's secret file,
   ``secret=``, ``secret_file=`` or the file named by ``MYRIAD_SECRET_FILE``.
+  TLS: ``tls_dir=`` (a directory of ``myriad cert``) and ``tls_name=`` (default
+  ``"client"``); a cluster directory of a cluster started with ``--tls`` brings its own.
 * :class:`AsyncClient` -- the same calls returning awaitables (``client.aio``, or
   ``await connect_async(...)``).
 * numpy batch calls (``create_array``, ``get_array``, ``get_packed``, ``put_array``,
@@ -93,7 +95,8 @@ class LocalCluster:
     """A running local cluster started by :func:`local_cluster`.
 
     Attributes: ``dir`` (its directory), ``superpeers`` (``["ID@HOST:PORT", ...]``),
-    ``peer_ids``, ``secret`` and ``secret_file`` (the cluster secret and its file).
+    ``peer_ids``, ``secret`` and ``secret_file`` (the cluster secret and its file),
+    ``tls_dir`` (its certificates, or ``None`` without TLS).
     """
 
     def __init__(self, inner: _LocalCluster):
@@ -123,6 +126,13 @@ class LocalCluster:
     def secret_file(self) -> Path:
         """The cluster secret's file (mode 0600; ``dir / "secret"`` unless one was given)."""
         return Path(self._inner.secret_file)
+
+    @property
+    def tls_dir(self) -> Optional[Path]:
+        """The TLS directory of a cluster started with ``tls=True`` (``dir / "tls"``: the CA
+        and the ``superpeer``, ``peer`` and ``client`` certificates), else ``None``."""
+        tls = self._inner.tls_dir
+        return None if tls is None else Path(tls)
 
     def connect(self, **kwargs) -> Client:
         """A client of this cluster (keyword arguments of :meth:`Client.connect`)."""
@@ -161,6 +171,7 @@ def local_cluster(
     config: Optional[Union[str, os.PathLike]] = None,
     ready_timeout: float = 60.0,
     keep_dir: bool = False,
+    tls: bool = False,
 ) -> Iterator[LocalCluster]:
     """Starts a local cluster of ``myriad`` processes; stops it on exit.
 
@@ -173,6 +184,10 @@ def local_cluster(
     ``dir/secret`` (mode 0600), ``secret_file`` names a file of your own (mode 0600), and
     with neither the launcher keeps ``dir/secret`` or creates it with a random secret.
     Every node gets the file's path; :meth:`LocalCluster.connect` reads it.
+
+    With ``tls=True`` every connection runs over TLS (as ``myriad cluster start --tls``):
+    the cluster CA and the ``superpeer``, ``peer`` and ``client`` certificates are made in
+    ``dir/tls`` (kept if there), and :meth:`LocalCluster.connect` uses ``client``.
 
     >>> with myriad.local_cluster(peers=3) as cluster:          # doctest: +SKIP
     ...     with cluster.connect() as client:
@@ -193,6 +208,7 @@ def local_cluster(
             secret_file=None if secret_file is None else str(secret_file),
             config=None if config is None else str(config),
             ready_timeout=ready_timeout,
+            tls=tls,
         )
         cluster = LocalCluster(inner)
         try:

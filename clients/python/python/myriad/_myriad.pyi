@@ -92,6 +92,8 @@ class Client:
         durability: Optional[Durability] = None,
         listen: Optional[str] = None,
         lane_spin: Optional[float] = None,
+        tls_dir: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_name: Optional[str] = None,
     ) -> Client:
         """Joins the cluster: ``cluster_dir`` (written by ``myriad cluster start`` or
         :func:`myriad.local_cluster`; its secret file is read) or ``superpeers``
@@ -100,7 +102,11 @@ class Client:
         directory's, else the file named by ``MYRIAD_SECRET_FILE``; no default
         (``ValueError`` without one). ``lane_spin`` (seconds, 0 to 0.01; default the Rust
         client's 50 µs; 0 never spins): how long a blocking call that is the only one of
-        the process waiting polls for its answer before its thread sleeps."""
+        the process waiting polls for its answer before its thread sleeps. TLS:
+        ``tls_dir`` (written by ``myriad cert``: ``ca.pem``, ``NAME.pem``, ``NAME.key``)
+        with the certificate ``tls_name`` (default ``"client"``); a ``cluster_dir`` of a
+        cluster started with ``--tls`` uses its ``tls`` directory by itself. The HMAC
+        handshake with the secret still runs inside TLS."""
     @property
     def node_id(self) -> int:
         """This client's node ID (assigned by the superpeers)."""
@@ -255,6 +261,7 @@ class LocalCluster:
         secret_file: Optional[str] = None,
         config: Optional[str] = None,
         ready_timeout: float = 60.0,
+        tls: bool = False,
     ) -> LocalCluster: ...
     @property
     def dir(self) -> str: ...
@@ -262,6 +269,8 @@ class LocalCluster:
     def secret(self) -> str: ...
     @property
     def secret_file(self) -> str: ...
+    @property
+    def tls_dir(self) -> Optional[str]: ...
     @property
     def superpeers(self) -> list[str]: ...
     @property

@@ -1,5 +1,6 @@
 package io.myriad.client;
 
+import io.myriad.client.net.Tls;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
@@ -26,6 +27,12 @@ import java.util.regex.Pattern;
  * if that is unset. Secret files follow {@code docs/security.md}: the secret is the first
  * line without trailing whitespace, 1 to 1,024 bytes, and a file that group or others may
  * read or write is refused.
+ *
+ * <p>TLS ({@code docs/security.md}): {@link #withTlsDir} loads the cluster CA and this
+ * client's certificate from a directory of {@code myriad cert} ({@code DIR/tls} of a
+ * cluster started with {@code myriad cluster start --tls}, see {@link #clusterTlsDir});
+ * every connection then runs TLS 1.3 with mutual authentication, and the HMAC handshake
+ * with the secret inside it.
  */
 public final class ClientConfig {
     /** The environment variable naming the secret file when no secret is configured. */
@@ -36,7 +43,10 @@ public final class ClientConfig {
     public static final String CLUSTER_FILE_NAME = "cluster.json";
     /** Longest secret accepted (bytes), as the nodes'. */
     public static final int SECRET_BYTES_MAX = 1024;
+    /** The certificate name of a cluster's clients ({@code myriad cluster start --tls} issues it). */
+    public static final String TLS_NAME_DEFAULT = "client";
     private static final Pattern SECRET_FILE_KEY = Pattern.compile("\"secret_file\"\\s*:\\s*\"((?:[^\"\\\\]|\\\\.)*)\"");
+    private static final Pattern TLS_DIR_KEY = Pattern.compile("\"tls_dir\"\\s*:\\s*\"((?:[^\"\\\\]|\\\\.)*)\"");
 
     /** Superpeer IDs and addresses, in the order they are tried. */
     public final Map<Integer, InetSocketAddress> superpeers = new LinkedHashMap<>();
@@ -45,6 +55,11 @@ public final class ClientConfig {
      * named by {@value #SECRET_FILE_ENV}, or refuses to join if that is unset.
      */
     public byte[] secret;
+    /**
+     * TLS for every connection ({@code null}, the default: plain TCP after the HMAC
+     * handshake); set by {@link #withTlsDir} or {@link #withTlsFiles}.
+     */
+    public Tls tls;
     /** Where this client accepts connections (port 0: any free port). */
     public InetSocketAddress listen = new InetSocketAddress("127.0.0.1", 0);
     /** Longest a chunk call takes (default 2 s). */
@@ -56,6 +71,7 @@ public final class ClientConfig {
     /**
      * Whether blocking single-chunk calls use direct request lanes (default true; false:
      * they go over the node's shared connection, answered through its reader thread).
+     * Ignored under TLS: lanes are off there, as on the nodes.
      */
     public boolean lanes = true;
     /** Quick routing rounds per chunk call before rounds are paced (default 4). */
@@ -74,6 +90,56 @@ public final class ClientConfig {
     public ClientConfig withSecretFile(Path file) {
         this.secret = readSecretFile(file);
         return this;
+    }
+
+    /**
+     * Turns TLS on with the CA and certificate {@code name} of a directory written by
+     * {@code myriad cert} ({@code DIR/ca.pem}, {@code DIR/NAME.pem}, {@code DIR/NAME.key}),
+     * as the Rust client's {@code ClientConfig::with_tls_dir}. The files are read now.
+     *
+     * @throws MyriadException.InvalidArgument a file is missing or does not load
+     */
+    public ClientConfig withTlsDir(Path dir, String name) {
+        this.tls = Tls.fromDir(dir, name);
+        return this;
+    }
+
+    /** {@link #withTlsDir} with the certificate {@value #TLS_NAME_DEFAULT}. */
+    public ClientConfig withTlsDir(Path dir) {
+        return withTlsDir(dir, TLS_NAME_DEFAULT);
+    }
+
+    /**
+     * Turns TLS on with PEM files of any name: the CA certificate, this client's certificate
+     * (chain) and its PKCS#8 private key.
+     *
+     * @throws MyriadException.InvalidArgument a file is missing or does not load
+     */
+    public ClientConfig withTlsFiles(Path ca, Path cert, Path key) {
+        this.tls = Tls.fromPemFiles(ca, cert, key);
+        return this;
+    }
+
+    /**
+     * The TLS directory of a local cluster directory ({@code cluster.json}'s
+     * {@code "tls_dir"}, written by {@code myriad cluster start --tls}), or {@code null} for
+     * a cluster without TLS (or a directory without {@code cluster.json}).
+     */
+    public static Path clusterTlsDir(Path dir) {
+        Path clusterFile = dir.resolve(CLUSTER_FILE_NAME);
+        String json;
+        try {
+            json = Files.readString(clusterFile, StandardCharsets.UTF_8);
+        } catch (NoSuchFileException e) {
+            return null;
+        } catch (IOException e) {
+            throw new MyriadException.InvalidArgument("cluster file " + clusterFile + ": " + e);
+        }
+        Matcher matcher = TLS_DIR_KEY.matcher(json);
+        if (!matcher.find() || matcher.group(1).isEmpty()) {
+            return null;
+        }
+        return dir.resolve(jsonUnescape(matcher.group(1), clusterFile, "tls_dir"));
     }
 
     /**
@@ -158,11 +224,11 @@ public final class ClientConfig {
         if (!matcher.find() || matcher.group(1).isEmpty()) {
             return dir.resolve(SECRET_FILE_NAME);
         }
-        return dir.resolve(jsonUnescape(matcher.group(1), clusterFile));
+        return dir.resolve(jsonUnescape(matcher.group(1), clusterFile, "secret_file"));
     }
 
     /** A JSON string's content without its escapes. */
-    private static String jsonUnescape(String text, Path source) {
+    private static String jsonUnescape(String text, Path source, String key) {
         StringBuilder out = new StringBuilder(text.length());
         for (int i = 0; i < text.length(); i++) {
             char c = text.charAt(i);
@@ -171,7 +237,7 @@ public final class ClientConfig {
                 continue;
             }
             if (i + 1 >= text.length()) {
-                throw new MyriadException.InvalidArgument("cluster file " + source + ": bad escape in secret_file");
+                throw new MyriadException.InvalidArgument("cluster file " + source + ": bad escape in " + key);
             }
             char e = text.charAt(++i);
             switch (e) {
@@ -183,17 +249,17 @@ public final class ClientConfig {
                 case 't' -> out.append('\t');
                 case 'u' -> {
                     if (i + 4 >= text.length()) {
-                        throw new MyriadException.InvalidArgument("cluster file " + source + ": bad escape in secret_file");
+                        throw new MyriadException.InvalidArgument("cluster file " + source + ": bad escape in " + key);
                     }
                     try {
                         out.append((char) Integer.parseInt(text.substring(i + 1, i + 5), 16));
                     } catch (NumberFormatException ex) {
-                        throw new MyriadException.InvalidArgument("cluster file " + source + ": bad escape in secret_file");
+                        throw new MyriadException.InvalidArgument("cluster file " + source + ": bad escape in " + key);
                     }
                     i += 4;
                 }
                 default -> throw new MyriadException.InvalidArgument("cluster file " + source
-                        + ": bad escape in secret_file");
+                        + ": bad escape in " + key);
             }
         }
         return out.toString();

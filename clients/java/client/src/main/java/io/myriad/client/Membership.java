@@ -86,7 +86,7 @@ final class Membership {
             long remaining = Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()));
             byte[] answer;
             try (Endpoint temporary = new Endpoint(provisional, config.secret, null,
-                    (int) config.connectTimeout.toMillis())) {
+                    (int) config.connectTimeout.toMillis(), config.tls)) {
                 temporary.setAddress(target, config.superpeers.get(target));
                 answer = temporary.request(target, MessageType.JOIN, request).get(remaining, TimeUnit.MILLISECONDS);
             } catch (ExecutionException e) {

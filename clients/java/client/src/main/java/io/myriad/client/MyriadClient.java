@@ -53,14 +53,16 @@ public final class MyriadClient implements AutoCloseable {
      * Joins the cluster; blocks until the superpeers assigned this client its ID. A
      * {@code null} {@link ClientConfig#secret} is set here from the file named by
      * {@value ClientConfig#SECRET_FILE_ENV}; with neither, throws
-     * {@link MyriadException.InvalidArgument} before dialing anyone.
+     * {@link MyriadException.InvalidArgument} before dialing anyone. With
+     * {@link ClientConfig#tls} set every connection runs over TLS.
      */
     public static MyriadClient connect(ClientConfig config) {
         if (config.superpeers.isEmpty()) {
             throw new MyriadException.InvalidArgument("no superpeer configured");
         }
         config.secret = ClientConfig.resolveSecret(config.secret, System.getenv());
-        Endpoint endpoint = new Endpoint(0, config.secret, config.listen, (int) config.connectTimeout.toMillis());
+        Endpoint endpoint = new Endpoint(0, config.secret, config.listen, (int) config.connectTimeout.toMillis(),
+                config.tls);
         try {
             for (Map.Entry<Integer, java.net.InetSocketAddress> superpeer : config.superpeers.entrySet()) {
                 endpoint.setAddress(superpeer.getKey(), superpeer.getValue());

@@ -22,7 +22,11 @@ import java.util.stream.Stream;
  * with {@code --exit-with-parent <this JVM>} and its own ready file, log and data directory
  * under a temporary directory. The cluster secret is a random one in {@code DIR/secret}
  * (mode 0600, created before any node starts, as {@code myriad cluster start} does), given
- * to every node as {@code --secret-file}; clients take it from {@link #config()}.
+ * to every node as {@code --secret-file}; clients take it from {@link #config()}. With TLS
+ * ({@link #startTls}) the binary's {@code myriad cert} writes a cluster CA and the
+ * certificates {@code superpeer}, {@code peer} and {@code client} to {@code DIR/tls} (the
+ * layout of {@code myriad cluster start --tls}), and every node runs with
+ * {@code --tls-dir DIR/tls --tls-name superpeer|peer}.
  *
  * <p>Invariant: every process it starts is killed by {@link #close} (tests use
  * try-with-resources or {@code @AfterAll}), and by a JVM shutdown hook if the test JVM
@@ -55,6 +59,7 @@ public final class LocalCluster implements AutoCloseable {
 
     private final Path dir;
     private final Path secretFile;
+    private final Path tlsDir;
     private final List<Node> nodes = new ArrayList<>();
     private final String superpeerList;
     private final Thread hook;
@@ -77,16 +82,29 @@ public final class LocalCluster implements AutoCloseable {
      * node. Returns once every node wrote its ready file (or throws, killing what started).
      */
     public static LocalCluster start(int superpeers, int peers, List<String> peerArgs, String config) throws IOException {
-        return new LocalCluster(superpeers, peers, peerArgs, config);
+        return new LocalCluster(superpeers, peers, peerArgs, config, false);
     }
 
-    private LocalCluster(int superpeers, int peers, List<String> peerArgs, String config) throws IOException {
+    /** {@link #start} with TLS for every connection (certificates in {@link #tlsDir}). */
+    public static LocalCluster startTls(int superpeers, int peers, List<String> peerArgs) throws IOException {
+        return new LocalCluster(superpeers, peers, peerArgs, null, true);
+    }
+
+    private LocalCluster(int superpeers, int peers, List<String> peerArgs, String config, boolean tls)
+            throws IOException {
         dir = Files.createTempDirectory("myriad-java-");
         secretFile = dir.resolve(ClientConfig.SECRET_FILE_NAME);
+        tlsDir = tls ? dir.resolve("tls") : null;
         hook = new Thread(this::killAll, "myriad-cluster-kill");
         Runtime.getRuntime().addShutdownHook(hook);
         try {
             writeSecret(secretFile);
+            if (tls) {
+                cert("ca", tlsDir.toString());
+                for (String role : List.of("superpeer", "peer", "client")) {
+                    cert("issue", tlsDir.toString(), role, "--role", role);
+                }
+            }
             Path configFile = null;
             if (config != null) {
                 configFile = dir.resolve("myriad.toml");
@@ -132,6 +150,37 @@ public final class LocalCluster implements AutoCloseable {
         Files.writeString(file, hex + "\n", StandardCharsets.UTF_8);
     }
 
+    /**
+     * Runs {@code myriad cert ARGS...} (bounded: 30 s) and checks that it succeeded;
+     * returns its output.
+     */
+    public static String cert(String... args) throws IOException {
+        List<String> command = new ArrayList<>(List.of(binary().toString(), "cert"));
+        command.addAll(List.of(args));
+        Path out = Files.createTempFile("myriad-cert-", ".txt");
+        try {
+            Process process = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(out.toFile())
+                    .start();
+            try {
+                if (!process.waitFor(30, java.util.concurrent.TimeUnit.SECONDS)) {
+                    throw new IllegalStateException("myriad cert " + command + " did not end in 30 s");
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IOException("interrupted");
+            } finally {
+                process.destroyForcibly();
+            }
+            String text = Files.readString(out, StandardCharsets.UTF_8);
+            if (process.exitValue() != 0) {
+                throw new IllegalStateException(command + " failed: " + text);
+            }
+            return text;
+        } finally {
+            Files.deleteIfExists(out);
+        }
+    }
+
     private static int freePort() throws IOException {
         try (ServerSocket socket = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
             return socket.getLocalPort();
@@ -153,6 +202,10 @@ public final class LocalCluster implements AutoCloseable {
                 String.valueOf(ProcessHandle.current().pid()), "--secret-file", secretFile.toString()));
         if (configFile != null) {
             command.addAll(List.of("--config", configFile.toString()));
+        }
+        if (tlsDir != null) {
+            command.addAll(List.of("--tls-dir", tlsDir.toString(), "--tls-name",
+                    name.startsWith("superpeer") ? "superpeer" : "peer"));
         }
         Path log = logs.resolve(name + ".log");
         ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true)
@@ -222,9 +275,18 @@ public final class LocalCluster implements AutoCloseable {
         return secretFile;
     }
 
-    /** A client configuration for this cluster: its superpeers and its secret (read from the file). */
+    /** The TLS directory ({@code DIR/tls}: {@code ca.pem}, {@code client.pem}, ...), or null without TLS. */
+    public Path tlsDir() {
+        return tlsDir;
+    }
+
+    /**
+     * A client configuration for this cluster: its superpeers and its secret (read from the
+     * file); with TLS, the certificate {@code client} of {@link #tlsDir}.
+     */
     public ClientConfig config() {
-        return ClientConfig.of(superpeerList).withSecretFile(secretFile);
+        ClientConfig config = ClientConfig.of(superpeerList).withSecretFile(secretFile);
+        return tlsDir == null ? config : config.withTlsDir(tlsDir, "client");
     }
 
     /** Every node started. */

@@ -38,6 +38,9 @@ import site.ycsb.Status;
  * {@code cluster.json}'s {@code secret_file}, else {@code DIR/secret}), else the file named
  * by the environment variable {@code MYRIAD_SECRET_FILE}; there is no default secret and
  * none is taken from a property (YCSB properties end up on command lines).
+ * TLS: {@code myriad.tls.dir} (a directory of {@code myriad cert}) with the certificate
+ * {@code myriad.tls.name} (default {@code client}), else the TLS directory of
+ * {@code myriad.cluster} (a cluster started with {@code --tls}), else none.
  * {@code myriad.durability} (default|async|replicated|durable; default: the cluster's),
  * {@code myriad.timeout_ms} (per call, default 2000), {@code myriad.lanes} (true|false,
  * default false: with YCSB's many threads per JVM the shared connections measured better
@@ -76,6 +79,7 @@ public class MyriadYcsbClient extends DB {
                 ClientConfig config = ClientConfig.of(superpeers);
                 try {
                     config.secret = secret(properties);
+                    tls(properties, config);
                 } catch (MyriadException e) {
                     throw new DBException(e.getMessage(), e);
                 }
@@ -112,6 +116,27 @@ public class MyriadYcsbClient extends DB {
             return ClientConfig.readSecretFile(ClientConfig.clusterSecretFile(Path.of(cluster)));
         }
         return null;
+    }
+
+    /**
+     * Sets {@code config}'s TLS from the properties: {@code myriad.tls.dir} with
+     * {@code myriad.tls.name} (default {@code client}), else {@code myriad.cluster}'s TLS
+     * directory (a cluster started with {@code --tls}); neither: no TLS.
+     */
+    static void tls(Properties properties, ClientConfig config) throws DBException {
+        String name = properties.getProperty("myriad.tls.name", ClientConfig.TLS_NAME_DEFAULT);
+        String dir = properties.getProperty("myriad.tls.dir");
+        if (dir != null && !dir.isBlank()) {
+            config.withTlsDir(Path.of(dir), name);
+            return;
+        }
+        String cluster = properties.getProperty("myriad.cluster");
+        Path clusterTls = cluster == null || cluster.isBlank() ? null : ClientConfig.clusterTlsDir(Path.of(cluster));
+        if (clusterTls != null) {
+            config.withTlsDir(clusterTls, name);
+        } else if (properties.getProperty("myriad.tls.name") != null) {
+            throw new DBException("myriad.tls.name needs myriad.tls.dir (or a myriad.cluster started with --tls)");
+        }
     }
 
     @Override

@@ -10,7 +10,8 @@ import java.nio.file.Path;
  * owners' cost of the records; backups keep theirs on disk). Used by {@code scripts/ycsb}
  * after a load. Usage: {@code StoreStats <superpeer list> <cluster dir>} (the secret is
  * the cluster directory's: {@code cluster.json}'s {@code secret_file}, else
- * {@code DIR/secret}).
+ * {@code DIR/secret}; TLS with its certificate {@code client} when the cluster was started
+ * with {@code --tls}).
  */
 public final class StoreStats {
     private StoreStats() {}
@@ -23,6 +24,10 @@ public final class StoreStats {
         }
         ClientConfig config = ClientConfig.of(args[0])
                 .withSecretFile(ClientConfig.clusterSecretFile(Path.of(args[1])));
+        Path tls = ClientConfig.clusterTlsDir(Path.of(args[1]));
+        if (tls != null) {
+            config.withTlsDir(tls);
+        }
         try (MyriadClient client = MyriadClient.connect(config)) {
             long chunks = 0;
             long payload = 0;

@@ -30,7 +30,9 @@ import java.util.logging.Logger;
  * <p>Connections are opened with the handshake of {@code docs/wire-format.md}: as connector
  * when this node sends first, as acceptor when a superpeer dials this node (heartbeats).
  * A dial answered {@code duplicate} uses the connection the other node opened to us.
- * Thread-safe.
+ * With {@link Tls} every connection, dialed or accepted, runs TLS 1.3 with mutual
+ * authentication first and the same handshake inside it, as the Rust endpoint does; lanes
+ * are off then (the nodes refuse them under TLS). Thread-safe.
  */
 public final class Endpoint implements AutoCloseable {
     private static final Logger LOG = Logger.getLogger(Endpoint.class.getName());
@@ -41,6 +43,7 @@ public final class Endpoint implements AutoCloseable {
     private volatile int nodeId;
     private final long instance = RANDOM.nextLong();
     private final byte[] secret;
+    private final Tls tls;
     private final int connectTimeoutMs;
     private final ServerSocket listener;
     private final Map<Integer, InetSocketAddress> addresses = new ConcurrentHashMap<>();
@@ -51,15 +54,24 @@ public final class Endpoint implements AutoCloseable {
     private final AtomicBoolean closed = new AtomicBoolean();
 
     /**
-     * An endpoint under {@code nodeId}; with {@code listen} non-null it accepts connections
-     * there (bound now, so its address can be announced before the ID is known).
+     * An endpoint under {@code nodeId} without TLS; with {@code listen} non-null it accepts
+     * connections there (bound now, so its address can be announced before the ID is known).
      */
     public Endpoint(int nodeId, byte[] secret, InetSocketAddress listen, int connectTimeoutMs) {
+        this(nodeId, secret, listen, connectTimeoutMs, null);
+    }
+
+    /**
+     * An endpoint under {@code nodeId} whose connections all run over {@code tls} (null:
+     * plain TCP); with {@code listen} non-null it accepts connections there.
+     */
+    public Endpoint(int nodeId, byte[] secret, InetSocketAddress listen, int connectTimeoutMs, Tls tls) {
         if (secret.length == 0 || secret.length > Handshake.SECRET_BYTES_MAX) {
             throw new MyriadException.InvalidArgument("the secret must have 1 to 1024 bytes");
         }
         this.nodeId = nodeId;
         this.secret = secret.clone();
+        this.tls = tls;
         this.connectTimeoutMs = connectTimeoutMs;
         this.dialer = Executors.newCachedThreadPool(runnable -> {
             Thread thread = new Thread(runnable, "myriad-dial");
@@ -80,6 +92,11 @@ public final class Endpoint implements AutoCloseable {
         Thread acceptor = new Thread(this::acceptLoop, "myriad-accept");
         acceptor.setDaemon(true);
         acceptor.start();
+    }
+
+    /** Whether this endpoint's connections run over TLS. */
+    public boolean isTls() {
+        return tls != null;
     }
 
     /** This node's ID. */
@@ -187,9 +204,10 @@ public final class Endpoint implements AutoCloseable {
         if (address == null) {
             throw new ConnectionLostException(node, "no address known");
         }
-        Socket socket = new Socket();
+        Socket socket = null;
         try {
-            int verdict = handshake(socket, address, node, false, connectTimeoutMs);
+            socket = open(address, node, connectTimeoutMs);
+            int verdict = handshake(socket, node, false);
             if (verdict == Handshake.ACCEPTED) {
                 return register(new Connection(this, socket, node, MESSAGE_BYTES_MAX));
             }
@@ -200,22 +218,45 @@ public final class Endpoint implements AutoCloseable {
             throw new ConnectionLostException(node, verdict == Handshake.REFUSED ? "refused (fenced)"
                     : "bad verdict " + verdict);
         } catch (IOException | MyriadException e) {
-            closeQuietly(socket);
+            if (socket != null) {
+                closeQuietly(socket);
+            }
             throw new ConnectionLostException(node, "connect to " + address + ": " + e.getMessage());
         }
     }
 
     /**
-     * Connects {@code socket} to {@code node} at {@code address} and runs the connector's
-     * side of the handshake (with the lane flag for a lane), each step waiting at most
-     * {@code timeoutMs}; returns the acceptor's verdict. On {@link Handshake#ACCEPTED} the
-     * socket is ready for frames (no read timeout, no Nagle).
+     * A socket connected to {@code node} at {@code address} (no Nagle, reads waiting at most
+     * {@code timeoutMs}), with the TLS handshake done when this endpoint has TLS. Closes
+     * what it opened if it fails.
      */
-    private int handshake(Socket socket, InetSocketAddress address, int node, boolean lane, int timeoutMs)
-            throws IOException {
-        socket.connect(address, timeoutMs);
-        socket.setTcpNoDelay(true);
-        socket.setSoTimeout(timeoutMs);
+    private Socket open(InetSocketAddress address, int node, int timeoutMs) throws IOException {
+        Socket socket = new Socket();
+        try {
+            socket.connect(address, timeoutMs);
+            socket.setTcpNoDelay(true);
+            socket.setSoTimeout(timeoutMs);
+            if (tls == null) {
+                return socket;
+            }
+            try {
+                return tls.connect(socket, address, timeoutMs);
+            } catch (javax.net.ssl.SSLException e) {
+                throw new MyriadException.Protocol("TLS handshake with node " + node + " failed: " + e.getMessage()
+                        + " (does its certificate come from this client's CA, and does it speak TLS?)");
+            }
+        } catch (IOException | RuntimeException e) {
+            closeQuietly(socket);
+            throw e;
+        }
+    }
+
+    /**
+     * Runs the connector's side of the handshake on {@code socket} (opened by
+     * {@link #open}; with the lane flag for a lane); returns the acceptor's verdict. On
+     * {@link Handshake#ACCEPTED} the socket is ready for frames (no read timeout).
+     */
+    private int handshake(Socket socket, int node, boolean lane) throws IOException {
         OutputStream out = socket.getOutputStream();
         DataInputStream in = new DataInputStream(socket.getInputStream());
         byte[] nonce = new byte[Handshake.NONCE_BYTES];
@@ -226,13 +267,19 @@ public final class Endpoint implements AutoCloseable {
         byte[] theirs = new byte[Handshake.GREETING_BYTES];
         try {
             in.readFully(theirs);
-        } catch (java.io.EOFException e) {
+        } catch (java.io.EOFException | java.net.SocketException e) {
             // A node refuses a wrong secret only after its greeting: closing before it is
-            // what a TLS-only cluster does to a plaintext connector.
-            throw new MyriadException.Protocol("node " + node + " closed the connection before"
-                    + " its greeting: the cluster most likely requires TLS, which this Java"
-                    + " client does not support yet (use the Rust client or myriad term, or a"
-                    + " cluster without TLS)");
+            // (a reset when our greeting lay unread) what a TLS-only cluster does to a
+            // plaintext connector, and what a TLS node does to a certificate it refuses.
+            throw new MyriadException.Protocol("node " + node + " closed the connection before its greeting: "
+                    + (tls == null ? "the cluster most likely requires TLS (ClientConfig.withTlsDir, or"
+                            + " -p myriad.tls.dir=DIR in YCSB)"
+                            : "it refused this client's certificate (not signed by the cluster's CA?)"));
+        } catch (javax.net.ssl.SSLException e) {
+            // TLS 1.3: the acceptor checks the connector's certificate after the connector's
+            // handshake ended; a refusal arrives as an alert on the first read.
+            throw new MyriadException.Protocol("node " + node + " refused the TLS connection: " + e.getMessage()
+                    + " (is this client's certificate signed by the cluster's CA?)");
         }
         Handshake.Greeting greeting = Handshake.Greeting.decode(theirs);
         if (greeting.node != node || greeting.lane) {
@@ -284,8 +331,8 @@ public final class Endpoint implements AutoCloseable {
      */
     public byte[] requestOnLane(int node, MessageType type, byte[] payload, long timeoutMs)
             throws java.net.SocketTimeoutException {
-        if (type.ordered || closed.get()) {
-            return null;
+        if (type.ordered || closed.get() || tls != null) {
+            return null; // under TLS every request takes the (encrypted) connection
         }
         Connection connection = connections.get(node);
         if (connection == null || !connection.isOpen()) {
@@ -350,15 +397,18 @@ public final class Endpoint implements AutoCloseable {
         if (address == null) {
             return null;
         }
-        Socket socket = new Socket();
+        Socket socket = null;
         try {
-            if (handshake(socket, address, node, true, timeoutMs) == Handshake.ACCEPTED) {
+            socket = open(address, node, timeoutMs);
+            if (handshake(socket, node, true) == Handshake.ACCEPTED) {
                 return new Lane(node, socket, MESSAGE_BYTES_MAX);
             }
         } catch (IOException | MyriadException e) {
             LOG.log(Level.FINE, "lane to node " + node + " failed: " + e.getMessage());
         }
-        closeQuietly(socket);
+        if (socket != null) {
+            closeQuietly(socket);
+        }
         return null;
     }
 
@@ -436,10 +486,14 @@ public final class Endpoint implements AutoCloseable {
         }
     }
 
-    private void accept(Socket socket) {
+    private void accept(Socket accepted) {
+        Socket socket = accepted;
         try {
             socket.setTcpNoDelay(true);
             socket.setSoTimeout(connectTimeoutMs);
+            if (tls != null) {
+                socket = tls.accept(accepted, connectTimeoutMs);
+            }
             DataInputStream in = new DataInputStream(socket.getInputStream());
             OutputStream out = socket.getOutputStream();
             byte[] theirs = new byte[Handshake.GREETING_BYTES];
