@@ -3,10 +3,13 @@
 //! # How a write travels
 //! `on_*` takes the state lock, finds (or opens, places and starts registering) the
 //! chunk's zone, and appends the operation to the pending queue of each of the zone's
-//! backups' streams, in backup order, giving it the stream's next sequence number. The
-//! sender thread drains pending queues into [`LogMessage`]s of up to
-//! [`ReplicatorConfig::message_bytes_target`] (so under load many small writes share a
-//! message, at low load nothing waits for company), moves them into the stream's window of
+//! backups' streams, in backup order, giving it the stream's next sequence number. Pending
+//! queues are drained into [`LogMessage`]s of up to
+//! [`ReplicatorConfig::message_bytes_target`]: by the writing thread itself, before it
+//! releases the lock, when the stream's send task is idle and no resend is due (at low
+//! load a write leaves at once, with no hand-off to another thread), otherwise by the
+//! sender thread, woken for it (under load many small writes then share a message). The
+//! messages move into the stream's window of
 //! unacknowledged messages and hands them to the stream's send task (one async task per
 //! backup on the messaging runtime, so the messages of a stream leave in order and a backup
 //! that is slow to connect holds up only its own stream). Acknowledgements ([`wire::ACK`]) advance each
