@@ -16,6 +16,7 @@
 use clap::{Parser, Subcommand};
 
 mod cluster;
+mod cluster_group;
 mod demo;
 mod peer_cmd;
 mod superpeer_cmd;

@@ -468,6 +468,29 @@ impl Membership {
         true
     }
 
+    /// Where a request goes when no leader is known, in turn: the configured superpeers,
+    /// then the superpeers of the node table that are alive and not configured (added to
+    /// the group at runtime), so that a node whose configured superpeers all left the group
+    /// still finds it. Never empty (the configured list is not).
+    fn superpeer_candidates(&self) -> Vec<NodeId> {
+        let mut candidates: Vec<NodeId> = self.superpeers.iter().map(|(id, _)| *id).collect();
+        let added: Vec<NodeId> = self
+            .table
+            .read()
+            .nodes
+            .values()
+            .filter(|record| record.role == Role::Superpeer && record.state == NodeState::Alive)
+            .map(|record| record.id)
+            .filter(|id| !candidates.contains(id))
+            .collect();
+        for id in added {
+            if self.reachable_superpeer(id) {
+                candidates.push(id);
+            }
+        }
+        candidates
+    }
+
     /// Whether `id` may send peer-to-peer messages (replication, acknowledgements): not
     /// a node this node knows as a client. A node not known yet is let through (a peer
     /// that joined a moment ago may replicate before its join event arrived here); see
@@ -530,7 +553,8 @@ impl Membership {
             let target = match hint {
                 Some(leader) => leader,
                 None => {
-                    let target = self.superpeers[index % self.superpeers.len()].0;
+                    let candidates = self.superpeer_candidates();
+                    let target = candidates[index % candidates.len()];
                     index += 1;
                     target
                 }

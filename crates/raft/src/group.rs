@@ -26,6 +26,8 @@ use crate::types::SuperpeerNode;
 
 /// Extra time a new superpeer gets to catch up, beyond the request timeout.
 const CATCH_UP_EXTRA: Duration = Duration::from_secs(30);
+/// How often a leader that removes itself checks whether its removal is done.
+const SELF_REMOVAL_POLL: Duration = Duration::from_millis(50);
 
 /// The group as the Raft membership records it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -156,8 +158,10 @@ impl MetaRaft {
     }
 
     /// Removes superpeer `id` from the group (voter or learner); it no longer receives the
-    /// log. Removing the leader itself is allowed: it steps down once the change commits.
-    /// Leader only.
+    /// log. Removing the leader itself is allowed: it steps down once the change commits; if
+    /// the member left takes over before this leader sees the commit, the answer is
+    /// [`GroupChangeError::OutcomeUnknown`] (within about an election timeout), and the
+    /// remaining members hold the group without it. Leader only.
     pub async fn remove_superpeer(&self, id: u64) -> Result<GroupMembers, GroupChangeError> {
         self.ensure_leader()?;
         let current = self.group();
@@ -178,14 +182,70 @@ impl MetaRaft {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))
         };
         let change = self.inner.raft.change_membership(change, false);
-        tokio::time::timeout(deadline, change)
-            .await
-            .map_err(|_| {
-                GroupChangeError::OutcomeUnknown(format!(
-                    "removing superpeer {id} did not commit within {deadline:?}"
-                ))
-            })?
-            .map_err(write_error)?;
-        Ok(self.group())
+        if id != self.inner.node_id {
+            tokio::time::timeout(deadline, change)
+                .await
+                .map_err(|_| {
+                    GroupChangeError::OutcomeUnknown(format!(
+                        "removing superpeer {id} did not commit within {deadline:?}"
+                    ))
+                })?
+                .map_err(write_error)?;
+            return Ok(self.group());
+        }
+        // The leader removes itself. If the one member left takes over as soon as it sees
+        // the final configuration (a group of one elects itself at once), this leader never
+        // hears that the change committed and openraft never answers the call: watch the
+        // configuration instead of waiting for the answer alone.
+        let started = tokio::time::Instant::now();
+        tokio::pin!(change);
+        loop {
+            tokio::select! {
+                result = &mut change => {
+                    result.map_err(write_error)?;
+                    return Ok(self.group());
+                }
+                () = tokio::time::sleep(SELF_REMOVAL_POLL) => {
+                    if let Some(outcome) = self.self_removal_outcome() {
+                        return outcome;
+                    }
+                    if started.elapsed() >= deadline {
+                        return Err(GroupChangeError::OutcomeUnknown(format!(
+                            "removing superpeer {id} did not commit within {deadline:?}"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where this superpeer's removal of itself stands, once its latest configuration is a
+    /// single one without it: done if that configuration is applied here (so committed);
+    /// unknown here if this superpeer no longer leads (the remaining members finish it).
+    /// `None` while neither holds.
+    fn self_removal_outcome(&self) -> Option<Result<GroupMembers, GroupChangeError>> {
+        let receiver = self.inner.raft.metrics();
+        let (final_without_me, applied, leads) = {
+            let metrics = receiver.borrow_watched();
+            let stored = &metrics.membership_config;
+            let final_without_me = stored.get_joint_config().len() == 1
+                && !stored.voter_ids().any(|voter| voter == self.inner.node_id);
+            let applied = stored.log_id().is_some() && metrics.last_applied >= *stored.log_id();
+            let leads = metrics.current_leader == Some(self.inner.node_id);
+            (final_without_me, applied, leads)
+        };
+        if !final_without_me {
+            return None;
+        }
+        if applied {
+            return Some(Ok(self.group()));
+        }
+        (!leads).then(|| {
+            Err(GroupChangeError::OutcomeUnknown(format!(
+                "superpeer {} stepped down before it saw its removal commit; the remaining \
+                 members finish the change (ask one of them for the group)",
+                self.inner.node_id
+            )))
+        })
     }
 }

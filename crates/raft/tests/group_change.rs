@@ -1,0 +1,64 @@
+//! Membership changes of an in-process group: the leader of two removes itself, three
+//! times. The call must end well within its own deadline, with success or "outcome
+//! unknown", and the member left must hold the group alone and keep serving writes.
+//!
+//! With real processes the member left can elect itself (a group of one) before its
+//! acknowledgement of the final configuration reaches the old leader, which then never
+//! hears of the commit; `MetaRaft::remove_superpeer` watches the configuration for that
+//! case. This in-process transport is too fast to produce that race reliably: the process
+//! test `crates/cli/tests/cluster_superpeer.rs` (2 -> 1 by removing the leader) is where it
+//! showed.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use myriad_raft::GroupChangeError;
+
+/// The self-removal must answer well before the change's own deadline (request timeout
+/// plus the catch-up time, 32 s here).
+const ANSWER_MAX: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_of_two_that_removes_itself_answers_and_the_other_takes_over() {
+    for round in 0..3u64 {
+        let cluster = Cluster::start(2, test_config).await;
+        let leader = cluster
+            .wait_for_leader(None, WAIT_MAX)
+            .await
+            .expect("a leader");
+        cluster.write(name_command(round)).await;
+        let other = if leader == 1 { 2 } else { 1 };
+
+        let started = Instant::now();
+        let result = cluster.node(leader).remove_superpeer(leader).await;
+        let took = started.elapsed();
+        assert!(took < ANSWER_MAX, "round {round}: answered after {took:?}");
+        match &result {
+            Ok(group) => assert!(!group.voters.contains(&leader), "{group:?}"),
+            Err(GroupChangeError::OutcomeUnknown(_)) => {}
+            Err(error) => panic!("round {round}: {error}"),
+        }
+
+        // The member left leads a group of one and serves.
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            let node = cluster.node(other);
+            let group = node.group();
+            if node.is_leader() && group.voters.len() == 1 && group.voters.contains(&other) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: {other} does not lead alone: {group:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        cluster
+            .node(other)
+            .write(name_command(100 + round))
+            .await
+            .expect("the member left commits alone");
+    }
+}
