@@ -17,9 +17,11 @@
 //!   whose removal would leave the new voter set (or the current one) without a quorum of
 //!   members that answer: such a change could never commit and would block every later one.
 //! - A definite refusal of `add` stops and forgets the process it started; an unknown
-//!   outcome (leader lost, timeout) leaves it running and recorded, and says how to retry.
+//!   outcome (leader lost, timeout) leaves it recorded (and running, if it runs), and says
+//!   how to retry.
 //!   Adding and removing are idempotent, so retrying either command after an unknown outcome
-//!   is safe.
+//!   is safe; a change refused because another one has not committed yet is retried by the
+//!   command itself (saying so on stderr) until `--timeout-secs`, then reported.
 //! - Every wait is bounded (`--timeout-secs`, the launcher's ready and stop timeouts).
 //!
 //! # Who calls it
@@ -119,13 +121,44 @@ fn members_text(members: &[(NodeId, String)]) -> String {
         .join(", ")
 }
 
+/// Whether a refusal says another membership change has not committed yet (openraft
+/// allows one at a time).
+fn in_progress(reason: &str) -> bool {
+    reason.contains("undergoing")
+        || reason.contains("in progress")
+        || reason.contains("uncommitted")
+}
+
 /// A hint for refusals openraft gives while another change has not committed yet.
 fn refusal_hint(reason: &str) -> &'static str {
-    if reason.contains("progress") || reason.contains("uncommitted") {
-        " (another membership change has not finished: retry once it has, e.g. after a \
-         new leader is elected)"
+    if in_progress(reason) {
+        " (another membership change has not finished in time: retry once it has, e.g. \
+         after a new leader is elected or the members it waits for run again)"
     } else {
         ""
+    }
+}
+
+/// Pause between two attempts of a change refused because another one is in progress.
+const IN_PROGRESS_PAUSE: Duration = Duration::from_millis(250);
+
+/// Runs `change` until it is not refused for another change in progress, or `timeout`
+/// passes (changes are idempotent, so repeating one is safe); says so on stderr.
+fn retrying_in_progress<T>(
+    timeout: Duration,
+    mut change: impl FnMut() -> Result<T, ClientError>,
+) -> Result<T, ClientError> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match change() {
+            Err(ClientError::Meta(MetaError::InvalidArgument(reason)))
+                if in_progress(&reason) && std::time::Instant::now() < deadline =>
+            {
+                eprintln!("another membership change is in progress ({reason}); retrying");
+                std::thread::sleep(IN_PROGRESS_PAUSE);
+            }
+            other => return other,
+        }
     }
 }
 
@@ -193,7 +226,7 @@ fn add_with(
         .address
         .parse()
         .with_context(|| format!("{}'s address {:?}", entry.name, entry.address))?;
-    match b.add_superpeer(id, address) {
+    match retrying_in_progress(timeout, || b.add_superpeer(id, address)) {
         Ok(status) => {
             if !status.members.iter().any(|(member, _)| *member == id) {
                 bail!(
@@ -227,7 +260,7 @@ fn add_with(
         }
         Err(error) => bail!(
             "adding {id} did not finish within {timeout:?} ({error}): the group may or may not \
-             have added it. {} keeps running; retry with `myriad cluster superpeer add --dir {} \
+             have added it. {} stays recorded in cluster.json; retry with `myriad cluster superpeer add --dir {} \
              --node {}`, or take it out with `myriad cluster superpeer remove --dir {} --node {}`",
             entry.name,
             args.dir.display(),
@@ -260,7 +293,14 @@ fn remove(args: RemoveArgs) -> anyhow::Result<()> {
     };
     let timeout = Duration::from_secs(args.timeout_secs.max(1));
     let client = connect(&cluster, timeout)?;
-    let result = remove_with(&mut cluster, &client, recorded.as_ref(), id, &args.dir);
+    let result = remove_with(
+        &mut cluster,
+        &client,
+        recorded.as_ref(),
+        id,
+        &args.dir,
+        timeout,
+    );
     client.shutdown();
     result
 }
@@ -271,6 +311,7 @@ fn remove_with(
     recorded: Option<&NodeEntry>,
     id: NodeId,
     dir: &Path,
+    timeout: Duration,
 ) -> anyhow::Result<()> {
     let b = client.blocking();
     let status = b
@@ -300,7 +341,7 @@ fn remove_with(
         );
     }
     check_quorum(client, &members, id)?;
-    let members = match b.remove_superpeer(id) {
+    let members = match retrying_in_progress(timeout, || b.remove_superpeer(id)) {
         Ok(status) => status.members,
         Err(ClientError::Meta(MetaError::InvalidArgument(reason)))
             if reason.contains("not a member") =>

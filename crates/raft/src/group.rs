@@ -26,6 +26,8 @@ use crate::types::SuperpeerNode;
 
 /// Extra time a new superpeer gets to catch up, beyond the request timeout.
 const CATCH_UP_EXTRA: Duration = Duration::from_secs(30);
+/// How often the leader checks whether a new learner has caught up.
+const CATCH_UP_POLL: Duration = Duration::from_millis(20);
 /// How often a leader that removes itself checks whether its removal is done.
 const SELF_REMOVAL_POLL: Duration = Duration::from_millis(50);
 
@@ -99,7 +101,9 @@ impl MetaRaft {
     }
 
     /// Adds superpeer `id` listening at `address` as a voter: first as a learner, waiting
-    /// until it has caught up with the log, then promoted. Adding a current voter with the
+    /// until it has acknowledged the log up to its addition (a learner that never answers
+    /// is never promoted: [`GroupChangeError::OutcomeUnknown`] after the deadline, and it
+    /// stays a learner), then promoted. Adding a current voter with the
     /// same address is a no-op. Leader only.
     pub async fn add_superpeer(
         &self,
@@ -126,35 +130,89 @@ impl MetaRaft {
             )));
         }
         let deadline = self.inner.request_timeout + CATCH_UP_EXTRA;
-        if !current.nodes.contains_key(&id) {
-            let add = self
-                .inner
-                .raft
-                .add_learner(id, SuperpeerNode::new(address), true);
-            tokio::time::timeout(deadline, add)
-                .await
-                .map_err(|_| {
-                    GroupChangeError::OutcomeUnknown(format!(
-                        "superpeer {id} did not catch up within {deadline:?}"
-                    ))
-                })?
-                .map_err(write_error)?;
-        }
+        let started = tokio::time::Instant::now();
         if !current.voters.contains(&id) {
+            if !current.nodes.contains_key(&id) {
+                // Not blocking: openraft counts a learner within `replication_lag_threshold`
+                // entries as caught up even if it never answered; `caught_up` waits for an
+                // answer instead.
+                let add = self
+                    .inner
+                    .raft
+                    .add_learner(id, SuperpeerNode::new(address), false);
+                tokio::time::timeout(deadline, add)
+                    .await
+                    .map_err(|_| {
+                        GroupChangeError::OutcomeUnknown(format!(
+                            "adding superpeer {id} as a learner did not commit within {deadline:?}"
+                        ))
+                    })?
+                    .map_err(write_error)?;
+            }
+            self.caught_up(id, started + deadline).await?;
             let change = self
                 .inner
                 .raft
                 .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false);
-            tokio::time::timeout(deadline, change)
+            let promoted = tokio::time::timeout(deadline, change)
                 .await
                 .map_err(|_| {
                     GroupChangeError::OutcomeUnknown(format!(
                         "promoting superpeer {id} did not commit within {deadline:?}"
                     ))
                 })?
-                .map_err(write_error)?;
+                .map_err(write_error);
+            // A concurrent request for the same member (a retry) may have promoted it.
+            if let Err(error) = promoted {
+                if !self.group().voters.contains(&id) {
+                    return Err(error);
+                }
+            }
         }
         Ok(self.group())
+    }
+
+    /// Waits until learner `id` has acknowledged the log up to this leader's latest
+    /// membership entry (the one that made it a learner, or a later one), so that promoting
+    /// it cannot stall commits: a voter that never answers would leave a group of one
+    /// without a quorum in the joint configuration.
+    async fn caught_up(
+        &self,
+        id: u64,
+        until: tokio::time::Instant,
+    ) -> Result<(), GroupChangeError> {
+        let receiver = self.inner.raft.metrics();
+        loop {
+            let (leads, matched, target) = {
+                let metrics = receiver.borrow_watched();
+                let target = metrics
+                    .membership_config
+                    .log_id()
+                    .map(|log_id| log_id.index);
+                let matched = metrics
+                    .replication
+                    .as_ref()
+                    .and_then(|replication| replication.get(&id).cloned().flatten())
+                    .map(|log_id| log_id.index);
+                (metrics.replication.is_some(), matched, target)
+            };
+            if !leads {
+                return Err(GroupChangeError::ForwardToLeader {
+                    leader: self.leader(),
+                });
+            }
+            if matched.is_some() && matched >= target {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(GroupChangeError::OutcomeUnknown(format!(
+                    "superpeer {id} did not catch up (is it running, started with --join, and \
+                     reachable at its address?); it stays a learner: add it again once it runs, \
+                     or remove it"
+                )));
+            }
+            tokio::time::sleep(CATCH_UP_POLL).await;
+        }
     }
 
     /// Removes superpeer `id` from the group (voter or learner); it no longer receives the

@@ -1,5 +1,10 @@
-//! Membership changes of an in-process group: the leader of two removes itself, three
-//! times. The call must end well within its own deadline, with success or "outcome
+//! Membership changes of an in-process group.
+//!
+//! A superpeer that does not answer is never promoted: adding it to a group of one leaves
+//! it a learner, and the group keeps committing (a voter that never answers would leave
+//! the joint configuration without a quorum); once it runs, adding it again promotes it.
+//!
+//! The leader of two removes itself, three times. The call must end well within its own deadline, with success or "outcome
 //! unknown", and the member left must hold the group alone and keep serving writes.
 //!
 //! With real processes the member left can elect itself (a group of one) before its
@@ -61,4 +66,44 @@ async fn a_leader_of_two_that_removes_itself_answers_and_the_other_takes_over() 
             .await
             .expect("the member left commits alone");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superpeer_that_does_not_answer_stays_a_learner_and_the_group_keeps_committing() {
+    let mut cluster = Cluster::start(1, test_config).await;
+    cluster
+        .wait_for_leader(None, WAIT_MAX)
+        .await
+        .expect("a leader");
+    cluster.write(name_command(0)).await;
+    let leader = cluster.node(1).clone();
+
+    // Superpeer 2 is not running: the add cannot finish (the caller gives up here).
+    let add = leader.add_superpeer(2, "127.0.0.1:22002".to_owned());
+    let gave_up = tokio::time::timeout(Duration::from_secs(2), add).await;
+    assert!(
+        gave_up.is_err(),
+        "the add finished without superpeer 2: {gave_up:?}"
+    );
+    let group = leader.group();
+    assert!(group.nodes.contains_key(&2), "a learner: {group:?}");
+    assert_eq!(group.voters.len(), 1, "not a voter: {group:?}");
+    // The group of one still commits on its own.
+    let write = leader.write(name_command(1));
+    tokio::time::timeout(Duration::from_secs(2), write)
+        .await
+        .expect("a write commits while the learner is away")
+        .expect("written");
+
+    // Once it runs, the add is retried and promotes it.
+    cluster.start_joiner(2).await;
+    let group = tokio::time::timeout(
+        WAIT_MAX,
+        leader.add_superpeer(2, "127.0.0.1:22002".to_owned()),
+    )
+    .await
+    .expect("the retried add finishes")
+    .expect("added");
+    assert_eq!(group.voters.len(), 2, "{group:?}");
+    cluster.write(name_command(2)).await;
 }
