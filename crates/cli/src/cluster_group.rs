@@ -443,3 +443,51 @@ fn check_quorum(client: &Client, members: &[(NodeId, String)], id: NodeId) -> an
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openraft_in_progress_refusals_are_recognised_and_others_are_not() {
+        // The words of openraft's refusal (see crates/raft/tests/group_change.rs).
+        let refusal = "the cluster is already undergoing a configuration change at log \
+                       Some(LogId { .. }), last committed membership log id: Some(..)";
+        assert!(in_progress(refusal));
+        assert!(!refusal_hint(refusal).is_empty());
+        let other = "superpeer 7 is not a member";
+        assert!(!in_progress(other));
+        assert!(refusal_hint(other).is_empty());
+    }
+
+    #[test]
+    fn in_progress_refusals_are_retried_until_the_timeout_and_others_are_not() {
+        let refused = || ClientError::Meta(MetaError::InvalidArgument("undergoing".into()));
+        let mut calls = 0;
+        let result = retrying_in_progress(Duration::from_secs(5), || {
+            calls += 1;
+            if calls < 3 {
+                Err(refused())
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(result.ok(), Some(3));
+        let mut calls = 0;
+        let result: Result<(), _> = retrying_in_progress(Duration::ZERO, || {
+            calls += 1;
+            Err(refused())
+        });
+        assert!(result.is_err());
+        assert_eq!(calls, 1, "no retry once the timeout passed");
+        let mut calls = 0;
+        let result: Result<(), _> = retrying_in_progress(Duration::from_secs(5), || {
+            calls += 1;
+            Err(ClientError::Meta(MetaError::InvalidArgument(
+                "not a member".into(),
+            )))
+        });
+        assert!(result.is_err());
+        assert_eq!(calls, 1, "other refusals are final");
+    }
+}

@@ -3,7 +3,9 @@
 //! what cannot work (a peer, an unknown node, a taken ID, a removal that would leave the
 //! group without a quorum, the last member) without stopping anything, replaces a killed
 //! member, shrinks to one, and keeps its metadata all along; `cluster status` and
-//! `cluster stop` know the added superpeers.
+//! `cluster stop` know the added superpeers. A second test starts an add while a removal
+//! is stuck (a member it needs is held with SIGSTOP): the add waits and goes through once
+//! the member runs again and the removal commits.
 //!
 //! Every node is SIGKILLed when the test ends (the harness's own, and those the subcommand
 //! started, found in `cluster.json`), also on a panic.
@@ -233,4 +235,87 @@ fn cluster_superpeer_add_and_remove_grow_repair_and_shrink_the_group() {
     let out = ok(&dir, &["stop", "--timeout-secs", "10"]);
     assert!(out.contains("stopped 2 nodes"), "{out}");
     assert!(!alive(&dir, "superpeer-102"));
+}
+
+/// The leader's name as the group reports it.
+fn leader_name(client: &Client) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(status) = client.blocking().status() {
+            if let Some(leader) = status.leader {
+                return format!("superpeer-{}", leader.0);
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "no leader");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_command_during_a_stuck_change_waits_for_it_and_goes_through() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::builder(BINARY, root.path())
+        .superpeers(3)
+        .peers(0)
+        .config(CONFIG)
+        .keep_logs_on_panic()
+        .start();
+    let dir = cluster.dir().to_path_buf();
+    let _guard = KillRecorded(dir.clone());
+    let client = client(&dir);
+    let leader = leader_name(&client);
+    let followers: Vec<_> = cluster
+        .nodes()
+        .iter()
+        .filter(|node| node.role == NodeRole::Superpeer && node.name != leader)
+        .cloned()
+        .collect();
+    let (held, removed) = (&followers[0], &followers[1]);
+
+    // A removal the quorum check of `cluster superpeer remove` would refuse, asked for
+    // through the terminal: with `held` stopped, the new voter set {leader, held} has no
+    // quorum, so the change stays in progress.
+    myriad_testing::process::signal(&[held.pid], "STOP");
+    let term = {
+        let dir = dir.clone();
+        let node = removed.node_id;
+        std::thread::spawn(move || {
+            Myriad::new(BINARY, ["term", "--json", "--cluster"])
+                .arg(&dir)
+                .arg("-c")
+                .arg(format!("superpeerremove {node}"))
+                .timeout(Duration::from_secs(30))
+                .run()
+        })
+    };
+    let log = dir.join("logs").join(format!("{leader}.log"));
+    myriad_testing::process::wait_until(Duration::from_secs(10), "the removal started", || {
+        std::fs::read_to_string(&log).is_ok_and(|text| text.contains("removing a superpeer"))
+    });
+    // The held member runs again a little later: the removal commits, and then the add
+    // (until then nothing commits, not even the command's client joining: the joint
+    // configuration needs a quorum of {leader, held} as well).
+    let resume = {
+        let pid = held.pid;
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(2));
+            myriad_testing::process::signal(&[pid], "CONT");
+        })
+    };
+    let output = cluster_cmd(&dir, &["superpeer", "add", "--timeout-secs", "20"]);
+    resume.join().expect("resume");
+    let term = term.join().expect("term");
+    assert!(
+        output.success(),
+        "{}\n{}\nterm: {}{}",
+        output.stdout,
+        output.stderr,
+        term.stdout,
+        term.stderr
+    );
+    assert_eq!(term.code(), Some(0), "{}{}", term.stdout, term.stderr);
+    let mut ids = members(&output.stdout);
+    ids.retain(|id| *id != format!("0x{:04x}", removed.node_id));
+    assert_eq!(ids.len(), 3, "{}", output.stdout);
+    assert!(!members(&output.stdout).contains(&format!("0x{:04x}", removed.node_id)));
 }

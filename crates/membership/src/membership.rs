@@ -538,7 +538,8 @@ impl Membership {
     }
 
     /// Sends `request` to the superpeer group: to the leader as far as known, following
-    /// `NotLeader` answers and trying the other superpeers until
+    /// `NotLeader` answers and trying the other superpeers (the configured ones, then the
+    /// live superpeers of the node table) until
     /// [`JoinConfig::request_timeout`]. A write whose outcome is unknown is not retried
     /// (it may have been applied): it fails with [`MembershipError::Timeout`].
     pub async fn request(&self, request: MetaRequest) -> Result<MetaReply, MembershipError> {

@@ -4,6 +4,10 @@
 //! it a learner, and the group keeps committing (a voter that never answers would leave
 //! the joint configuration without a quorum); once it runs, adding it again promotes it.
 //!
+//! A change asked for while another cannot commit (a member its new voter set needs is cut
+//! off) is refused as "undergoing a configuration change" (the words `myriad cluster
+//! superpeer` retries on), and goes through once the first one commits.
+//!
 //! The leader of two removes itself, three times. The call must end well within its own deadline, with success or "outcome
 //! unknown", and the member left must hold the group alone and keep serving writes.
 //!
@@ -106,4 +110,65 @@ async fn a_superpeer_that_does_not_answer_stays_a_learner_and_the_group_keeps_co
     .expect("added");
     assert_eq!(group.voters.len(), 2, "{group:?}");
     cluster.write(name_command(2)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_while_another_is_stuck_is_refused_as_in_progress_then_goes_through() {
+    let cluster = Cluster::start(3, test_config).await;
+    let leader = cluster
+        .wait_for_leader(None, WAIT_MAX)
+        .await
+        .expect("a leader");
+    cluster.write(name_command(0)).await;
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    let (held, removed) = (others[0], others[1]);
+    let raft = cluster.node(leader).clone();
+
+    // Without `held`, the voter set after the removal, {leader, held}, has no quorum.
+    cluster.cut(held, true);
+    let before = raft.metrics().last_log_index;
+    let stuck = {
+        let raft = raft.clone();
+        tokio::spawn(async move { raft.remove_superpeer(removed).await })
+    };
+    // The joint configuration is in the leader's log (and cannot commit).
+    let deadline = Instant::now() + WAIT_MAX;
+    while raft.metrics().last_log_index <= before {
+        assert!(Instant::now() < deadline, "the removal never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let refusal = match raft.remove_superpeer(held).await {
+        Err(GroupChangeError::Refused(reason)) => reason,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert!(
+        refusal.contains("undergoing a configuration change"),
+        "{refusal}"
+    );
+
+    // `held` comes back: the removal commits, and the retried change goes through.
+    cluster.cut(held, false);
+    let removed_group = tokio::time::timeout(WAIT_MAX, stuck)
+        .await
+        .expect("the removal ends")
+        .expect("the task")
+        .expect("removed");
+    assert!(
+        !removed_group.voters.contains(&removed),
+        "{removed_group:?}"
+    );
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        match raft.remove_superpeer(held).await {
+            Ok(group) => {
+                assert_eq!(group.voters.len(), 1, "{group:?}");
+                break;
+            }
+            Err(GroupChangeError::Refused(reason)) if reason.contains("undergoing") => {
+                assert!(Instant::now() < deadline, "still in progress: {reason}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
 }
