@@ -133,7 +133,7 @@ fn run_clients(load: &Arc<Load>, dir: &Path) -> Vec<thread::JoinHandle<()>> {
                 while !load.stop.load(Ordering::Relaxed) {
                     step += 1;
                     let _open = load.gate.read().expect("gate");
-                    load.operate(&client, step % KEYS, step % 3 != 0);
+                    load.operate(&client, step % KEYS, !step.is_multiple_of(3));
                 }
                 client.shutdown();
             })
