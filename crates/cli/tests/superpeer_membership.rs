@@ -225,6 +225,16 @@ fn leader(checker: &Client) -> String {
     name
 }
 
+/// Whether the group's member list (voters and learners) names `id` (`0x006e`).
+fn is_listed(checker: &Client, id: &str) -> bool {
+    checker.blocking().status().is_ok_and(|status| {
+        status
+            .members
+            .iter()
+            .any(|(member, _)| member.to_string() == id)
+    })
+}
+
 /// Whether `name`'s log has a line with every one of `words`.
 fn log_has(dir: &Path, name: &str, words: &[&str]) -> bool {
     let log =
@@ -310,10 +320,18 @@ fn one_three_five_three_with_kills_during_changes_stays_linearizable() {
     let adding = add_in_background(&dir, &joiner, 15);
     wait_until(
         Duration::from_secs(10),
-        "the leader adding the joiner",
-        || log_has(&dir, &old_leader, &["adding a superpeer", &joiner_id]),
+        "the joiner added as a learner",
+        || {
+            log_has(&dir, &old_leader, &["adding a superpeer", &joiner_id])
+                && is_listed(&checker, &joiner_id)
+        },
     );
-    thread::sleep(Duration::from_millis(300));
+    // The leader now waits for the held learner to catch up before it promotes it.
+    assert_eq!(
+        leader(&checker),
+        old_leader,
+        "the leader changed on its own"
+    );
     cluster.kill_named(&old_leader);
     signal(&[joiner_pid], "CONT");
     let first = adding.join().expect("the add command");
@@ -348,10 +366,12 @@ fn one_three_five_three_with_kills_during_changes_stays_linearizable() {
     let adding = add_in_background(&dir, &joiner, 5);
     wait_until(
         Duration::from_secs(10),
-        "the leader adding the joiner",
-        || log_has(&dir, &current, &["adding a superpeer", &joiner_id]),
+        "the joiner added as a learner",
+        || {
+            log_has(&dir, &current, &["adding a superpeer", &joiner_id])
+                && is_listed(&checker, &joiner_id)
+        },
     );
-    thread::sleep(Duration::from_millis(300));
     cluster.kill_named(&joiner);
     let failed = adding.join().expect("the add command");
     assert_eq!(failed.code(), Some(1), "{}{}", failed.stdout, failed.stderr);
