@@ -385,7 +385,9 @@ fn remove_with(
 
 /// Refuses the removal of `id` from `members` if the current group or the one without `id`
 /// would lack a quorum of members that answer a status request: joint consensus needs a
-/// majority of both to commit the change.
+/// majority of both to commit the change. `members` is the group as a superpeer reports it
+/// (voters and learners alike), so a dead learner makes the check stricter than Raft, never
+/// looser: remove dead learners first.
 fn check_quorum(client: &Client, members: &[(NodeId, String)], id: NodeId) -> anyhow::Result<()> {
     let net = client.membership().net();
     let mut answering = BTreeSet::new();
