@@ -5,10 +5,14 @@
 //! openraft's joint consensus (`change_membership`), each bounded by a deadline.
 //!
 //! Invariants: only the leader changes the group (a follower answers
-//! [`GroupChangeError::ForwardToLeader`]); a new voter is always a caught-up learner first
-//! (`add_learner` in blocking mode), so adding it never stalls commits; one change at a
-//! time (openraft refuses a change while another is in progress: the caller retries); the
-//! group never loses its last voter.
+//! [`GroupChangeError::ForwardToLeader`]); a new voter is always a learner first that has
+//! acknowledged the log up to its addition (openraft's own blocking `add_learner` counts a
+//! learner that never answered as caught up when the log is short, and promoting such a
+//! learner stalls a group of one in the joint configuration), so adding it never stalls
+//! commits; one change at a time (openraft refuses a change while another is in progress,
+//! "already undergoing a configuration change": the caller retries); the group never
+//! loses its last voter; a leader that removes itself answers even when the member left
+//! takes over before it hears of the commit.
 //!
 //! Called by: the superpeer role (`myriad_node::superpeer`), on an `AddSuperpeer` or
 //! `RemoveSuperpeer` metadata request from `myriad term` or a client.
