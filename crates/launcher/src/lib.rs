@@ -1265,6 +1265,30 @@ mod tests {
     }
 
     #[test]
+    fn set_flag_replaces_a_value_or_appends_the_flag() {
+        let mut args: Vec<String> = ["superpeer", "--id", "1", "--join"]
+            .map(String::from)
+            .into();
+        set_flag(&mut args, "--id", "7".into());
+        set_flag(&mut args, "--listen", "127.0.0.1:5".into());
+        assert_eq!(
+            args,
+            [
+                "superpeer",
+                "--id",
+                "7",
+                "--join",
+                "--listen",
+                "127.0.0.1:5"
+            ]
+        );
+        // A flag at the very end without a value gets one.
+        let mut args: Vec<String> = vec!["--superpeers".into()];
+        set_flag(&mut args, "--superpeers", "1=127.0.0.1:5".into());
+        assert_eq!(args, ["--superpeers", "1=127.0.0.1:5"]);
+    }
+
+    #[test]
     fn free_ports_are_distinct() {
         let ports = free_ports(5).expect("ports");
         let mut sorted = ports.clone();
