@@ -543,6 +543,17 @@ impl Membership {
     /// [`JoinConfig::request_timeout`]. A write whose outcome is unknown is not retried
     /// (it may have been applied): it fails with [`MembershipError::Timeout`].
     pub async fn request(&self, request: MetaRequest) -> Result<MetaReply, MembershipError> {
+        self.request_inner(request, false).await
+    }
+
+    /// [`Membership::request`]; with `at_most_once`, a write whose connection was lost after
+    /// it was sent is not sent again either (it may have been applied; see
+    /// [`Membership::write_at_most_once`]).
+    async fn request_inner(
+        &self,
+        request: MetaRequest,
+        at_most_once: bool,
+    ) -> Result<MetaReply, MembershipError> {
         let is_write = matches!(request, MetaRequest::Write(_));
         let payload = request.encode();
         let started = tokio::time::Instant::now();
@@ -569,9 +580,14 @@ impl Membership {
                 Err(error) => {
                     last_error = format!("superpeer {target}: {error}");
                     self.forget_leader(target);
-                    if matches!(error, NetError::Timeout(_)) && is_write {
+                    let maybe_applied = match error {
+                        NetError::Timeout(_) => true,
+                        NetError::ConnectionLost(_) => at_most_once,
+                        _ => false,
+                    };
+                    if maybe_applied && is_write {
                         return Err(MembershipError::Timeout {
-                            what: format!("write to superpeer {target} (outcome unknown)"),
+                            what: format!("write to superpeer {target} ({error}; outcome unknown)"),
                             timeout_ms: self.request_timeout.as_millis() as u64,
                         });
                     }
@@ -628,8 +644,32 @@ impl Membership {
     }
 
     /// Commits `command` through the group. A refusal becomes [`MembershipError::Meta`].
+    /// A write whose connection to the leader is lost is sent again to the next leader, so
+    /// it may be applied twice: for the group's own idempotent commands (zones, owners,
+    /// reservations). Writes of values others may overwrite use
+    /// [`Membership::write_at_most_once`].
     pub async fn write(&self, command: Command) -> Result<Response, MembershipError> {
-        match self.request(MetaRequest::Write(command)).await? {
+        self.write_inner(command, false).await
+    }
+
+    /// Like [`Membership::write`], but never sent again once it may have reached a leader:
+    /// a lost connection after sending fails with [`MembershipError::Timeout`] (outcome
+    /// unknown), as a timeout does. For writes of registers (names, temporary storage,
+    /// barriers): a second application after another client's overwrite would bring back
+    /// a replaced value (`crates/node/tests/write_retry.rs`).
+    pub async fn write_at_most_once(&self, command: Command) -> Result<Response, MembershipError> {
+        self.write_inner(command, true).await
+    }
+
+    async fn write_inner(
+        &self,
+        command: Command,
+        at_most_once: bool,
+    ) -> Result<Response, MembershipError> {
+        match self
+            .request_inner(MetaRequest::Write(command), at_most_once)
+            .await?
+        {
             MetaReply::Response(Response::Error(error)) => Err(MembershipError::Meta(error)),
             MetaReply::Response(response) => Ok(response),
             other => Err(unexpected(&other)),
