@@ -1,4 +1,5 @@
-//! `myriad cluster ...`: start, inspect, stop and drill a local cluster.
+//! `myriad cluster ...`: start, inspect, stop and drill a local cluster, and change its
+//! superpeer group (`myriad cluster superpeer add|remove`, in [`crate::cluster_group`]).
 //!
 //! A thin command-line face of [`myriad_launcher`]: `start` spawns the nodes with this
 //! very binary (`std::env::current_exe()`) and returns once all serve; the other commands
@@ -56,6 +57,9 @@ pub enum ClusterCommand {
         #[arg(long, default_value_t = 0)]
         peer_gap_ms: u64,
     },
+    /// Grow, shrink or repair the superpeer group (Raft membership changes).
+    #[command(subcommand)]
+    Superpeer(crate::cluster_group::SuperpeerCommand),
 }
 
 /// Options of `myriad cluster start`.
@@ -194,6 +198,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        ClusterCommand::Superpeer(command) => crate::cluster_group::run(command),
     }
 }
 

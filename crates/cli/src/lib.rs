@@ -16,6 +16,7 @@
 use clap::{Parser, Subcommand};
 
 mod cluster;
+mod cluster_group;
 mod demo;
 mod peer_cmd;
 mod superpeer_cmd;
@@ -37,7 +38,7 @@ enum Command {
     Superpeer(superpeer_cmd::SuperpeerArgs),
     /// Run a peer: store chunks and serve them (joins through the superpeers).
     Peer(peer_cmd::PeerArgs),
-    /// Start, inspect, stop and drill a local cluster.
+    /// Start, inspect, stop and drill a local cluster; change its superpeer group.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
     /// The terminal: DXTerm's commands, interactive or one-shot (-c).

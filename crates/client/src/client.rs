@@ -193,8 +193,10 @@ impl Client {
         Ok(self.inner.membership.request(request).await?)
     }
 
+    /// Commits one of the client's own writes: at most once (a lost answer is an unknown
+    /// outcome, never a second application behind the caller's back).
     async fn write(&self, command: Command) -> Result<Response, ClientError> {
-        Ok(self.inner.membership.write(command).await?)
+        Ok(self.inner.membership.write_at_most_once(command).await?)
     }
 
     /// Binds `name` to `cid` (replacing an earlier binding).

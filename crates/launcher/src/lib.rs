@@ -13,6 +13,12 @@
 //! [`restart`](LocalCluster::restart) one with its arguments and data directory, or
 //! [`restart_all`](LocalCluster::restart_all) every node that is down (a whole cluster
 //! after a power outage: superpeers from their Raft state, peers reclaiming their IDs).
+//! The superpeer group can change under a running cluster:
+//! [`spawn_superpeer`](LocalCluster::spawn_superpeer) starts a new superpeer that joins it
+//! (the caller has the leader add it), [`remove_node`](LocalCluster::remove_node) stops a
+//! node and forgets it, and both keep the recorded superpeer list (and the `--superpeers`
+//! argument every node is restarted with) equal to the recorded superpeers;
+//! [`reload`](LocalCluster::reload) picks up such changes made by another process.
 //!
 //! Directory layout under `DIR`: `cluster.json`, `secret` (the cluster secret, mode
 //! `0600`), `logs/<name>.log`, `data/<name>/` (the node's `--data-dir`) and
@@ -687,6 +693,143 @@ impl LocalCluster {
         Ok(killed)
     }
 
+    /// Re-reads `cluster.json`: nodes another process added or removed since this value
+    /// read it (`myriad cluster superpeer add|remove`). Processes this value spawned stay
+    /// its children.
+    pub fn reload(&mut self) -> Result<(), LaunchError> {
+        let fresh = Self::open(&self.dir)?;
+        self.file = fresh.file.clone();
+        Ok(())
+    }
+
+    /// Starts a new superpeer `superpeer-<id>` that joins the running group
+    /// (`myriad superpeer --join`): its arguments are an existing superpeer's (the same
+    /// secret, TLS, configuration and extra arguments) with its own ID, a free port, its own
+    /// data directory and ready file, and a `--superpeers` list that names it too. Returns
+    /// once it serves, recorded in `cluster.json`, where the superpeer list (and the
+    /// `--superpeers` argument every node is restarted with) now includes it. It is not a
+    /// member yet: the group's leader still has to add it (`AddSuperpeer`).
+    pub fn spawn_superpeer(&mut self, id: u16) -> Result<NodeEntry, LaunchError> {
+        let name = format!("superpeer-{id}");
+        if id == 0 || id > myriad_types::limits::NODE_ID_MAX {
+            return Err(LaunchError::InvalidSpec(format!("bad node ID {id}")));
+        }
+        if let Some(taken) = self
+            .file
+            .nodes
+            .iter()
+            .find(|node| node.name == name || node.node_id == id)
+        {
+            return Err(LaunchError::InvalidSpec(format!(
+                "node ID {id} is taken by {} in this cluster",
+                taken.name
+            )));
+        }
+        let template = self
+            .file
+            .nodes
+            .iter()
+            .find(|node| node.role == NodeRole::Superpeer)
+            .ok_or_else(|| {
+                LaunchError::InvalidSpec("no superpeer recorded to copy the arguments of".into())
+            })?;
+        let port = free_ports(1)?[0];
+        let listen = format!("127.0.0.1:{port}");
+        let paths = NodePaths::new(&self.dir, &name);
+        let mut args = template.args.clone();
+        args.retain(|arg| arg != "--join");
+        set_flag(&mut args, "--id", id.to_string());
+        set_flag(&mut args, "--listen", listen.clone());
+        set_flag(
+            &mut args,
+            "--data-dir",
+            paths.data_dir.display().to_string(),
+        );
+        set_flag(
+            &mut args,
+            "--ready-file",
+            paths.ready_file.display().to_string(),
+        );
+        let mut list = self.file.superpeers.clone();
+        if !list.is_empty() {
+            list.push(',');
+        }
+        list.push_str(&format!("{id}={listen}"));
+        set_flag(&mut args, "--superpeers", list);
+        args.push("--join".into());
+        let mut entry = paths.entry(name.clone(), NodeRole::Superpeer, args);
+        entry.node_id = id;
+        entry.address = listen;
+        self.spawn(&entry)?;
+        let deadline = Instant::now() + self.ready_timeout;
+        let ready = match wait_ready(
+            &entry,
+            self.children.get_mut(&name),
+            deadline,
+            self.ready_timeout,
+        ) {
+            Ok(ready) => ready,
+            Err(error) => {
+                if let Some(mut child) = self.children.remove(&name) {
+                    let _ = send_group(child.id(), Signal::SIGKILL);
+                    let _ = child.wait();
+                }
+                return Err(error);
+            }
+        };
+        entry.address = ready.address;
+        entry.metrics = ready.metrics;
+        entry.pid = self.children.get(&name).map_or(ready.pid, Child::id);
+        let superpeers = self
+            .file
+            .nodes
+            .iter()
+            .filter(|node| node.role == NodeRole::Superpeer)
+            .count();
+        self.file.nodes.insert(superpeers, entry.clone());
+        self.update_superpeer_list();
+        self.save()?;
+        Ok(entry)
+    }
+
+    /// Stops the named node if it is alive (SIGTERM, then SIGKILL after the stop timeout)
+    /// and removes it from `cluster.json` (its data directory and log stay); a superpeer
+    /// also leaves the superpeer list. Returns the removed entry.
+    pub fn remove_node(&mut self, name_or_id: &str) -> Result<NodeEntry, LaunchError> {
+        let node = self.find(name_or_id)?.clone();
+        if self.is_alive(&node) {
+            let _ = send_group(node.pid, Signal::SIGTERM);
+            if !self.wait_dead(&node, self.stop_timeout) {
+                let _ = send_group(node.pid, Signal::SIGKILL);
+                self.wait_dead(&node, Duration::from_secs(5));
+            }
+        }
+        self.children.remove(&node.name);
+        self.file.nodes.retain(|entry| entry.name != node.name);
+        if node.role == NodeRole::Superpeer {
+            self.update_superpeer_list();
+        }
+        self.save()?;
+        Ok(node)
+    }
+
+    /// Recomputes the superpeer list from the recorded superpeers and puts it into every
+    /// node's `--superpeers` argument (used when a node is restarted).
+    fn update_superpeer_list(&mut self) {
+        let list = self
+            .file
+            .nodes
+            .iter()
+            .filter(|node| node.role == NodeRole::Superpeer)
+            .map(|node| format!("{}={}", node.node_id, node.address))
+            .collect::<Vec<_>>()
+            .join(",");
+        for node in &mut self.file.nodes {
+            set_flag(&mut node.args, "--superpeers", list.clone());
+        }
+        self.file.superpeers = list;
+    }
+
     /// Restarts the named node (name or node ID) with its arguments and data directory,
     /// stopping it first if it is alive; returns once it is ready again and `cluster.json`
     /// is updated.
@@ -926,6 +1069,18 @@ impl NodePaths {
     }
 }
 
+/// Sets the value after `flag` in `args` (appends both if the flag is missing).
+fn set_flag(args: &mut Vec<String>, flag: &str, value: String) {
+    match args.iter().position(|arg| arg == flag) {
+        Some(index) if index + 1 < args.len() => args[index + 1] = value,
+        Some(_) => args.push(value),
+        None => {
+            args.push(flag.to_owned());
+            args.push(value);
+        }
+    }
+}
+
 /// Parses a node ID given as decimal or `0x` hex.
 pub fn parse_node_id(text: &str) -> Option<u16> {
     let text = text.trim();
@@ -1107,6 +1262,30 @@ mod tests {
         assert_eq!(ready.node_id, 7);
         fs::write(&path, "{\"role\":\"pe").expect("write");
         assert!(read_ready(&path).is_err());
+    }
+
+    #[test]
+    fn set_flag_replaces_a_value_or_appends_the_flag() {
+        let mut args: Vec<String> = ["superpeer", "--id", "1", "--join"]
+            .map(String::from)
+            .into();
+        set_flag(&mut args, "--id", "7".into());
+        set_flag(&mut args, "--listen", "127.0.0.1:5".into());
+        assert_eq!(
+            args,
+            [
+                "superpeer",
+                "--id",
+                "7",
+                "--join",
+                "--listen",
+                "127.0.0.1:5"
+            ]
+        );
+        // A flag at the very end without a value gets one.
+        let mut args: Vec<String> = vec!["--superpeers".into()];
+        set_flag(&mut args, "--superpeers", "1=127.0.0.1:5".into());
+        assert_eq!(args, ["--superpeers", "1=127.0.0.1:5"]);
     }
 
     #[test]

@@ -468,6 +468,29 @@ impl Membership {
         true
     }
 
+    /// Where a request goes when no leader is known, in turn: the configured superpeers,
+    /// then the superpeers of the node table that are alive and not configured (added to
+    /// the group at runtime), so that a node whose configured superpeers all left the group
+    /// still finds it. Never empty (the configured list is not).
+    fn superpeer_candidates(&self) -> Vec<NodeId> {
+        let mut candidates: Vec<NodeId> = self.superpeers.iter().map(|(id, _)| *id).collect();
+        let added: Vec<NodeId> = self
+            .table
+            .read()
+            .nodes
+            .values()
+            .filter(|record| record.role == Role::Superpeer && record.state == NodeState::Alive)
+            .map(|record| record.id)
+            .filter(|id| !candidates.contains(id))
+            .collect();
+        for id in added {
+            if self.reachable_superpeer(id) {
+                candidates.push(id);
+            }
+        }
+        candidates
+    }
+
     /// Whether `id` may send peer-to-peer messages (replication, acknowledgements): not
     /// a node this node knows as a client. A node not known yet is let through (a peer
     /// that joined a moment ago may replicate before its join event arrived here); see
@@ -515,10 +538,22 @@ impl Membership {
     }
 
     /// Sends `request` to the superpeer group: to the leader as far as known, following
-    /// `NotLeader` answers and trying the other superpeers until
+    /// `NotLeader` answers and trying the other superpeers (the configured ones, then the
+    /// live superpeers of the node table) until
     /// [`JoinConfig::request_timeout`]. A write whose outcome is unknown is not retried
     /// (it may have been applied): it fails with [`MembershipError::Timeout`].
     pub async fn request(&self, request: MetaRequest) -> Result<MetaReply, MembershipError> {
+        self.request_inner(request, false).await
+    }
+
+    /// [`Membership::request`]; with `at_most_once`, a write whose connection was lost after
+    /// it was sent is not sent again either (it may have been applied; see
+    /// [`Membership::write_at_most_once`]).
+    async fn request_inner(
+        &self,
+        request: MetaRequest,
+        at_most_once: bool,
+    ) -> Result<MetaReply, MembershipError> {
         let is_write = matches!(request, MetaRequest::Write(_));
         let payload = request.encode();
         let started = tokio::time::Instant::now();
@@ -530,7 +565,8 @@ impl Membership {
             let target = match hint {
                 Some(leader) => leader,
                 None => {
-                    let target = self.superpeers[index % self.superpeers.len()].0;
+                    let candidates = self.superpeer_candidates();
+                    let target = candidates[index % candidates.len()];
                     index += 1;
                     target
                 }
@@ -544,9 +580,14 @@ impl Membership {
                 Err(error) => {
                     last_error = format!("superpeer {target}: {error}");
                     self.forget_leader(target);
-                    if matches!(error, NetError::Timeout(_)) && is_write {
+                    let maybe_applied = match error {
+                        NetError::Timeout(_) => true,
+                        NetError::ConnectionLost(_) => at_most_once,
+                        _ => false,
+                    };
+                    if maybe_applied && is_write {
                         return Err(MembershipError::Timeout {
-                            what: format!("write to superpeer {target} (outcome unknown)"),
+                            what: format!("write to superpeer {target} ({error}; outcome unknown)"),
                             timeout_ms: self.request_timeout.as_millis() as u64,
                         });
                     }
@@ -603,8 +644,32 @@ impl Membership {
     }
 
     /// Commits `command` through the group. A refusal becomes [`MembershipError::Meta`].
+    /// A write whose connection to the leader is lost is sent again to the next leader, so
+    /// it may be applied twice: for the group's own idempotent commands (zones, owners,
+    /// reservations). Writes of values others may overwrite use
+    /// [`Membership::write_at_most_once`].
     pub async fn write(&self, command: Command) -> Result<Response, MembershipError> {
-        match self.request(MetaRequest::Write(command)).await? {
+        self.write_inner(command, false).await
+    }
+
+    /// Like [`Membership::write`], but never sent again once it may have reached a leader:
+    /// a lost connection after sending fails with [`MembershipError::Timeout`] (outcome
+    /// unknown), as a timeout does. For writes of registers (names, temporary storage,
+    /// barriers): a second application after another client's overwrite would bring back
+    /// a replaced value (`crates/node/tests/write_retry.rs`).
+    pub async fn write_at_most_once(&self, command: Command) -> Result<Response, MembershipError> {
+        self.write_inner(command, true).await
+    }
+
+    async fn write_inner(
+        &self,
+        command: Command,
+        at_most_once: bool,
+    ) -> Result<Response, MembershipError> {
+        match self
+            .request_inner(MetaRequest::Write(command), at_most_once)
+            .await?
+        {
             MetaReply::Response(Response::Error(error)) => Err(MembershipError::Meta(error)),
             MetaReply::Response(response) => Ok(response),
             other => Err(unexpected(&other)),

@@ -798,6 +798,9 @@ impl Core {
         };
         match request {
             MetaRequest::Status => {
+                // The member list as of now, not as of the last follow tick: a command
+                // that just changed the group asks right after.
+                self.adopt_group(&raft.group());
                 let metrics = raft.metrics();
                 MetaReply::Status(StatusReply {
                     node: self.id,

@@ -5,10 +5,14 @@
 //! openraft's joint consensus (`change_membership`), each bounded by a deadline.
 //!
 //! Invariants: only the leader changes the group (a follower answers
-//! [`GroupChangeError::ForwardToLeader`]); a new voter is always a caught-up learner first
-//! (`add_learner` in blocking mode), so adding it never stalls commits; one change at a
-//! time (openraft refuses a change while another is in progress: the caller retries); the
-//! group never loses its last voter.
+//! [`GroupChangeError::ForwardToLeader`]); a new voter is always a learner first that has
+//! acknowledged the log up to its addition (openraft's own blocking `add_learner` counts a
+//! learner that never answered as caught up when the log is short, and promoting such a
+//! learner stalls a group of one in the joint configuration), so adding it never stalls
+//! commits; one change at a time (openraft refuses a change while another is in progress,
+//! "already undergoing a configuration change": the caller retries); the group never
+//! loses its last voter; a leader that removes itself answers even when the member left
+//! takes over before it hears of the commit.
 //!
 //! Called by: the superpeer role (`myriad_node::superpeer`), on an `AddSuperpeer` or
 //! `RemoveSuperpeer` metadata request from `myriad term` or a client.
@@ -26,6 +30,10 @@ use crate::types::SuperpeerNode;
 
 /// Extra time a new superpeer gets to catch up, beyond the request timeout.
 const CATCH_UP_EXTRA: Duration = Duration::from_secs(30);
+/// How often the leader checks whether a new learner has caught up.
+const CATCH_UP_POLL: Duration = Duration::from_millis(20);
+/// How often a leader that removes itself checks whether its removal is done.
+const SELF_REMOVAL_POLL: Duration = Duration::from_millis(50);
 
 /// The group as the Raft membership records it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -97,7 +105,9 @@ impl MetaRaft {
     }
 
     /// Adds superpeer `id` listening at `address` as a voter: first as a learner, waiting
-    /// until it has caught up with the log, then promoted. Adding a current voter with the
+    /// until it has acknowledged the log up to its addition (a learner that never answers
+    /// is never promoted: [`GroupChangeError::OutcomeUnknown`] after the deadline, and it
+    /// stays a learner), then promoted. Adding a current voter with the
     /// same address is a no-op. Leader only.
     pub async fn add_superpeer(
         &self,
@@ -124,40 +134,96 @@ impl MetaRaft {
             )));
         }
         let deadline = self.inner.request_timeout + CATCH_UP_EXTRA;
-        if !current.nodes.contains_key(&id) {
-            let add = self
-                .inner
-                .raft
-                .add_learner(id, SuperpeerNode::new(address), true);
-            tokio::time::timeout(deadline, add)
-                .await
-                .map_err(|_| {
-                    GroupChangeError::OutcomeUnknown(format!(
-                        "superpeer {id} did not catch up within {deadline:?}"
-                    ))
-                })?
-                .map_err(write_error)?;
-        }
+        let started = tokio::time::Instant::now();
         if !current.voters.contains(&id) {
+            if !current.nodes.contains_key(&id) {
+                // Not blocking: openraft counts a learner within `replication_lag_threshold`
+                // entries as caught up even if it never answered; `caught_up` waits for an
+                // answer instead.
+                let add = self
+                    .inner
+                    .raft
+                    .add_learner(id, SuperpeerNode::new(address), false);
+                tokio::time::timeout(deadline, add)
+                    .await
+                    .map_err(|_| {
+                        GroupChangeError::OutcomeUnknown(format!(
+                            "adding superpeer {id} as a learner did not commit within {deadline:?}"
+                        ))
+                    })?
+                    .map_err(write_error)?;
+            }
+            self.caught_up(id, started + deadline).await?;
             let change = self
                 .inner
                 .raft
                 .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false);
-            tokio::time::timeout(deadline, change)
+            let promoted = tokio::time::timeout(deadline, change)
                 .await
                 .map_err(|_| {
                     GroupChangeError::OutcomeUnknown(format!(
                         "promoting superpeer {id} did not commit within {deadline:?}"
                     ))
                 })?
-                .map_err(write_error)?;
+                .map_err(write_error);
+            // A concurrent request for the same member (a retry) may have promoted it.
+            if let Err(error) = promoted {
+                if !self.group().voters.contains(&id) {
+                    return Err(error);
+                }
+            }
         }
         Ok(self.group())
     }
 
+    /// Waits until learner `id` has acknowledged the log up to this leader's latest
+    /// membership entry (the one that made it a learner, or a later one), so that promoting
+    /// it cannot stall commits: a voter that never answers would leave a group of one
+    /// without a quorum in the joint configuration.
+    async fn caught_up(
+        &self,
+        id: u64,
+        until: tokio::time::Instant,
+    ) -> Result<(), GroupChangeError> {
+        let receiver = self.inner.raft.metrics();
+        loop {
+            let (leads, matched, target) = {
+                let metrics = receiver.borrow_watched();
+                let target = metrics
+                    .membership_config
+                    .log_id()
+                    .map(|log_id| log_id.index);
+                let matched = metrics
+                    .replication
+                    .as_ref()
+                    .and_then(|replication| replication.get(&id).cloned().flatten())
+                    .map(|log_id| log_id.index);
+                (metrics.replication.is_some(), matched, target)
+            };
+            if !leads {
+                return Err(GroupChangeError::ForwardToLeader {
+                    leader: self.leader(),
+                });
+            }
+            if matched.is_some() && matched >= target {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= until {
+                return Err(GroupChangeError::OutcomeUnknown(format!(
+                    "superpeer {id} did not catch up (is it running, started with --join, and \
+                     reachable at its address?); it stays a learner: add it again once it runs, \
+                     or remove it"
+                )));
+            }
+            tokio::time::sleep(CATCH_UP_POLL).await;
+        }
+    }
+
     /// Removes superpeer `id` from the group (voter or learner); it no longer receives the
-    /// log. Removing the leader itself is allowed: it steps down once the change commits.
-    /// Leader only.
+    /// log. Removing the leader itself is allowed: it steps down once the change commits; if
+    /// the member left takes over before this leader sees the commit, the answer is
+    /// [`GroupChangeError::OutcomeUnknown`] (within about an election timeout), and the
+    /// remaining members hold the group without it. Leader only.
     pub async fn remove_superpeer(&self, id: u64) -> Result<GroupMembers, GroupChangeError> {
         self.ensure_leader()?;
         let current = self.group();
@@ -178,14 +244,70 @@ impl MetaRaft {
             ChangeMembers::RemoveNodes(BTreeSet::from([id]))
         };
         let change = self.inner.raft.change_membership(change, false);
-        tokio::time::timeout(deadline, change)
-            .await
-            .map_err(|_| {
-                GroupChangeError::OutcomeUnknown(format!(
-                    "removing superpeer {id} did not commit within {deadline:?}"
-                ))
-            })?
-            .map_err(write_error)?;
-        Ok(self.group())
+        if id != self.inner.node_id {
+            tokio::time::timeout(deadline, change)
+                .await
+                .map_err(|_| {
+                    GroupChangeError::OutcomeUnknown(format!(
+                        "removing superpeer {id} did not commit within {deadline:?}"
+                    ))
+                })?
+                .map_err(write_error)?;
+            return Ok(self.group());
+        }
+        // The leader removes itself. If the one member left takes over as soon as it sees
+        // the final configuration (a group of one elects itself at once), this leader never
+        // hears that the change committed and openraft never answers the call: watch the
+        // configuration instead of waiting for the answer alone.
+        let started = tokio::time::Instant::now();
+        tokio::pin!(change);
+        loop {
+            tokio::select! {
+                result = &mut change => {
+                    result.map_err(write_error)?;
+                    return Ok(self.group());
+                }
+                () = tokio::time::sleep(SELF_REMOVAL_POLL) => {
+                    if let Some(outcome) = self.self_removal_outcome() {
+                        return outcome;
+                    }
+                    if started.elapsed() >= deadline {
+                        return Err(GroupChangeError::OutcomeUnknown(format!(
+                            "removing superpeer {id} did not commit within {deadline:?}"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where this superpeer's removal of itself stands, once its latest configuration is a
+    /// single one without it: done if that configuration is applied here (so committed);
+    /// unknown here if this superpeer no longer leads (the remaining members finish it).
+    /// `None` while neither holds.
+    fn self_removal_outcome(&self) -> Option<Result<GroupMembers, GroupChangeError>> {
+        let receiver = self.inner.raft.metrics();
+        let (final_without_me, applied, leads) = {
+            let metrics = receiver.borrow_watched();
+            let stored = &metrics.membership_config;
+            let final_without_me = stored.get_joint_config().len() == 1
+                && !stored.voter_ids().any(|voter| voter == self.inner.node_id);
+            let applied = stored.log_id().is_some() && metrics.last_applied >= *stored.log_id();
+            let leads = metrics.current_leader == Some(self.inner.node_id);
+            (final_without_me, applied, leads)
+        };
+        if !final_without_me {
+            return None;
+        }
+        if applied {
+            return Some(Ok(self.group()));
+        }
+        (!leads).then(|| {
+            Err(GroupChangeError::OutcomeUnknown(format!(
+                "superpeer {} stepped down before it saw its removal commit; the remaining \
+                 members finish the change (ask one of them for the group)",
+                self.inner.node_id
+            )))
+        })
     }
 }

@@ -258,7 +258,7 @@ pub struct RaftSummary {
 }
 
 pub(crate) struct Inner {
-    node_id: u64,
+    pub(crate) node_id: u64,
     pub(crate) raft: Raft,
     reader: MetaStateReader,
     pub(crate) request_timeout: Duration,

@@ -5,9 +5,11 @@
 //! Raft messages) in step with the Raft membership.
 //!
 //! Invariants: the Raft membership is the truth; the member list follows it within
-//! [`FOLLOW_INTERVAL`] (and at once on the leader after a change it made); a superpeer
-//! added is registered in the node table (role superpeer) by the leader right after the
-//! change, as the configured ones are at the group's start. Configured members stay
+//! [`FOLLOW_INTERVAL`] (at once on the leader after a change it made, and on any superpeer
+//! that answers a status request, whose member list is the Raft membership of that
+//! moment); a superpeer added is registered in the node table (role superpeer) by the
+//! leader right after the change, as the configured ones are at the group's start.
+//! Configured members stay
 //! allowed to send Raft messages after a removal (the membership, not the sender check,
 //! keeps a removed member out of the quorum).
 //!

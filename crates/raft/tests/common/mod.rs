@@ -133,9 +133,14 @@ impl Cluster {
 
     /// Starts (or restarts) node `id` from its directory.
     pub async fn start_node(&mut self, id: u64) {
+        self.start_node_joining(id, false).await;
+    }
+
+    async fn start_node_joining(&mut self, id: u64, join_existing: bool) {
         assert!(!self.nodes.contains_key(&id), "node {id} is running");
         let mut config = RaftConfig::new(id, self.dirs[&id].path(), self.members.clone());
         (self.configure)(&mut config);
+        config.join_existing = join_existing;
         let transport = HubTransport {
             from: id,
             hub: self.hub.clone(),
@@ -157,6 +162,17 @@ impl Cluster {
             .unwrap();
         self.hub.slots.lock().unwrap().entry(id).or_default().raft = Some(raft.clone());
         self.nodes.insert(id, raft);
+    }
+
+    /// Starts node `id`, not one of the configured members, with a fresh directory and
+    /// `join_existing`: it waits for the leader to add it (`MetaRaft::add_superpeer`).
+    pub async fn start_joiner(&mut self, id: u64) {
+        self.dirs.insert(id, tempfile::tempdir().unwrap());
+        let mut with_joiner = self.members.clone();
+        with_joiner.insert(id, format!("127.0.0.1:{}", 22_000 + id));
+        let configured = std::mem::replace(&mut self.members, with_joiner);
+        self.start_node_joining(id, true).await;
+        self.members = configured;
     }
 
     /// Stops node `id`: it leaves the hub (calls to it fail at once) and shuts down.
