@@ -31,4 +31,4 @@ pub mod membership;
 
 pub use error::MembershipError;
 pub use lease::Lease;
-pub use membership::{JoinConfig, Membership};
+pub use membership::{cert_role_of, certificate_fits, JoinConfig, Membership};

@@ -48,6 +48,7 @@ use crate::config::{
 use crate::error::{FrameError, NetError};
 use crate::fault::{DelayLine, LinkFilter, DELAY_OUTGOING, DROP_OUTGOING};
 use crate::stream::NetStream;
+use crate::tls::CertRole;
 use crate::wire::{Fragment, FrameHeader, Kind, FRAME_PAYLOAD_BYTES_MAX, HEADER_BYTES};
 use crate::NodeId;
 
@@ -156,6 +157,9 @@ pub(crate) struct Conn {
     pub serial: u64,
     pub limits: ConnLimits,
     pub runtime: Handle,
+    /// The role the peer's TLS certificate names (set when the tasks start; unset
+    /// without TLS).
+    pub cert_role: std::sync::OnceLock<CertRole>,
     out: Mutex<OutQueue>,
     writer_wake: Notify,
     space: Notify,
@@ -241,6 +245,7 @@ impl Conn {
                 bytes_sent: 0,
                 write_calls: 0,
             }),
+            cert_role: std::sync::OnceLock::new(),
             writer_wake: Notify::new(),
             space: Notify::new(),
             closed: AtomicBool::new(false),
@@ -557,6 +562,9 @@ impl Conn {
 
     /// Gives senders the socket for direct writes (before the tasks start).
     pub fn attach(&self, stream: Arc<NetStream>) {
+        if let Some(role) = stream.peer_role() {
+            let _ = self.cert_role.set(role);
+        }
         if !self.is_closed() {
             self.out.lock().direct = Some(stream);
         }

@@ -135,6 +135,13 @@ impl LaneSocket {
         }
     }
 
+    /// The role the other end's certificate names (`None` without TLS).
+    pub fn peer_role(&self) -> Option<crate::CertRole> {
+        self.tls
+            .as_deref()
+            .and_then(|session| crate::stream::peer_role(session))
+    }
+
     /// The TCP socket (modes, timeouts, shutdown).
     pub fn tcp(&self) -> &TcpStream {
         &self.tcp

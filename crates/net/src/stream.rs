@@ -25,7 +25,7 @@ use bytes::BufMut;
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 
-use crate::tls::TlsConfig;
+use crate::tls::{CertRole, TlsConfig};
 
 /// Bytes decrypted per read call at most (one TLS record's worth of plaintext).
 const TLS_READ_CHUNK: usize = 16 * 1024;
@@ -50,6 +50,17 @@ impl TlsState {
 pub(crate) struct NetStream {
     tcp: TcpStream,
     tls: Option<Mutex<TlsState>>,
+    /// The role the other end's certificate names (TLS only; read once after the
+    /// handshake).
+    peer_role: Option<CertRole>,
+}
+
+/// The role named by the certificate the other end of `session` presented.
+pub(crate) fn peer_role(session: &rustls::CommonState) -> Option<CertRole> {
+    session
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(CertRole::of_certificate)
 }
 
 impl std::fmt::Debug for NetStream {
@@ -130,7 +141,17 @@ async fn handshake(tcp: &TcpStream, session: &mut rustls::Connection) -> std::io
 impl NetStream {
     /// A plain TCP stream.
     pub(crate) fn plain(tcp: TcpStream) -> Self {
-        Self { tcp, tls: None }
+        Self {
+            tcp,
+            tls: None,
+            peer_role: None,
+        }
+    }
+
+    /// The role the other end's certificate names (`None` without TLS, or if it names
+    /// no single role).
+    pub(crate) fn peer_role(&self) -> Option<CertRole> {
+        self.peer_role
     }
 
     /// Whether the stream is encrypted.
@@ -146,6 +167,7 @@ impl NetStream {
         handshake(&tcp, &mut session).await?;
         Ok(Self {
             tcp,
+            peer_role: peer_role(&session),
             tls: Some(TlsState::new(session)),
         })
     }
@@ -164,6 +186,7 @@ impl NetStream {
         handshake(&tcp, &mut session).await?;
         Ok(Self {
             tcp,
+            peer_role: peer_role(&session),
             tls: Some(TlsState::new(session)),
         })
     }

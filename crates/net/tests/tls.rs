@@ -273,3 +273,71 @@ fn blocking_requests_take_tls_lanes_small_and_whole_frame_spinning_or_not() {
         "the lanes were reused"
     );
 }
+
+#[test]
+fn role_checks_refuse_certificates_of_the_wrong_role_both_ways_and_after_a_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    ca_with(
+        dir.path(),
+        &[
+            ("peer", CertRole::Peer),
+            ("client", CertRole::Client),
+            ("superpeer", CertRole::Superpeer),
+        ],
+    );
+    let tls = |name: &str| Some(TlsConfig::from_dir(dir.path(), name).expect("certificate"));
+    let counter = Arc::new(AtomicUsize::new(0));
+    // Node 2 is a peer: it must present a peer certificate. Node 1 says it is a client.
+    let peer_only =
+        |node: NodeId, role: Option<CertRole>| node != NodeId(2) || role == Some(CertRole::Peer);
+    let client_only =
+        |node: NodeId, role: Option<CertRole>| node != NodeId(1) || role == Some(CertRole::Client);
+    let echo = |from: &Endpoint, to: u16| {
+        from.request_blocking(NodeId(to), ECHO, Bytes::from_static(b"role"), TIMEOUT)
+    };
+
+    // Node 2 holds a client certificate: its own connections and lanes to node 1 are
+    // refused by node 1 (acceptor), and node 1's connections to it by node 1 (connector).
+    let one = tls_endpoint(1, tls("client"), &counter);
+    let two = tls_endpoint(2, tls("client"), &counter);
+    link(&one, &two);
+    one.check_roles(peer_only);
+    refused(
+        echo(&two, 1),
+        "a client certificate as peer 2 (accepted by 1)",
+    );
+    refused(
+        echo(&one, 2),
+        "a client certificate as peer 2 (dialed by 1)",
+    );
+    assert!(
+        one.handshake_counts().2 >= 1,
+        "counted as a failed handshake"
+    );
+    drop((one, two));
+
+    // A superpeer's certificate is no peer's either; a peer certificate for node 1
+    // (a client) is refused by node 2.
+    let one = tls_endpoint(1, tls("peer"), &counter);
+    let two = tls_endpoint(2, tls("superpeer"), &counter);
+    link(&one, &two);
+    one.check_roles(peer_only);
+    two.check_roles(client_only);
+    refused(echo(&two, 1), "a superpeer certificate as peer 2");
+    refused(echo(&one, 2), "a peer certificate as client 1");
+    drop((one, two));
+
+    // The right roles pass; a check installed later refuses the next handshake (the
+    // connection up stays until it closes).
+    let one = tls_endpoint(1, tls("client"), &counter);
+    let two = tls_endpoint(2, tls("peer"), &counter);
+    link(&one, &two);
+    one.check_roles(peer_only);
+    two.check_roles(client_only);
+    assert_eq!(&echo(&one, 2).expect("right roles")[..], b"role");
+    assert_eq!(&echo(&two, 1).expect("right roles")[..], b"role");
+    two.check_roles(|_, _| false);
+    one.disconnect(NodeId(2));
+    two.disconnect(NodeId(1));
+    refused(echo(&one, 2), "a handshake after the check changed");
+}

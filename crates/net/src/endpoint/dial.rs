@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use super::shared::Shared;
+use super::shared::{role_refusal, Shared};
 use crate::error::{HandshakeError, NetError};
 use crate::lane::LaneSocket;
 use crate::stream::NetStream;
@@ -98,6 +98,10 @@ pub(super) fn dial_lane(
         tracing::warn!(%node, %addr, "peer failed to prove the cluster secret (lane)");
         return Err(DialFailure::Error(NetError::AuthenticationFailed(node)));
     }
+    if !shared.role_allowed(node, stream.peer_role()) {
+        tracing::warn!(%node, %addr, "{} (lane)", role_refusal(node, stream.peer_role()));
+        return Err(DialFailure::Error(NetError::AuthenticationFailed(node)));
+    }
     stream
         .write_all(&wire::connector_proof(secret, &ours, &theirs_array))
         .map_err(io)?;
@@ -174,6 +178,10 @@ pub(super) async fn dial(
     let secret = &shared.config.secret;
     if wire::verify_acceptor_proof(secret, &ours, &theirs, &proof).is_err() {
         tracing::warn!(%node, %addr, "peer failed to prove the cluster secret");
+        return Err(NetError::AuthenticationFailed(node));
+    }
+    if !shared.role_allowed(node, stream.peer_role()) {
+        tracing::warn!(%node, %addr, "{}", role_refusal(node, stream.peer_role()));
         return Err(NetError::AuthenticationFailed(node));
     }
     let our_proof = wire::connector_proof(secret, &ours, &theirs);

@@ -157,6 +157,7 @@ impl Endpoint {
             pending_handshakes: std::sync::atomic::AtomicUsize::new(0),
             handshakes_refused: AtomicU64::new(0),
             handshakes_failed: AtomicU64::new(0),
+            role_check: RwLock::new(None),
             config,
         });
         runtime.spawn(accept_loop(shared.clone(), listener, shutdown_rx.clone()));
