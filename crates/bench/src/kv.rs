@@ -29,6 +29,14 @@
 //! took (`settled`), then an `idle_cpu` line: the servers' CPU use over `--idle-secs` with
 //! no load. Nothing is measured before the servers settle.
 //!
+//! # TLS (`--tls`)
+//! The Myriad side runs twice per mode and peer count: plain, then on a cluster with TLS
+//! on every connection (a CA of its own, made by the launcher in the cluster directory;
+//! the nodes' certificates and a client certificate for the bench's clients), rows of
+//! system `myriad-tls`. Each TLS row is followed at the end by a `tls_ratio` line: its
+//! throughput and latencies divided by the plain row of equal mode, driver, op, clients
+//! and depth ([`report::tls_ratios`]). Only plain rows are paired with Redis.
+//!
 //! # Failures
 //! A missing baseline binary gives a `skipped` line. Any other failure, Myriad's or a
 //! baseline's, prints a `failed` line naming what failed; the other parts still run, and
@@ -51,7 +59,7 @@ use serde_json::json;
 use self::cpu::{secs_per_million, CpuMark};
 use self::driver::{run_closed_loop, DriverConfig, DriverResult, WorkerFn};
 use self::myriad::{MyriadTarget, Op};
-use self::report::{outcome, ratios, DriverKind, KvRow, Printer, RedisState};
+use self::report::{outcome, ratios, tls_ratios, DriverKind, KvRow, Printer, RedisState};
 
 /// A durability setting and its Redis counterpart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -172,6 +180,10 @@ pub struct KvArgs {
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
+    /// Run the Myriad side again on a cluster with TLS (a temporary CA, client
+    /// certificates) and print TLS / plain ratios of every Myriad row.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 impl KvArgs {
@@ -333,6 +345,17 @@ pub fn run(args: &KvArgs) -> Result<(), String> {
         );
         printer.note(ratio, text);
     }
+    for ratio in tls_ratios(&rows) {
+        let text = format!(
+            "TLS / plain, {} peers: {}: throughput {:.3}x, p50 {:.3}x, p99 {:.3}x",
+            ratio["peers"],
+            ratio["what"].as_str().unwrap_or(""),
+            ratio["throughput_ratio"].as_f64().unwrap_or(f64::NAN),
+            ratio["p50_ratio"].as_f64().unwrap_or(f64::NAN),
+            ratio["p99_ratio"].as_f64().unwrap_or(f64::NAN),
+        );
+        printer.note(ratio, text);
+    }
     outcome(&printer.failures)
 }
 
@@ -431,12 +454,20 @@ fn run_myriad(args: &KvArgs, mode: Mode, printer: &mut Printer) -> Vec<KvRow> {
             );
             continue;
         }
-        let dir = base.join(format!("{}-peers-{peers}", mode.name()));
-        let result = myriad_cluster_rows(args, mode, peers, &dir, printer);
-        match result {
-            Ok(measured) => rows.extend(measured),
-            Err(reason) => {
-                printer.failed("myriad", Some(peers), &format!("{}: {reason}", mode.name()))
+        for tls in [false, true] {
+            if tls && !args.tls {
+                continue;
+            }
+            let suffix = if tls { "-tls" } else { "" };
+            let dir = base.join(format!("{}-peers-{peers}{suffix}", mode.name()));
+            let result = myriad_cluster_rows(args, mode, (peers, tls), &dir, printer);
+            match result {
+                Ok(measured) => rows.extend(measured),
+                Err(reason) => printer.failed(
+                    myriad_system(tls),
+                    Some(peers),
+                    &format!("{}: {reason}", mode.name()),
+                ),
             }
         }
     }
@@ -446,21 +477,31 @@ fn run_myriad(args: &KvArgs, mode: Mode, printer: &mut Printer) -> Vec<KvRow> {
     rows
 }
 
+/// The system name of Myriad rows, plain or with TLS.
+fn myriad_system(tls: bool) -> &'static str {
+    if tls {
+        "myriad-tls"
+    } else {
+        "myriad"
+    }
+}
+
 fn myriad_cluster_rows(
     args: &KvArgs,
     mode: Mode,
-    peers: usize,
+    (peers, tls): (usize, bool),
     dir: &std::path::Path,
     printer: &mut Printer,
 ) -> Result<Vec<KvRow>, String> {
-    let mut target = MyriadTarget::start(dir, peers, args.peer_memory_mb, mode)?;
+    let system = myriad_system(tls);
+    let mut target = MyriadTarget::start(dir, peers, args.peer_memory_mb, mode, tls)?;
     target.preload(args.keys, args.object_bytes)?;
     let pids = target.pids();
     settle_and_idle(
         printer,
         args,
-        "myriad",
-        format!("myriad {} ({peers} peers + 1 superpeer)", mode.name()),
+        system,
+        format!("{system} {} ({peers} peers + 1 superpeer)", mode.name()),
         &pids,
     )?;
     let share = window_share(args);
@@ -476,7 +517,7 @@ fn myriad_cluster_rows(
                 let config = args.config(depth, threads as u64);
                 let measured = measure(&pids, true, || run_closed_loop(&config, workers), share)?;
                 let row = row_of(
-                    "myriad",
+                    system,
                     mode,
                     DriverKind::Threads,
                     Some(peers),
@@ -499,7 +540,7 @@ fn myriad_cluster_rows(
                         share,
                     )?;
                     let row = row_of(
-                        "myriad",
+                        system,
                         mode,
                         DriverKind::Async,
                         Some(peers),

@@ -1,6 +1,7 @@
 //! `myriad bench kv` end to end on a tiny key space: each mode's cluster starts with its
 //! replication, every row carries throughput and CPU figures, and every Myriad row is
 //! paired with the Redis row of equal mode, clients and depth (or says why it has none).
+//! With `--tls` the Myriad side runs plain and with TLS and prints TLS / plain ratios.
 //! Figures are not checked: this is not a timed test. The benchmark kills its own nodes
 //! and Redis servers; the harness kills the benchmark and the cluster's nodes if it hangs.
 
@@ -135,4 +136,46 @@ fn mode_none_runs_both_drivers_and_skips_r2_modes_on_one_peer() {
             .any(|l| l["kind"] == "not_run" && l["mode"] == "async"),
         "{skipped:?}"
     );
+}
+
+#[test]
+fn tls_runs_the_myriad_side_plain_and_with_tls_and_prints_their_ratios() {
+    let lines = bench("none", "1", &["--tls", "--no-redis", "--inflight", "0"]);
+    let plain = results(&lines, "myriad");
+    let tls = results(&lines, "myriad-tls");
+    // get and put, depth 1 and 4, threads driver, each plain and with TLS.
+    assert_eq!(plain.len(), 4, "{lines:?}");
+    assert_eq!(tls.len(), 4, "{lines:?}");
+    for row in &tls {
+        assert_eq!(row["object_bytes"], 64, "{row}");
+        assert!(
+            row["ops_per_sec"].as_f64().is_some_and(|r| r > 0.0),
+            "{row}"
+        );
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["kind"] == "idle_cpu" && l["system"] == "myriad-tls"),
+        "the TLS cluster settled and idled: {lines:?}"
+    );
+    let ratios: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "tls_ratio").collect();
+    assert_eq!(
+        ratios.len(),
+        4,
+        "one TLS / plain line per TLS row: {lines:?}"
+    );
+    for op in ["get", "put"] {
+        assert!(ratios.iter().any(|r| r["op"] == op), "{op}: {ratios:?}");
+    }
+    for ratio in &ratios {
+        for figure in ["throughput_ratio", "p50_ratio", "p99_ratio"] {
+            assert!(
+                ratio[figure].as_f64().is_some_and(|r| r > 0.0),
+                "{figure}: {ratio}"
+            );
+        }
+    }
+    // TLS rows are compared with plain Myriad only, never with a baseline.
+    assert!(!lines.iter().any(|l| l["kind"] == "ratio"), "{lines:?}");
 }

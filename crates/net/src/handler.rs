@@ -17,6 +17,7 @@ use bytes::Bytes;
 
 use crate::conn::{Conn, Direct};
 use crate::error::NetError;
+use crate::tls::CertRole;
 use crate::wire::Kind;
 use crate::NodeId;
 
@@ -236,6 +237,7 @@ pub struct Incoming {
     /// The payload (shares the receive buffer; no copy was made).
     pub payload: Bytes,
     responder: Option<Responder>,
+    cert_role: Option<CertRole>,
 }
 
 impl std::fmt::Debug for Incoming {
@@ -255,10 +257,12 @@ impl Incoming {
         message_type: MessageType,
         payload: Bytes,
         responder: Option<Responder>,
+        cert_role: Option<CertRole>,
     ) -> Self {
         Self {
             from,
             message_type,
+            cert_role,
             payload,
             responder,
         }
@@ -267,6 +271,12 @@ impl Incoming {
     /// Whether the sender waits for a response.
     pub fn is_request(&self) -> bool {
         self.responder.is_some()
+    }
+
+    /// The role named by the TLS certificate the sender presented on the connection this
+    /// message came on (`None` without TLS, or for a certificate naming no single role).
+    pub fn cert_role(&self) -> Option<CertRole> {
+        self.cert_role
     }
 
     /// Takes the responder to answer later, possibly from another thread. `None` for a
@@ -397,7 +407,13 @@ pub(crate) fn run(conn: &Arc<Conn>, delivery: Delivery, direct: Direct) {
         subtype: delivery.subtype,
         ordered: delivery.ordered,
     };
-    let incoming = Incoming::new(conn.peer, message_type, delivery.payload, responder);
+    let incoming = Incoming::new(
+        conn.peer,
+        message_type,
+        delivery.payload,
+        responder,
+        conn.cert_role.get().copied(),
+    );
     let handler = delivery.handler;
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         handler.handle(incoming);

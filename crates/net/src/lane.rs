@@ -6,7 +6,10 @@
 //! I/O thread and back. Lanes are opened with the normal authenticated handshake plus the
 //! lane flag in the connector's greeting (`docs/wire-format.md`, "Lanes"); the accepting
 //! node serves them with its usual reader task and handlers but never makes one its
-//! connection to the caller (no replacement, no `ConnectionLost` events).
+//! connection to the caller (no replacement, no `ConnectionLost` events). Under TLS a lane
+//! is a TLS connection of its own ([`LaneSocket`]: the same client configuration and
+//! checks as the endpoint's connections, handshaken by the blocking dial), whose session
+//! the calling thread drives itself.
 //!
 //! This module holds the per-node pools of idle lanes and the blocking request on one
 //! lane; the endpoint decides when a lane is used and opens lanes (`endpoint/lanes.rs`,
@@ -99,11 +102,123 @@ impl std::fmt::Display for LaneFailure {
     }
 }
 
+/// A lane's byte stream: its TCP socket, plain or carrying a rustls client session. Reads
+/// and writes behave as the socket's (blocking with its timeouts, or non-blocking with
+/// `WouldBlock`), on plaintext. A TLS write may leave ciphertext in the session when the
+/// socket takes less: [`Write::flush`] sends it (the next write sends it first, too).
+pub(crate) struct LaneSocket {
+    tcp: TcpStream,
+    tls: Option<Box<rustls::ClientConnection>>,
+}
+
+impl std::fmt::Debug for LaneSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaneSocket")
+            .field("tcp", &self.tcp)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl LaneSocket {
+    /// A plain lane socket.
+    pub fn plain(tcp: TcpStream) -> Self {
+        Self { tcp, tls: None }
+    }
+
+    /// A lane socket whose TLS session (handshaken or not: the first read or write
+    /// completes the handshake's I/O) runs over `tcp`.
+    pub fn tls(tcp: TcpStream, session: rustls::ClientConnection) -> Self {
+        Self {
+            tcp,
+            tls: Some(Box::new(session)),
+        }
+    }
+
+    /// The role the other end's certificate names (`None` without TLS).
+    pub fn peer_role(&self) -> Option<crate::CertRole> {
+        self.tls
+            .as_deref()
+            .and_then(|session| crate::stream::peer_role(session))
+    }
+
+    /// The TCP socket (modes, timeouts, shutdown).
+    pub fn tcp(&self) -> &TcpStream {
+        &self.tcp
+    }
+
+    /// Runs the TLS handshake to its end (blocking, bounded by the socket's timeouts);
+    /// nothing to do for a plain socket.
+    pub fn handshake(&mut self) -> std::io::Result<()> {
+        if let Some(session) = &mut self.tls {
+            while session.is_handshaking() {
+                session.complete_io(&mut self.tcp)?;
+            }
+        }
+        self.flush()
+    }
+}
+
+impl Read for LaneSocket {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let Some(session) = &mut self.tls else {
+            return self.tcp.read(buf);
+        };
+        loop {
+            match session.reader().read(buf) {
+                Ok(read) => return Ok(read),
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(error) => return Err(error),
+            }
+            // Nothing decrypted yet: feed the session from the socket (as its mode says).
+            if session.read_tls(&mut self.tcp)? == 0 {
+                return Ok(0);
+            }
+            session.process_new_packets().map_err(|error| {
+                // Send the alert that says why, if the socket takes it.
+                let _ = session.write_tls(&mut self.tcp);
+                std::io::Error::new(std::io::ErrorKind::InvalidData, error)
+            })?;
+        }
+    }
+}
+
+impl Write for LaneSocket {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, slices: &[IoSlice<'_>]) -> std::io::Result<usize> {
+        if self.tls.is_none() {
+            return self.tcp.write_vectored(slices);
+        }
+        // Ciphertext of earlier writes goes first; with it still waiting, take nothing new.
+        self.flush()?;
+        let Some(session) = &mut self.tls else {
+            return Ok(0);
+        };
+        // One record for a frame's header and payload (rustls fills records from as many
+        // slices as fit); its ciphertext goes out on the next write or flush.
+        session.writer().write_vectored(slices)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if let Some(session) = &mut self.tls {
+            while session.wants_write() {
+                if session.write_tls(&mut self.tcp)? == 0 {
+                    return Err(std::io::ErrorKind::WriteZero.into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One open lane, owned by the pool or by the thread using it.
 #[derive(Debug)]
 pub(crate) struct Lane {
     id: u64,
-    stream: TcpStream,
+    socket: LaneSocket,
     buf: BytesMut,
     read_timeout: Option<Duration>,
     last_used: Instant,
@@ -132,7 +247,7 @@ impl Lane {
         }
         let mut probe = [0u8; 1];
         !matches!(
-            self.stream.peek(&mut probe),
+            self.socket.tcp.peek(&mut probe),
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock
         )
     }
@@ -140,7 +255,7 @@ impl Lane {
     /// Switches the socket's mode if it is not `nonblocking` already.
     fn set_nonblocking(&mut self, nonblocking: bool) -> std::io::Result<()> {
         if self.nonblocking != nonblocking {
-            self.stream.set_nonblocking(nonblocking)?;
+            self.socket.tcp.set_nonblocking(nonblocking)?;
             self.nonblocking = nonblocking;
         }
         Ok(())
@@ -238,11 +353,17 @@ impl Lane {
     ) -> Result<(), LaneFailure> {
         let mut head = &head[..];
         let mut body = &payload[..];
-        while !head.is_empty() || !body.is_empty() {
-            let written = match self
-                .stream
-                .write_vectored(&[IoSlice::new(head), IoSlice::new(body)])
-            {
+        loop {
+            // Once the frame is written, what TLS left in its session goes out.
+            let done = head.is_empty() && body.is_empty();
+            let result = if done {
+                self.socket.flush().map(|()| 0)
+            } else {
+                self.socket
+                    .write_vectored(&[IoSlice::new(head), IoSlice::new(body)])
+            };
+            let written = match result {
+                Ok(0) if done => return Ok(()),
                 Ok(0) => return Err(LaneFailure::Io(std::io::ErrorKind::WriteZero.into())),
                 Ok(written) => written,
                 Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -261,7 +382,6 @@ impl Lane {
             head = head.get(from_head..).unwrap_or_default();
             body = body.get(written - from_head..).unwrap_or_default();
         }
-        Ok(())
     }
 
     /// Polls the socket with non-blocking reads of up to `bytes` bytes (appended to the
@@ -273,7 +393,7 @@ impl Lane {
         let mut polled = Instant::now();
         let outcome = loop {
             match self
-                .stream
+                .socket
                 .read(self.buf.get_mut(start..).unwrap_or_default())
             {
                 Ok(0) => break Err(LaneFailure::Io(std::io::ErrorKind::UnexpectedEof.into())),
@@ -317,7 +437,8 @@ impl Lane {
                 .read_timeout
                 .is_some_and(|set| set <= left + READ_TIMEOUT_SLACK);
             if !fits {
-                self.stream
+                self.socket
+                    .tcp
                     .set_read_timeout(Some(left))
                     .map_err(LaneFailure::Io)?;
                 self.read_timeout = Some(left);
@@ -325,7 +446,7 @@ impl Lane {
             let start = self.buf.len();
             self.buf.resize(start + bytes, 0);
             let result = self
-                .stream
+                .socket
                 .read(self.buf.get_mut(start..).unwrap_or_default());
             self.buf.truncate(start + *result.as_ref().unwrap_or(&0));
             match result {
@@ -503,8 +624,8 @@ impl OutgoingLanes {
     /// A reserved opening succeeded: registers the lane (in use by the caller). Idle lanes
     /// of another instance of the peer (it restarted) are closed. `None` (and the slot
     /// freed) if the socket cannot be duplicated.
-    pub fn opened(&self, node: NodeId, stream: TcpStream, peer_instance: u64) -> Option<Lane> {
-        let handle = stream.try_clone();
+    pub fn opened(&self, node: NodeId, socket: LaneSocket, peer_instance: u64) -> Option<Lane> {
+        let handle = socket.tcp.try_clone();
         let mut nodes = self.nodes.lock();
         let lanes = nodes.entry(node).or_default();
         lanes.opening = lanes.opening.saturating_sub(1);
@@ -525,7 +646,7 @@ impl OutgoingLanes {
         drop(nodes);
         Some(Lane {
             id,
-            stream,
+            socket,
             buf: BytesMut::new(),
             read_timeout: None,
             last_used: Instant::now(),
@@ -555,7 +676,7 @@ impl OutgoingLanes {
             lanes.sockets.remove(&lane.id);
             lanes.spin_reads_total += lane.spin_reads;
         }
-        let _ = lane.stream.shutdown(Shutdown::Both);
+        let _ = lane.socket.tcp.shutdown(Shutdown::Both);
     }
 
     /// Closes every lane to `node`, also those in use (their calls fail).
@@ -595,7 +716,7 @@ impl OutgoingLanes {
             }
         }
         for lane in closed {
-            let _ = lane.stream.shutdown(Shutdown::Both);
+            let _ = lane.socket.tcp.shutdown(Shutdown::Both);
         }
     }
 
@@ -642,7 +763,9 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
         let stream = TcpStream::connect(listener.local_addr().expect("address")).expect("dial");
         assert!(matches!(lanes.take(NodeId(2), 1), Take::Open));
-        let mut lane = lanes.opened(NodeId(2), stream, 1).expect("lane");
+        let mut lane = lanes
+            .opened(NodeId(2), LaneSocket::plain(stream), 1)
+            .expect("lane");
         lane.spin_preempted = true;
         first.spun_on(&mut lane);
         assert!(!lane.spin_preempted, "noted once");
@@ -658,7 +781,9 @@ mod tests {
         let (mut peer, _) = listener.accept().expect("accept");
         let lanes = OutgoingLanes::default();
         assert!(matches!(lanes.take(NodeId(2), 1), Take::Open));
-        let mut lane = lanes.opened(NodeId(2), stream, 1).expect("lane");
+        let mut lane = lanes
+            .opened(NodeId(2), LaneSocket::plain(stream), 1)
+            .expect("lane");
         lane.set_nonblocking(true).expect("non-blocking");
         // Far more than the socket buffers hold while the peer does not read yet.
         let payload = Bytes::from(vec![7u8; 8 << 20]);

@@ -11,8 +11,9 @@
 //!   mutex that is never held across an `.await` (each call locks, moves bytes between
 //!   the socket and the session without blocking, unlocks).
 //! - Plaintext the session accepted may wait in the session as ciphertext when the socket
-//!   is full: a writer calls [`NetStream::flush`] before it parks, so nothing is left
-//!   behind.
+//!   is full: a writer calls [`NetStream::flush`] before it parks, and a sender that wrote
+//!   directly ([`NetStream::try_write_vectored`] outside the writer task) wakes the writer
+//!   when [`NetStream::wants_flush`] says ciphertext stayed behind.
 //! - [`NetStream::readable`] returns at once while decrypted bytes wait in the session
 //!   (the socket may have nothing more to say).
 //!
@@ -24,20 +25,42 @@ use bytes::BufMut;
 use parking_lot::Mutex;
 use tokio::net::TcpStream;
 
-use crate::tls::TlsConfig;
+use crate::tls::{CertRole, TlsConfig};
 
 /// Bytes decrypted per read call at most (one TLS record's worth of plaintext).
 const TLS_READ_CHUNK: usize = 16 * 1024;
 
-/// Plaintext gathered from many small buffers into one before it is encrypted: rustls
-/// makes at least one record per buffer it is handed, so small frames would each cost a
-/// record (and its cipher call); gathered, they fill 16 KiB records.
-const TLS_GATHER_BYTES: usize = 64 * 1024;
+/// A TLS session and the buffer its plaintext is read through (allocated once per
+/// connection, not per read).
+struct TlsState {
+    session: rustls::Connection,
+    scratch: Box<[u8]>,
+}
+
+impl TlsState {
+    fn new(session: rustls::Connection) -> Mutex<Self> {
+        Mutex::new(Self {
+            session,
+            scratch: vec![0u8; TLS_READ_CHUNK].into_boxed_slice(),
+        })
+    }
+}
 
 /// A plain or TLS stream over one TCP socket.
 pub(crate) struct NetStream {
     tcp: TcpStream,
-    tls: Option<Mutex<rustls::Connection>>,
+    tls: Option<Mutex<TlsState>>,
+    /// The role the other end's certificate names (TLS only; read once after the
+    /// handshake).
+    peer_role: Option<CertRole>,
+}
+
+/// The role named by the certificate the other end of `session` presented.
+pub(crate) fn peer_role(session: &rustls::CommonState) -> Option<CertRole> {
+    session
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(CertRole::of_certificate)
 }
 
 impl std::fmt::Debug for NetStream {
@@ -118,7 +141,17 @@ async fn handshake(tcp: &TcpStream, session: &mut rustls::Connection) -> std::io
 impl NetStream {
     /// A plain TCP stream.
     pub(crate) fn plain(tcp: TcpStream) -> Self {
-        Self { tcp, tls: None }
+        Self {
+            tcp,
+            tls: None,
+            peer_role: None,
+        }
+    }
+
+    /// The role the other end's certificate names (`None` without TLS, or if it names
+    /// no single role).
+    pub(crate) fn peer_role(&self) -> Option<CertRole> {
+        self.peer_role
     }
 
     /// Whether the stream is encrypted.
@@ -134,7 +167,8 @@ impl NetStream {
         handshake(&tcp, &mut session).await?;
         Ok(Self {
             tcp,
-            tls: Some(Mutex::new(session)),
+            peer_role: peer_role(&session),
+            tls: Some(TlsState::new(session)),
         })
     }
 
@@ -152,16 +186,16 @@ impl NetStream {
         handshake(&tcp, &mut session).await?;
         Ok(Self {
             tcp,
-            tls: Some(Mutex::new(session)),
+            peer_role: peer_role(&session),
+            tls: Some(TlsState::new(session)),
         })
     }
 
     /// Waits until a read may make progress: the socket is readable, or (TLS) decrypted
     /// bytes are waiting in the session.
     pub(crate) async fn readable(&self) -> std::io::Result<()> {
-        if let Some(session) = &self.tls {
-            let mut session = session.lock();
-            let state = session.process_new_packets().map_err(invalid)?;
+        if let Some(tls) = &self.tls {
+            let state = tls.lock().session.process_new_packets().map_err(invalid)?;
             if state.plaintext_bytes_to_read() > 0 || state.peer_has_closed() {
                 return Ok(());
             }
@@ -172,16 +206,16 @@ impl NetStream {
     /// Reads what is there into `buf` without waiting: `WouldBlock` if nothing is.
     /// `Ok(0)` at the end of the stream.
     pub(crate) fn try_read_buf(&self, buf: &mut impl BufMut) -> std::io::Result<usize> {
-        let Some(session) = &self.tls else {
+        let Some(tls) = &self.tls else {
             return self.tcp.try_read_buf(buf);
         };
-        let mut session = session.lock();
-        let mut chunk = [0u8; TLS_READ_CHUNK];
-        let want = buf.remaining_mut().min(TLS_READ_CHUNK);
+        let mut tls = tls.lock();
+        let TlsState { session, scratch } = &mut *tls;
+        let want = buf.remaining_mut().min(scratch.len());
         loop {
-            match session.reader().read(&mut chunk[..want]) {
+            match session.reader().read(&mut scratch[..want]) {
                 Ok(read) => {
-                    buf.put_slice(&chunk[..read]);
+                    buf.put_slice(&scratch[..read]);
                     return Ok(read);
                 }
                 Err(error) if would_block(&error) => {}
@@ -212,29 +246,20 @@ impl NetStream {
     /// socket takes nothing. For TLS, accepted bytes may wait in the session until the
     /// socket takes them: call [`NetStream::flush`] before going idle.
     pub(crate) fn try_write_vectored(&self, slices: &[IoSlice<'_>]) -> std::io::Result<usize> {
-        let Some(session) = &self.tls else {
+        let Some(tls) = &self.tls else {
             return self.tcp.try_write_vectored(slices);
         };
-        let mut session = session.lock();
+        let session = &mut tls.lock().session;
         // Ciphertext of earlier writes goes first; with it still waiting, take nothing new.
         while session.wants_write() {
             if session.write_tls(&mut TryIo(&self.tcp))? == 0 {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
         }
-        let accepted = if slices.len() > 1 {
-            let mut gathered = Vec::with_capacity(TLS_GATHER_BYTES);
-            for slice in slices {
-                let room = TLS_GATHER_BYTES - gathered.len();
-                if room == 0 {
-                    break;
-                }
-                gathered.extend_from_slice(&slice[..slice.len().min(room)]);
-            }
-            session.writer().write(&gathered)?
-        } else {
-            session.writer().write_vectored(slices)?
-        };
+        // rustls (0.23) fills each record from as many slices as fit, so small frames
+        // share records without being gathered into one buffer first (up to its 64 KiB
+        // send buffer per call).
+        let accepted = session.writer().write_vectored(slices)?;
         while session.wants_write() {
             match session.write_tls(&mut TryIo(&self.tcp)) {
                 Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
@@ -249,14 +274,22 @@ impl NetStream {
         Ok(accepted)
     }
 
+    /// Whether ciphertext waits in the TLS session for the socket (always `false` for
+    /// plain TCP): then someone must [`flush`](Self::flush).
+    pub(crate) fn wants_flush(&self) -> bool {
+        self.tls
+            .as_ref()
+            .is_some_and(|tls| tls.lock().session.wants_write())
+    }
+
     /// Writes out every ciphertext byte waiting in the TLS session (no-op for plain TCP).
     pub(crate) async fn flush(&self) -> std::io::Result<()> {
-        let Some(session) = &self.tls else {
+        let Some(tls) = &self.tls else {
             return Ok(());
         };
         loop {
             let result = {
-                let mut session = session.lock();
+                let session = &mut tls.lock().session;
                 if !session.wants_write() {
                     return Ok(());
                 }

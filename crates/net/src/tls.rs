@@ -95,6 +95,32 @@ impl CertRole {
         }
     }
 
+    /// Its name: `peer`, `superpeer` or `client`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CertRole::Peer => "peer",
+            CertRole::Superpeer => "superpeer",
+            CertRole::Client => "client",
+        }
+    }
+
+    /// The role a (verified) certificate names: the one of [`CertRole::dns_name`] among
+    /// its subject alternative names; `None` if it names none or more than one.
+    pub fn of_certificate(cert: &CertificateDer<'_>) -> Option<CertRole> {
+        let cert = webpki::EndEntityCert::try_from(cert).ok()?;
+        let mut found = None;
+        for role in [CertRole::Peer, CertRole::Superpeer, CertRole::Client] {
+            let name = ServerName::try_from(role.dns_name()).ok()?;
+            if cert.verify_is_valid_for_subject_name(&name).is_ok() {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(role);
+            }
+        }
+        found
+    }
+
     /// Parses `peer`, `superpeer` or `client`.
     pub fn parse(text: &str) -> Option<Self> {
         match text {
@@ -321,6 +347,17 @@ mod tests {
         issue(&dir, "c1", CertRole::Client, &[]).unwrap();
         TlsConfig::from_dir(&dir, "p1").unwrap();
         TlsConfig::from_dir(&dir, "c1").unwrap();
+        issue(&dir, "s1", CertRole::Superpeer, &[]).unwrap();
+        for (name, role) in [
+            ("p1", CertRole::Peer),
+            ("c1", CertRole::Client),
+            ("s1", CertRole::Superpeer),
+        ] {
+            let cert = &read_certs(&dir.join(format!("{name}.pem"))).unwrap()[0];
+            assert_eq!(CertRole::of_certificate(cert), Some(role), "{name}");
+        }
+        let ca = &read_certs(&dir.join(CA_CERT_FILE)).unwrap()[0];
+        assert_eq!(CertRole::of_certificate(ca), None, "the CA names no role");
         assert!(matches!(create_ca(&dir), Err(TlsError::Exists(_))));
         assert!(issue(&dir, "ca", CertRole::Peer, &[]).is_err());
         assert!(issue(&dir, "../x", CertRole::Peer, &[]).is_err());

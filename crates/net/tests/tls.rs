@@ -197,3 +197,147 @@ fn foreign_ca_and_plaintext_are_refused_client_certificates_accepted() {
         .expect("server still serves");
     assert_eq!(&answer[..], b"still");
 }
+
+#[test]
+fn blocking_requests_take_tls_lanes_small_and_whole_frame_spinning_or_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    ca_with(
+        dir.path(),
+        &[("p1", CertRole::Peer), ("p2", CertRole::Peer)],
+    );
+    let counter = Arc::new(AtomicUsize::new(0));
+    let mut config = Config::new(NodeId(1), loopback(), SECRET);
+    config.tls = Some(TlsConfig::from_dir(dir.path(), "p1").expect("p1"));
+    config.lane_spin = Duration::from_millis(20);
+    let a = Endpoint::start(config, handlers(&counter)).expect("endpoint starts");
+    let b = tls_endpoint(
+        2,
+        Some(TlsConfig::from_dir(dir.path(), "p2").expect("p2")),
+        &counter,
+    );
+    link(&a, &b);
+    let threads = 3;
+    std::thread::scope(|scope| {
+        for t in 0..threads as u8 {
+            let a = &a;
+            scope.spawn(move || {
+                for i in 0..300u32 {
+                    let payload = Bytes::from(vec![t; (i % 300) as usize + 1]);
+                    let answer = a
+                        .request_blocking(NodeId(2), ECHO, payload.clone(), TIMEOUT)
+                        .expect("echo");
+                    assert_eq!(answer, payload);
+                }
+            });
+        }
+    });
+    let lanes = a.lane_stats(NodeId(2));
+    assert!((1..=threads).contains(&lanes.outgoing_open), "{lanes:?}");
+    assert_eq!(lanes.outgoing_idle, lanes.outgoing_open, "all handed back");
+    assert_eq!(lanes.outgoing_opened_total as usize, lanes.outgoing_open);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.lane_stats(NodeId(1)).incoming != lanes.outgoing_open {
+        assert!(
+            Instant::now() < deadline,
+            "the server does not see the lanes"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The requests did not travel on the node's (TLS) connection.
+    let conn = a.connection_stats(NodeId(2)).expect("connection opened");
+    assert!(conn.frames_sent < 10, "{conn:?}");
+    // A whole frame (many TLS records, more than the session buffers per write) each way.
+    let large: Vec<u8> = (0..myriad_net::wire::FRAME_PAYLOAD_BYTES_MAX)
+        .map(|index| (index % 251) as u8)
+        .collect();
+    let answer = a
+        .request_blocking(NodeId(2), ECHO, Bytes::from(large.clone()), TIMEOUT)
+        .expect("whole-frame echo on a lane");
+    assert!(answer[..] == large[..]);
+    // A lone caller spins on its lane's TLS session (other tests of this binary may run
+    // for a moment: echo until one answer was read while spinning).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut round = 0u32;
+    while a.lane_stats(NodeId(2)).outgoing_spin_reads_total == 0 {
+        assert!(Instant::now() < deadline, "no answer read while spinning");
+        let payload = Bytes::from(round.to_le_bytes().to_vec());
+        let answer = a
+            .request_blocking(NodeId(2), ECHO, payload.clone(), TIMEOUT)
+            .expect("echo");
+        assert_eq!(answer, payload);
+        round += 1;
+    }
+    assert_eq!(
+        a.lane_stats(NodeId(2)).outgoing_opened_total as usize,
+        lanes.outgoing_open,
+        "the lanes were reused"
+    );
+}
+
+#[test]
+fn role_checks_refuse_certificates_of_the_wrong_role_both_ways_and_after_a_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    ca_with(
+        dir.path(),
+        &[
+            ("peer", CertRole::Peer),
+            ("client", CertRole::Client),
+            ("superpeer", CertRole::Superpeer),
+        ],
+    );
+    let tls = |name: &str| Some(TlsConfig::from_dir(dir.path(), name).expect("certificate"));
+    let counter = Arc::new(AtomicUsize::new(0));
+    // Node 2 is a peer: it must present a peer certificate. Node 1 says it is a client.
+    let peer_only =
+        |node: NodeId, role: Option<CertRole>| node != NodeId(2) || role == Some(CertRole::Peer);
+    let client_only =
+        |node: NodeId, role: Option<CertRole>| node != NodeId(1) || role == Some(CertRole::Client);
+    let echo = |from: &Endpoint, to: u16| {
+        from.request_blocking(NodeId(to), ECHO, Bytes::from_static(b"role"), TIMEOUT)
+    };
+
+    // Node 2 holds a client certificate: its own connections and lanes to node 1 are
+    // refused by node 1 (acceptor), and node 1's connections to it by node 1 (connector).
+    let one = tls_endpoint(1, tls("client"), &counter);
+    let two = tls_endpoint(2, tls("client"), &counter);
+    link(&one, &two);
+    one.check_roles(peer_only);
+    refused(
+        echo(&two, 1),
+        "a client certificate as peer 2 (accepted by 1)",
+    );
+    refused(
+        echo(&one, 2),
+        "a client certificate as peer 2 (dialed by 1)",
+    );
+    assert!(
+        one.handshake_counts().2 >= 1,
+        "counted as a failed handshake"
+    );
+    drop((one, two));
+
+    // A superpeer's certificate is no peer's either; a peer certificate for node 1
+    // (a client) is refused by node 2.
+    let one = tls_endpoint(1, tls("peer"), &counter);
+    let two = tls_endpoint(2, tls("superpeer"), &counter);
+    link(&one, &two);
+    one.check_roles(peer_only);
+    two.check_roles(client_only);
+    refused(echo(&two, 1), "a superpeer certificate as peer 2");
+    refused(echo(&one, 2), "a peer certificate as client 1");
+    drop((one, two));
+
+    // The right roles pass; a check installed later refuses the next handshake (the
+    // connection up stays until it closes).
+    let one = tls_endpoint(1, tls("client"), &counter);
+    let two = tls_endpoint(2, tls("peer"), &counter);
+    link(&one, &two);
+    one.check_roles(peer_only);
+    two.check_roles(client_only);
+    assert_eq!(&echo(&one, 2).expect("right roles")[..], b"role");
+    assert_eq!(&echo(&two, 1).expect("right roles")[..], b"role");
+    two.check_roles(|_, _| false);
+    one.disconnect(NodeId(2));
+    two.disconnect(NodeId(1));
+    refused(echo(&one, 2), "a handshake after the check changed");
+}

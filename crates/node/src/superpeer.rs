@@ -43,8 +43,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use myriad_membership::{cert_role_of, certificate_fits};
 use myriad_meta::{Command, MetaError, MetaState, NodeState, Response, Role};
-use myriad_net::{Endpoint, Handlers, Incoming, NetError, NetHandle, Responder};
+use myriad_net::{CertRole, Endpoint, Handlers, Incoming, NetError, NetHandle, Responder};
 use myriad_proto::meta::{
     BarrierReleased, BarrierStatus, Event, EventPush, FailureReport, Heartbeat, HeartbeatReply,
     JoinReply, JoinRequest, MetaReply, MetaRequest, StatusReply,
@@ -245,6 +246,8 @@ pub(crate) struct Core {
     /// (`group::follow_membership`), so superpeers added at runtime are members too.
     members: parking_lot::RwLock<Vec<(NodeId, SocketAddr)>>,
     net: NetHandle,
+    /// Whether the endpoint runs TLS (then a join's role must match its certificate's).
+    tls: bool,
     raft: OnceLock<MetaRaft>,
     /// Every configured superpeer is in the committed node table (permanent once true).
     registered: AtomicBool,
@@ -322,6 +325,7 @@ impl Superpeer {
             id: config.id,
             members: parking_lot::RwLock::new(config.members.clone()),
             net: net.clone(),
+            tls: config.tls.is_some(),
             raft: OnceLock::new(),
             registered: AtomicBool::new(false),
             registering: tokio::sync::Mutex::new(()),
@@ -366,6 +370,14 @@ impl Superpeer {
         // Set once here, before any handler can see the core.
         let _ = core.raft.set(raft);
         let _ = slot.set(core.clone());
+        // TLS: a node's certificate must name the role the group or the node table gives
+        // it (a node not in the table yet, a joining one, may connect as anything; its
+        // join is checked against its certificate, `on_join`).
+        let weak = Arc::downgrade(&core);
+        net.check_roles(move |node, role| {
+            weak.upgrade()
+                .is_none_or(|core| certificate_fits(core.recorded_role(node), role))
+        });
         runtime.spawn(event_pump(core.clone(), pending));
         runtime.spawn(watch::run(core.clone()));
         runtime.spawn(registration_loop(core.clone()));
@@ -709,6 +721,15 @@ impl Core {
         self.members.read().iter().any(|(id, _)| *id == node)
     }
 
+    /// The role the group (members are superpeers) or the node table records for `node`.
+    fn recorded_role(&self, node: NodeId) -> Option<Role> {
+        if self.is_member(node) {
+            return Some(Role::Superpeer);
+        }
+        self.raft()
+            .and_then(|raft| raft.read_local(|state| state.node(node).map(|record| record.role)))
+    }
+
     fn on_raft_rpc(core: Arc<Core>, mut message: Incoming) {
         let responder = message.take_responder();
         let payload = message.payload;
@@ -1024,6 +1045,7 @@ impl Core {
     fn on_join(core: Arc<Core>, mut message: Incoming) {
         let responder = message.take_responder();
         let from = message.from;
+        let cert = message.cert_role();
         let request = match JoinRequest::decode(message.payload) {
             Ok(request) => request,
             Err(error) => {
@@ -1038,6 +1060,20 @@ impl Core {
                 return;
             }
         };
+        // TLS: the role a node joins as is the one its certificate names.
+        if core.tls && cert != Some(cert_role_of(request.role)) {
+            let presented = cert.map_or("role-less", CertRole::name);
+            tracing::warn!(%from, role = ?request.role, presented, "join refused: certificate of another role");
+            respond(
+                responder,
+                JoinReply::Refused(MetaError::InvalidArgument(format!(
+                    "a {presented} certificate cannot join as a {}",
+                    cert_role_of(request.role).name()
+                )))
+                .encode(),
+            );
+            return;
+        }
         let runtime = core.net.runtime();
         runtime.spawn(async move {
             let reply = core.serve_join(request).await;

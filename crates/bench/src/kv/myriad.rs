@@ -9,7 +9,10 @@
 //! event-loop thread with many connections.
 //!
 //! The cluster's nodes get a config with the mode's replication (R = 0 for `none`, R = 2
-//! otherwise) and default durability (`async`, `replicated` or `durable`).
+//! otherwise) and default durability (`async`, `replicated` or `durable`). With TLS
+//! (`bench kv --tls`) the launcher gives the cluster a CA of its own in `DIR/cluster/tls`
+//! and every node its certificate; the session's clients (the preload's and every
+//! worker's) use its `client` certificate.
 //!
 //! # Invariants
 //! - The cluster is started owned: it is SIGKILLed when the [`MyriadTarget`] is dropped,
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use myriad_client::client::Client;
+use myriad_client::client::{Client, ClientConfig};
 use myriad_meta::{NodeState, Role};
 use myriad_types::{ChunkId, NodeId};
 
@@ -76,11 +79,14 @@ pub trait MyriadClientSession {
 }
 
 /// Connects a client session to the cluster whose superpeers are `superpeers` (node ID,
-/// `127.0.0.1:P`) and secret is `secret`. Each worker thread gets its own client (its own node ID and connection
-/// per peer), matching the baselines' one connection per client thread.
+/// `127.0.0.1:P`) and secret is `secret`, with TLS if `tls` names a directory of
+/// `myriad cert` and a certificate in it (`(DIR, NAME)`). Each worker thread gets its own
+/// client (its own node ID and connection per peer), matching the baselines' one
+/// connection per client thread.
 pub fn client_session(
     superpeers: &[(u16, String)],
     secret: Vec<u8>,
+    tls: Option<(&Path, &str)>,
 ) -> Result<Box<dyn MyriadClientSession>, String> {
     let superpeers = superpeers
         .iter()
@@ -91,10 +97,17 @@ pub fn client_session(
                 .map_err(|e| format!("superpeer address {address}: {e}"))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let client = Client::connect(superpeers, secret.clone()).map_err(|e| e.to_string())?;
+    let mut config = ClientConfig::new(superpeers);
+    config.join.secret = secret;
+    if let Some((dir, name)) = tls {
+        config = config
+            .with_tls_dir(dir, name)
+            .map_err(|e| format!("client TLS: {e}"))?;
+    }
+    let client = Client::connect_with(config.clone()).map_err(|e| e.to_string())?;
     Ok(Box::new(ClientSession {
         client,
-        secret,
+        config,
         extra: Vec::new(),
         cids: Arc::new(Vec::new()),
         object_bytes: 0,
@@ -106,8 +119,8 @@ const PRELOAD_BATCH: usize = 1_000;
 
 struct ClientSession {
     client: Client,
-    /// The cluster secret, for the workers' clients.
-    secret: Vec<u8>,
+    /// How the workers' clients connect (secret, TLS).
+    config: ClientConfig,
     /// The clients of worker threads 1.. (thread 0 uses `client`).
     extra: Vec<Client>,
     /// Key index → chunk ID.
@@ -162,8 +175,9 @@ impl MyriadClientSession for ClientSession {
         // One client (one connection per peer) per thread, as redis-benchmark and the
         // memcached driver use one connection per client: thread 0 reuses the session's.
         while self.extra.len() + 1 < threads {
-            let superpeers = self.client.membership().superpeers().to_vec();
-            let client = Client::connect(superpeers, self.secret.clone())
+            let mut config = self.config.clone();
+            config.join.superpeers = self.client.membership().superpeers().to_vec();
+            let client = Client::connect_with(config)
                 .map_err(|e| format!("connecting a worker's client: {e}"))?;
             self.extra.push(client);
         }
@@ -353,17 +367,18 @@ pub struct MyriadTarget {
 
 impl MyriadTarget {
     /// Starts a cluster (one superpeer, `peers` peers of `peer_memory_mb` MiB each, with
-    /// the replication and durability of `mode`) in `dir` with this binary and connects a
-    /// client session to it.
+    /// the replication and durability of `mode`, TLS on every connection if `tls`) in
+    /// `dir` with this binary and connects a client session to it.
     pub fn start(
         dir: &Path,
         peers: usize,
         peer_memory_mb: u64,
         mode: Mode,
+        tls: bool,
     ) -> Result<Self, String> {
         let binary =
             std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
-        Self::start_with(dir, binary, peers, peer_memory_mb, mode)
+        Self::start_with(dir, binary, peers, peer_memory_mb, mode, tls)
     }
 
     /// Like [`start`](Self::start) with an explicit node binary.
@@ -373,6 +388,7 @@ impl MyriadTarget {
         peers: usize,
         peer_memory_mb: u64,
         mode: Mode,
+        tls: bool,
     ) -> Result<Self, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let config = dir.join("bench-kv.toml");
@@ -384,9 +400,15 @@ impl MyriadTarget {
         spec.peer_memory_mb = Some(peer_memory_mb);
         spec.extra_args = vec!["--config".into(), config.display().to_string()];
         spec.ready_timeout = Duration::from_secs(30);
+        spec.tls = tls;
         let cluster = LocalCluster::start_owned(spec).map_err(|e| e.to_string())?;
         let secret = cluster.secret().map_err(|e| e.to_string())?;
-        let session = client_session(&cluster.superpeer_addresses(), secret)?;
+        let tls_dir = cluster.tls_dir();
+        if tls && tls_dir.is_none() {
+            return Err("the launcher started the cluster without TLS".into());
+        }
+        let client_tls = tls_dir.as_deref().map(|dir| (dir, "client"));
+        let session = client_session(&cluster.superpeer_addresses(), secret, client_tls)?;
         Ok(MyriadTarget { session, cluster })
     }
 

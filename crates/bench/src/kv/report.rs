@@ -336,6 +336,65 @@ pub fn ratios(rows: &[KvRow], redis_state: impl Fn(Mode) -> RedisState) -> Vec<V
     out
 }
 
+/// TLS / plain ratios (`bench kv --tls`): each `myriad-tls` row against the plain
+/// `myriad` row of equal mode, driver, peers, op, clients and depth: throughput, p50 and
+/// p99 latency and server CPU per operation, TLS divided by plain (a throughput below 1
+/// and latencies above 1 are TLS's cost). A TLS row without its plain row gets no line.
+pub fn tls_ratios(rows: &[KvRow]) -> Vec<Value> {
+    let ratio = |tls: f64, plain: f64| {
+        let value = tls / plain.max(1e-9);
+        if value.is_finite() {
+            json!((value * 1e4).round() / 1e4)
+        } else {
+            Value::Null
+        }
+    };
+    let mut out = Vec::new();
+    for tls in rows.iter().filter(|r| r.system == "myriad-tls") {
+        let Some(plain) = rows.iter().find(|r| {
+            r.system == "myriad"
+                && r.mode == tls.mode
+                && r.driver == tls.driver
+                && r.peers == tls.peers
+                && r.op == tls.op
+                && r.clients == tls.clients
+                && r.depth == tls.depth
+        }) else {
+            continue;
+        };
+        let what = format!(
+            "{} {} x{} ({} clients, {} driver, {} B)",
+            tls.mode.name(),
+            tls.op,
+            tls.depth,
+            tls.clients,
+            tls.driver.name(),
+            tls.object_bytes,
+        );
+        let mut line = json!({
+            "kind": "tls_ratio",
+            "what": what,
+            "mode": tls.mode.name(),
+            "driver": tls.driver.name(),
+            "peers": tls.peers,
+            "op": tls.op,
+            "object_bytes": tls.object_bytes,
+            "clients": tls.clients,
+            "depth": tls.depth,
+            "plain_ops_per_sec": plain.ops_per_sec.round(),
+            "tls_ops_per_sec": tls.ops_per_sec.round(),
+            "throughput_ratio": ratio(tls.ops_per_sec, plain.ops_per_sec),
+            "p50_ratio": ratio(tls.p50_us, plain.p50_us),
+            "p99_ratio": ratio(tls.p99_us, plain.p99_us),
+        });
+        if let (Some(t), Some(p)) = (tls.server_cpu_s_per_mop, plain.server_cpu_s_per_mop) {
+            line["server_cpu_ratio"] = ratio(t, p);
+        }
+        out.push(line);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,6 +467,33 @@ mod tests {
         let lines = ratios(&rows, |_| RedisState::NotInstalled);
         assert_eq!(lines[0]["missing"], "redis not installed");
         assert!(ratios(&rows, |_| RedisState::Skipped).is_empty());
+    }
+
+    #[test]
+    fn tls_ratios_pair_each_tls_row_with_its_plain_row() {
+        let plain_get = row("myriad", Mode::None, DriverKind::Threads, "get");
+        let mut tls_get = row("myriad-tls", Mode::None, DriverKind::Threads, "get");
+        tls_get.peers = plain_get.peers;
+        tls_get.ops_per_sec = 80.0;
+        tls_get.p50_us = 12.0;
+        let mut tls_put = tls_get.clone();
+        tls_put.op = "put";
+        let rows = vec![
+            plain_get,
+            row("redis", Mode::None, DriverKind::Threads, "get"),
+            tls_get,
+            // No plain put row: no line.
+            tls_put,
+        ];
+        let lines = tls_ratios(&rows);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["kind"], "tls_ratio");
+        assert_eq!(lines[0]["op"], "get");
+        assert_eq!(lines[0]["throughput_ratio"], 0.8);
+        assert_eq!(lines[0]["p50_ratio"], 1.2);
+        assert_eq!(lines[0]["p99_ratio"], 1.0);
+        // TLS rows are not paired with Redis.
+        assert_eq!(ratios(&rows, |_| RedisState::Ran).len(), 1);
     }
 
     #[test]

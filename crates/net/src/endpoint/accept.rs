@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use super::shared::Shared;
+use super::shared::{role_refusal, Shared};
 use crate::config::ACCEPT_RETRY_DELAY;
 use crate::conn::CloseReason;
 use crate::error::HandshakeError;
@@ -138,6 +138,10 @@ async fn accept(shared: &Arc<Shared>, tcp: TcpStream) -> Result<(), String> {
         .map_err(|e| format!("reading proof: {e}"))?;
     if wire::verify_connector_proof(&shared.config.secret, &theirs, &ours, &their_proof).is_err() {
         return Err(format!("node {node} failed authentication"));
+    }
+    if !shared.role_allowed(node, stream.peer_role()) {
+        // Closed without a verdict, as after a failed proof.
+        return Err(role_refusal(node, stream.peer_role()));
     }
     if shared.shut_down.load(Ordering::Acquire) {
         return Err("endpoint shutting down".into());

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use super::shared::Shared;
+use super::shared::{role_refusal, Shared};
 use crate::error::{HandshakeError, NetError};
+use crate::lane::LaneSocket;
 use crate::stream::NetStream;
 use crate::wire::{self, Greeting, Verdict, GREETING_BYTES, PROOF_BYTES};
 use crate::NodeId;
@@ -26,15 +27,16 @@ pub(super) enum DialFailure {
     Error(NetError),
 }
 
-/// TCP connect and the connector's half of the handshake for a lane, with blocking calls
-/// on this thread, all within `limit`. The socket is left blocking with no receive
-/// timeout and the send timeout as its write timeout.
+/// TCP connect, the TLS handshake (if the endpoint has TLS) and the connector's half of
+/// the handshake for a lane, with blocking calls on this thread, all within `limit`. The
+/// socket is left blocking with no receive timeout and the send timeout as its write
+/// timeout.
 pub(super) fn dial_lane(
     shared: &Shared,
     node: NodeId,
     addr: SocketAddr,
     limit: Duration,
-) -> Result<(std::net::TcpStream, u64, Verdict), DialFailure> {
+) -> Result<(LaneSocket, u64, Verdict), DialFailure> {
     use std::io::{Read, Write};
     let start = std::time::Instant::now();
     let io = |error: std::io::Error| match error.kind() {
@@ -52,12 +54,30 @@ pub(super) fn dial_lane(
             Ok(left)
         }
     };
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, left()?).map_err(io)?;
-    stream.set_nodelay(true).map_err(io)?;
-    stream.set_write_timeout(Some(left()?)).map_err(io)?;
-    stream.set_read_timeout(Some(left()?)).map_err(io)?;
+    let tcp = std::net::TcpStream::connect_timeout(&addr, left()?).map_err(io)?;
+    tcp.set_nodelay(true).map_err(io)?;
+    tcp.set_write_timeout(Some(left()?)).map_err(io)?;
+    tcp.set_read_timeout(Some(left()?)).map_err(io)?;
+    let mut stream = match &shared.config.tls {
+        None => LaneSocket::plain(tcp),
+        Some(tls) => {
+            let session =
+                rustls::ClientConnection::new(tls.client.clone(), tls.server_name.clone())
+                    .map_err(|e| DialFailure::Error(connect_failed(node, format!("TLS: {e}"))))?;
+            let mut socket = LaneSocket::tls(tcp, session);
+            socket.handshake().map_err(|error| match io(error) {
+                DialFailure::TimedOut => DialFailure::TimedOut,
+                DialFailure::Error(NetError::ConnectFailed { reason, .. }) => {
+                    DialFailure::Error(connect_failed(node, format!("TLS: {reason}")))
+                }
+                failure => failure,
+            })?;
+            socket
+        }
+    };
     let ours = shared.greeting(true).encode();
     stream.write_all(&ours).map_err(io)?;
+    stream.flush().map_err(io)?;
     let mut reply = [0u8; GREETING_BYTES + PROOF_BYTES];
     stream.read_exact(&mut reply).map_err(io)?;
     let (theirs, proof) = reply.split_at(GREETING_BYTES);
@@ -78,10 +98,15 @@ pub(super) fn dial_lane(
         tracing::warn!(%node, %addr, "peer failed to prove the cluster secret (lane)");
         return Err(DialFailure::Error(NetError::AuthenticationFailed(node)));
     }
+    if !shared.role_allowed(node, stream.peer_role()) {
+        tracing::warn!(%node, %addr, "{} (lane)", role_refusal(node, stream.peer_role()));
+        return Err(DialFailure::Error(NetError::AuthenticationFailed(node)));
+    }
     stream
         .write_all(&wire::connector_proof(secret, &ours, &theirs_array))
         .map_err(io)?;
-    stream.set_read_timeout(Some(left()?)).map_err(io)?;
+    stream.flush().map_err(io)?;
+    stream.tcp().set_read_timeout(Some(left()?)).map_err(io)?;
     let mut verdict = [0u8; 1];
     if let Err(error) = stream.read_exact(&mut verdict) {
         // The acceptor closes without a verdict when our proof fails.
@@ -93,8 +118,9 @@ pub(super) fn dial_lane(
     let [verdict] = verdict;
     let verdict =
         Verdict::decode(verdict).map_err(|e| DialFailure::Error(connect_failed(node, e)))?;
-    stream.set_read_timeout(None).map_err(io)?;
+    stream.tcp().set_read_timeout(None).map_err(io)?;
     stream
+        .tcp()
         .set_write_timeout(Some(shared.config.send_timeout))
         .map_err(io)?;
     Ok((stream, greeting.instance, verdict))
@@ -152,6 +178,10 @@ pub(super) async fn dial(
     let secret = &shared.config.secret;
     if wire::verify_acceptor_proof(secret, &ours, &theirs, &proof).is_err() {
         tracing::warn!(%node, %addr, "peer failed to prove the cluster secret");
+        return Err(NetError::AuthenticationFailed(node));
+    }
+    if !shared.role_allowed(node, stream.peer_role()) {
+        tracing::warn!(%node, %addr, "{}", role_refusal(node, stream.peer_role()));
         return Err(NetError::AuthenticationFailed(node));
     }
     let our_proof = wire::connector_proof(secret, &ours, &theirs);

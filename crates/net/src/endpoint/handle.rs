@@ -123,6 +123,18 @@ impl NetHandle {
         })
     }
 
+    /// Under TLS, lets a node connect (either direction, lanes too) only if `allowed`
+    /// holds for its node ID and the role its certificate names (`None`: a certificate
+    /// naming no single role). Checked in every handshake from now on, after the secret's
+    /// proof and before the connection carries a message; connections up already are
+    /// kept. Without TLS it does nothing. The caller knows the roles (the node table).
+    pub fn check_roles(
+        &self,
+        allowed: impl Fn(crate::NodeId, Option<crate::CertRole>) -> bool + Send + Sync + 'static,
+    ) {
+        *self.shared.role_check.write() = Some(Arc::new(allowed));
+    }
+
     /// Replaces the handler map with a copy that `change` edited (readers keep the map
     /// they hold; a failed change leaves the map as it was).
     fn update_handlers(

@@ -115,16 +115,11 @@ impl Endpoint {
     /// the OS-chosen port before it knows its node ID); `config.listen_addr` is ignored.
     pub fn start_on_listener(
         runtime: Handle,
-        mut config: Config,
+        config: Config,
         handlers: Handlers,
         listener: std::net::TcpListener,
     ) -> Result<Self, NetError> {
         check_secret(&config)?;
-        if config.tls.is_some() {
-            // Lanes are blocking plain sockets; under TLS every request takes the
-            // (encrypted) connection instead.
-            config.lanes_per_node_max = 0;
-        }
         let startup = |error: std::io::Error| NetError::Startup(Arc::new(error));
         listener.set_nonblocking(true).map_err(startup)?;
         let local_addr = listener.local_addr().map_err(startup)?;
@@ -162,6 +157,7 @@ impl Endpoint {
             pending_handshakes: std::sync::atomic::AtomicUsize::new(0),
             handshakes_refused: AtomicU64::new(0),
             handshakes_failed: AtomicU64::new(0),
+            role_check: RwLock::new(None),
             config,
         });
         runtime.spawn(accept_loop(shared.clone(), listener, shutdown_rx.clone()));

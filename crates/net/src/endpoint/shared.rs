@@ -29,6 +29,7 @@ use crate::handler::HandlerMap;
 use crate::lane::OutgoingLanes;
 use crate::pool::{Batch, PoolSenders};
 use crate::reader::ReaderContext;
+use crate::tls::CertRole;
 use crate::wire::{Greeting, NONCE_BYTES};
 use crate::NodeId;
 
@@ -75,6 +76,32 @@ pub(crate) struct Shared {
     pub(super) handshakes_refused: AtomicU64,
     /// Incoming handshakes that failed or timed out (bad bytes, wrong secret, silence).
     pub(super) handshakes_failed: AtomicU64,
+    /// Which certificate roles a node may present (TLS only; `NetHandle::check_roles`).
+    pub(super) role_check: RwLock<Option<RoleCheck>>,
+}
+
+/// Whether `node` may connect with a certificate naming `role` (see
+/// `NetHandle::check_roles`).
+pub(super) type RoleCheck = Arc<dyn Fn(NodeId, Option<CertRole>) -> bool + Send + Sync>;
+
+impl Shared {
+    /// Whether the role named by `node`'s certificate passes the role check (always
+    /// without TLS or without a check).
+    pub(super) fn role_allowed(&self, node: NodeId, role: Option<CertRole>) -> bool {
+        if self.config.tls.is_none() {
+            return true;
+        }
+        let check = self.role_check.read().clone();
+        check.is_none_or(|check| check(node, role))
+    }
+}
+
+/// Why a role check refused `node`, for errors and logs.
+pub(super) fn role_refusal(node: NodeId, role: Option<CertRole>) -> String {
+    format!(
+        "node {node} presented a {} certificate, which its role in the node table does not allow",
+        role.map_or("role-less", CertRole::name)
+    )
 }
 
 impl ReaderContext for Shared {
