@@ -2,7 +2,7 @@
 //! replayable.
 //!
 //! # Job
-//! [`run`] simulates a small cluster — peers, a stand-in for the superpeers, concurrent
+//! [`run`] simulates a small cluster — peers, the superpeers' metadata, concurrent
 //! clients — from a seed: simulated time (an event queue, no wall clock), a simulated
 //! network (delay, loss, duplication, reordering across connections, partitions, one-way
 //! links, fencing), crashes (memory lost, disk kept and torn), restarts, pauses and failing
@@ -18,9 +18,10 @@
 //! reading zones back for recovery, reopening after a crash). Messages use the production
 //! wire formats. Where production code is preempted by other threads at a point that
 //! matters, it marks an interleaving point ([`myriad_backup_log::interleave`]) and the
-//! simulator runs, at that point, what the seed says happens meanwhile. The simulator's
-//! own code stands in for the threads and sockets (the messaging layer), the master side of
-//! replication, and the superpeers (failure detection, Raft, metadata): see
+//! simulator runs, at that point, what the seed says happens meanwhile. The superpeers'
+//! metadata is the production [`myriad_meta::MetaState`], fed the production commands.
+//! The simulator's own code stands in for the threads and sockets (the messaging layer),
+//! the master side of replication, and the superpeers' failure detection and Raft: see
 //! `docs/testing.md` for what is and is not simulated.
 //!
 //! # Invariants
