@@ -115,7 +115,7 @@ impl Default for SimConfig {
             clients: 4,
             chunks_per_client: 3,
             ops_per_client: 40,
-            crashes_max: 1,
+            crashes_max: 3,
             fault_horizon: 40_000,
             time_limit: 30_000_000,
             durability: None,
@@ -142,6 +142,9 @@ pub struct Scenario {
     pub disk_faults: usize,
     /// Replication messages a backup is slow to apply, per mille.
     pub slow_apply_per_mille: u32,
+    /// Recoveries whose first restorer's disk fails to read, per mille (only in runs
+    /// without failing syncs).
+    pub read_fault_per_mille: u32,
 }
 
 impl Scenario {
@@ -161,6 +164,7 @@ impl Scenario {
                 pauses: 0,
                 disk_faults: 0,
                 slow_apply_per_mille: 0,
+                read_fault_per_mille: 0,
             };
         }
         let net = NetFaults {
@@ -169,18 +173,30 @@ impl Scenario {
             delay_min: rng.between(10, 100),
             delay_max: rng.between(100, 2_000),
         };
+        let disk_faults = if durability == SimDurability::Durable {
+            rng.below(2) as usize
+        } else {
+            0
+        };
         Scenario {
             durability,
             net,
-            crashes: usize::from(rng.chance(750)),
-            partitions: rng.below(3) as usize,
-            pauses: rng.below(3) as usize,
-            disk_faults: if durability == SimDurability::Durable {
-                rng.below(2) as usize
+            crashes: if rng.chance(750) {
+                1 + rng.below(config.crashes_max as u64) as usize
             } else {
                 0
             },
+            partitions: rng.below(3) as usize,
+            pauses: rng.below(3) as usize,
+            disk_faults,
             slow_apply_per_mille: rng.below(1000) as u32,
+            // A read error at one backup while another one's disk fails is two disk
+            // faults in one zone, more than R = 2 backups promise to survive.
+            read_fault_per_mille: if disk_faults == 0 && rng.chance(300) {
+                500
+            } else {
+                0
+            },
         }
     }
 }

@@ -43,8 +43,8 @@ const OPS_PER_MESSAGE: usize = 16;
 /// A client's reply held until the backups acknowledged what it depends on.
 #[derive(Debug)]
 pub struct Waiter {
-    /// Per backup, the last sequence number of its stream the reply depends on.
-    pub needs: Vec<(NodeId, u64)>,
+    /// Per backup, the stream and its last sequence number the reply depends on.
+    pub needs: Vec<Need>,
     /// Whether the backups must have it on disk (`durable`) or in memory (`replicated`).
     pub durable: bool,
     /// The client.
@@ -54,6 +54,9 @@ pub struct Waiter {
     /// The encoded reply.
     pub reply: Bytes,
 }
+
+/// What a reply or a copy waits for: `(backup, stream ID, sequence number)`.
+pub type Need = (NodeId, u64, u64);
 
 /// One backup zone a master replicates: its own zone, or a zone it adopted after
 /// restoring it (same log identity as at its failed owner).
@@ -104,8 +107,8 @@ pub struct Master {
     pub streams: BTreeMap<NodeId, Stream>,
     /// Replies waiting for acknowledgements.
     pub waiting: Vec<Waiter>,
-    /// Copies of a zone to an added backup not acknowledged yet: `(backup, seq)`.
-    pub copies: Vec<(NodeId, u64)>,
+    /// Copies of a zone to an added backup not acknowledged yet.
+    pub copies: Vec<Need>,
 }
 
 impl Master {
@@ -121,7 +124,7 @@ impl Master {
 
     /// Appends `op` to the streams of `zone`'s backups; what a reply depending on it
     /// waits for: `(backup, seq)` pairs.
-    pub fn record(&mut self, zone: usize, op: Op) -> Vec<(NodeId, u64)> {
+    pub fn record(&mut self, zone: usize, op: Op) -> Vec<Need> {
         let Some(backups) = self.zones.get(zone).map(|z| z.backups.clone()) else {
             return Vec::new();
         };
@@ -130,7 +133,7 @@ impl Master {
             .map(|backup| {
                 let stream = self.open_stream(backup);
                 stream.log.push(op.clone());
-                (backup, stream.log.len() as u64)
+                (backup, stream.id, stream.log.len() as u64)
             })
             .collect()
     }
@@ -150,12 +153,19 @@ impl Master {
     }
 
     /// The replication messages that bring `backup` up to date (from its last
-    /// acknowledgement on), at most `OPS_PER_MESSAGE` operations each.
+    /// acknowledgement on, its last durable one if `durable`), at most `OPS_PER_MESSAGE`
+    /// operations each.
     pub fn catch_up(&self, backup: NodeId, durable: bool) -> Vec<Bytes> {
         let Some(stream) = self.streams.get(&backup) else {
             return Vec::new();
         };
-        let from = stream.applied as usize;
+        // A backup whose flush failed applied more than it made durable: what it has
+        // not made durable goes again (it takes them as duplicates and flushes).
+        let from = if durable {
+            stream.durable.min(stream.applied)
+        } else {
+            stream.applied
+        } as usize;
         stream.log[from.min(stream.log.len())..]
             .chunks(OPS_PER_MESSAGE)
             .enumerate()
@@ -166,15 +176,15 @@ impl Master {
             .collect()
     }
 
-    /// Whether `(backup, seq)` is acknowledged (applied, or durable if `durable`), or
-    /// no longer needed (the backup backs no zone of this master any more).
-    fn acknowledged(&self, (backup, seq): (NodeId, u64), durable: bool) -> bool {
-        if !self.backs(backup) {
-            return true;
+    /// Whether a need is acknowledged (applied, or durable if `durable`), or no longer
+    /// needed (its stream ended: the backup failed, restarted or refused).
+    fn acknowledged(&self, (backup, stream, seq): Need, durable: bool) -> bool {
+        match self.streams.get(&backup) {
+            Some(s) if s.id == stream && self.backs(backup) => {
+                (if durable { s.durable } else { s.applied }) >= seq
+            }
+            _ => true,
         }
-        self.streams
-            .get(&backup)
-            .is_some_and(|s| (if durable { s.durable } else { s.applied }) >= seq)
     }
 
     /// The replies whose operations every backup acknowledged (taken out); drops the
@@ -205,6 +215,36 @@ impl Master {
                 .all(|(b, s)| !self.backs(*b) || s.applied >= s.log.len() as u64)
     }
 
+    /// A short description for a failure: zones, streams, waiting replies, copies.
+    pub fn describe(&self) -> String {
+        let zones: Vec<String> = self
+            .zones
+            .iter()
+            .map(|z| format!("{}/{} -> {:?}", z.owner, z.zone, z.backups))
+            .collect();
+        let streams: Vec<String> = self
+            .streams
+            .iter()
+            .map(|(b, s)| {
+                format!(
+                    "{b}: stream {} sent {} applied {} durable {}",
+                    s.id,
+                    s.log.len(),
+                    s.applied,
+                    s.durable
+                )
+            })
+            .collect();
+        format!(
+            "zones {zones:?} streams {streams:?} waiting {:?} copies {:?}",
+            self.waiting
+                .iter()
+                .map(|w| (w.op, &w.needs, w.durable))
+                .collect::<Vec<_>>(),
+            self.copies
+        )
+    }
+
     /// Takes `backup` out of every zone (it failed, restarted or refused) and ends its
     /// stream (a later one to it starts afresh); whether it backed a zone.
     pub fn drop_backup(&mut self, backup: NodeId) -> bool {
@@ -213,7 +253,7 @@ impl Master {
             zone.backups.retain(|&b| b != backup);
         }
         self.streams.remove(&backup);
-        self.copies.retain(|&(b, _)| b != backup);
+        self.copies.retain(|&(b, _, _)| b != backup);
         backed
     }
 }
@@ -278,6 +318,8 @@ pub struct SimPeer {
     /// Per master, the delivery time of the last replication message it accepted (they
     /// are applied one at a time in order).
     pub apply_order: BTreeMap<NodeId, Time>,
+    /// The backup service opened by [`SimPeer::open`] for the next start.
+    opened: Option<Arc<BackupService>>,
 }
 
 impl std::fmt::Debug for SimPeer {
@@ -327,6 +369,7 @@ impl SimPeer {
             storage: MemStorage::new(),
             paused_until: 0,
             apply_order: BTreeMap::new(),
+            opened: None,
         }
     }
 
@@ -354,19 +397,13 @@ impl SimPeer {
         .map_err(|e| StartError::Memory(e.to_string()))?;
         mem.start_local_ids_at(lid_base.max(1));
         let service = Arc::new(ChunkService::new(Arc::new(mem), self.id));
-        let engine = LogEngine::open(log_config(), Arc::new(self.storage.clone()))
-            .map_err(|e| StartError::Log(e.to_string()))?;
-        let backup = BackupService::new(
-            Arc::new(engine),
-            BackupConfig {
-                bug_no_recovery_freeze: bug_no_freeze,
-                ..BackupConfig::default()
-            },
-        )
-        .map_err(|e| StartError::Backup(e.to_string()))?;
+        let backup = match self.opened.take() {
+            Some(backup) => backup,
+            None => self.open_backup(bug_no_freeze)?,
+        };
         self.parts = Some(PeerParts {
             service,
-            backup: Arc::new(backup),
+            backup,
             master: Master {
                 next_stream: (u64::from(self.incarnation) + 1) << 32,
                 zones: vec![SimZone {
@@ -385,6 +422,28 @@ impl SimPeer {
         });
         self.apply_order.clear();
         Ok(())
+    }
+
+    /// Opens the log engine on the disk and the backup service over it: the first step
+    /// of a start (a production peer opens them before it joins). Kept for [`Self::start`].
+    pub fn open(&mut self, bug_no_freeze: bool) -> Result<(), StartError> {
+        let backup = self.open_backup(bug_no_freeze)?;
+        self.opened = Some(backup);
+        Ok(())
+    }
+
+    fn open_backup(&self, bug_no_freeze: bool) -> Result<Arc<BackupService>, StartError> {
+        let engine = LogEngine::open(log_config(), Arc::new(self.storage.clone()))
+            .map_err(|e| StartError::Log(e.to_string()))?;
+        let backup = BackupService::new(
+            Arc::new(engine),
+            BackupConfig {
+                bug_no_recovery_freeze: bug_no_freeze,
+                ..BackupConfig::default()
+            },
+        )
+        .map_err(|e| StartError::Backup(e.to_string()))?;
+        Ok(Arc::new(backup))
     }
 
     /// Crashes the running incarnation: memory lost, the disk keeps what was synced plus a

@@ -39,6 +39,9 @@ use super::faults::{is_get, lock};
 use super::*;
 use crate::sim::peer::{placement, SimZone, Start, LID_RESERVE};
 
+/// How long a peer whose disk did not open waits before the next start.
+const RESTART_RETRY: Time = 3_000;
+
 impl World {
     /// Commits `command`: applies it to the metadata, logs it, sends the ownership events
     /// of an ownership change, and checks the metadata's invariants.
@@ -292,8 +295,10 @@ impl World {
         for &backup in added {
             let stream = parts.master.open_stream(backup);
             stream.log.extend(ops.iter().cloned());
-            let seq = stream.log.len() as u64;
-            parts.master.copies.push((backup, seq));
+            let need = (backup, stream.id, stream.log.len() as u64);
+            if need.2 > stream.applied {
+                parts.master.copies.push(need);
+            }
         }
         self.log(format!(
             "{me} copies zone {}/{} ({count} chunks) to its added backups {added:?}",
@@ -334,14 +339,16 @@ impl World {
                 reasons.push(format!("{backup}: no answer"));
                 continue;
             }
-            match self.restore_at(
-                backup,
-                RecoverRequest {
-                    owner,
-                    zone,
-                    holder,
-                },
-            ) {
+            // A disk read error at the first backup asked (drawn per zone): the restorer
+            // must report it and the next backup restore the zone.
+            let read_fails =
+                reasons.is_empty() && self.rng.chance(self.scenario.read_fault_per_mille);
+            let request = RecoverRequest {
+                owner,
+                zone,
+                holder,
+            };
+            match self.restore_at(backup, request, read_fails) {
                 Ok(()) => return,
                 Err(reason) => {
                     self.log(format!(
@@ -361,7 +368,12 @@ impl World {
     /// production [`insert_recovered`] (at the read's interleaving point the messages of
     /// the zone's writer this backup accepted are applied, as a pool thread still busy
     /// with them would, and its flusher may run), adopted, its CIDs taken over.
-    fn restore_at(&mut self, restorer: NodeId, request: RecoverRequest) -> Result<(), String> {
+    fn restore_at(
+        &mut self,
+        restorer: NodeId,
+        request: RecoverRequest,
+        read_fails: bool,
+    ) -> Result<(), String> {
         let index = self.peer_index(restorer).ok_or("unknown restorer")?;
         let parts = self.peers[index].parts.as_ref().ok_or("down")?;
         let (backup, service) = (Arc::clone(&parts.backup), Arc::clone(&parts.service));
@@ -385,6 +397,12 @@ impl World {
         } else {
             Vec::new()
         };
+        if read_fails {
+            self.log(format!(
+                "disk of {restorer}: reads fail during the recovery read"
+            ));
+            self.peers[index].storage.set_fail_read(true);
+        }
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (hook_lines, hook_backup) = (Arc::clone(&lines), Arc::clone(&backup));
         let pending = Mutex::new(pending);
@@ -407,6 +425,9 @@ impl World {
             },
             || insert_recovered(&backup, service.memory(), request),
         );
+        if read_fails {
+            self.peers[index].storage.set_fail_read(false);
+        }
         for line in std::mem::take(&mut *lock(&lines)) {
             self.log(line);
         }
@@ -552,6 +573,16 @@ impl World {
         let Some(index) = self.peer_index(peer) else {
             return;
         };
+        // The disk opens before the join; a peer whose disk does not open exits, and is
+        // started again later.
+        let bug = self.config.bug == Some(Bug::NoRecoveryFreeze);
+        if let Err(e) = self.peers[index].open(bug) {
+            self.log(format!(
+                "restart of {peer} failed ({e}); trying again later"
+            ));
+            self.queue.after(RESTART_RETRY, Event::Restart { peer });
+            return;
+        }
         if !self.join(peer) {
             return;
         }

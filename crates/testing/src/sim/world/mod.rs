@@ -271,8 +271,15 @@ impl World {
         self.schedule_faults();
         while let Some((at, event)) = self.queue.pop() {
             if at > self.config.time_limit {
+                let masters: Vec<String> = self
+                    .peers
+                    .iter()
+                    .filter_map(|p| p.parts.as_ref().map(|parts| (p.id, parts)))
+                    .filter(|(_, parts)| !parts.master.settled())
+                    .map(|(id, parts)| format!("{id}: {}", parts.master.describe()))
+                    .collect();
                 self.fail(format!(
-                    "still running at the time limit ({} events queued)",
+                    "still running at the time limit ({} events queued; masters not settled: {masters:?})",
                     self.queue.len()
                 ));
                 break;
