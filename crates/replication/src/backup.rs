@@ -57,7 +57,7 @@ pub struct BackupConfig {
     /// **Test-only switch, never set in production.** Re-introduces a fixed bug for the
     /// simulator to find (`myriad_testing::sim`): [`BackupService::recover_zone`] does not
     /// freeze the zone (nor does [`BackupService::recover_zone_and_seal`] freeze or seal
-    /// it), so an append racing the read can drop a chunk from the result (the bug of
+    /// it, nor [`BackupService::seal_owner`] seal anything), so an append racing the read can drop a chunk from the result (the bug of
     /// commit 48cc98a). Default false.
     pub bug_no_recovery_freeze: bool,
 }
@@ -140,8 +140,12 @@ struct Inner {
     /// Zones read back for a recovery here: their log owner's own operations for them
     /// are refused from then on (see [`BackupService::recover_zone`]).
     sealed: Mutex<HashSet<ZoneId>>,
-    /// `sealed.len()`, readable without the mutex on every message.
+    /// `sealed.len() + sealed_owners.len()`, readable without the mutexes on every
+    /// message.
     sealed_count: AtomicUsize,
+    /// Failed peers whose own operations for their zones below the number given are
+    /// refused ([`BackupService::seal_owner`]).
+    sealed_owners: Mutex<HashMap<NodeId, u32>>,
     marks: Mutex<HashMap<NodeId, Marks>>,
     marks_cv: Condvar,
     shutdown: AtomicBool,
@@ -172,6 +176,7 @@ impl BackupService {
             recovering_count: AtomicUsize::new(0),
             sealed: Mutex::new(HashSet::new()),
             sealed_count: AtomicUsize::new(0),
+            sealed_owners: Mutex::new(HashMap::new()),
             marks: Mutex::new(HashMap::new()),
             marks_cv: Condvar::new(),
             shutdown: AtomicBool::new(false),
@@ -250,6 +255,26 @@ impl BackupService {
         Ok(self.inner.engine.recover_zone(id, &options, sink)?)
     }
 
+    /// `owner` was declared failed: its own operations for its zones below `zones_end`
+    /// (every zone its incarnations registered, `myriad_meta::PeerBases::zones_end`) are
+    /// refused from now on, like those of a zone read back here
+    /// ([`BackupService::recover_zone_and_seal`]): a message it sent before it failed
+    /// and that this backup accepted but had not applied yet never lands in a zone that
+    /// a restorer adopts meanwhile, also at a backup the restorer keeps without having
+    /// asked it to read the zone (simulator seed 1270). A restarted owner registers zones
+    /// from `zones_end` on. The node calls it on the `NodeFailed` event.
+    pub fn seal_owner(&self, owner: NodeId, zones_end: u32) {
+        if self.inner.config.bug_no_recovery_freeze {
+            return;
+        }
+        let mut owners = self.inner.sealed_owners.lock();
+        let end = owners.entry(owner).or_insert_with(|| {
+            self.inner.sealed_count.fetch_add(1, Ordering::AcqRel);
+            0
+        });
+        *end = (*end).max(zones_end);
+    }
+
     /// [`BackupService::recover_zone`] for the recovery of a failed peer's zone (the
     /// restorer's read, `myriad_node::recovery`).
     ///
@@ -261,8 +286,9 @@ impl BackupService {
     /// zone's log a change its holder never had, which a later recovery of the zone brings
     /// back (found by the simulator, seed 276: a chunk lost with its owner came back after
     /// the second recovery of the zone). A restarted owner registers new zone numbers, so
-    /// a sealed zone never receives its own operations again. Gap: a backup that is not
-    /// asked to read the zone is not sealed.
+    /// a sealed zone never receives its own operations again. A backup that is not asked
+    /// to read the zone is sealed by [`BackupService::seal_owner`] when the owner's
+    /// failure reaches it (a message applied before that event arrives is a gap).
     pub fn recover_zone_and_seal(
         &self,
         owner: NodeId,
@@ -363,7 +389,13 @@ impl Inner {
 
     /// Whether `zone` was read back for a recovery here (its owner's operations refused).
     fn is_sealed(&self, zone: ZoneId) -> bool {
-        self.sealed_count.load(Ordering::Acquire) > 0 && self.sealed.lock().contains(&zone)
+        self.sealed_count.load(Ordering::Acquire) > 0
+            && (self.sealed.lock().contains(&zone)
+                || self
+                    .sealed_owners
+                    .lock()
+                    .get(&NodeId(zone.owner))
+                    .is_some_and(|&end| u32::from(zone.zone) < end))
     }
 
     /// Seals `zone` (see [`BackupService::recover_zone`]).

@@ -255,3 +255,56 @@ fn a_recovered_zone_refuses_its_failed_owners_late_operations() {
     assert_eq!(ack.status, AckStatus::Ok);
     assert_eq!(read(&service), vec![(10, 3)]);
 }
+
+/// A failed owner sealed on its `NodeFailed` event: its late operations for its earlier
+/// zones are refused, also for a zone that never reached this backup before (its first
+/// message still queued), while its restarted incarnation's new zone and an adopter's
+/// writes to the old zone are applied (simulator seed 1270).
+#[test]
+fn a_failed_owners_zones_are_sealed_on_its_failure() {
+    let engine = Arc::new(
+        LogEngine::open(LogConfig::small_for_tests(), Arc::new(MemStorage::new())).expect("engine"),
+    );
+    let service = BackupService::new(engine, BackupConfig::default()).expect("service");
+    let message = |stream: u64, ops: Vec<Op>| {
+        LogMessage {
+            stream,
+            first_seq: 1,
+            durable_requested: false,
+            ops,
+        }
+        .encode()
+    };
+    service.seal_owner(MASTER, 1);
+    let late = service
+        .apply(MASTER, message(1, vec![put(0, 11, 2)]))
+        .expect("ack");
+    assert!(
+        matches!(late.status, AckStatus::Refused(_)),
+        "a late operation of the failed owner was applied: {late:?}"
+    );
+    let restarted = service
+        .apply(MASTER, message(2, vec![put(1, 12, 3)]))
+        .expect("ack");
+    assert_eq!(restarted.status, AckStatus::Ok);
+    let adopted = Op::Put {
+        owner: Some(MASTER),
+        zone: 0,
+        cid: 10,
+        data: Bytes::from(vec![4u8; 12]),
+    };
+    let ack = service
+        .apply(NodeId(3), message(7, vec![adopted]))
+        .expect("ack");
+    assert_eq!(ack.status, AckStatus::Ok);
+    let chunks = std::sync::Mutex::new(Vec::new());
+    service
+        .recover_zone(MASTER, 0, &|batch| {
+            chunks
+                .lock()
+                .unwrap()
+                .extend(batch.iter().map(|c| (c.cid, c.payload[0])));
+        })
+        .expect("recover");
+    assert_eq!(chunks.into_inner().unwrap(), vec![(10, 4)]);
+}

@@ -5,8 +5,10 @@
 //! [`run`] simulates a small cluster — peers, the superpeers' metadata, concurrent
 //! clients — from a seed: simulated time (an event queue, no wall clock), a simulated
 //! network (delay, loss, duplication, reordering across connections, partitions, one-way
-//! links, fencing), crashes (memory lost, disk kept and torn), restarts, pauses and failing
-//! disk syncs. It records the clients' history and checks it per chunk with the
+//! links, fencing), several crashes per run (memory lost, disk kept and torn) with
+//! recovery, adoption and re-replication between them, restarts, pauses (long ones get
+//! the peer suspected and declared failed while it holds its memory), failing disk syncs
+//! and disk read errors during recovery. It records the clients' history and checks it per chunk with the
 //! linearizability checker, plus the cluster's invariants; a failing run returns its seed
 //! and a trace of every event, and running the seed again replays it exactly.
 //!
@@ -19,7 +21,9 @@
 //! wire formats. Where production code is preempted by other threads at a point that
 //! matters, it marks an interleaving point ([`myriad_backup_log::interleave`]) and the
 //! simulator runs, at that point, what the seed says happens meanwhile. The superpeers'
-//! metadata is the production [`myriad_meta::MetaState`], fed the production commands.
+//! metadata is the production [`myriad_meta::MetaState`], fed the production commands;
+//! backups are placed by the production [`myriad_placement::Placement`]; a restorer reads
+//! with the production [`myriad_node::recovery::insert_recovered`].
 //! The simulator's own code stands in for the threads and sockets (the messaging layer),
 //! the master side of replication, and the superpeers' failure detection and Raft: see
 //! `docs/testing.md` for what is and is not simulated.
@@ -138,6 +142,8 @@ pub struct Scenario {
     pub partitions: usize,
     /// Pauses of a peer.
     pub pauses: usize,
+    /// Pauses long enough to get the peer suspected and declared failed, per mille.
+    pub long_pause_per_mille: u32,
     /// Periods of failing syncs on a peer's disk.
     pub disk_faults: usize,
     /// Replication messages a backup is slow to apply, per mille.
@@ -162,6 +168,7 @@ impl Scenario {
                 crashes: 0,
                 partitions: 0,
                 pauses: 0,
+                long_pause_per_mille: 0,
                 disk_faults: 0,
                 slow_apply_per_mille: 0,
                 read_fault_per_mille: 0,
@@ -188,6 +195,7 @@ impl Scenario {
             },
             partitions: rng.below(3) as usize,
             pauses: rng.below(3) as usize,
+            long_pause_per_mille: if rng.chance(400) { 500 } else { 0 },
             disk_faults,
             slow_apply_per_mille: rng.below(1000) as u32,
             // A read error at one backup while another one's disk fails is two disk

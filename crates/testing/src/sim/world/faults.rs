@@ -16,6 +16,8 @@
 
 use super::*;
 
+/// A stall longer than this gets a peer declared failed (the failure detector's timeout).
+pub(super) const SUSPECT_AFTER: Time = 3_000;
 /// How often a crash that would find the cluster not at full strength is tried again.
 const CRASH_TRIES: u32 = 20;
 /// The pause between two tries.
@@ -52,7 +54,15 @@ impl World {
         for _ in 0..self.scenario.pauses {
             let peer = peers[self.rng.index(peers.len())];
             let at = self.rng.below(horizon);
-            let until = at + self.rng.between(500, 8_000);
+            // A long stall (a GC pause, a VM freeze) outlasts the failure detector.
+            let long = self.rng.chance(self.scenario.long_pause_per_mille);
+            let until = at
+                + if long {
+                    self.rng
+                        .between(SUSPECT_AFTER + 1_000, SUSPECT_AFTER + 8_000)
+                } else {
+                    self.rng.between(500, 8_000)
+                };
             self.queue.at(at, Event::Pause { peer, until });
         }
         for _ in 0..self.scenario.disk_faults {
@@ -107,10 +117,81 @@ impl World {
             .after(detect, Event::Detect { peer, incarnation });
     }
 
+    /// `peer` stalls until `until`: it applies and serves nothing meanwhile, its timers
+    /// fire late. A stall longer than [`SUSPECT_AFTER`] gets it suspected: the failure
+    /// detector's verdict comes while it still holds its memory (drawn like a crash: only
+    /// at full strength, within the crash budget).
+    pub(super) fn pause(&mut self, peer: NodeId, until: Time) {
+        let Some(index) = self.peer_index(peer) else {
+            return;
+        };
+        if !self.peers[index].up() {
+            return;
+        }
+        let now = self.queue.now();
+        let suspected = until > now + SUSPECT_AFTER
+            && self.crashes.len() < self.config.crashes_max
+            && self.not_at_full_strength().is_none();
+        self.log(format!(
+            "pause {peer} until {until}us{}",
+            if suspected {
+                " (long: it will be suspected)"
+            } else {
+                ""
+            }
+        ));
+        self.peers[index].paused_until = until;
+        if suspected {
+            // Counted like a crash: the cluster recovers its zones.
+            self.suspects.insert(peer);
+            self.crashes.push(now);
+            self.stats.crashes += 1;
+            let incarnation = self.peers[index].incarnation;
+            self.queue
+                .after(SUSPECT_AFTER, Event::Suspect { peer, incarnation });
+            self.queue.at(until, Event::Resume { peer, incarnation });
+        }
+    }
+
+    /// A suspected peer's stall ended: its self-watch finds the verdict and switches its
+    /// chunk service to refusing everything (the production
+    /// [`ChunkService::declare_failed`]); the process then exits and is started again
+    /// (memory lost, disk kept).
+    pub(super) fn resume(&mut self, peer: NodeId, incarnation: u32) {
+        let Some(index) = self.peer_index(peer) else {
+            return;
+        };
+        self.suspects.remove(&peer);
+        if self.peers[index].incarnation != incarnation {
+            return;
+        }
+        let Some(parts) = self.peers[index].parts.as_ref() else {
+            return;
+        };
+        parts.service.declare_failed();
+        self.log(format!(
+            "RESUME {peer}: it finds itself declared failed, refuses everything and exits"
+        ));
+        let tear = self.rng.next_u64();
+        self.peers[index].crash(tear);
+        let restart = self.rng.between(500, 4_000);
+        self.queue.after(restart, Event::Restart { peer });
+    }
+
     /// Why another crash could lose acknowledged data now, if it could.
     fn not_at_full_strength(&self) -> Option<String> {
         if let Some(down) = self.peers.iter().find(|p| !p.up()) {
             return Some(format!("{} is down", down.id));
+        }
+        if let Some(stalled) = self.suspects.iter().next() {
+            return Some(format!("{stalled} stalls long enough to be suspected"));
+        }
+        if let Some(gone) = self
+            .meta
+            .nodes()
+            .find(|r| r.state != myriad_meta::NodeState::Alive)
+        {
+            return Some(format!("{} is declared failed", gone.id));
         }
         if let Some((owner, zone, _)) = self.meta.zones_to_recover().next() {
             return Some(format!("zone {owner}/{zone} is not recovered"));

@@ -74,6 +74,13 @@ impl World {
         }
     }
 
+    /// Whether `node` is stalled (paused) now.
+    fn stalled(&self, node: NodeId) -> bool {
+        let now = self.queue.now();
+        self.peer_index(node)
+            .is_some_and(|i| self.peers[i].paused_until > now)
+    }
+
     /// Whether `node` is an alive peer in the metadata.
     pub(super) fn alive_in_meta(&self, node: NodeId) -> bool {
         self.meta
@@ -157,16 +164,32 @@ impl World {
     }
 
     /// The failure detector's verdict on `peer` (the incarnation that crashed): `Fail`
-    /// committed, the peer fenced, its backups replaced, the zones recovered.
+    /// committed, the peer fenced, its backups replaced, the zones recovered; its
+    /// restart follows.
     pub(super) fn detect(&mut self, peer: NodeId, incarnation: u32) {
+        if self.verdict(peer, incarnation) {
+            let restart = self.rng.between(500, 6_000);
+            self.queue.after(restart, Event::Restart { peer });
+        }
+    }
+
+    /// The failure detector's verdict on a stalled `peer` that still holds its memory:
+    /// as for a crash, but the peer comes back by itself (see [`World::resume`]).
+    pub(super) fn suspect(&mut self, peer: NodeId, incarnation: u32) {
+        self.verdict(peer, incarnation);
+    }
+
+    /// `Fail` committed for `peer`'s `incarnation`, the peer fenced, its backups
+    /// replaced, its zones recovered; whether the verdict committed.
+    fn verdict(&mut self, peer: NodeId, incarnation: u32) -> bool {
         let Some(index) = self.peer_index(peer) else {
-            return;
+            return false;
         };
         if self.peers[index].incarnation != incarnation {
-            return;
+            return false;
         }
         let Some(watched) = self.meta.node(peer).map(|r| r.incarnation) else {
-            return;
+            return false;
         };
         self.log(format!("DETECT failure of {peer}"));
         let verdict = self.commit(Command::Fail {
@@ -174,13 +197,23 @@ impl World {
             incarnation: watched,
         });
         if !matches!(verdict, Response::Epoch(_)) {
-            return;
+            return false;
         }
         self.net.fence(peer);
+        // The `NodeFailed` event reaches every live peer (at once here): its backup side
+        // seals the failed peer's zones (`BackupService::seal_owner`), its masters
+        // replace it.
+        let zones_end = self.meta.bases(peer).zones_end;
+        for other in &self.peers {
+            if let Some(parts) = other.parts.as_ref() {
+                if other.id != peer {
+                    parts.backup.seal_owner(peer, zones_end);
+                }
+            }
+        }
         self.backups_gone(peer);
         self.recovery_scan();
-        let restart = self.rng.between(500, 6_000);
-        self.queue.after(restart, Event::Restart { peer });
+        true
     }
 
     /// Every live master replaces `gone` in the zones it backed (a failure, or a restart
@@ -329,6 +362,7 @@ impl World {
             .zone_holder(owner, zone)
             .filter(|holder| *holder != owner);
         let mut reasons = Vec::new();
+        let mut stalled = false;
         for &backup in backups {
             if backup == owner || !self.alive_in_meta(backup) {
                 reasons.push(format!("{backup}: not alive"));
@@ -337,6 +371,13 @@ impl World {
             if self.service_of(backup).is_none() {
                 // Crashed, not declared failed yet: the request times out.
                 reasons.push(format!("{backup}: no answer"));
+                continue;
+            }
+            if self.stalled(backup) {
+                // It answers once its stall ends: the leader waits (the production
+                // leader waits up to its backup wait for a backup to come back).
+                reasons.push(format!("{backup}: stalled"));
+                stalled = true;
                 continue;
             }
             // A disk read error at the first backup asked (drawn per zone): the restorer
@@ -357,6 +398,13 @@ impl World {
                     reasons.push(format!("{backup}: {reason}"));
                 }
             }
+        }
+        if stalled {
+            self.log(format!(
+                "zone {owner}/{zone} waits for a stalled backup ({reasons:?})"
+            ));
+            self.queue.after(1_000, Event::Scan);
+            return;
         }
         self.log(format!(
             "zone {owner}/{zone} LOST (no backup restored it: {reasons:?})"
@@ -544,7 +592,7 @@ impl World {
                 .candidates(&[failed])
                 .into_iter()
                 .map(|c| c.node)
-                .find(|&node| self.service_of(node).is_some())
+                .find(|&node| self.service_of(node).is_some() && !self.stalled(node))
             else {
                 self.handed_over.remove(&(failed, incarnation));
                 continue;
@@ -698,6 +746,21 @@ impl World {
                 },
                 || service.take_back_earlier_ids(lid_base, &ranges),
             );
+        }
+        // Then the other creators' ranges routed to it are its own again (the production
+        // watch's second ownership sync).
+        let creators: Vec<NodeId> = self
+            .meta
+            .nodes()
+            .filter(|r| r.role == Role::Peer && r.id != peer)
+            .map(|r| r.id)
+            .collect();
+        for creator in creators {
+            if let Some(tree) = self.meta.lookup_tree(creator) {
+                for (first, last, owner) in tree.exceptions() {
+                    service.set_owner(creator, first, last, owner);
+                }
+            }
         }
         self.log(format!(
             "TAKE BACK {peer}: earlier ids 0..{lid_base} except {ranges:?}"

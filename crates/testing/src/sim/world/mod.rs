@@ -122,6 +122,15 @@ enum Event {
         peer: NodeId,
         until: Time,
     },
+    Suspect {
+        peer: NodeId,
+        incarnation: u32,
+    },
+    Resume {
+        peer: NodeId,
+        incarnation: u32,
+    },
+    Scan,
     FailSync {
         peer: NodeId,
         fail: bool,
@@ -171,6 +180,8 @@ pub struct World {
     last_epoch: u64,
     /// Failed peers (and incarnations) whose leftover ranges were handed over.
     handed_over: BTreeSet<(NodeId, u32)>,
+    /// Peers stalled long enough to be suspected, until their stall ends.
+    suspects: BTreeSet<NodeId>,
     /// Chunks whose create was acknowledged, in creation order.
     known: Vec<ChunkId>,
     /// Chunks a remove was sent for.
@@ -218,6 +229,7 @@ impl World {
             meta: MetaState::new(),
             last_epoch: 0,
             handed_over: BTreeSet::new(),
+            suspects: BTreeSet::new(),
             known: Vec::new(),
             removes: BTreeSet::new(),
             next_op: 0,
@@ -336,12 +348,10 @@ impl World {
                 self.net.set_blocked(a, b, false);
                 self.net.set_blocked(b, a, false);
             }
-            Event::Pause { peer, until } => {
-                self.log(format!("pause {peer} until {until}us"));
-                if let Some(index) = self.peer_index(peer) {
-                    self.peers[index].paused_until = until;
-                }
-            }
+            Event::Pause { peer, until } => self.pause(peer, until),
+            Event::Suspect { peer, incarnation } => self.suspect(peer, incarnation),
+            Event::Resume { peer, incarnation } => self.resume(peer, incarnation),
+            Event::Scan => self.recovery_scan(),
             Event::FailSync { peer, fail } => {
                 self.log(format!(
                     "disk of {peer}: syncs {}",

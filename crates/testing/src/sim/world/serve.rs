@@ -127,6 +127,18 @@ impl World {
         if peer.incarnation != incarnation {
             return;
         }
+        if peer.paused_until > self.queue.now() {
+            // Stalled: its pool thread applies the message once the stall ends.
+            let at = peer.paused_until;
+            let event = Event::Apply {
+                backup,
+                incarnation,
+                master,
+                body,
+            };
+            self.queue.at(at, event);
+            return;
+        }
         let Some(parts) = peer.parts.as_ref() else {
             return;
         };
@@ -191,6 +203,12 @@ impl World {
             return;
         };
         if self.peers[index].incarnation != incarnation || !self.peers[index].up() {
+            return;
+        }
+        if self.peers[index].paused_until > self.queue.now() {
+            // Stalled: the timer fires late.
+            let at = self.peers[index].paused_until;
+            self.queue.at(at, Event::Resend { peer, incarnation });
             return;
         }
         let durable = self.peers[index]
