@@ -213,12 +213,13 @@ fn recoveries_run_through_the_metadata_commands() {
 }
 
 /// Several crashes per run: the second crash comes only once the first one's zones are
-/// recovered, adopted and copied to their added backups (re-replication), and recoveries
-/// fall back to the next backup when the first one's disk cannot be read.
+/// recovered, adopted and copied to their added backups (re-replication); recoveries fall
+/// back to the next backup when the first one's disk cannot be read; a peer suspected
+/// during a stall comes back refusing and is started again.
 #[test]
-fn several_crashes_with_re_replication_and_read_errors() {
+fn several_crashes_re_replication_read_errors_and_stalls() {
     let config = SimConfig::default();
-    let (mut several, mut copies, mut fallbacks) = (0, 0, 0);
+    let (mut several, mut copies, mut fallbacks, mut stalls) = (0, 0, 0, 0);
     for seed in 0..60 {
         let run = sim::run(seed, &config);
         assert!(run.failure.is_none(), "{}", report_failure(&run));
@@ -227,6 +228,23 @@ fn several_crashes_with_re_replication_and_read_errors() {
         }
         if run.trace.iter().any(|l| l.contains("to its added backups")) {
             copies += 1;
+        }
+        // A stall long enough for a verdict: the peer comes back refusing, exits, and
+        // is started again.
+        if let Some(at) = run.trace.iter().position(|l| l.contains(" RESUME ")) {
+            let peer = run.trace[at]
+                .split_whitespace()
+                .nth(2)
+                .unwrap_or_default()
+                .trim_end_matches(':')
+                .to_owned();
+            assert!(
+                run.trace[at..]
+                    .iter()
+                    .any(|l| l.contains(&format!("RESTART {peer} "))),
+                "seed {seed}: the suspected peer {peer} was not started again"
+            );
+            stalls += 1;
         }
         let read_error = run
             .trace
@@ -245,5 +263,9 @@ fn several_crashes_with_re_replication_and_read_errors() {
     assert!(
         fallbacks >= 3,
         "only {fallbacks} runs had a read error in a recovery"
+    );
+    assert!(
+        stalls >= 5,
+        "only {stalls} runs had a peer suspected during a stall"
     );
 }

@@ -412,21 +412,20 @@ impl World {
         self.commit(Command::ZoneRemove { owner, zone });
     }
 
-    /// The restorer's side: the zone read back into `restorer`'s memory with the
-    /// production [`insert_recovered`] (at the read's interleaving point the messages of
-    /// the zone's writer this backup accepted are applied, as a pool thread still busy
-    /// with them would, and its flusher may run), adopted, its CIDs taken over.
-    fn restore_at(
+    /// The production [`insert_recovered`] at the peer at `index`: at the read's
+    /// interleaving point the messages of the zone's writer this backup accepted are
+    /// applied, as a pool thread still busy with them would, and its flusher may run;
+    /// with `read_fails` its disk fails every read meanwhile.
+    fn read_zone(
         &mut self,
-        restorer: NodeId,
+        index: usize,
         request: RecoverRequest,
         read_fails: bool,
-    ) -> Result<(), String> {
-        let index = self.peer_index(restorer).ok_or("unknown restorer")?;
+    ) -> Result<myriad_node::recovery::Restored, String> {
+        let restorer = self.peers[index].id;
         let parts = self.peers[index].parts.as_ref().ok_or("down")?;
         let (backup, service) = (Arc::clone(&parts.backup), Arc::clone(&parts.service));
         let writer = request.holder.unwrap_or(request.owner);
-        let (owner, zone) = (request.owner, request.zone);
         // The writer's messages this backup accepted but has not applied yet.
         let accepted: Vec<Bytes> = self
             .queue
@@ -487,7 +486,23 @@ impl World {
                 ));
             }
         }
-        let mut restored = result?;
+        result
+    }
+
+    /// The restorer's side: the zone read back into `restorer`'s memory
+    /// ([`World::read_zone`]), adopted (its surviving backups filled up by the
+    /// production placement, `ZoneAdopt`), its CIDs taken over (`SetOwner`, `ZoneOwned`)
+    /// and copied to its added backups.
+    fn restore_at(
+        &mut self,
+        restorer: NodeId,
+        request: RecoverRequest,
+        read_fails: bool,
+    ) -> Result<(), String> {
+        let index = self.peer_index(restorer).ok_or("unknown restorer")?;
+        let service = Arc::clone(&self.peers[index].parts.as_ref().ok_or("down")?.service);
+        let (owner, zone) = (request.owner, request.zone);
+        let mut restored = self.read_zone(index, request, read_fails)?;
         if let Some(error) = &restored.first_error {
             return Err(format!(
                 "{} chunks not stored, e.g. {error}",
