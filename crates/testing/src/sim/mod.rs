@@ -107,6 +107,9 @@ pub struct SimConfig {
     pub durability: Option<SimDurability>,
     /// Whether faults are drawn at all.
     pub faults: bool,
+    /// Whether the workload migrates chunks between peers (off by default: it finds an
+    /// open bug, see `docs/testing.md`, "Found and not fixed yet").
+    pub migrations: bool,
     /// A re-introduced bug, or `None` for today's code.
     pub bug: Option<Bug>,
 }
@@ -124,6 +127,7 @@ impl Default for SimConfig {
             time_limit: 30_000_000,
             durability: None,
             faults: true,
+            migrations: false,
             bug: None,
         }
     }
@@ -151,6 +155,8 @@ pub struct Scenario {
     /// Recoveries whose first restorer's disk fails to read, per mille (only in runs
     /// without failing syncs).
     pub read_fault_per_mille: u32,
+    /// Migrations of a chunk between peers while the clients run.
+    pub migrations: usize,
 }
 
 impl Scenario {
@@ -172,6 +178,7 @@ impl Scenario {
                 disk_faults: 0,
                 slow_apply_per_mille: 0,
                 read_fault_per_mille: 0,
+                migrations: 0,
             };
         }
         let net = NetFaults {
@@ -203,6 +210,14 @@ impl Scenario {
             read_fault_per_mille: if disk_faults == 0 && rng.chance(300) {
                 500
             } else {
+                0
+            },
+            // Drawn in every run (so that a seed draws the same faults with and
+            // without migrations), scheduled only when they are on.
+            migrations: if config.migrations {
+                rng.below(6) as usize
+            } else {
+                let _ = rng.below(6);
                 0
             },
         }

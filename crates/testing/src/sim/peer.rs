@@ -389,7 +389,7 @@ impl SimPeer {
             node_id: self.id,
             region_bytes: 4 << 20,
             spare_local_ids_max: 0,
-            lock_timeout: Duration::from_millis(100),
+            lock_timeout: Duration::from_millis(1),
             shards: 1,
             huge_pages: false,
             ..MemoryConfig::default()

@@ -65,6 +65,11 @@ impl World {
                 };
             self.queue.at(at, Event::Pause { peer, until });
         }
+        for _ in 0..self.scenario.migrations {
+            let peer = peers[self.rng.index(peers.len())];
+            let at = self.rng.between(1_000, 3 * horizon);
+            self.queue.at(at, Event::Migrate { peer });
+        }
         for _ in 0..self.scenario.disk_faults {
             let peer = peers[self.rng.index(peers.len())];
             let at = self.rng.below(horizon);

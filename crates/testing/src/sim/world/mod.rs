@@ -54,6 +54,7 @@ const RESEND_INTERVAL: Time = 2_000;
 mod client;
 mod faults;
 mod meta;
+mod migrate;
 mod serve;
 
 use serve::{apply_now, reply_text};
@@ -131,6 +132,12 @@ enum Event {
         incarnation: u32,
     },
     Scan,
+    Migrate {
+        peer: NodeId,
+    },
+    MigrationTimeout {
+        op: u64,
+    },
     FailSync {
         peer: NodeId,
         fail: bool,
@@ -182,6 +189,8 @@ pub struct World {
     handed_over: BTreeSet<(NodeId, u32)>,
     /// Peers stalled long enough to be suspected, until their stall ends.
     suspects: BTreeSet<NodeId>,
+    /// The migration in flight, if any.
+    migration: Option<migrate::Migration>,
     /// Chunks whose create was acknowledged, in creation order.
     known: Vec<ChunkId>,
     /// Chunks a remove was sent for.
@@ -230,6 +239,7 @@ impl World {
             last_epoch: 0,
             handed_over: BTreeSet::new(),
             suspects: BTreeSet::new(),
+            migration: None,
             known: Vec::new(),
             removes: BTreeSet::new(),
             next_op: 0,
@@ -352,6 +362,8 @@ impl World {
             Event::Suspect { peer, incarnation } => self.suspect(peer, incarnation),
             Event::Resume { peer, incarnation } => self.resume(peer, incarnation),
             Event::Scan => self.recovery_scan(),
+            Event::Migrate { peer } => self.migrate(peer),
+            Event::MigrationTimeout { op } => self.migration_timeout(op),
             Event::FailSync { peer, fail } => {
                 self.log(format!(
                     "disk of {peer}: syncs {}",
@@ -463,7 +475,8 @@ impl World {
                 );
             }
             Msg::Ack { body } => self.on_ack(index, from, body),
-            Msg::Reply { .. } => {}
+            // A peer's own request: a migration's insert at its target.
+            Msg::Reply { op, body } => self.migration_reply(op, body),
         }
     }
 }

@@ -34,6 +34,15 @@ impl World {
             return;
         };
         let master = &mut parts.master;
+        if matches!(request, ChunkRequest::Insert { .. }) {
+            // Chunks moved here join this peer's own zone (the replicator assigns them).
+            for (cid, _) in &changes {
+                if master.zone_of(*cid).is_none() {
+                    let lid = cid.local_id();
+                    master.zones[0].ranges.push((cid.creator(), lid, lid));
+                }
+            }
+        }
         let mut needs = Vec::new();
         for (cid, data) in changes {
             // Changes of chunks in one of this master's zones go to the zone's backups.
@@ -265,6 +274,15 @@ fn changes_of(request: &ChunkRequest, reply: &ChunkReply) -> (Vec<(ChunkId, Opti
             *durability,
         ),
         (ChunkRequest::Put { items, durability }, ChunkReply::Statuses(statuses)) => (
+            items
+                .iter()
+                .zip(statuses)
+                .filter(|(_, status)| status.is_ok())
+                .map(|((cid, data), _)| (*cid, Some(data.clone())))
+                .collect(),
+            *durability,
+        ),
+        (ChunkRequest::Insert { items, durability }, ChunkReply::Statuses(statuses)) => (
             items
                 .iter()
                 .zip(statuses)
