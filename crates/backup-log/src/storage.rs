@@ -409,6 +409,8 @@ struct Faults {
     write_budget_bytes: Option<u64>,
     /// Fail every sync.
     fail_sync: bool,
+    /// Fail every read (a disk read error).
+    fail_read: bool,
 }
 
 /// In-memory files with injected faults, for tests. Clones share the same files.
@@ -433,6 +435,11 @@ impl MemStorage {
     /// Makes every `sync` fail (or succeed again).
     pub fn set_fail_sync(&self, fail: bool) {
         self.faults.lock().fail_sync = fail;
+    }
+
+    /// Makes every read fail (or succeed again), as a disk with unreadable sectors.
+    pub fn set_fail_read(&self, fail: bool) {
+        self.faults.lock().fail_read = fail;
     }
 
     /// Simulates a power failure: every file keeps its synced content plus, of the writes
@@ -543,6 +550,9 @@ impl LogFile for MemFile {
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         check_aligned(buf.len(), offset)?;
+        if self.faults.lock().fail_read {
+            return Err(io::Error::other("injected read failure"));
+        }
         let f = self.state.lock();
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
         let src = start

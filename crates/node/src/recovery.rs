@@ -4,8 +4,9 @@
 //! # Job
 //! On a [`RecoverRequest`] from the superpeer leader ([`myriad_proto::types::RECOVER`]),
 //! [`restore_zone`] reads the zone back from this peer's log engine
-//! ([`BackupService::recover_zone`]: the current version of every chunk, removed chunks
-//! excluded), inserts the chunks into the memory manager in the engine's large batches
+//! ([`BackupService::recover_zone_and_seal`]: the current version of every chunk, removed
+//! chunks excluded; the failed owner's late operations for the zone are refused from then
+//! on), inserts the chunks into the memory manager in the engine's large batches
 //! keeping their CIDs ([`MemoryManager::create_with_ids`]), turns the recovered CIDs into
 //! sorted, merged ranges per creator, **adopts** the zone
 //! ([`myriad_replication::Replicator::adopt_zone`]: the zone keeps its log identity
@@ -156,7 +157,7 @@ pub fn insert_recovered(
         }
     };
     backup
-        .recover_zone(request.owner, request.zone, &sink)
+        .recover_zone_and_seal(request.owner, request.zone, &sink)
         .map_err(|error| {
             format!(
                 "reading zone {} of {}: {error}",

@@ -90,6 +90,7 @@ const DEPENDENCY_ARROWS: &[(&str, &str)] = &[
     ("myriad-testing", "myriad-meta"),
     ("myriad-testing", "myriad-net"),
     ("myriad-testing", "myriad-node"),
+    ("myriad-testing", "myriad-placement"),
     ("myriad-testing", "myriad-proto"),
     ("myriad-testing", "myriad-replication"),
     ("myriad-testing", "myriad-types"),

@@ -14,7 +14,9 @@
 //!   `replicated`), so a new owner killed right after the migration loses nothing.
 //!
 //! # Who calls it
-//! The MIGRATE handler of [`super::dispatch`], on a migration thread of its own (it blocks).
+//! The MIGRATE handler of [`super::dispatch`], on a migration thread of its own (it blocks);
+//! the simulator (`myriad_testing::sim`) calls [`lock_and_copy`] and drives the other
+//! steps over its simulated network.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -145,8 +147,9 @@ fn check_request(
 }
 
 /// Write-locks every existing chunk of `creator`'s `first..=last` (recorded in `locked`,
-/// which the caller unlocks on failure) and reads its bytes.
-fn lock_and_copy(
+/// which the caller unlocks on failure) and reads its bytes: a migration's first step,
+/// public for the deterministic simulator, which drives the steps itself.
+pub fn lock_and_copy(
     mem: &MemoryManager,
     creator: NodeId,
     first: u64,

@@ -33,7 +33,7 @@ mod slow_path;
 
 pub use dispatch::PeerDispatch;
 pub use incarnation::{LID_RESERVE_CHECK, LID_RESERVE_STEP};
-pub use migrate::MIGRATE_CHUNKS_MAX;
+pub use migrate::{lock_and_copy, MIGRATE_CHUNKS_MAX};
 pub use node::{
     ComputeSetup, PeerError, PeerNode, PeerOptions, DECLARED_FAILED_LINGER, NODE_ID_FILE,
 };

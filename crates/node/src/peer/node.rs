@@ -288,7 +288,13 @@ impl PeerNode {
         let runtime = endpoint.runtime();
         let (old_zones_pending, old_zones_watch) =
             load_ownership(&runtime, &membership, &service, bases, &stop)?;
-        let events = follow_cluster_events(&runtime, &membership, &service, old_zones_pending);
+        let events = follow_cluster_events(
+            &runtime,
+            &membership,
+            &service,
+            backup.clone(),
+            old_zones_pending,
+        );
         let declared_failed = Arc::new(OnceLock::new());
         let self_watch = runtime.spawn(watch_self(
             Arc::clone(&membership),
@@ -641,6 +647,25 @@ fn load_ownership(
     Ok((pending, Some(watch)))
 }
 
+/// A peer was declared failed: this backup refuses its late operations for every zone
+/// its incarnations registered ([`BackupService::seal_owner`]; the zones' end asked from
+/// the superpeers, in the background).
+fn seal_failed_owner(membership: &Arc<Membership>, backup: &Arc<BackupService>, node: NodeId) {
+    let membership = Arc::clone(membership);
+    let backup = Arc::clone(backup);
+    membership.net().runtime().spawn(async move {
+        match membership
+            .request(myriad_proto::meta::MetaRequest::Bases(node))
+            .await
+        {
+            Ok(myriad_proto::meta::MetaReply::Bases(bases)) => {
+                backup.seal_owner(node, bases.zones_end);
+            }
+            other => tracing::warn!(%node, ?other, "zones of a failed peer not sealed"),
+        }
+    });
+}
+
 /// Follows the cluster's events on `runtime`: ownership changes and gone nodes reach the
 /// chunk service and the replicator; missed events (e.g. a recovery's burst) reload the
 /// ownership ranges from the superpeers.
@@ -648,6 +673,7 @@ fn follow_cluster_events(
     runtime: &tokio::runtime::Handle,
     membership: &Arc<Membership>,
     service: &Arc<ChunkService>,
+    backup: Option<Arc<BackupService>>,
     old_zones_pending: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
     let mut receiver = membership.subscribe();
@@ -660,6 +686,11 @@ fn follow_cluster_events(
                 Ok(event) => {
                     apply_event(&service, &event);
                     replicate_event(&service, &events_runtime, &event);
+                    if let (myriad_proto::meta::Event::NodeFailed(node), Some(backup)) =
+                        (&event, &backup)
+                    {
+                        seal_failed_owner(&membership, backup, *node);
+                    }
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
                     tracing::warn!(

@@ -1,7 +1,7 @@
 //! `myriad-simulate`: runs the deterministic cluster simulation over many seeds.
 //!
 //! Job: `myriad-simulate --seeds N [--first F] [--seed S] [--bug no-freeze|ids-before-ranges]
-//! [--durability async|replicated|durable] [--trace]` runs seeds `F..F+N` (or the one
+//! [--durability async|replicated|durable] [--migrations] [--trace]` runs seeds `F..F+N` (or the one
 //! seed `S`, printing its whole trace with `--trace`), prints a summary line per 100 seeds
 //! and, for the first failing seed, its failure, the command that replays it and the last
 //! events of its trace (all of them for `--seed S --trace`). Exit status 1 when a seed
@@ -50,6 +50,7 @@ fn parse() -> Result<Args, String> {
                 args.seeds = 1;
             }
             "--trace" => args.trace = true,
+            "--migrations" => args.config.migrations = true,
             "--bug" => {
                 args.config.bug = Some(match it.next().as_deref() {
                     Some("no-freeze") => Bug::NoRecoveryFreeze,
@@ -83,8 +84,13 @@ fn replay_command(run: &SimRun, config: &SimConfig) -> String {
         Some(SimDurability::Durable) => " --durability durable",
         None => "",
     };
+    let migrations = if config.migrations {
+        " --migrations"
+    } else {
+        ""
+    };
     format!(
-        "scripts/simulate --seed {}{bug}{durability} --trace",
+        "scripts/simulate --seed {}{bug}{durability}{migrations} --trace",
         run.seed
     )
 }

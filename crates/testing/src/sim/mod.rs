@@ -2,11 +2,13 @@
 //! replayable.
 //!
 //! # Job
-//! [`run`] simulates a small cluster — peers, a stand-in for the superpeers, concurrent
+//! [`run`] simulates a small cluster — peers, the superpeers' metadata, concurrent
 //! clients — from a seed: simulated time (an event queue, no wall clock), a simulated
 //! network (delay, loss, duplication, reordering across connections, partitions, one-way
-//! links, fencing), crashes (memory lost, disk kept and torn), restarts, pauses and failing
-//! disk syncs. It records the clients' history and checks it per chunk with the
+//! links, fencing), several crashes per run (memory lost, disk kept and torn) with
+//! recovery, adoption and re-replication between them, restarts, pauses (long ones get
+//! the peer suspected and declared failed while it holds its memory), failing disk syncs
+//! and disk read errors during recovery. It records the clients' history and checks it per chunk with the
 //! linearizability checker, plus the cluster's invariants; a failing run returns its seed
 //! and a trace of every event, and running the seed again replays it exactly.
 //!
@@ -18,9 +20,12 @@
 //! reading zones back for recovery, reopening after a crash). Messages use the production
 //! wire formats. Where production code is preempted by other threads at a point that
 //! matters, it marks an interleaving point ([`myriad_backup_log::interleave`]) and the
-//! simulator runs, at that point, what the seed says happens meanwhile. The simulator's
-//! own code stands in for the threads and sockets (the messaging layer), the master side of
-//! replication, and the superpeers (failure detection, Raft, metadata): see
+//! simulator runs, at that point, what the seed says happens meanwhile. The superpeers'
+//! metadata is the production [`myriad_meta::MetaState`], fed the production commands;
+//! backups are placed by the production [`myriad_placement::Placement`]; a restorer reads
+//! with the production [`myriad_node::recovery::insert_recovered`].
+//! The simulator's own code stands in for the threads and sockets (the messaging layer),
+//! the master side of replication, and the superpeers' failure detection and Raft: see
 //! `docs/testing.md` for what is and is not simulated.
 //!
 //! # Invariants
@@ -102,6 +107,9 @@ pub struct SimConfig {
     pub durability: Option<SimDurability>,
     /// Whether faults are drawn at all.
     pub faults: bool,
+    /// Whether the workload migrates chunks between peers (off by default: it finds an
+    /// open bug, see `docs/testing.md`, "Found and not fixed yet").
+    pub migrations: bool,
     /// A re-introduced bug, or `None` for today's code.
     pub bug: Option<Bug>,
 }
@@ -114,11 +122,12 @@ impl Default for SimConfig {
             clients: 4,
             chunks_per_client: 3,
             ops_per_client: 40,
-            crashes_max: 1,
+            crashes_max: 3,
             fault_horizon: 40_000,
             time_limit: 30_000_000,
             durability: None,
             faults: true,
+            migrations: false,
             bug: None,
         }
     }
@@ -137,10 +146,17 @@ pub struct Scenario {
     pub partitions: usize,
     /// Pauses of a peer.
     pub pauses: usize,
+    /// Pauses long enough to get the peer suspected and declared failed, per mille.
+    pub long_pause_per_mille: u32,
     /// Periods of failing syncs on a peer's disk.
     pub disk_faults: usize,
     /// Replication messages a backup is slow to apply, per mille.
     pub slow_apply_per_mille: u32,
+    /// Recoveries whose first restorer's disk fails to read, per mille (only in runs
+    /// without failing syncs).
+    pub read_fault_per_mille: u32,
+    /// Migrations of a chunk between peers while the clients run.
+    pub migrations: usize,
 }
 
 impl Scenario {
@@ -158,8 +174,11 @@ impl Scenario {
                 crashes: 0,
                 partitions: 0,
                 pauses: 0,
+                long_pause_per_mille: 0,
                 disk_faults: 0,
                 slow_apply_per_mille: 0,
+                read_fault_per_mille: 0,
+                migrations: 0,
             };
         }
         let net = NetFaults {
@@ -168,18 +187,39 @@ impl Scenario {
             delay_min: rng.between(10, 100),
             delay_max: rng.between(100, 2_000),
         };
+        let disk_faults = if durability == SimDurability::Durable {
+            rng.below(2) as usize
+        } else {
+            0
+        };
         Scenario {
             durability,
             net,
-            crashes: usize::from(rng.chance(750)),
-            partitions: rng.below(3) as usize,
-            pauses: rng.below(3) as usize,
-            disk_faults: if durability == SimDurability::Durable {
-                rng.below(2) as usize
+            crashes: if rng.chance(750) {
+                1 + rng.below(config.crashes_max as u64) as usize
             } else {
                 0
             },
+            partitions: rng.below(3) as usize,
+            pauses: rng.below(3) as usize,
+            long_pause_per_mille: if rng.chance(400) { 500 } else { 0 },
+            disk_faults,
             slow_apply_per_mille: rng.below(1000) as u32,
+            // A read error at one backup while another one's disk fails is two disk
+            // faults in one zone, more than R = 2 backups promise to survive.
+            read_fault_per_mille: if disk_faults == 0 && rng.chance(300) {
+                500
+            } else {
+                0
+            },
+            // Drawn in every run (so that a seed draws the same faults with and
+            // without migrations), scheduled only when they are on.
+            migrations: if config.migrations {
+                rng.below(6) as usize
+            } else {
+                let _ = rng.below(6);
+                0
+            },
         }
     }
 }

@@ -186,7 +186,7 @@ impl World {
         if attempt >= ATTEMPTS_MAX {
             return self.give_up(client);
         }
-        let owner = self.directory.owner_of(cid);
+        let owner = self.owner_in_directory(cid);
         self.log(format!(
             "client {} redirected by {peer}: {cid} is at {owner}",
             self.clients[client].id

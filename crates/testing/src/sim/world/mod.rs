@@ -1,4 +1,4 @@
-//! The event loop of one simulation run: peers, clients, the superpeer's part, faults.
+//! The event loop of one simulation run: peers, clients, the superpeers' part, faults.
 //!
 //! Job: [`World::run`] drives one seeded run. Events come from one [`Queue`] in simulated
 //! time: message deliveries (client requests and replies, replication messages and
@@ -10,8 +10,11 @@
 //! ([`BackupService::recover_zone`]) and takes a restarted peer's IDs back
 //! ([`ChunkService::take_back_earlier_ids`]); at their interleaving points
 //! ([`myriad_backup_log::interleave`]) the loop runs what the seed says happens meanwhile.
-//! The superpeer's part (failure detection, choice of the restorer, the ownership
-//! directory and its events) is the simulator's own, standing in for Raft and metadata.
+//! The superpeers' part runs on the production metadata state machine
+//! ([`MetaState::apply`], `meta.rs`): joins, zone registrations, failure verdicts, the
+//! recovery of every zone the metadata says is due, adoptions, ownership commits and
+//! hand-overs are production [`myriad_meta::Command`]s, and the backups are chosen by the
+//! production placement. Failure detection (when a verdict comes) and Raft are not run.
 //!
 //! Invariants: all choices come from the run's [`SimRng`]; every map is ordered; the run
 //! ends by itself (clients have a bounded number of operations, retries are bounded, and
@@ -24,6 +27,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use myriad_backup_log::interleave;
+use myriad_meta::MetaState;
 use myriad_node::peer::{ChunkService, NOBODY};
 use myriad_proto::chunk::{
     ChunkReply, ChunkRequest, ItemError, DURABILITY_ASYNC, DURABILITY_DURABLE,
@@ -33,7 +37,7 @@ use myriad_replication::BackupService;
 use myriad_types::{ChunkId, NodeId};
 
 use super::net::{Fate, Queue, SimNet, Time};
-use super::peer::{SimPeer, Waiter, LID_SHIFT};
+use super::peer::{SimPeer, Waiter};
 use super::rng::SimRng;
 use super::{Bug, Scenario, SimConfig};
 use crate::history::{Action, Operation, Outcome};
@@ -49,6 +53,8 @@ const RESEND_INTERVAL: Time = 2_000;
 
 mod client;
 mod faults;
+mod meta;
+mod migrate;
 mod serve;
 
 use serve::{apply_now, reply_text};
@@ -91,6 +97,7 @@ enum Event {
     },
     Crash {
         peer: NodeId,
+        tries: u32,
     },
     Detect {
         peer: NodeId,
@@ -115,6 +122,21 @@ enum Event {
     Pause {
         peer: NodeId,
         until: Time,
+    },
+    Suspect {
+        peer: NodeId,
+        incarnation: u32,
+    },
+    Resume {
+        peer: NodeId,
+        incarnation: u32,
+    },
+    Scan,
+    Migrate {
+        peer: NodeId,
+    },
+    MigrationTimeout {
+        op: u64,
     },
     FailSync {
         peer: NodeId,
@@ -150,28 +172,6 @@ struct Client {
     cache: BTreeMap<ChunkId, NodeId>,
 }
 
-/// The superpeer's view (simulator code standing in for the metadata service).
-#[derive(Debug, Default)]
-struct Directory {
-    /// Per creator, ranges `(first, last, owner)` of its local IDs living elsewhere.
-    ranges: BTreeMap<NodeId, Vec<(u64, u64, NodeId)>>,
-}
-
-impl Directory {
-    fn owner_of(&self, cid: ChunkId) -> NodeId {
-        let lid = cid.local_id();
-        self.ranges
-            .get(&cid.creator())
-            .and_then(|ranges| {
-                ranges
-                    .iter()
-                    .rev()
-                    .find(|(first, last, _)| (*first..=*last).contains(&lid))
-            })
-            .map_or(cid.creator(), |range| range.2)
-    }
-}
-
 /// One simulation run.
 pub struct World {
     config: SimConfig,
@@ -181,7 +181,16 @@ pub struct World {
     net: SimNet,
     peers: Vec<SimPeer>,
     clients: Vec<Client>,
-    directory: Directory,
+    /// The metadata (production state machine), as every superpeer holds it.
+    meta: MetaState,
+    /// The highest epoch seen (epochs never go down).
+    last_epoch: u64,
+    /// Failed peers (and incarnations) whose leftover ranges were handed over.
+    handed_over: BTreeSet<(NodeId, u32)>,
+    /// Peers stalled long enough to be suspected, until their stall ends.
+    suspects: BTreeSet<NodeId>,
+    /// The migration in flight, if any.
+    migration: Option<migrate::Migration>,
     /// Chunks whose create was acknowledged, in creation order.
     known: Vec<ChunkId>,
     /// Chunks a remove was sent for.
@@ -194,10 +203,6 @@ pub struct World {
     pub trace: Vec<String>,
     /// When a peer crashed (for the relaxed check of `async` runs).
     pub crashes: Vec<Time>,
-    /// Zones of crashed peers waiting for their recovery: `(owner, zone, backups)`.
-    lost_zones: Vec<(NodeId, u32, Vec<NodeId>)>,
-    /// Per peer, the ranges of its IDs restorers took over.
-    restored: BTreeMap<NodeId, Vec<(u64, u64, NodeId)>>,
     /// A failure found while running (checked invariants, a component that failed).
     pub failure: Option<String>,
     /// Statistics for the report.
@@ -230,7 +235,11 @@ impl World {
             net,
             peers,
             clients,
-            directory: Directory::default(),
+            meta: MetaState::new(),
+            last_epoch: 0,
+            handed_over: BTreeSet::new(),
+            suspects: BTreeSet::new(),
+            migration: None,
             known: Vec::new(),
             removes: BTreeSet::new(),
             next_op: 0,
@@ -238,8 +247,6 @@ impl World {
             history: Vec::new(),
             trace: Vec::new(),
             crashes: Vec::new(),
-            lost_zones: Vec::new(),
-            restored: BTreeMap::new(),
             failure: None,
             stats: super::RunStats::default(),
         }
@@ -266,37 +273,18 @@ impl World {
         self.peers.iter().position(|p| p.id == id)
     }
 
-    /// Distinct backups for `owner`'s new zone: `count` peers other than the owner, chosen
-    /// among those up.
-    fn choose_backups(&mut self, owner: NodeId) -> Vec<NodeId> {
-        let mut candidates: Vec<NodeId> = self
-            .peers
-            .iter()
-            .filter(|p| p.id != owner && (p.up() || self.queue.now() == 0))
-            .map(|p| p.id)
-            .collect();
-        let mut chosen = Vec::new();
-        while chosen.len() < self.config.backups && !candidates.is_empty() {
-            let index = self.rng.index(candidates.len());
-            chosen.push(candidates.remove(index));
-        }
-        chosen
-    }
-
     /// Runs the whole simulation: start, workload and faults, quiescence, final checks.
     pub fn run(&mut self) {
-        for index in 0..self.peers.len() {
-            let backups = self.choose_backups(self.peers[index].id);
-            let bug = self.config.bug == Some(Bug::NoRecoveryFreeze);
-            if let Err(e) = self.peers[index].start(backups.clone(), bug) {
-                self.fail(format!("peer {} did not start: {e}", self.peers[index].id));
+        let ids: Vec<NodeId> = self.peers.iter().map(|p| p.id).collect();
+        for id in ids {
+            if !self.join(id) {
                 return;
             }
-            self.log(format!(
-                "start {} backups {backups:?}",
-                self.peers[index].id
-            ));
-            self.schedule_resend(index);
+        }
+        for index in 0..self.peers.len() {
+            if !self.start_peer(index) {
+                return;
+            }
         }
         for client in 0..self.clients.len() {
             let at = self.rng.below(500);
@@ -305,8 +293,15 @@ impl World {
         self.schedule_faults();
         while let Some((at, event)) = self.queue.pop() {
             if at > self.config.time_limit {
+                let masters: Vec<String> = self
+                    .peers
+                    .iter()
+                    .filter_map(|p| p.parts.as_ref().map(|parts| (p.id, parts)))
+                    .filter(|(_, parts)| !parts.master.settled())
+                    .map(|(id, parts)| format!("{id}: {}", parts.master.describe()))
+                    .collect();
                 self.fail(format!(
-                    "still running at the time limit ({} events queued)",
+                    "still running at the time limit ({} events queued; masters not settled: {masters:?})",
                     self.queue.len()
                 ));
                 break;
@@ -344,8 +339,8 @@ impl World {
                 attempt,
             } => self.client_timeout(client, op, attempt),
             Event::Resend { peer, incarnation } => self.resend(peer, incarnation),
-            Event::Crash { peer } => self.crash(peer),
-            Event::Detect { peer, incarnation } => self.recover(peer, incarnation),
+            Event::Crash { peer, tries } => self.crash(peer, tries),
+            Event::Detect { peer, incarnation } => self.detect(peer, incarnation),
             Event::Restart { peer } => self.restart(peer),
             Event::TakeBack { peer, incarnation } => self.take_back(peer, incarnation),
             Event::Partition { a, b, one_way } => {
@@ -363,12 +358,12 @@ impl World {
                 self.net.set_blocked(a, b, false);
                 self.net.set_blocked(b, a, false);
             }
-            Event::Pause { peer, until } => {
-                self.log(format!("pause {peer} until {until}us"));
-                if let Some(index) = self.peer_index(peer) {
-                    self.peers[index].paused_until = until;
-                }
-            }
+            Event::Pause { peer, until } => self.pause(peer, until),
+            Event::Suspect { peer, incarnation } => self.suspect(peer, incarnation),
+            Event::Resume { peer, incarnation } => self.resume(peer, incarnation),
+            Event::Scan => self.recovery_scan(),
+            Event::Migrate { peer } => self.migrate(peer),
+            Event::MigrationTimeout { op } => self.migration_timeout(op),
             Event::FailSync { peer, fail } => {
                 self.log(format!(
                     "disk of {peer}: syncs {}",
@@ -480,7 +475,8 @@ impl World {
                 );
             }
             Msg::Ack { body } => self.on_ack(index, from, body),
-            Msg::Reply { .. } => {}
+            // A peer's own request: a migration's insert at its target.
+            Msg::Reply { op, body } => self.migration_reply(op, body),
         }
     }
 }
@@ -554,7 +550,7 @@ impl World {
 
     /// The owner of `cid` in the directory.
     pub(super) fn owner_in_directory(&self, cid: ChunkId) -> NodeId {
-        self.directory.owner_of(cid)
+        self.meta.lookup(cid).owner
     }
 
     /// Every live peer's view of the owner of `cid`.

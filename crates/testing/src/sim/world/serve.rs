@@ -22,31 +22,60 @@ impl World {
         let Some(parts) = self.peers[index].parts.as_ref() else {
             return;
         };
-        let zone = parts.master.zone;
         let reply = parts.service.execute(client, request.clone());
         self.log(format!(
             "{me} serves op{op} {} -> {}",
             request_text(&request),
             reply_text(&reply)
         ));
-        let (ops, durability) = replicated_ops(me, zone, &request, &reply);
+        let (changes, durability) = changes_of(&request, &reply);
         let encoded = reply.encode();
         let Some(parts) = self.peers[index].parts.as_mut() else {
             return;
         };
-        if ops.is_empty() || durability == DURABILITY_ASYNC {
-            if !ops.is_empty() {
-                parts.master.log.extend(ops);
+        let master = &mut parts.master;
+        if matches!(request, ChunkRequest::Insert { .. }) {
+            // Chunks moved here join this peer's own zone (the replicator assigns them).
+            for (cid, _) in &changes {
+                if master.zone_of(*cid).is_none() {
+                    let lid = cid.local_id();
+                    master.zones[0].ranges.push((cid.creator(), lid, lid));
+                }
+            }
+        }
+        let mut needs = Vec::new();
+        for (cid, data) in changes {
+            // Changes of chunks in one of this master's zones go to the zone's backups.
+            let Some(z) = master.zone_of(cid) else {
+                continue;
+            };
+            let zone = &master.zones[z];
+            let owner = (zone.owner != me).then_some(zone.owner);
+            let op = match data {
+                Some(data) => Op::Put {
+                    owner,
+                    zone: zone.zone,
+                    cid: cid.raw(),
+                    data,
+                },
+                None => Op::Remove {
+                    owner,
+                    zone: zone.zone,
+                    cid: cid.raw(),
+                },
+            };
+            needs.extend(master.record(z, op));
+        }
+        let durable = durability == DURABILITY_DURABLE;
+        if needs.is_empty() || durability == DURABILITY_ASYNC {
+            if !needs.is_empty() {
                 self.push_stream(index, false);
             }
             self.send(me, client, Msg::Reply { op, body: encoded });
             return;
         }
-        parts.master.log.extend(ops);
-        let seq = parts.master.log.len() as u64;
-        let durable = durability == DURABILITY_DURABLE;
-        parts.master.waiting.push(Waiter {
-            seq,
+        master.waiting.push(Waiter {
+            needs,
             durable,
             client,
             op,
@@ -57,13 +86,20 @@ impl World {
     }
 
     /// Sends every backup of peer `index` what it has not acknowledged yet.
-    fn push_stream(&mut self, index: usize, durable: bool) {
+    pub(super) fn push_stream(&mut self, index: usize, durable: bool) {
         let me = self.peers[index].id;
         let Some(parts) = self.peers[index].parts.as_ref() else {
             return;
         };
         let mut messages = Vec::new();
-        for &backup in &parts.master.backups {
+        let backups: Vec<NodeId> = parts
+            .master
+            .streams
+            .keys()
+            .copied()
+            .filter(|&b| parts.master.backs(b))
+            .collect();
+        for backup in backups {
             for body in parts.master.catch_up(backup, durable) {
                 messages.push((backup, body));
             }
@@ -100,6 +136,18 @@ impl World {
         if peer.incarnation != incarnation {
             return;
         }
+        if peer.paused_until > self.queue.now() {
+            // Stalled: its pool thread applies the message once the stall ends.
+            let at = peer.paused_until;
+            let event = Event::Apply {
+                backup,
+                incarnation,
+                master,
+                body,
+            };
+            self.queue.at(at, event);
+            return;
+        }
         let Some(parts) = peer.parts.as_ref() else {
             return;
         };
@@ -128,22 +176,20 @@ impl World {
             return;
         };
         let master = &mut parts.master;
-        if ack.stream != master.stream {
+        let Some(stream) = master.streams.get_mut(&backup) else {
+            return;
+        };
+        if ack.stream != stream.id {
             return;
         }
-        let applied = master.applied.entry(backup).or_insert(0);
-        *applied = (*applied).max(ack.applied_seq);
-        let durable = master.durable.entry(backup).or_insert(0);
-        *durable = (*durable).max(ack.durable_seq);
+        stream.applied = stream.applied.max(ack.applied_seq);
+        stream.durable = stream.durable.max(ack.durable_seq);
         let gap = ack.status == AckStatus::Gap;
         if let AckStatus::Refused(reason) = &ack.status {
-            // The backup cannot serve this stream (a failed disk): the zone goes on
+            // The backup cannot serve this stream (a failed disk): the zones go on
             // without it, as a master replaces a refusing backup.
-            master.backups.retain(|&b| b != backup);
-            let text = format!(
-                "{me} drops backup {backup} of zone {}: {reason}",
-                master.zone
-            );
+            master.drop_backup(backup);
+            let text = format!("{me} drops backup {backup}: {reason}");
             self.log(text);
         }
         if gap {
@@ -168,6 +214,12 @@ impl World {
         if self.peers[index].incarnation != incarnation || !self.peers[index].up() {
             return;
         }
+        if self.peers[index].paused_until > self.queue.now() {
+            // Stalled: the timer fires late.
+            let at = self.peers[index].paused_until;
+            self.queue.at(at, Event::Resend { peer, incarnation });
+            return;
+        }
         let durable = self.peers[index]
             .parts
             .as_ref()
@@ -183,15 +235,10 @@ impl World {
         self.clients
             .iter()
             .all(|c| c.remaining == 0 && c.pending.is_none())
-            && self.peers.iter().all(|p| {
-                p.parts.as_ref().is_none_or(|parts| {
-                    parts.master.waiting.is_empty()
-                        && parts.master.backups.iter().all(|b| {
-                            parts.master.applied.get(b).copied().unwrap_or(0)
-                                >= parts.master.log.len() as u64
-                        })
-                })
-            })
+            && self
+                .peers
+                .iter()
+                .all(|p| p.parts.as_ref().is_none_or(|parts| parts.master.settled()))
     }
 }
 
@@ -209,20 +256,9 @@ pub(super) fn apply_now(service: &BackupService, master: NodeId, body: Bytes) ->
     Some(ack)
 }
 
-/// The replication operations of a served request (changes of `me`'s own chunks that
-/// succeeded), and its durability level.
-fn replicated_ops(
-    me: NodeId,
-    zone: u32,
-    request: &ChunkRequest,
-    reply: &ChunkReply,
-) -> (Vec<Op>, u8) {
-    let put = |cid: ChunkId, data: &Bytes| Op::Put {
-        owner: None,
-        zone,
-        cid: cid.raw(),
-        data: data.clone(),
-    };
+/// The changes a served request made (chunks put with their data, or removed) and its
+/// durability level.
+fn changes_of(request: &ChunkRequest, reply: &ChunkReply) -> (Vec<(ChunkId, Option<Bytes>)>, u8) {
     match (request, reply) {
         (
             ChunkRequest::CreateWithData {
@@ -233,8 +269,7 @@ fn replicated_ops(
         ) => (
             cids.iter()
                 .zip(payloads)
-                .filter(|(c, _)| c.creator() == me)
-                .map(|(c, d)| put(*c, d))
+                .map(|(c, d)| (*c, Some(d.clone())))
                 .collect(),
             *durability,
         ),
@@ -242,20 +277,25 @@ fn replicated_ops(
             items
                 .iter()
                 .zip(statuses)
-                .filter(|((cid, _), status)| cid.creator() == me && status.is_ok())
-                .map(|((cid, data), _)| put(*cid, data))
+                .filter(|(_, status)| status.is_ok())
+                .map(|((cid, data), _)| (*cid, Some(data.clone())))
+                .collect(),
+            *durability,
+        ),
+        (ChunkRequest::Insert { items, durability }, ChunkReply::Statuses(statuses)) => (
+            items
+                .iter()
+                .zip(statuses)
+                .filter(|(_, status)| status.is_ok())
+                .map(|((cid, data), _)| (*cid, Some(data.clone())))
                 .collect(),
             *durability,
         ),
         (ChunkRequest::Remove { cids, durability }, ChunkReply::Statuses(statuses)) => (
             cids.iter()
                 .zip(statuses)
-                .filter(|(cid, status)| cid.creator() == me && status.is_ok())
-                .map(|(cid, _)| Op::Remove {
-                    owner: None,
-                    zone,
-                    cid: cid.raw(),
-                })
+                .filter(|(_, status)| status.is_ok())
+                .map(|(cid, _)| (*cid, None))
                 .collect(),
             *durability,
         ),

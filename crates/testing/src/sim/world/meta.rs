@@ -1,0 +1,843 @@
+//! The superpeers' part of the event loop, on the production metadata state machine, and
+//! the restorer's side of a recovery.
+//!
+//! Job: every metadata change is a production [`Command`] applied with
+//! [`MetaState::apply`] (what the Raft state machine of every superpeer calls; Raft
+//! itself is not run: one leader, every command committed at once, in the order the
+//! simulation issues them). The commands are the ones the production code issues, at the
+//! same steps: a peer's `Join` (with its ID reclaimed), `ReserveLids` and `ZoneSet`
+//! (backups chosen by the production [`myriad_placement::Placement`]); the failure
+//! verdict `Fail` with the watched incarnation; the leader's recovery of every zone
+//! [`MetaState::zones_to_recover`] names, from its backups in the zone's order; the
+//! restorer's production [`myriad_node::recovery::insert_recovered`] (the zone read
+//! back into its memory, the CIDs as merged ranges), `ZoneAdopt` with the surviving
+//! backups filled up by [`myriad_placement::Placement::extend`], its `SetOwner`s and
+//! `ZoneOwned`; the copy of an adopted zone to its added backups (re-replication); the
+//! replacement of a failed or restarted backup in every zone it backed
+//! ([`myriad_placement::Placement::replace`], registered with `ZoneSet` or `ZoneAdopt`,
+//! the zone copied to the replacement); the leader's `HandOver` of what still routes to a
+//! failed peer ([`MetaState::leftover_ranges`]); a zone no backup can restore is lost
+//! (`ZoneRemove`). Ownership changes reach every live peer's chunk service at once (the
+//! production ownership events, without their delay).
+//!
+//! Invariants (checked after every command, [`World::check_meta_invariants`]): every
+//! creator's lookup tree is well formed (one owner per CID range) and never routes to an
+//! unknown node; every zone's backups are distinct, never its log owner nor its holder;
+//! the epoch never goes down.
+//!
+//! Callers: [`super::World`]'s start, event dispatch and fault handlers.
+
+use myriad_meta::{Capabilities, Command, MetaState, NodeState, Response, Role};
+use myriad_node::recovery::insert_recovered;
+use myriad_placement::Candidate;
+use myriad_proto::recovery::RecoverRequest;
+use myriad_replication::wire::Op;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use super::faults::{is_get, lock};
+use super::*;
+use crate::sim::peer::{placement, SimZone, Start, LID_RESERVE};
+
+/// How long a peer whose disk did not open waits before the next start.
+const RESTART_RETRY: Time = 3_000;
+
+impl World {
+    /// Commits `command`: applies it to the metadata, logs it, sends the ownership events
+    /// of an ownership change, and checks the metadata's invariants.
+    pub(super) fn commit(&mut self, command: Command) -> Response {
+        let response = self.meta.apply(&command);
+        self.log(format!("META {command} -> {response:?}"));
+        if let (
+            Command::SetOwner {
+                creator,
+                first,
+                last,
+                owner,
+            },
+            Response::Done,
+        ) = (&command, &response)
+        {
+            self.owner_changed(*creator, *first, *last, *owner);
+        }
+        self.check_meta_invariants();
+        response
+    }
+
+    /// The ownership event of `creator`'s IDs `first..=last` now at `owner`, applied by
+    /// every live peer.
+    fn owner_changed(&mut self, creator: NodeId, first: u64, last: u64, owner: NodeId) {
+        for peer in &self.peers {
+            if let Some(parts) = peer.parts.as_ref() {
+                parts.service.set_owner(creator, first, last, owner);
+            }
+        }
+    }
+
+    /// Whether `node` is stalled (paused) now.
+    fn stalled(&self, node: NodeId) -> bool {
+        let now = self.queue.now();
+        self.peer_index(node)
+            .is_some_and(|i| self.peers[i].paused_until > now)
+    }
+
+    /// Whether `node` is an alive peer in the metadata.
+    pub(super) fn alive_in_meta(&self, node: NodeId) -> bool {
+        self.meta
+            .node(node)
+            .is_some_and(|r| r.role == Role::Peer && r.state == NodeState::Alive)
+    }
+
+    /// The backup candidates as the production membership view gives them: alive peers.
+    fn candidates(&self, excluding: &[NodeId]) -> Vec<Candidate> {
+        self.meta
+            .nodes()
+            .filter(|r| r.role == Role::Peer && r.state == NodeState::Alive)
+            .filter(|r| !excluding.contains(&r.id))
+            .map(|r| Candidate {
+                node: r.id,
+                rack: r.rack,
+                switch: r.switch,
+            })
+            .collect()
+    }
+
+    /// A peer joins (its ID reclaimed, a new incarnation in the metadata).
+    pub(super) fn join(&mut self, peer: NodeId) -> bool {
+        let command = Command::Join {
+            role: Role::Peer,
+            address: format!("127.0.0.1:{}", 7000 + u32::from(peer.0)),
+            capabilities: Capabilities::ALL,
+            rack: 0,
+            switch: 0,
+            reclaim: Some(peer),
+        };
+        match self.commit(command) {
+            Response::Joined { id, .. } if id == peer => true,
+            other => {
+                self.fail(format!("join of {peer}: {other:?}"));
+                false
+            }
+        }
+    }
+
+    /// Starts the incarnation of the peer at `index` (joined already): its bases from the
+    /// metadata, its own zone placed and registered, its local IDs reserved.
+    pub(super) fn start_peer(&mut self, index: usize) -> bool {
+        let id = self.peers[index].id;
+        let bases = self.meta.bases(id);
+        let mut placement = placement(id, self.config.backups);
+        let mut rng = SmallRng::seed_from_u64(self.rng.next_u64());
+        let candidates = self.candidates(&[id]);
+        let backups = placement.place(&candidates, &mut rng).unwrap_or_default();
+        let zone = bases.zone_base;
+        if let Response::Error(e) = self.commit(Command::ZoneSet {
+            owner: id,
+            zone,
+            backups: backups.clone(),
+        }) {
+            self.fail(format!("zone {zone} of {id} not registered: {e}"));
+            return false;
+        }
+        let start = Start {
+            zone,
+            lid_base: bases.lid_base,
+            backups: backups.clone(),
+            placement,
+            placement_rng: rng,
+        };
+        let bug = self.config.bug == Some(Bug::NoRecoveryFreeze);
+        if let Err(e) = self.peers[index].start(start, bug) {
+            self.fail(format!("peer {id} did not start: {e}"));
+            return false;
+        }
+        self.commit(Command::ReserveLids {
+            node: id,
+            up_to: bases.lid_base.max(1) + LID_RESERVE,
+        });
+        self.log(format!(
+            "start {id} zone {zone} lid base {} backups {backups:?}",
+            bases.lid_base
+        ));
+        self.schedule_resend(index);
+        true
+    }
+
+    /// The failure detector's verdict on `peer` (the incarnation that crashed): `Fail`
+    /// committed, the peer fenced, its backups replaced, the zones recovered; its
+    /// restart follows.
+    pub(super) fn detect(&mut self, peer: NodeId, incarnation: u32) {
+        if self.verdict(peer, incarnation) {
+            let restart = self.rng.between(500, 6_000);
+            self.queue.after(restart, Event::Restart { peer });
+        }
+    }
+
+    /// The failure detector's verdict on a stalled `peer` that still holds its memory:
+    /// as for a crash, but the peer comes back by itself (see [`World::resume`]).
+    pub(super) fn suspect(&mut self, peer: NodeId, incarnation: u32) {
+        self.verdict(peer, incarnation);
+    }
+
+    /// `Fail` committed for `peer`'s `incarnation`, the peer fenced, its backups
+    /// replaced, its zones recovered; whether the verdict committed.
+    fn verdict(&mut self, peer: NodeId, incarnation: u32) -> bool {
+        let Some(index) = self.peer_index(peer) else {
+            return false;
+        };
+        if self.peers[index].incarnation != incarnation {
+            return false;
+        }
+        let Some(watched) = self.meta.node(peer).map(|r| r.incarnation) else {
+            return false;
+        };
+        self.log(format!("DETECT failure of {peer}"));
+        let verdict = self.commit(Command::Fail {
+            node: peer,
+            incarnation: watched,
+        });
+        if !matches!(verdict, Response::Epoch(_)) {
+            return false;
+        }
+        self.net.fence(peer);
+        // The `NodeFailed` event reaches every live peer (at once here): its backup side
+        // seals the failed peer's zones (`BackupService::seal_owner`), its masters
+        // replace it.
+        let zones_end = self.meta.bases(peer).zones_end;
+        for other in &self.peers {
+            if let Some(parts) = other.parts.as_ref() {
+                if other.id != peer {
+                    parts.backup.seal_owner(peer, zones_end);
+                }
+            }
+        }
+        self.backups_gone(peer);
+        self.recovery_scan();
+        true
+    }
+
+    /// Every live master replaces `gone` in the zones it backed (a failure, or a restart
+    /// that lost the stream state).
+    fn backups_gone(&mut self, gone: NodeId) {
+        for index in 0..self.peers.len() {
+            if self.peers[index].id == gone {
+                continue;
+            }
+            let Some(parts) = self.peers[index].parts.as_mut() else {
+                continue;
+            };
+            if !parts.master.drop_backup(gone) {
+                continue;
+            }
+            self.fill_zones(index);
+            self.release(index);
+        }
+    }
+
+    /// Gives every zone of the master at `index` with fewer than R backups more (the
+    /// production placement), registers the new order, and copies the zone to the added
+    /// backups (re-replication).
+    pub(super) fn fill_zones(&mut self, index: usize) {
+        let me = self.peers[index].id;
+        let zones = self.peers[index]
+            .parts
+            .as_ref()
+            .map_or(0, |p| p.master.zones.len());
+        for z in 0..zones {
+            let Some(parts) = self.peers[index].parts.as_ref() else {
+                return;
+            };
+            let zone = parts.master.zones[z].clone();
+            if zone.backups.len() >= self.config.backups {
+                continue;
+            }
+            let candidates = self.candidates(&[me, zone.owner]);
+            let Some(parts) = self.peers[index].parts.as_mut() else {
+                return;
+            };
+            let backups =
+                parts
+                    .placement
+                    .extend(&zone.backups, &candidates, &mut parts.placement_rng);
+            let added: Vec<NodeId> = backups
+                .iter()
+                .copied()
+                .filter(|b| !zone.backups.contains(b))
+                .collect();
+            if added.is_empty() {
+                continue;
+            }
+            let command = if zone.owner == me {
+                Command::ZoneSet {
+                    owner: me,
+                    zone: zone.zone,
+                    backups: backups.clone(),
+                }
+            } else {
+                Command::ZoneAdopt {
+                    owner: zone.owner,
+                    zone: zone.zone,
+                    holder: me,
+                    backups: backups.clone(),
+                }
+            };
+            if let Response::Error(e) = self.commit(command) {
+                self.log(format!(
+                    "{me}: new backups of zone {}/{} not registered: {e}",
+                    zone.owner, zone.zone
+                ));
+                continue;
+            }
+            if let Some(parts) = self.peers[index].parts.as_mut() {
+                parts.master.zones[z].backups = backups;
+            }
+            self.copy_zone(index, z, &added);
+        }
+    }
+
+    /// Copies zone `z` of the master at `index` from its memory to `added` backups (the
+    /// production copy reads the chunks from memory; here at one instant).
+    fn copy_zone(&mut self, index: usize, z: usize, added: &[NodeId]) {
+        let me = self.peers[index].id;
+        let Some(parts) = self.peers[index].parts.as_mut() else {
+            return;
+        };
+        let zone = parts.master.zones[z].clone();
+        let owner = (zone.owner != me).then_some(zone.owner);
+        let mut ops = Vec::new();
+        for &(creator, first, last) in &zone.ranges {
+            let (Some(first), Some(last)) =
+                (ChunkId::new(creator, first), ChunkId::new(creator, last))
+            else {
+                continue;
+            };
+            parts
+                .service
+                .memory()
+                .for_each_chunk_in_range(first, last, |cid, data| {
+                    ops.push(Op::Put {
+                        owner,
+                        zone: zone.zone,
+                        cid: cid.raw(),
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    true
+                });
+        }
+        let count = ops.len();
+        for &backup in added {
+            let stream = parts.master.open_stream(backup);
+            stream.log.extend(ops.iter().cloned());
+            let need = (backup, stream.id, stream.log.len() as u64);
+            if need.2 > stream.applied {
+                parts.master.copies.push(need);
+            }
+        }
+        self.log(format!(
+            "{me} copies zone {}/{} ({count} chunks) to its added backups {added:?}",
+            zone.owner, zone.zone
+        ));
+        self.push_stream(index, true);
+    }
+
+    /// The leader recovers every zone the metadata says needs it, then hands over what
+    /// still routes to failed peers without zones left.
+    pub(super) fn recovery_scan(&mut self) {
+        let due: Vec<(NodeId, u32, Vec<NodeId>)> = self
+            .meta
+            .zones_to_recover()
+            .map(|(owner, zone, backups)| (owner, zone, backups.to_vec()))
+            .collect();
+        for (owner, zone, backups) in due {
+            self.recover_zone(owner, zone, &backups);
+        }
+        self.hand_over_leftovers();
+    }
+
+    /// Asks the zone's backups in order (alive in the metadata) to restore it; a zone
+    /// none of them restores is lost.
+    fn recover_zone(&mut self, owner: NodeId, zone: u32, backups: &[NodeId]) {
+        let holder = self
+            .meta
+            .zone_holder(owner, zone)
+            .filter(|holder| *holder != owner);
+        let mut reasons = Vec::new();
+        let mut stalled = false;
+        for &backup in backups {
+            if backup == owner || !self.alive_in_meta(backup) {
+                reasons.push(format!("{backup}: not alive"));
+                continue;
+            }
+            if self.service_of(backup).is_none() {
+                // Crashed, not declared failed yet: the request times out.
+                reasons.push(format!("{backup}: no answer"));
+                continue;
+            }
+            if self.stalled(backup) {
+                // It answers once its stall ends: the leader waits (the production
+                // leader waits up to its backup wait for a backup to come back).
+                reasons.push(format!("{backup}: stalled"));
+                stalled = true;
+                continue;
+            }
+            // A disk read error at the first backup asked (drawn per zone): the restorer
+            // must report it and the next backup restore the zone.
+            let read_fails =
+                reasons.is_empty() && self.rng.chance(self.scenario.read_fault_per_mille);
+            let request = RecoverRequest {
+                owner,
+                zone,
+                holder,
+            };
+            match self.restore_at(backup, request, read_fails) {
+                Ok(()) => return,
+                Err(reason) => {
+                    self.log(format!(
+                        "recovery of zone {owner}/{zone} at {backup} failed: {reason}"
+                    ));
+                    reasons.push(format!("{backup}: {reason}"));
+                }
+            }
+        }
+        if stalled {
+            self.log(format!(
+                "zone {owner}/{zone} waits for a stalled backup ({reasons:?})"
+            ));
+            self.queue.after(1_000, Event::Scan);
+            return;
+        }
+        self.log(format!(
+            "zone {owner}/{zone} LOST (no backup restored it: {reasons:?})"
+        ));
+        self.commit(Command::ZoneRemove { owner, zone });
+    }
+
+    /// The production [`insert_recovered`] at the peer at `index`: at the read's
+    /// interleaving point the messages of the zone's writer this backup accepted are
+    /// applied, as a pool thread still busy with them would, and its flusher may run;
+    /// with `read_fails` its disk fails every read meanwhile.
+    fn read_zone(
+        &mut self,
+        index: usize,
+        request: RecoverRequest,
+        read_fails: bool,
+    ) -> Result<myriad_node::recovery::Restored, String> {
+        let restorer = self.peers[index].id;
+        let parts = self.peers[index].parts.as_ref().ok_or("down")?;
+        let (backup, service) = (Arc::clone(&parts.backup), Arc::clone(&parts.service));
+        let writer = request.holder.unwrap_or(request.owner);
+        // The writer's messages this backup accepted but has not applied yet.
+        let accepted: Vec<Bytes> = self
+            .queue
+            .take_where(|event| matches!(event, Event::Apply { backup: b, master, .. } if *b == restorer && *master == writer))
+            .into_iter()
+            .filter_map(|event| match event {
+                Event::Apply { body, .. } => Some(body),
+                _ => None,
+            })
+            .collect();
+        let during_read = self.rng.chance(700);
+        // The engine's flusher thread (slowed to hour intervals here) may run meanwhile.
+        let flusher_runs = self.rng.chance(500);
+        let pending = if during_read {
+            accepted.clone()
+        } else {
+            Vec::new()
+        };
+        if read_fails {
+            self.log(format!(
+                "disk of {restorer}: reads fail during the recovery read"
+            ));
+            self.peers[index].storage.set_fail_read(true);
+        }
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (hook_lines, hook_backup) = (Arc::clone(&lines), Arc::clone(&backup));
+        let pending = Mutex::new(pending);
+        let result = interleave::with_hook(
+            move |point| {
+                let bodies: Vec<Bytes> = std::mem::take(&mut *lock(&pending));
+                let applied = !bodies.is_empty();
+                for body in bodies {
+                    let ack = apply_now(&hook_backup, writer, body);
+                    lock(&hook_lines).push(format!(
+                        "  at {point}: {restorer} applies a message of {writer}: {ack:?}"
+                    ));
+                }
+                if applied && flusher_runs {
+                    let flushed = hook_backup.engine().flush();
+                    lock(&hook_lines).push(format!(
+                        "  at {point}: the flusher of {restorer} runs: {flushed:?}"
+                    ));
+                }
+            },
+            || insert_recovered(&backup, service.memory(), request),
+        );
+        if read_fails {
+            self.peers[index].storage.set_fail_read(false);
+        }
+        for line in std::mem::take(&mut *lock(&lines)) {
+            self.log(line);
+        }
+        if !during_read {
+            for body in accepted {
+                let ack = apply_now(&backup, writer, body);
+                self.log(format!(
+                    "  after the read: {restorer} applies a message of {writer}: {ack:?}"
+                ));
+            }
+        }
+        result
+    }
+
+    /// The restorer's side: the zone read back into `restorer`'s memory
+    /// ([`World::read_zone`]), adopted (its surviving backups filled up by the
+    /// production placement, `ZoneAdopt`), its CIDs taken over (`SetOwner`, `ZoneOwned`)
+    /// and copied to its added backups.
+    fn restore_at(
+        &mut self,
+        restorer: NodeId,
+        request: RecoverRequest,
+        read_fails: bool,
+    ) -> Result<(), String> {
+        let index = self.peer_index(restorer).ok_or("unknown restorer")?;
+        let service = Arc::clone(&self.peers[index].parts.as_ref().ok_or("down")?.service);
+        let (owner, zone) = (request.owner, request.zone);
+        let mut restored = self.read_zone(index, request, read_fails)?;
+        if let Some(error) = &restored.first_error {
+            return Err(format!(
+                "{} chunks not stored, e.g. {error}",
+                restored.failed
+            ));
+        }
+        let ranges = restored.ranges();
+        let chunks = restored.chunks;
+        self.stats.chunks_recovered += chunks;
+        // Adoption (`Replicator::adopt_zone`): the surviving backups, filled up.
+        let old = self
+            .meta
+            .zone(owner, zone)
+            .map(<[NodeId]>::to_vec)
+            .unwrap_or_default();
+        let kept: Vec<NodeId> = old
+            .into_iter()
+            .filter(|&b| b != owner && b != restorer && self.alive_in_meta(b))
+            .collect();
+        let candidates = self.candidates(&[owner, restorer]);
+        let parts = self.peers[index].parts.as_mut().ok_or("down")?;
+        let backups = parts
+            .placement
+            .extend(&kept, &candidates, &mut parts.placement_rng);
+        let added: Vec<NodeId> = backups
+            .iter()
+            .copied()
+            .filter(|b| !kept.contains(b))
+            .collect();
+        if let Response::Error(e) = self.commit(Command::ZoneAdopt {
+            owner,
+            zone,
+            holder: restorer,
+            backups: backups.clone(),
+        }) {
+            return Err(format!("adopting: {e}"));
+        }
+        let values: Vec<String> = ranges
+            .iter()
+            .map(|r| format!("{}:{}..={}", r.creator, r.first, r.last))
+            .collect();
+        self.log(format!(
+            "RECOVERED zone {owner}/{zone} at {restorer}: {chunks} chunks, ranges {values:?}, backups {backups:?}"
+        ));
+        let parts = self.peers[index].parts.as_mut().ok_or("down")?;
+        parts.master.zones.push(SimZone {
+            owner,
+            zone,
+            backups,
+            ranges: ranges
+                .iter()
+                .map(|r| (r.creator, r.first, r.last))
+                .collect(),
+        });
+        let z = parts.master.zones.len() - 1;
+        // Take-over: at once in the restorer's view, then committed, then settled.
+        for range in &ranges {
+            service.set_owner(range.creator, range.first, range.last, restorer);
+        }
+        for range in &ranges {
+            self.commit(Command::SetOwner {
+                creator: range.creator,
+                first: range.first,
+                last: range.last,
+                owner: restorer,
+            });
+        }
+        self.commit(Command::ZoneOwned {
+            owner,
+            zone,
+            holder: restorer,
+        });
+        if !added.is_empty() {
+            self.copy_zone(index, z, &added);
+        }
+        Ok(())
+    }
+
+    /// The leader's last step for failed peers without zones left: what still routes to
+    /// them goes to a neighbouring owner or the lowest live peer (`HandOver`).
+    fn hand_over_leftovers(&mut self) {
+        let finished: Vec<(NodeId, u32)> = self
+            .meta
+            .nodes()
+            .filter(|record| {
+                record.role == Role::Peer
+                    && matches!(record.state, NodeState::Failed { .. })
+                    && self.meta.zones_held_by(record.id).next().is_none()
+                    && self
+                        .meta
+                        .zones_of(record.id)
+                        .all(|(zone, _)| self.meta.zone_settled(record.id, zone))
+            })
+            .map(|record| (record.id, record.incarnation))
+            .collect();
+        for (failed, incarnation) in finished {
+            if !self.handed_over.insert((failed, incarnation)) {
+                continue;
+            }
+            // The fallback: the first live peer that answers.
+            let Some(fallback) = self
+                .candidates(&[failed])
+                .into_iter()
+                .map(|c| c.node)
+                .find(|&node| self.service_of(node).is_some() && !self.stalled(node))
+            else {
+                self.handed_over.remove(&(failed, incarnation));
+                continue;
+            };
+            let ranges = self.meta.leftover_ranges(failed, fallback);
+            if ranges.is_empty() {
+                continue;
+            }
+            let response = self.commit(Command::HandOver {
+                failed,
+                incarnation,
+                fallback,
+            });
+            if response == Response::Done {
+                for (creator, first, last, owner) in ranges {
+                    self.owner_changed(creator, first, last, owner);
+                }
+            }
+        }
+    }
+
+    /// Restarts `peer` (a new incarnation over its old disk): it joins again, starts
+    /// from its new bases, records the IDs routed to it as [`NOBODY`]'s until its
+    /// earlier zones are recovered, and masters replace it in the zones it backed.
+    pub(super) fn restart(&mut self, peer: NodeId) {
+        let Some(index) = self.peer_index(peer) else {
+            return;
+        };
+        // The disk opens before the join; a peer whose disk does not open exits, and is
+        // started again later.
+        let bug = self.config.bug == Some(Bug::NoRecoveryFreeze);
+        if let Err(e) = self.peers[index].open(bug) {
+            self.log(format!(
+                "restart of {peer} failed ({e}); trying again later"
+            ));
+            self.queue.after(RESTART_RETRY, Event::Restart { peer });
+            return;
+        }
+        if !self.join(peer) {
+            return;
+        }
+        // A new incarnation of a backup lost its streams: masters replace it first.
+        self.backups_gone(peer);
+        if !self.start_peer(index) {
+            return;
+        }
+        let Some(parts) = self.peers[index].parts.as_ref() else {
+            return;
+        };
+        if self.config.bug == Some(Bug::IdsBeforeRanges) {
+            parts.service.reintroduce_ids_before_ranges_bug();
+        }
+        // The production start of a restarted peer: its earlier IDs, and every range
+        // routed to it, are NOBODY's until its earlier zones settled.
+        let service = Arc::clone(&parts.service);
+        let lid_base = parts.lid_base;
+        if lid_base > 0 {
+            service.set_owner(peer, 0, lid_base - 1, NOBODY);
+        }
+        let creators: Vec<NodeId> = self
+            .meta
+            .nodes()
+            .filter(|r| r.role == Role::Peer)
+            .map(|r| r.id)
+            .collect();
+        for creator in creators {
+            if let Some(tree) = self.meta.lookup_tree(creator) {
+                for (first, last, owner) in tree.exceptions() {
+                    let owner = if owner == peer { NOBODY } else { owner };
+                    service.set_owner(creator, first, last, owner);
+                }
+            }
+        }
+        self.net.unfence(peer);
+        let incarnation = self.peers[index].incarnation;
+        self.log(format!("RESTART {peer} incarnation {incarnation}"));
+        // Other masters may choose it again for their zones.
+        for other in 0..self.peers.len() {
+            if other != index {
+                self.fill_zones(other);
+            }
+        }
+        // Zones of its earlier incarnation not recovered yet are due now.
+        self.recovery_scan();
+        let settle = self.rng.between(100, 4_000);
+        self.queue
+            .after(settle, Event::TakeBack { peer, incarnation });
+    }
+
+    /// The restarted `peer` looks whether its earlier zones settled (the production
+    /// watch asks `ZonesDue`); if so it takes its earlier IDs back, except the ranges the
+    /// metadata routes elsewhere, in one step. Client reads already on their way to it
+    /// are served at the call's interleaving point.
+    pub(super) fn take_back(&mut self, peer: NodeId, incarnation: u32) {
+        let Some(index) = self.peer_index(peer) else {
+            return;
+        };
+        if self.peers[index].incarnation != incarnation {
+            return;
+        }
+        let Some(parts) = self.peers[index].parts.as_ref() else {
+            return;
+        };
+        let service = Arc::clone(&parts.service);
+        let lid_base = parts.lid_base;
+        let zone_base = self.meta.bases(peer).zone_base;
+        let due = self
+            .meta
+            .zones_to_recover()
+            .any(|(owner, zone, _)| owner == peer && zone < zone_base);
+        if due {
+            self.queue.after(250, Event::TakeBack { peer, incarnation });
+            return;
+        }
+        let ranges: Vec<(u64, u64, NodeId)> = self
+            .meta
+            .lookup_tree(peer)
+            .map(|tree| tree.exceptions().collect())
+            .unwrap_or_default();
+        let arriving: Vec<(NodeId, u64, Bytes)> = self
+            .queue
+            .take_where(|event| match event {
+                Event::Deliver {
+                    to,
+                    incarnation: i,
+                    msg: Msg::Request { body, .. },
+                    ..
+                } => *to == peer && *i == incarnation && is_get(body),
+                _ => false,
+            })
+            .into_iter()
+            .filter_map(|event| match event {
+                Event::Deliver {
+                    from,
+                    msg: Msg::Request { op, body },
+                    ..
+                } => Some((from, op, body)),
+                _ => None,
+            })
+            .collect();
+        let served = Arc::new(Mutex::new(Vec::new()));
+        {
+            let (served, hook_service) = (Arc::clone(&served), Arc::clone(&service));
+            let arriving = Mutex::new(arriving);
+            interleave::with_hook(
+                move |point| {
+                    for (client, op, body) in std::mem::take(&mut *lock(&arriving)) {
+                        let reply = hook_service.serve(client, body);
+                        lock(&served).push((point, client, op, reply));
+                    }
+                },
+                || service.take_back_earlier_ids(lid_base, &ranges),
+            );
+        }
+        // Then the other creators' ranges routed to it are its own again (the production
+        // watch's second ownership sync).
+        let creators: Vec<NodeId> = self
+            .meta
+            .nodes()
+            .filter(|r| r.role == Role::Peer && r.id != peer)
+            .map(|r| r.id)
+            .collect();
+        for creator in creators {
+            if let Some(tree) = self.meta.lookup_tree(creator) {
+                for (first, last, owner) in tree.exceptions() {
+                    service.set_owner(creator, first, last, owner);
+                }
+            }
+        }
+        self.log(format!(
+            "TAKE BACK {peer}: earlier ids 0..{lid_base} except {ranges:?}"
+        ));
+        for (point, client, op, reply) in std::mem::take(&mut *lock(&served)) {
+            let text = ChunkReply::decode(reply.clone())
+                .map(|r| reply_text(&r))
+                .unwrap_or_default();
+            self.log(format!("  at {point}: {peer} serves op{op} -> {text}"));
+            self.send(peer, client, Msg::Reply { op, body: reply });
+        }
+        // Requests the hook did not take (no interleaving point reached) arrive as usual.
+    }
+
+    /// The metadata's invariants (see the module doc), checked after every command.
+    pub(super) fn check_meta_invariants(&mut self) {
+        let mut problems = Vec::new();
+        let epoch = self.meta.epoch();
+        if epoch < self.last_epoch {
+            problems.push(format!(
+                "the epoch went down from {} to {epoch}",
+                self.last_epoch
+            ));
+        }
+        self.last_epoch = epoch;
+        problems.extend(meta_problems(&self.meta));
+        for problem in problems {
+            self.fail(problem);
+        }
+    }
+}
+
+/// What is wrong with `meta`: malformed lookup trees, routes to unknown nodes, zones
+/// whose backups are not distinct or include their owner or holder.
+fn meta_problems(meta: &MetaState) -> Vec<String> {
+    let mut problems = Vec::new();
+    for creator in meta.nodes().map(|r| r.id) {
+        let Some(tree) = meta.lookup_tree(creator) else {
+            continue;
+        };
+        if let Err(e) = tree.check(creator) {
+            problems.push(format!("lookup tree of {creator}: {e}"));
+        }
+        for (first, last, owner) in tree.exceptions() {
+            if meta.node(owner).is_none() || owner == NOBODY {
+                problems.push(format!(
+                    "{creator}'s IDs {first}..={last} routed to unknown {owner}"
+                ));
+            }
+        }
+    }
+    for (owner, zone, backups) in meta.zones() {
+        let holder = meta.zone_holder(owner, zone).unwrap_or(owner);
+        let distinct: BTreeSet<NodeId> = backups.iter().copied().collect();
+        if distinct.len() != backups.len()
+            || distinct.contains(&owner)
+            || distinct.contains(&holder)
+        {
+            problems.push(format!(
+                "zone {owner}/{zone} held by {holder}: backups {backups:?} not distinct or include its owner or holder"
+            ));
+        }
+    }
+    problems
+}
