@@ -236,6 +236,7 @@ fn messages_apply_inline_when_they_fit_and_in_order_on_the_apply_thread_otherwis
     assert_eq!(inline + deferred, 2 + 1 + 200, "every message handled once");
     let stats = rig.service.engine().stats();
     assert_eq!(stats.appended_entries, 3 + 5 + 200);
+}
 
 /// A zone read back for a recovery is sealed for its log owner: a late message of the
 /// failed owner (accepted before it was fenced, applied after the read) is refused, while
