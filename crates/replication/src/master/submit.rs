@@ -243,36 +243,48 @@ impl Inner {
         // pending now is a new backup order, and the old one, which also receives the
         // change, is committed.)
         if waits {
-            loop {
-                let mut pending = false;
-                for zone in &touched {
-                    match state.zones.get(zone).map(|z| &z.registration) {
-                        Some(Registration::Pending) => pending = true,
-                        Some(Registration::Failed(reason)) => {
-                            return Err(ReplicaError::Registration {
-                                zone: *zone,
-                                reason: reason.clone(),
-                            })
-                        }
-                        _ => {}
-                    }
-                }
-                if !pending {
-                    break;
-                }
-                if self.shutdown.load(Ordering::Acquire) {
-                    return Err(ReplicaError::Shutdown);
-                }
-                if self.progress.wait_until(&mut state, deadline).timed_out() {
-                    return Err(ReplicaError::Timeout {
-                        what: "zone registration",
-                        waited: self.config.wait_timeout,
-                        missing: Vec::new(),
-                    });
-                }
-            }
+            self.wait_registrations(&mut state, &touched, deadline)?;
         }
         drop(state);
         Ok(targets)
+    }
+
+    /// Waits until none of the `touched` zones' registrations is pending (a failed one is
+    /// the error), at most until `deadline`.
+    fn wait_registrations(
+        &self,
+        state: &mut parking_lot::MutexGuard<'_, State>,
+        touched: &[u32],
+        deadline: Instant,
+    ) -> Result<(), ReplicaError> {
+        loop {
+            let mut pending = false;
+            for zone in touched {
+                match state.zones.get(zone).map(|z| &z.registration) {
+                    Some(Registration::Pending) => pending = true,
+                    Some(Registration::Failed(reason)) => {
+                        return Err(ReplicaError::Registration {
+                            zone: *zone,
+                            reason: reason.clone(),
+                        })
+                    }
+                    _ => {}
+                }
+            }
+            if !pending {
+                break;
+            }
+            if self.shutdown.load(Ordering::Acquire) {
+                return Err(ReplicaError::Shutdown);
+            }
+            if self.progress.wait_until(state, deadline).timed_out() {
+                return Err(ReplicaError::Timeout {
+                    what: "zone registration",
+                    waited: self.config.wait_timeout,
+                    missing: Vec::new(),
+                });
+            }
+        }
+        Ok(())
     }
 }
