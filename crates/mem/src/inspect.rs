@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use crate::entry::{self, State};
 use crate::table::SLOTS_PER_TABLE;
-use crate::{ChunkId, MemoryManager, MemoryStats, NodeId, LOCAL_ID_MAX};
+use crate::{ChunkId, MemError, MemoryManager, MemoryStats, NodeId, LOCAL_ID_MAX};
 
 impl MemoryManager {
     /// Creators of chunks stored here (this node and any whose chunks were recovered or
@@ -56,14 +56,20 @@ impl MemoryManager {
     /// may span creators), in CID order, each under its read lock, until `visit` returns
     /// false. Walks only the tables that cover the range, so walking a large table slice
     /// by slice costs each slice its own size, not the table's.
+    ///
+    /// Returns the chunks it had to leave out because their lock could not be taken
+    /// within the lock timeout (a writer or a caller's explicit lock holds it): they
+    /// exist, and a caller that needs every chunk (re-replication) reads them again.
+    /// Chunks removed meanwhile are skipped silently.
     pub fn for_each_chunk_in_range(
         &self,
         first: ChunkId,
         last: ChunkId,
         mut visit: impl FnMut(ChunkId, &[u8]) -> bool,
-    ) {
+    ) -> Vec<ChunkId> {
+        let mut busy = Vec::new();
         if first.raw() > last.raw() {
-            return;
+            return busy;
         }
         for creator in first.creator().0..=last.creator().0 {
             let low = if creator == first.creator().0 {
@@ -88,21 +94,25 @@ impl MemoryManager {
                             continue;
                         }
                         let cid = ChunkId::from_raw(leaf_first.raw() + index as u64);
-                        // A chunk removed since the entry was read is skipped.
-                        if !self
-                            .read_with(cid, |bytes| visit(cid, bytes))
-                            .unwrap_or(true)
-                        {
-                            go_on = false;
-                            return false;
+                        // A chunk removed since the entry was read is skipped; a locked
+                        // one is reported.
+                        match self.read_with(cid, |bytes| visit(cid, bytes)) {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                go_on = false;
+                                return false;
+                            }
+                            Err(MemError::LockTimeout(_)) => busy.push(cid),
+                            Err(_) => {}
                         }
                     }
                     true
                 });
             if !go_on {
-                return;
+                return busy;
             }
         }
+        busy
     }
 
     /// Returns memory held in reserve for quick reuse (one empty slab per size class and

@@ -427,3 +427,37 @@ fn a_reserve_is_kept_resident_above_the_top() {
     }
     memory.check_consistency().unwrap();
 }
+
+/// A range walk reports the chunks it could not lock in time instead of leaving them out
+/// silently (re-replication reads them again); removed chunks are skipped.
+#[test]
+fn range_walks_report_locked_chunks() {
+    let memory = MemoryManager::new(MemoryConfig {
+        node_id: NodeId(1),
+        region_bytes: 64 << 20,
+        lock_timeout: Duration::from_millis(20),
+        ..MemoryConfig::default()
+    })
+    .unwrap();
+    let cids: Vec<ChunkId> = (0..10).map(|_| memory.create(8).unwrap()).collect();
+    memory.lock_write(cids[4], Duration::from_secs(1)).unwrap();
+    memory.remove(cids[6]).unwrap();
+    let mut seen = Vec::new();
+    let busy = memory.for_each_chunk_in_range(cids[0], cids[9], |cid, _| {
+        seen.push(cid);
+        true
+    });
+    assert_eq!(busy, vec![cids[4]]);
+    let expected: Vec<ChunkId> = cids
+        .iter()
+        .copied()
+        .filter(|&cid| cid != cids[4] && cid != cids[6])
+        .collect();
+    assert_eq!(seen, expected);
+    memory.unlock_write(cids[4]).unwrap();
+    let busy = memory.for_each_chunk_in_range(cids[4], cids[4], |cid, _| {
+        assert_eq!(cid, cids[4]);
+        true
+    });
+    assert!(busy.is_empty());
+}

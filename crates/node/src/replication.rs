@@ -252,12 +252,12 @@ impl ChunkSource for MemorySource {
         first: ChunkId,
         last: ChunkId,
         visit: &mut dyn FnMut(ChunkId, &[u8]) -> bool,
-    ) {
+    ) -> Vec<ChunkId> {
         // Only the tables covering the range are walked: a zone copied slice by slice
         // costs each slice its own size (walking all of a creator's chunks per slice made
         // re-replication quadratic in the zone's size).
         self.mem
-            .for_each_chunk_in_range(first, last, |cid, bytes| visit(cid, bytes));
+            .for_each_chunk_in_range(first, last, |cid, bytes| visit(cid, bytes))
     }
 }
 

@@ -103,7 +103,8 @@ impl ChunkSource for NoChunks {
         _first: ChunkId,
         _last: ChunkId,
         _visit: &mut dyn FnMut(ChunkId, &[u8]) -> bool,
-    ) {
+    ) -> Vec<ChunkId> {
+        Vec::new()
     }
 }
 

@@ -119,13 +119,15 @@ pub trait BackupCandidates: Send + Sync + 'static {
 /// manager).
 pub trait ChunkSource: Send + Sync + 'static {
     /// Calls `visit` with every stored chunk whose CID lies in `first..=last`, in ascending
-    /// CID order, until `visit` returns `false`.
+    /// CID order, until `visit` returns `false`. Returns the chunks it could not read now
+    /// (they exist but are locked, e.g. by a client's chunk lock): the copy reads them
+    /// again later instead of leaving them out.
     fn for_each_in_range(
         &self,
         first: ChunkId,
         last: ChunkId,
         visit: &mut dyn FnMut(ChunkId, &[u8]) -> bool,
-    );
+    ) -> Vec<ChunkId>;
 }
 
 /// Settings of a [`Replicator`].

@@ -27,7 +27,12 @@ const MASTER: NodeId = NodeId(1);
 /// made slow (the copy is taken first, then handed out after the delay), so changes land
 /// between a read and its delivery.
 #[derive(Default)]
-struct Memory(Mutex<BTreeMap<u64, Vec<u8>>>, AtomicU64);
+struct Memory(
+    Mutex<BTreeMap<u64, Vec<u8>>>,
+    AtomicU64,
+    /// Chunks that read as locked: how many more reads find them busy.
+    Mutex<BTreeMap<u64, u32>>,
+);
 
 impl ChunkSource for Memory {
     fn for_each_in_range(
@@ -35,7 +40,7 @@ impl ChunkSource for Memory {
         first: ChunkId,
         last: ChunkId,
         visit: &mut dyn FnMut(ChunkId, &[u8]) -> bool,
-    ) {
+    ) -> Vec<ChunkId> {
         let chunks: Vec<(u64, Vec<u8>)> = self
             .0
             .lock()
@@ -43,11 +48,21 @@ impl ChunkSource for Memory {
             .map(|(&cid, data)| (cid, data.clone()))
             .collect();
         std::thread::sleep(Duration::from_millis(self.1.load(Ordering::Acquire)));
+        let mut busy = Vec::new();
         for (cid, data) in chunks {
+            // A "locked" chunk: reported busy until its lock count runs out.
+            if self.2.lock().get_mut(&cid).is_some_and(|left| {
+                *left = left.saturating_sub(1);
+                *left > 0
+            }) {
+                busy.push(ChunkId::from_raw(cid));
+                continue;
+            }
             if !visit(ChunkId::from_raw(cid), &data) {
                 break;
             }
         }
+        busy
     }
 }
 
@@ -1130,4 +1145,72 @@ fn sparse_writes_are_shipped_by_the_writer_and_reach_every_backup() {
         by_writer >= 2 * 30,
         "idle streams ship from the writer: {by_writer} by the writer, {by_sender} by the sender"
     );
+}
+
+/// A chunk that is locked when re-replication reads its slice (a client's chunk lock) is
+/// read again until it can be, not left out: the new backup holds every chunk. A lock
+/// held past the wait timeout fails the copy, saying so, instead of leaving it out.
+#[test]
+fn re_replication_reads_locked_chunks_again_and_never_skips_them() {
+    let cluster = Cluster::start(4, 3, Registry::default(), |config| {
+        config.zone_bytes = 2000;
+        config.resync_slice_bytes = 300;
+        config.wait_timeout = Duration::from_millis(1500);
+    });
+    for local in 0..40u64 {
+        cluster
+            .create(local, payload(local, 0, 60), Durability::Replicated)
+            .unwrap();
+    }
+    // Three chunks read as locked for a while (3 and 20 briefly, 31 for 5 reads).
+    for (local, reads) in [(3u64, 1u32), (20, 2), (31, 5)] {
+        let cid = ChunkId::new(MASTER, local).unwrap();
+        cluster.memory.2.lock().insert(cid.raw(), reads + 1);
+    }
+    let spare = cluster.backups[3].node;
+    cluster.peers.0.lock().push(Candidate {
+        node: spare,
+        rack: 0,
+        switch: 0,
+    });
+    let changes = cluster.replicator.replace_backup(cluster.backups[1].node);
+    assert!(!changes.is_empty());
+    let events = cluster.replicator.events();
+    let mut done = BTreeSet::new();
+    while done.len() < changes.len() {
+        match events
+            .recv_timeout(Duration::from_secs(10))
+            .expect("resync event")
+        {
+            ReplicaEvent::ResyncDone { zone, .. } => {
+                done.insert(zone);
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    cluster.replicator.wait_all(Durability::Durable).unwrap();
+    // Without the second reads the spare would lack chunks 3, 20 and 31.
+    cluster.check_backups_match_memory();
+
+    // A lock that outlasts the wait timeout: the copy fails and names the chunk.
+    let stuck = ChunkId::new(MASTER, 7).unwrap();
+    cluster.memory.2.lock().insert(stuck.raw(), u32::MAX);
+    cluster.peers.0.lock().push(Candidate {
+        node: cluster.backups[1].node,
+        rack: 0,
+        switch: 0,
+    });
+    let changes = cluster.replicator.replace_backup(spare);
+    assert!(!changes.is_empty());
+    let failed = loop {
+        match events
+            .recv_timeout(Duration::from_secs(10))
+            .expect("resync event")
+        {
+            ReplicaEvent::ResyncFailed { reason, .. } => break reason,
+            ReplicaEvent::ResyncDone { .. } => continue,
+            other => panic!("unexpected event {other:?}"),
+        }
+    };
+    assert!(failed.contains("stayed locked"), "{failed}");
 }

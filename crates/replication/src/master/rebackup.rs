@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use myriad_placement::ZoneId;
@@ -164,6 +164,8 @@ impl Inner {
         let ranges = self.state.lock().tree.ranges_of(ZoneId(zone));
         let mut copied = 0u64;
         let mut last_target: Option<Target> = None;
+        // Chunks locked when their slice was read (a client's chunk lock, a writer).
+        let mut busy: Vec<ChunkId> = Vec::new();
         for (first, last) in ranges {
             let mut cursor = first;
             loop {
@@ -173,52 +175,38 @@ impl Inner {
                 let mut slice: Vec<(ChunkId, Bytes)> = Vec::new();
                 let mut bytes = 0usize;
                 let slice_max = self.config.resync_slice_bytes;
-                self.source
+                let mut walked_to = None;
+                let locked = self
+                    .source
                     .for_each_in_range(cursor, last, &mut |cid, data| {
                         if cid.raw() < cursor.raw() || cid.raw() > last.raw() {
                             return true;
                         }
+                        walked_to = Some(cid);
                         slice.push((cid, Bytes::copy_from_slice(data)));
                         bytes += data.len() + Op::OVERHEAD_BYTES_MAX;
                         bytes < slice_max && slice.len() < wire::OPS_PER_MESSAGE_MAX
                     });
-                let Some(&(last_cid, _)) = slice.last() else {
+                busy.extend(
+                    locked
+                        .into_iter()
+                        .filter(|cid| walked_to.is_none_or(|to| cid.raw() < to.raw())),
+                );
+                let Some(last_cid) = walked_to else {
                     break;
                 };
-                let deadline = Instant::now() + self.config.wait_timeout;
-                let mut state = self.state.lock();
-                self.wait_room(&mut state, &[backup], bytes, deadline)
-                    .map_err(|e| e.to_string())?;
-                let now = Instant::now();
-                let Some(z) = state.zones.get(&zone) else {
-                    return Err("zone vanished".into());
-                };
-                let Some(resync) = z.resyncs.iter().find(|r| r.target == backup) else {
-                    return Err("backup left the zone".into());
-                };
-                let (owner, log_zone) = z.key(zone);
-                let keep: Vec<(ChunkId, Bytes)> = slice
-                    .into_iter()
-                    .filter(|(cid, _)| !resync.dirty.contains(&cid.raw()))
-                    .collect();
-                for (cid, data) in keep {
-                    let op = Op::Put {
-                        owner,
-                        zone: log_zone,
-                        cid: cid.raw(),
-                        data,
-                    };
-                    last_target = Some(self.push_op(&mut state, backup, op, true, now));
-                    copied += 1;
-                }
-                self.work.notify_one();
-                drop(state);
+                let (count, target) = self.copy_slice(zone, backup, slice, bytes)?;
+                copied += count;
+                last_target = target.or(last_target);
                 if last_cid.raw() >= last.raw() {
                     break;
                 }
                 cursor = ChunkId::from_raw(last_cid.raw() + 1);
             }
         }
+        let (count, target) = self.copy_locked(zone, backup, busy)?;
+        copied += count;
+        last_target = target.or(last_target);
         {
             let mut state = self.state.lock();
             if let Some(z) = state.zones.get_mut(&zone) {
@@ -250,5 +238,98 @@ impl Inner {
                 .map_err(|e| e.to_string())?;
         }
         Ok(copied)
+    }
+
+    /// Queues `slice` (read from memory) on `backup`'s stream as the zone's copy, leaving
+    /// out chunks changed since the copy began (their change is on the stream already).
+    /// Returns the chunks queued and the stream position of the last one.
+    fn copy_slice(
+        &self,
+        zone: u32,
+        backup: NodeId,
+        slice: Vec<(ChunkId, Bytes)>,
+        bytes: usize,
+    ) -> Result<(u64, Option<Target>), String> {
+        let deadline = Instant::now() + self.config.wait_timeout;
+        let mut state = self.state.lock();
+        self.wait_room(&mut state, &[backup], bytes, deadline)
+            .map_err(|e| e.to_string())?;
+        let now = Instant::now();
+        let Some(z) = state.zones.get(&zone) else {
+            return Err("zone vanished".into());
+        };
+        let Some(resync) = z.resyncs.iter().find(|r| r.target == backup) else {
+            return Err("backup left the zone".into());
+        };
+        let (owner, log_zone) = z.key(zone);
+        let keep: Vec<(ChunkId, Bytes)> = slice
+            .into_iter()
+            .filter(|(cid, _)| !resync.dirty.contains(&cid.raw()))
+            .collect();
+        let mut copied = 0;
+        let mut last_target = None;
+        for (cid, data) in keep {
+            let op = Op::Put {
+                owner,
+                zone: log_zone,
+                cid: cid.raw(),
+                data,
+            };
+            last_target = Some(self.push_op(&mut state, backup, op, true, now));
+            copied += 1;
+        }
+        self.work.notify_one();
+        Ok((copied, last_target))
+    }
+
+    /// Copies the chunks that were locked when their slice was read: each is read again
+    /// (every 10 ms) until it can be, it is gone, or the wait timeout passes, which fails
+    /// the copy (it is never left out silently: the new backup would miss a chunk).
+    fn copy_locked(
+        &self,
+        zone: u32,
+        backup: NodeId,
+        mut busy: Vec<ChunkId>,
+    ) -> Result<(u64, Option<Target>), String> {
+        let deadline = Instant::now() + self.config.wait_timeout;
+        let mut copied = 0;
+        let mut last_target = None;
+        while !busy.is_empty() {
+            if self.shutdown.load(Ordering::Acquire) {
+                return Err("shut down".into());
+            }
+            let mut still = Vec::new();
+            for cid in busy {
+                let mut read = None;
+                let locked = self.source.for_each_in_range(cid, cid, &mut |at, data| {
+                    if at == cid {
+                        read = Some(Bytes::copy_from_slice(data));
+                    }
+                    false
+                });
+                if !locked.is_empty() {
+                    still.push(cid);
+                } else if let Some(data) = read {
+                    let bytes = data.len() + Op::OVERHEAD_BYTES_MAX;
+                    let (count, target) =
+                        self.copy_slice(zone, backup, vec![(cid, data)], bytes)?;
+                    copied += count;
+                    last_target = target.or(last_target);
+                }
+            }
+            if !still.is_empty() && Instant::now() >= deadline {
+                return Err(format!(
+                    "{} chunks stayed locked for {:?} (first {})",
+                    still.len(),
+                    self.config.wait_timeout,
+                    still[0]
+                ));
+            }
+            if !still.is_empty() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            busy = still;
+        }
+        Ok((copied, last_target))
     }
 }
