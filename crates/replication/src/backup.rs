@@ -158,15 +158,12 @@ struct Inner {
     /// Messages handed to the apply thread and not applied yet: while there are any, new
     /// messages follow them there (send order).
     deferred: AtomicUsize,
-    /// To the apply thread.
-    defer_tx: crossbeam_channel::Sender<(NodeId, LogMessage)>,
+    /// To the apply thread (`None`: stop).
+    defer_tx: crossbeam_channel::Sender<Option<(NodeId, LogMessage)>>,
     /// Messages applied inline and on the apply thread ([`BackupService::apply_paths`]).
     applied_inline: AtomicU64,
     applied_deferred: AtomicU64,
 }
-
-/// How long the apply thread waits for a message before it looks at the shutdown flag.
-const APPLY_POLL: Duration = Duration::from_millis(100);
 
 /// The backup side of replication. See the module documentation.
 pub struct BackupService {
@@ -392,6 +389,8 @@ impl Drop for BackupService {
             let _ = watcher.join();
         }
         if let Some(applier) = self.applier.take() {
+            // Wakes the apply thread at once (dropping a service must not wait).
+            let _ = self.inner.defer_tx.send(None);
             let _ = applier.join();
         }
     }
@@ -434,13 +433,11 @@ impl Inner {
     }
 
     /// The apply thread: applies the messages the inline handler could not, in order.
-    fn apply_loop(&self, messages: crossbeam_channel::Receiver<(NodeId, LogMessage)>) {
-        while !self.shutdown.load(Ordering::Acquire) {
-            let (master, message) = match messages.recv_timeout(APPLY_POLL) {
-                Ok(next) => next,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-            };
+    fn apply_loop(&self, messages: crossbeam_channel::Receiver<Option<(NodeId, LogMessage)>>) {
+        while let Ok(Some((master, message))) = messages.recv() {
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
             let ack = self.apply_decoded(master, message);
             self.applied_deferred.fetch_add(1, Ordering::Relaxed);
             self.deferred.fetch_sub(1, Ordering::AcqRel);
@@ -550,7 +547,7 @@ impl Inner {
             return;
         }
         self.deferred.fetch_add(1, Ordering::AcqRel);
-        if self.defer_tx.send((master, message)).is_err() {
+        if self.defer_tx.send(Some((master, message))).is_err() {
             self.deferred.fetch_sub(1, Ordering::AcqRel);
         }
     }
