@@ -39,6 +39,12 @@ use super::faults::{is_get, lock};
 use super::*;
 use crate::sim::peer::{placement, SimZone, Start, LID_RESERVE};
 
+/// How long re-replication waits before it reads a locked chunk again (simulated µs).
+const COPY_RETRY_US: u64 = 1_000;
+/// Reads of a locked chunk before the copy gives up (production fails the copy after its
+/// wait timeout).
+const COPY_RETRIES_MAX: u32 = 5_000;
+
 /// How long a peer whose disk did not open waits before the next start.
 const RESTART_RETRY: Time = 3_000;
 
@@ -305,16 +311,17 @@ impl World {
         let zone = parts.master.zones[z].clone();
         let owner = (zone.owner != me).then_some(zone.owner);
         let mut ops = Vec::new();
+        let mut locked = Vec::new();
         for &(creator, first, last) in &zone.ranges {
             let (Some(first), Some(last)) =
                 (ChunkId::new(creator, first), ChunkId::new(creator, last))
             else {
                 continue;
             };
-            parts
-                .service
-                .memory()
-                .for_each_chunk_in_range(first, last, |cid, data| {
+            locked.extend(parts.service.memory().for_each_chunk_in_range(
+                first,
+                last,
+                |cid, data| {
                     ops.push(Op::Put {
                         owner,
                         zone: zone.zone,
@@ -322,7 +329,8 @@ impl World {
                         data: Bytes::copy_from_slice(data),
                     });
                     true
-                });
+                },
+            ));
         }
         let count = ops.len();
         for &backup in added {
@@ -334,10 +342,103 @@ impl World {
             }
         }
         self.log(format!(
-            "{me} copies zone {}/{} ({count} chunks) to its added backups {added:?}",
-            zone.owner, zone.zone
+            "{me} copies zone {}/{} ({count} chunks, {} locked: read again later) to its added backups {added:?}",
+            zone.owner,
+            zone.zone,
+            locked.len()
         ));
         self.push_stream(index, true);
+        if !locked.is_empty() {
+            let incarnation = self.peers[index].incarnation;
+            let at = self.now() + COPY_RETRY_US;
+            self.queue.at(
+                at,
+                Event::CopyLocked {
+                    peer: me,
+                    incarnation,
+                    zone: z,
+                    backups: added.to_vec(),
+                    cids: locked,
+                    tries: 0,
+                },
+            );
+        }
+    }
+
+    /// Copies the chunks of zone `z` that were locked when the zone was copied to
+    /// `backups` (production: `copy_locked` in the replication crate): each is read again;
+    /// a chunk gone meanwhile (moved away, removed) is skipped, one still locked is tried
+    /// again later.
+    pub(super) fn copy_locked(
+        &mut self,
+        peer: NodeId,
+        incarnation: u32,
+        z: usize,
+        backups: Vec<NodeId>,
+        cids: Vec<ChunkId>,
+        tries: u32,
+    ) {
+        let Some(index) = self.peer_index(peer) else {
+            return;
+        };
+        if self.peers[index].incarnation != incarnation {
+            return;
+        }
+        let Some(parts) = self.peers[index].parts.as_mut() else {
+            return;
+        };
+        let Some(zone) = parts.master.zones.get(z).cloned() else {
+            return;
+        };
+        let owner = (zone.owner != peer).then_some(zone.owner);
+        let mut ops = Vec::new();
+        let mut still = Vec::new();
+        for cid in cids {
+            still.extend(
+                parts
+                    .service
+                    .memory()
+                    .for_each_chunk_in_range(cid, cid, |at, data| {
+                        ops.push(Op::Put {
+                            owner,
+                            zone: zone.zone,
+                            cid: at.raw(),
+                            data: Bytes::copy_from_slice(data),
+                        });
+                        true
+                    }),
+            );
+        }
+        let count = ops.len();
+        for &backup in backups.iter().filter(|b| zone.backups.contains(b)) {
+            let stream = parts.master.open_stream(backup);
+            stream.log.extend(ops.iter().cloned());
+            let need = (backup, stream.id, stream.log.len() as u64);
+            if need.2 > stream.applied {
+                parts.master.copies.push(need);
+            }
+        }
+        self.log(format!(
+            "{peer} copies {count} once-locked chunks of zone {}/{} ({} still locked)",
+            zone.owner,
+            zone.zone,
+            still.len()
+        ));
+        self.push_stream(index, true);
+        if !still.is_empty() && tries < COPY_RETRIES_MAX {
+            let at = self.now() + COPY_RETRY_US;
+            self.queue.at(
+                at,
+                Event::CopyLocked {
+                    peer,
+                    incarnation,
+                    zone: z,
+                    backups,
+                    cids: still,
+                    tries: tries + 1,
+                },
+            );
+        }
     }
 
     /// The leader recovers every zone the metadata says needs it, then hands over what

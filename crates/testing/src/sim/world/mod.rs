@@ -142,6 +142,16 @@ enum Event {
         peer: NodeId,
         fail: bool,
     },
+    /// Re-replication reads again the chunks of zone `zone` (an index into the master's
+    /// zones) that were locked when it was copied, as the production copy does.
+    CopyLocked {
+        peer: NodeId,
+        incarnation: u32,
+        zone: usize,
+        backups: Vec<NodeId>,
+        cids: Vec<ChunkId>,
+        tries: u32,
+    },
 }
 
 /// What a client operation does.
@@ -364,6 +374,14 @@ impl World {
             Event::Scan => self.recovery_scan(),
             Event::Migrate { peer } => self.migrate(peer),
             Event::MigrationTimeout { op } => self.migration_timeout(op),
+            Event::CopyLocked {
+                peer,
+                incarnation,
+                zone,
+                backups,
+                cids,
+                tries,
+            } => self.copy_locked(peer, incarnation, zone, backups, cids, tries),
             Event::FailSync { peer, fail } => {
                 self.log(format!(
                     "disk of {peer}: syncs {}",
