@@ -360,11 +360,22 @@ fn remove_with(
              nothing was stopped. Retry the same command (removing is idempotent)"
         ),
     };
-    if members.iter().any(|(member, _)| *member == id) {
-        bail!(
-            "the group still lists {id} after its removal ({}): nothing was stopped; retry",
-            members_text(&members)
-        );
+    // The answer may come from a member that has not applied the last step of the
+    // change yet (a joint configuration, a leader that removed itself): the removal
+    // counts once a status leaves `id` out, read again for up to `timeout`.
+    let mut members = members;
+    let deadline = std::time::Instant::now() + timeout;
+    while members.iter().any(|(member, _)| *member == id) {
+        if std::time::Instant::now() >= deadline {
+            bail!(
+                "the group still lists {id} after its removal ({}): nothing was stopped; retry",
+                members_text(&members)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        if let Ok(status) = b.status() {
+            members = status.members;
+        }
     }
     match recorded {
         Some(entry) => {
