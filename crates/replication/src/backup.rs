@@ -1,15 +1,17 @@
 //! The backup side: applies masters' replication streams to the log engine.
 //!
 //! # Job
-//! [`BackupService`] handles [`wire::REPLICATE`] messages (an ordered type, handled inline
-//! on the I/O thread that reads the master's connection, so in send order): it creates the log zone
+//! [`BackupService`] handles [`wire::REPLICATE`] messages (an ordered type, so in send
+//! order: on a handler-pool lane, or inline on the I/O thread that reads the master's
+//! connection with [`BackupConfig::apply_inline`]): it creates the log zone
 //! on first use (the master's zone `(master, zone)`, or for an operation naming a log
 //! owner, the adopted zone `(owner, zone)` the master restored from a failed peer), appends writes and removes in stream order, drops operations it already
 //! applied, stops at a gap, and acknowledges ([`wire::ACK`]) right after appending
 //! (`Replicated`). A durability thread acknowledges again once the appends are on disk
 //! (`Durable`): it calls [`LogEngine::wait_durable`] when a message asked for durability
 //! (the flusher then flushes at once) and otherwise follows [`LogEngine::durable_seq`].
-//! Nothing waits for the disk on a messaging thread: a message is applied inline only when
+//! Nothing waits for the disk on a messaging thread. With `apply_inline`, a message is
+//! applied inline only when
 //! its zones exist and the engine has room for it now ([`LogEngine::room_now`]), and its
 //! acknowledgement is queued without waiting ([`NetHandle::send_detached`]). Any other
 //! message (a zone to create, a full write buffer, a recovery running here) goes to the
@@ -66,6 +68,13 @@ pub struct BackupConfig {
     /// it, nor [`BackupService::seal_owner`] seal anything), so an append racing the read
     /// can drop a chunk from the result (the bug of commit 48cc98a). Default false.
     pub bug_no_recovery_freeze: bool,
+    /// Apply replication messages inline on the I/O thread that read them when the log
+    /// engine has room now (see the module docs); otherwise every message goes through
+    /// the handler pool. Default **false**: inline application measured 19–24 % more
+    /// YCSB G throughput (docs/benchmarks.md), but full CI runs with it on twice saw a
+    /// backup miss superpeer heartbeats for a second under heavy parallel load, which is
+    /// not explained yet.
+    pub apply_inline: bool,
 }
 
 impl Default for BackupConfig {
@@ -75,6 +84,7 @@ impl Default for BackupConfig {
             poll_interval: Duration::from_millis(20),
             marks_max: 4096,
             bug_no_recovery_freeze: false,
+            apply_inline: false,
         }
     }
 }
@@ -225,8 +235,9 @@ impl BackupService {
         })
     }
 
-    /// Replication messages handled so far: `(inline on an I/O thread, on the apply
-    /// thread)`; see the module docs.
+    /// Replication messages handled so far: `(inline on an I/O thread, on another thread:
+    /// the apply thread, or the handler pool when [`BackupConfig::apply_inline`] is off)`;
+    /// see the module docs.
     pub fn apply_paths(&self) -> (u64, u64) {
         (
             self.inner.applied_inline.load(Ordering::Relaxed),
@@ -244,9 +255,12 @@ impl BackupService {
     /// unapplied (masters resend them).
     pub fn register(&self, handlers: &mut Handlers) -> Result<(), BackupError> {
         let inner = self.inner.clone();
-        handlers.register_inline_ordered(wire::REPLICATE, move |incoming: Incoming| {
-            inner.on_message(incoming)
-        })?;
+        let handler = move |incoming: Incoming| inner.on_message(incoming);
+        if self.inner.config.apply_inline {
+            handlers.register_inline_ordered(wire::REPLICATE, handler)?;
+        } else {
+            handlers.register(wire::REPLICATE, handler)?;
+        }
         Ok(())
     }
 
@@ -254,9 +268,12 @@ impl BackupService {
     pub fn register_on(&self, net: &NetHandle) -> Result<(), BackupError> {
         self.attach(net.clone());
         let inner = self.inner.clone();
-        net.register_inline_ordered(wire::REPLICATE, move |incoming: Incoming| {
-            inner.on_message(incoming)
-        })?;
+        let handler = move |incoming: Incoming| inner.on_message(incoming);
+        if self.inner.config.apply_inline {
+            net.register_inline_ordered(wire::REPLICATE, handler)?;
+        } else {
+            net.register(wire::REPLICATE, handler)?;
+        }
         Ok(())
     }
 
@@ -538,6 +555,15 @@ impl Inner {
         let Some(message) = decode_message(master, incoming.payload) else {
             return;
         };
+        if !self.config.apply_inline {
+            // On a handler-pool thread (registered there, in send order).
+            let ack = self.apply_decoded(master, message);
+            self.applied_deferred.fetch_add(1, Ordering::Relaxed);
+            if let Some(ack) = ack {
+                self.send_ack(master, &ack);
+            }
+            return;
+        }
         if self.deferred.load(Ordering::Acquire) == 0 && self.fits_now(master, &message) {
             let ack = self.apply_decoded(master, message);
             self.applied_inline.fetch_add(1, Ordering::Relaxed);

@@ -24,10 +24,14 @@ struct Rig {
 }
 
 fn rig() -> Rig {
+    rig_with(BackupConfig::default())
+}
+
+fn rig_with(config: BackupConfig) -> Rig {
     let engine = Arc::new(
         LogEngine::open(LogConfig::small_for_tests(), Arc::new(MemStorage::new())).expect("engine"),
     );
-    let service = BackupService::new(engine, BackupConfig::default()).expect("service");
+    let service = BackupService::new(engine, config).expect("service");
     let mut handlers = Handlers::new();
     service.register(&mut handlers).expect("register");
     let backup = Endpoint::start(
@@ -199,7 +203,10 @@ fn adopted_zone_ops_go_to_the_log_owners_zone() {
 
 #[test]
 fn messages_apply_inline_when_they_fit_and_in_order_on_the_apply_thread_otherwise() {
-    let rig = rig();
+    let rig = rig_with(BackupConfig {
+        apply_inline: true,
+        ..BackupConfig::default()
+    });
     // A new zone must be created (file I/O): the apply thread takes the first message.
     rig.send(1, 1, vec![put(0, 1, 1)]);
     rig.expect(1, 1, |s| *s == AckStatus::Ok);
