@@ -1034,3 +1034,22 @@ fn ordered_inline_handlers_run_in_send_order_on_the_io_thread_and_answer_detache
         assert!(thread.starts_with("myriad-net-io"), "ran on {thread}");
     }
 }
+
+#[test]
+fn a_second_joiner_under_the_same_provisional_id_is_refused_and_the_first_is_answered() {
+    // Two joining nodes drew the same provisional ID: the second must not replace the
+    // first's connection (its pending answer would be lost, and its retry join twice).
+    let server = start(config(2), slow_responder(Duration::from_millis(500)));
+    let first = start(config(0xff05), Handlers::new());
+    let second = start(config(0xff05), Handlers::new());
+    link(&first, &server);
+    second.set_address(server.node_id(), server.local_addr());
+    let pending = first
+        .request_later_blocking(NodeId(2), SLOW, Bytes::from_static(b"join"), TIMEOUT)
+        .expect("first request sent");
+    std::thread::sleep(Duration::from_millis(100));
+    let refused = second.request_blocking(NodeId(2), ECHO, Bytes::from_static(b"x"), TIMEOUT);
+    assert!(refused.is_err(), "the second joiner was served: {refused:?}");
+    let answer = pending.wait_blocking().expect("the first joiner's answer arrives");
+    assert_eq!(&answer[..], b"join");
+}

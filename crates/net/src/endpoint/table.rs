@@ -25,6 +25,7 @@ use crate::reader::reader_loop;
 use crate::stream::NetStream;
 use crate::wire::Verdict;
 use crate::NodeId;
+use myriad_types::limits::PROVISIONAL_ID_MIN;
 
 impl Shared {
     /// The open connection to `node`, connecting if needed (bounded by the connect timeout).
@@ -230,6 +231,15 @@ impl Shared {
                 Some(Slot::Up(old)) if !old.is_closed() => {
                     if old.peer_instance == peer_instance {
                         return (Verdict::Duplicate, None);
+                    }
+                    // Two joining nodes that drew the same provisional ID: the later one
+                    // is refused (it retries under another ID), so the first keeps the
+                    // connection its join answer comes back on. Replacing it lost that
+                    // answer, and the first node's retry joined a second time: a ghost
+                    // node, declared failed for its silence, that failed writes waiting
+                    // for it as a backup.
+                    if node.0 >= PROVISIONAL_ID_MIN {
+                        return (Verdict::Refused, None);
                     }
                     Some(old.clone())
                 }
