@@ -1049,7 +1049,12 @@ fn a_second_joiner_under_the_same_provisional_id_is_refused_and_the_first_is_ans
         .expect("first request sent");
     std::thread::sleep(Duration::from_millis(100));
     let refused = second.request_blocking(NodeId(2), ECHO, Bytes::from_static(b"x"), TIMEOUT);
-    assert!(refused.is_err(), "the second joiner was served: {refused:?}");
-    let answer = pending.wait_blocking().expect("the first joiner's answer arrives");
+    assert!(
+        refused.is_err(),
+        "the second joiner was served: {refused:?}"
+    );
+    let answer = pending
+        .wait_blocking()
+        .expect("the first joiner's answer arrives");
     assert_eq!(&answer[..], b"join");
 }
