@@ -35,6 +35,22 @@ fn peers(cluster: &Cluster) -> Vec<NodeId> {
     cluster.peer_ids()
 }
 
+fn files_named(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.file_name().is_some_and(|file| file == name) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
 fn payload(index: usize) -> Bytes {
     Bytes::from(format!("value-{index:08}-{}", "x".repeat(index % 40)))
 }
@@ -48,6 +64,14 @@ fn remote_and_batch_chunk_operations_across_three_peers() {
     let chunks = api.chunks();
     let peers = peers(&cluster);
     assert_eq!(peers.len(), 3);
+    // Peers of 256 MiB got backup logs scaled to their memory: a 64 MiB primary log each
+    // (the default of 256 MiB is for peers of 1 GiB and more).
+    let primary_logs = files_named(dir.path(), "primary.log");
+    assert_eq!(primary_logs.len(), 3, "{primary_logs:?}");
+    for path in &primary_logs {
+        let len = std::fs::metadata(path).expect("primary log").len();
+        assert_eq!(len, 64 << 20, "{}", path.display());
+    }
 
     // Single creates on each peer carry the peer's creator ID.
     let mut all = Vec::new();

@@ -50,6 +50,8 @@
 //! # Who calls it
 //! `myriad cluster ...` (crates/cli), `myriad bench kv`, and tests that need real nodes.
 
+pub mod sizing;
+
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -209,7 +211,9 @@ pub struct LaunchSpec {
     pub superpeers: usize,
     /// Number of peers (0..=[`PEERS_MAX`]).
     pub peers: usize,
-    /// `--memory-mb` of each peer, if set.
+    /// `--memory-mb` of each peer, if set. Without a `--config` in
+    /// [`extra_args`](Self::extra_args), the peers' backup logs are then scaled to this
+    /// memory ([`sizing`]).
     pub peer_memory_mb: Option<u64>,
     /// `--prefault-mb` of each peer, if set.
     pub peer_prefault_mb: Option<u64>,
@@ -466,6 +470,18 @@ impl LocalCluster {
             args.extend(spec.extra_args.iter().cloned());
             superpeer_entries.push(paths.entry(name, NodeRole::Superpeer, args));
         }
+        // Peers of a given memory size and no configuration of the caller's: backup logs
+        // scaled to that memory (see the sizing module).
+        let mut peer_config = Vec::new();
+        if let Some(mb) = spec.peer_memory_mb {
+            if !spec.extra_args.iter().any(|arg| arg == "--config") {
+                let path = dir.join(sizing::PEER_BACKUP_CONFIG);
+                sizing::BackupSizes::for_memory(mb)
+                    .write(&path)
+                    .map_err(io_error(format!("writing {}", path.display())))?;
+                peer_config = vec!["--config".to_string(), path.display().to_string()];
+            }
+        }
         let mut peer_entries = Vec::new();
         for k in 1..=spec.peers {
             let name = format!("peer-{k}");
@@ -481,6 +497,7 @@ impl LocalCluster {
                 args.push("--prefault-mb".into());
                 args.push(mb.to_string());
             }
+            args.extend(peer_config.iter().cloned());
             args.extend(spec.extra_args.iter().cloned());
             peer_entries.push(paths.entry(name, NodeRole::Peer, args));
         }

@@ -99,6 +99,19 @@ fn start_writes_cluster_file_and_all_nodes_serve() {
         .windows(2)
         .any(|w| w[0] == "--superpeers" && w[1] == list));
     assert!(peer.log.is_file());
+    // With a memory size and no configuration of the caller's, peers get backup logs
+    // scaled to it; superpeers have no backup logs.
+    let sized = cluster
+        .dir()
+        .join(myriad_launcher::sizing::PEER_BACKUP_CONFIG);
+    assert!(peer
+        .args
+        .windows(2)
+        .any(|w| w[0] == "--config" && Path::new(&w[1]) == sized));
+    let text = fs::read_to_string(&sized).expect("sized config");
+    assert!(text.contains("zone_mb = 16\n"), "{text}");
+    let superpeer = cluster.find("superpeer-1").expect("superpeer-1");
+    assert!(!superpeer.args.iter().any(|arg| arg == "--config"));
 
     // A second handle (as `myriad cluster status` would be) sees the same live nodes.
     let mut reopened = LocalCluster::open(cluster.dir()).expect("open");
