@@ -443,7 +443,7 @@ fn recover_once(
 
     let started = Instant::now();
     let mut restored =
-        myriad_node::recovery::insert_recovered(&backup, &mem, RecoverRequest::new(OWNER, 0))?;
+        myriad_node::recovery::insert_recovered(&backup, &mem, &RecoverRequest::new(OWNER, 0))?;
     let ranges = restored.ranges();
     let recovery = started.elapsed();
 

@@ -147,6 +147,20 @@ pub enum Command {
         /// The zone's holder.
         holder: NodeId,
     },
+    /// `backup` now holds the whole zone: its copy (re-replication from the holder's
+    /// memory) is complete. A backup is *filling* from the `ZoneSet` or `ZoneAdopt` that
+    /// adds it to the zone's list until this command
+    /// ([`crate::MetaState::zone_filling`]); recovery prefers backups that are not, and a
+    /// restorer keeps only those as surviving backups. Refused unless `backup` is one of
+    /// the zone's backups (already complete is fine).
+    ZoneFilled {
+        /// The log owner.
+        owner: NodeId,
+        /// The zone number within the log owner.
+        zone: u32,
+        /// The backup whose copy completed.
+        backup: NodeId,
+    },
     /// Forgets a backup zone (its owner left it behind, or recovery restored or lost it).
     ZoneRemove {
         /// The peer whose zone it is.
@@ -345,6 +359,11 @@ impl std::fmt::Display for Command {
                 zone,
                 holder,
             } => write!(f, "zone-owned {owner}/{zone} by {holder}"),
+            Command::ZoneFilled {
+                owner,
+                zone,
+                backup,
+            } => write!(f, "zone-filled {owner}/{zone} on {backup}"),
             Command::ZoneRemove { owner, zone } => write!(f, "zone-remove {owner}/{zone}"),
             Command::ReserveLids { node, up_to } => {
                 write!(f, "reserve-lids {node} below {up_to:#x}")
@@ -389,7 +408,8 @@ impl Command {
             Command::ZoneSet { .. }
             | Command::ZoneRemove { .. }
             | Command::ZoneAdopt { .. }
-            | Command::ZoneOwned { .. } => self.encode_zone(out),
+            | Command::ZoneOwned { .. }
+            | Command::ZoneFilled { .. } => self.encode_zone(out),
         }
     }
 
@@ -576,6 +596,16 @@ impl Command {
                 out.put_varint(u64::from(*zone));
                 out.put_varint(u64::from(holder.0));
             }
+            Command::ZoneFilled {
+                owner,
+                zone,
+                backup,
+            } => {
+                out.put_u8(20);
+                out.put_varint(u64::from(owner.0));
+                out.put_varint(u64::from(*zone));
+                out.put_varint(u64::from(backup.0));
+            }
             other => unreachable!("`Command::encode` routes {other:?} elsewhere"),
         }
     }
@@ -710,6 +740,11 @@ impl Command {
                 owner: node(reader, "owner")?,
                 zone: reader.get_varint_u32("zone")?,
                 holder: node(reader, "holder")?,
+            },
+            20 => Command::ZoneFilled {
+                owner: node(reader, "owner")?,
+                zone: reader.get_varint_u32("zone")?,
+                backup: node(reader, "backup")?,
             },
             18 => {
                 let owner = node(reader, "owner")?;

@@ -14,9 +14,9 @@ use crate::limits::*;
 use crate::lookup::{LookupRange, LookupTree};
 use crate::node::{Capabilities, NodeRecord, NodeState, PeerBases, RecordLayout, Role};
 
-/// Version byte at the start of a snapshot (version 1, without peer bases, and version 2,
-/// without zone holders, still decode).
-const SNAPSHOT_VERSION: u8 = 3;
+/// Version byte at the start of a snapshot (version 1, without peer bases, version 2,
+/// without zone holders, and version 3, without filling backups, still decode).
+const SNAPSHOT_VERSION: u8 = 4;
 
 /// One entry of the zone table: a backup zone named by its log identity `(owner, zone)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +29,21 @@ struct ZoneEntry {
     /// The holder committed the ownership of the zone's CIDs (`Command::ZoneOwned`); until
     /// then the zone is [unsettled](MetaState::zone_settled).
     owned: bool,
+    /// Backups of `backups` whose copy of the zone is not complete yet (added to the list
+    /// and not yet `Command::ZoneFilled`), in list order.
+    filling: Vec<NodeId>,
+}
+
+impl ZoneEntry {
+    /// The filling backups after the list changes from `self.backups` to `backups`: those
+    /// still filling, and every backup new to the list.
+    fn filling_after(&self, backups: &[NodeId]) -> Vec<NodeId> {
+        backups
+            .iter()
+            .copied()
+            .filter(|b| !self.backups.contains(b) || self.filling.contains(b))
+            .collect()
+    }
 }
 
 /// One barrier.
@@ -152,6 +167,11 @@ impl MetaState {
                 zone,
                 holder,
             } => self.zone_owned(*owner, *zone, *holder),
+            Command::ZoneFilled {
+                owner,
+                zone,
+                backup,
+            } => self.zone_filled(*owner, *zone, *backup),
             Command::ZoneRemove { owner, zone } => match self.zones.remove(&(*owner, *zone)) {
                 Some(_) => Ok(Response::Done),
                 None => Err(MetaError::ZoneNotFound {
@@ -651,12 +671,19 @@ impl MetaState {
                 "a peer has at most {ZONES_PER_NODE_MAX} zones"
             )));
         }
+        // A new zone is registered before its first chunk is sent: its backups get every
+        // chunk from the stream and are complete from the start.
+        let filling = self
+            .zones
+            .get(&(owner, zone))
+            .map_or_else(Vec::new, |entry| entry.filling_after(backups));
         self.zones.insert(
             (owner, zone),
             ZoneEntry {
                 backups: backups.to_vec(),
                 holder: None,
                 owned: false,
+                filling,
             },
         );
         let bases = self.bases.entry(owner).or_default();
@@ -703,12 +730,14 @@ impl MetaState {
                 "zone {zone} of {owner} does not need recovery and is not held by {holder}"
             )));
         }
+        let filling = entry.filling_after(backups);
         self.zones.insert(
             (owner, zone),
             ZoneEntry {
                 backups: backups.to_vec(),
                 holder: Some((holder, incarnation)),
                 owned,
+                filling,
             },
         );
         Ok(Response::Done)
@@ -733,6 +762,32 @@ impl MetaState {
                 "zone {zone} of {owner} is not held by {holder}"
             ))),
         }
+    }
+
+    fn zone_filled(
+        &mut self,
+        owner: NodeId,
+        zone: u32,
+        backup: NodeId,
+    ) -> Result<Response, MetaError> {
+        let Some(entry) = self.zones.get_mut(&(owner, zone)) else {
+            return Err(MetaError::ZoneNotFound { owner, zone });
+        };
+        if !entry.backups.contains(&backup) {
+            return Err(MetaError::InvalidArgument(format!(
+                "{backup} is not a backup of zone {zone} of {owner}"
+            )));
+        }
+        entry.filling.retain(|&b| b != backup);
+        Ok(Response::Done)
+    }
+
+    /// The backups of one zone whose copy is not complete yet (see
+    /// `Command::ZoneFilled`), in list order; empty for an unknown zone.
+    pub fn zone_filling(&self, owner: NodeId, zone: u32) -> &[NodeId] {
+        self.zones
+            .get(&(owner, zone))
+            .map_or(&[], |entry| entry.filling.as_slice())
     }
 
     /// Whether the zone needs nothing more from a recovery: it does not
@@ -891,6 +946,10 @@ impl MetaState {
                 None => {
                     out.put_u8(0);
                 }
+            }
+            out.put_varint(entry.filling.len() as u64);
+            for backup in &entry.filling {
+                out.put_varint(u64::from(backup.0));
             }
         }
         out.put_varint(self.bases.len() as u64);
@@ -1071,10 +1130,22 @@ impl MetaState {
                     })
                 }
             };
+            let mut filling = Vec::new();
+            if version >= 4 {
+                let count = input.get_count("filling backups", 1, backups.len())?;
+                for _ in 0..count {
+                    let backup = NodeId(input.get_varint_u16("filling backup")?);
+                    if !backups.contains(&backup) || filling.contains(&backup) {
+                        return Err(DecodeError::Invalid("filling backup not in the zone"));
+                    }
+                    filling.push(backup);
+                }
+            }
             let entry = ZoneEntry {
                 backups,
                 holder,
                 owned: flag == 2,
+                filling,
             };
             if self.zones.insert((owner, zone), entry).is_some() {
                 return Err(DecodeError::Invalid("duplicate zone"));

@@ -109,7 +109,7 @@ impl Restored {
 pub fn insert_recovered(
     backup: &BackupService,
     mem: &MemoryManager,
-    request: RecoverRequest,
+    request: &RecoverRequest,
 ) -> Result<Restored, String> {
     let restored = Mutex::new(Restored::default());
     let bytes = AtomicU64::new(0);
@@ -178,7 +178,7 @@ pub fn restore_zone(
     request: RecoverRequest,
 ) -> RecoverReply {
     let started = Instant::now();
-    let mut restored = match insert_recovered(backup, service.memory(), request) {
+    let mut restored = match insert_recovered(backup, service.memory(), &request) {
         Ok(restored) => restored,
         Err(reason) => return RecoverReply::Failed(reason),
     };
@@ -204,11 +204,11 @@ pub fn restore_zone(
         request.zone,
         request.owner
     );
-    let adoption = match adopt(service, membership, request, &ranges, &restored) {
+    let adoption = match adopt(service, membership, &request, &ranges, &restored) {
         Ok(adoption) => adoption,
         Err(reason) => return RecoverReply::Failed(reason),
     };
-    if let Err(reason) = take_over(service, membership, request, &ranges, adoption.is_some()) {
+    if let Err(reason) = take_over(service, membership, &request, &ranges, adoption.is_some()) {
         return RecoverReply::Failed(reason);
     }
     let ms = started.elapsed().as_millis() as u64;
@@ -240,7 +240,7 @@ pub fn restore_zone(
 fn adopt(
     service: &ChunkService,
     membership: &Arc<Membership>,
-    request: RecoverRequest,
+    request: &RecoverRequest,
     ranges: &[CidRange],
     restored: &Restored,
 ) -> Result<Option<Adoption>, String> {
@@ -250,7 +250,10 @@ fn adopt(
     else {
         return Ok(None);
     };
-    let old_backups = zone_backups(membership, request.owner, request.zone)?;
+    // Backups still being filled are no surviving backups: if placement picks one again,
+    // it is an added backup and gets the whole zone copied.
+    let mut old_backups = zone_backups(membership, request.owner, request.zone)?;
+    old_backups.retain(|backup| !request.filling.contains(backup));
     let cid_ranges: Vec<(ChunkId, ChunkId)> = ranges
         .iter()
         .filter_map(|range| {
@@ -285,7 +288,7 @@ fn adopt(
 fn take_over(
     service: &ChunkService,
     membership: &Arc<Membership>,
-    request: RecoverRequest,
+    request: &RecoverRequest,
     ranges: &[CidRange],
     adopted: bool,
 ) -> Result<(), String> {
@@ -298,7 +301,7 @@ fn take_over(
         // Three rounds here; if they all fail, the recovery is reported failed and the
         // rounds go on in the background (bounded) until the zone is settled.
         if let Err(reason) = settle(membership, ranges, request, OWNER_COMMIT_ATTEMPTS) {
-            spawn_settle_retries(membership, ranges.to_vec(), request);
+            spawn_settle_retries(membership, ranges.to_vec(), request.clone());
             return Err(reason);
         }
         return Ok(());
@@ -332,7 +335,7 @@ fn spawn_settle_retries(
     let spawned = std::thread::Builder::new()
         .name(format!("settle-{}-{}", request.owner.0, request.zone))
         .spawn(move || {
-            match settle(&membership, &ranges, request, OWNER_COMMIT_RETRIES_MAX) {
+            match settle(&membership, &ranges, &request, OWNER_COMMIT_RETRIES_MAX) {
                 Ok(()) => tracing::info!(owner = %request.owner, zone = request.zone, "adopted zone settled after retries"),
                 Err(reason) => tracing::error!(owner = %request.owner, zone = request.zone, %reason, "adopted zone never settled: its CIDs may still route to its failed owner"),
             }
@@ -416,7 +419,7 @@ fn hold_while_recovering(membership: &Arc<Membership>, owner: NodeId) -> std::ti
 fn settle(
     membership: &Arc<Membership>,
     ranges: &[CidRange],
-    request: RecoverRequest,
+    request: &RecoverRequest,
     attempts: usize,
 ) -> Result<(), String> {
     let owned = Command::ZoneOwned {
@@ -594,7 +597,7 @@ mod tests {
         // A stale copy under a recovered CID is replaced.
         mem.create_with_id(cid(1), b"stale").unwrap();
         let request = RecoverRequest::new(owner, 1);
-        let mut restored = insert_recovered(&backup, &mem, request).unwrap();
+        let mut restored = insert_recovered(&backup, &mem, &request).unwrap();
         assert_eq!(restored.failed, 0);
         let removed = |lid: u64| lid >= 2 && (lid - 2).is_multiple_of(7);
         let live: Vec<u64> = (1..=500u64).filter(|&lid| !removed(lid)).collect();

@@ -196,6 +196,22 @@ impl ZoneRegistry for MembershipRegistry {
                 .map_err(|error| RegistryError(error.to_string()))
         })
     }
+
+    /// `ZoneFilled`: the backup's copy of the zone is complete.
+    fn filled(&self, owner: NodeId, zone: u32, backup: NodeId) -> RegisterFuture {
+        let membership = Arc::clone(&self.membership);
+        Box::pin(async move {
+            membership
+                .write(Command::ZoneFilled {
+                    owner,
+                    zone,
+                    backup,
+                })
+                .await
+                .map(|_| ())
+                .map_err(|error| RegistryError(error.to_string()))
+        })
+    }
 }
 
 /// The alive, backup-capable peers of the membership view (the master is filtered out by

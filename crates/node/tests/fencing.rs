@@ -137,6 +137,7 @@ fn a_restorer_fences_the_failed_holder_named_in_the_request() {
         owner,
         zone: 7,
         holder: Some(holder),
+        filling: Vec::new(),
     };
     // Sent as the superpeer leader sends it: recovery orders from anyone else are refused
     // (roles, docs/security.md).

@@ -28,8 +28,11 @@ pub const RANGES_MAX: usize = 1 << 20;
 /// Most zones in one [`RecoveryStatusReply`].
 pub const ZONES_MAX: usize = 1 << 20;
 
+/// Most filling backups in one [`RecoverRequest`].
+pub const FILLING_MAX: usize = 16;
+
 /// Restore `owner`'s backup zone `zone` on the receiving backup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoverRequest {
     /// The peer whose zone it is: the zone's log identity (the failed peer itself, or the
     /// peer that created the zone when another peer had adopted it).
@@ -39,6 +42,10 @@ pub struct RecoverRequest {
     /// The failed peer that held the zone when it had been adopted from `owner` (a chained
     /// recovery); `None` when `owner` held it. The restorer fences both before reading.
     pub holder: Option<NodeId>,
+    /// The zone's backups whose copy of it is not complete (the zone table's filling
+    /// backups, at most [`FILLING_MAX`]): the restorer keeps none of them as a surviving
+    /// backup, so each is copied the whole zone again if chosen.
+    pub filling: Vec<NodeId>,
 }
 
 /// A range of CIDs of one creator, `first..=last` (local IDs).
@@ -141,43 +148,71 @@ impl RecoverRequest {
             owner,
             zone,
             holder: None,
+            filling: Vec::new(),
         }
     }
 
-    /// The request's bytes: owner (u16 LE), zone (u32 LE), then the holder (u16 LE) only
-    /// when there is one other than the owner.
+    /// The request's bytes: owner (u16 LE), zone (u32 LE), then
+    /// - without filling backups: the holder (u16 LE) only when there is one other than
+    ///   the owner;
+    /// - with filling backups: the holder (u16 LE; the owner's ID for none), their count
+    ///   (u8, 1..=[`FILLING_MAX`]) and each (u16 LE).
     pub fn encode(&self) -> Bytes {
-        let mut encoder = Encoder::with_capacity(8);
+        let mut encoder = Encoder::with_capacity(12 + 2 * self.filling.len());
         encoder.put_u16_le(self.owner.0).put_u32_le(self.zone);
-        if let Some(holder) = self.holder.filter(|holder| *holder != self.owner) {
-            encoder.put_u16_le(holder.0);
+        let holder = self.holder.filter(|holder| *holder != self.owner);
+        let filling = &self.filling[..self.filling.len().min(FILLING_MAX)];
+        if filling.is_empty() {
+            if let Some(holder) = holder {
+                encoder.put_u16_le(holder.0);
+            }
+        } else {
+            encoder.put_u16_le(holder.unwrap_or(self.owner).0);
+            encoder.put_u8(filling.len() as u8);
+            for backup in filling {
+                encoder.put_u16_le(backup.0);
+            }
         }
         encoder.finish()
     }
 
-    /// Decodes a request; fails on short or trailing bytes, and on a holder equal to the
-    /// owner (written as no holder: one encoding per request).
+    /// Decodes a request; fails on short or trailing bytes, and where a request would
+    /// have two encodings: a holder equal to the owner in the short form, a filling count
+    /// of 0.
     pub fn decode(payload: Bytes) -> Result<RecoverRequest, ProtoError> {
+        let invalid = |detail: String| ProtoError::Invalid {
+            what: "recover request",
+            detail,
+        };
         let mut decoder = Decoder::new(payload);
         let owner = NodeId(decoder.get_u16_le("owner")?);
         let zone = decoder.get_u32_le("zone")?;
-        let holder = if decoder.remaining() > 0 {
-            let holder = NodeId(decoder.get_u16_le("holder")?);
-            if holder == owner {
-                return Err(ProtoError::Invalid {
-                    what: "recover request",
-                    detail: format!("holder {holder} is the owner"),
-                });
+        let mut holder = None;
+        let mut filling = Vec::new();
+        if decoder.remaining() > 0 {
+            let node = NodeId(decoder.get_u16_le("holder")?);
+            if decoder.remaining() == 0 {
+                if node == owner {
+                    return Err(invalid(format!("holder {node} is the owner")));
+                }
+                holder = Some(node);
+            } else {
+                holder = (node != owner).then_some(node);
+                let count = usize::from(decoder.get_u8("filling count")?);
+                if count == 0 || count > FILLING_MAX {
+                    return Err(invalid(format!("{count} filling backups")));
+                }
+                for _ in 0..count {
+                    filling.push(NodeId(decoder.get_u16_le("filling backup")?));
+                }
             }
-            Some(holder)
-        } else {
-            None
-        };
+        }
         decoder.finish()?;
         Ok(RecoverRequest {
             owner,
             zone,
             holder,
+            filling,
         })
     }
 }
@@ -489,11 +524,13 @@ mod tests {
             owner in any::<u16>(),
             zone in any::<u32>(),
             holder in proptest::option::of(any::<u16>()),
+            filling in proptest::collection::vec(any::<u16>(), 0..=FILLING_MAX),
         ) {
             let request = RecoverRequest {
                 owner: NodeId(owner),
                 zone,
                 holder: holder.map(NodeId).filter(|holder| holder.0 != owner),
+                filling: filling.into_iter().map(NodeId).collect(),
             };
             prop_assert_eq!(RecoverRequest::decode(request.encode()), Ok(request));
         }
@@ -595,6 +632,7 @@ mod tests {
                     owner: NodeId(owner),
                     zone,
                     holder,
+                    filling: Vec::new(),
                 }
                 .encode(),
             );
@@ -657,9 +695,31 @@ mod tests {
             Ok(RecoverRequest {
                 owner: NodeId(1),
                 zone: 2,
-                holder: Some(NodeId(5))
+                holder: Some(NodeId(5)),
+                filling: Vec::new(),
             })
         );
+        // With filling backups: the owner's ID stands for no holder; the count is 1..=16.
+        assert_eq!(
+            RecoverRequest::decode(Bytes::from_static(&[1, 0, 2, 0, 0, 0, 1, 0, 1, 9, 0])),
+            Ok(RecoverRequest {
+                owner: NodeId(1),
+                zone: 2,
+                holder: None,
+                filling: vec![NodeId(9)],
+            })
+        );
+        for bad in [
+            &[1, 0, 2, 0, 0, 0, 1, 0, 0][..],
+            &[1, 0, 2, 0, 0, 0, 1, 0, 17],
+            &[1, 0, 2, 0, 0, 0, 1, 0, 2, 9, 0],
+            &[1, 0, 2, 0, 0, 0, 1, 0, 1, 9, 0, 0],
+        ] {
+            assert!(
+                RecoverRequest::decode(Bytes::copy_from_slice(bad)).is_err(),
+                "{bad:?}"
+            );
+        }
         assert!(RecoverReply::decode(Bytes::from_static(&[7])).is_err());
         // A huge range count with no bytes behind it.
         assert!(RecoverReply::decode(Bytes::from_static(&[0, 0, 0, 0, 0xff, 0xff, 0x03])).is_err());

@@ -106,6 +106,16 @@ pub trait ZoneRegistry: Send + Sync + 'static {
     /// Registers `owner`'s zone `zone` with `backups` (in backup order). The future runs on
     /// the messaging layer's runtime.
     fn register(&self, owner: NodeId, zone: u32, backups: Vec<NodeId>) -> RegisterFuture;
+
+    /// Records that `backup`, one of the registered backups of `owner`'s zone `zone`, now
+    /// holds the whole zone: its copy (re-replication) completed after the registration
+    /// that added it. Until then the cluster counts it as *filling* and recovers the zone
+    /// from it only when no complete backup can. The default records nothing (the backup
+    /// stays filling: safe, only less redundant).
+    fn filled(&self, owner: NodeId, zone: u32, backup: NodeId) -> RegisterFuture {
+        let _ = (owner, zone, backup);
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// The peers that may hold backups now: alive, with the backup capability, with rack and

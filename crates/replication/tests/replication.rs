@@ -108,6 +108,8 @@ struct Registry {
     done: Arc<Mutex<BTreeMap<u32, Vec<NodeId>>>>,
     fail: Arc<AtomicBool>,
     delay_ms: u64,
+    /// `(owner, zone, backup)` of every completed copy recorded.
+    filled: Arc<Mutex<Vec<(NodeId, u32, NodeId)>>>,
 }
 
 impl ZoneRegistry for Registry {
@@ -127,6 +129,11 @@ impl ZoneRegistry for Registry {
             done.lock().insert(zone, backups);
             Ok(())
         })
+    }
+
+    fn filled(&self, owner: NodeId, zone: u32, backup: NodeId) -> RegisterFuture {
+        self.filled.lock().push((owner, zone, backup));
+        Box::pin(std::future::ready(Ok(())))
     }
 }
 
@@ -575,11 +582,21 @@ fn replaced_backup_receives_the_zone_by_re_replication() {
         }
     }
     cluster.replicator.wait_all(Durability::Durable).unwrap();
-    // Registered with the new order.
+    // Registered with the new order, and the spare recorded as filled once its copy was
+    // complete (before that the cluster counts it as holding part of the zone).
     for change in &changes {
         assert_eq!(
             cluster.registry.done.lock().get(&change.zone),
             Some(&change.backups)
+        );
+        assert!(
+            cluster
+                .registry
+                .filled
+                .lock()
+                .contains(&(MASTER, change.zone, spare)),
+            "{:?}",
+            cluster.registry.filled.lock()
         );
     }
     cluster.check_backups_match_memory();
@@ -743,6 +760,52 @@ fn zones_placed_with_too_few_peers_are_filled_when_peers_join() {
     }
     cluster.replicator.wait_all(Durability::Durable).unwrap();
     cluster.check_backups_match_memory();
+}
+
+/// Right after a start the master may see no other peer yet: a replicated write to a zone
+/// without backups waits (up to the wait timeout) for the zone to get some when a peer
+/// joins, instead of failing; with nobody joining it fails after the timeout.
+#[test]
+fn a_replicated_write_waits_for_backups_while_the_zone_has_none() {
+    let cluster = Arc::new(Cluster::start(2, 0, Registry::default(), |config| {
+        config.replication = 2;
+        config.wait_timeout = Duration::from_secs(20);
+    }));
+    let writer = {
+        let cluster = Arc::clone(&cluster);
+        std::thread::spawn(move || {
+            (0..10u64)
+                .map(|local| cluster.create(local, payload(local, 0, 40), Durability::Replicated))
+                .collect::<Result<Vec<()>, _>>()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!writer.is_finished(), "the write should wait for backups");
+    *cluster.peers.0.lock() = cluster
+        .backups
+        .iter()
+        .map(|b| Candidate {
+            node: b.node,
+            rack: 0,
+            switch: 0,
+        })
+        .collect();
+    assert_eq!(cluster.replicator.fill_zones().len(), 1);
+    writer
+        .join()
+        .unwrap()
+        .expect("the writes complete once the zone has backups");
+    cluster.replicator.wait_all(Durability::Durable).unwrap();
+    cluster.check_backups_match_memory();
+
+    let alone = Cluster::start(1, 0, Registry::default(), |config| {
+        config.replication = 1;
+        config.wait_timeout = Duration::from_millis(300);
+    });
+    assert!(matches!(
+        alone.create(1, payload(1, 0, 40), Durability::Replicated),
+        Err(ReplicaError::NoBackups { zone: 0 })
+    ));
 }
 
 fn read_log(service: &BackupService, owner: NodeId, zone: u32) -> BTreeMap<u64, Vec<u8>> {
@@ -1213,4 +1276,26 @@ fn re_replication_reads_locked_chunks_again_and_never_skips_them() {
         }
     };
     assert!(failed.contains("stayed locked"), "{failed}");
+    // The copy is tried again in the background: once the lock is gone it completes, and
+    // the backup is recorded as holding the whole zone.
+    cluster.memory.2.lock().remove(&stuck.raw());
+    let again = cluster.backups[1].node;
+    loop {
+        match events
+            .recv_timeout(Duration::from_secs(20))
+            .expect("a retried copy")
+        {
+            ReplicaEvent::ResyncDone { backup, .. } if backup == again => break,
+            ReplicaEvent::ResyncDone { .. } | ReplicaEvent::ResyncFailed { .. } => continue,
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    assert!(cluster
+        .registry
+        .filled
+        .lock()
+        .iter()
+        .any(|&(_, _, backup)| backup == again));
+    cluster.replicator.wait_all(Durability::Durable).unwrap();
+    cluster.check_backups_match_memory();
 }

@@ -407,14 +407,26 @@ async fn recover_zone(
         .raft()
         .and_then(|raft| raft.read_local(|state| state.zone_holder(failed, zone)))
         .filter(|holder| *holder != failed);
+    // Backups whose copy of the zone is still being filled restore it only when no complete
+    // one can: they may lack chunks.
+    let filling: Vec<NodeId> = core
+        .raft()
+        .map(|raft| raft.read_local(|state| state.zone_filling(failed, zone).to_vec()))
+        .unwrap_or_default();
+    let (complete, partial): (Vec<NodeId>, Vec<NodeId>) =
+        backups.into_iter().partition(|b| !filling.contains(b));
     let request = RecoverRequest {
         owner: failed,
         zone,
         holder,
+        filling: filling.clone(),
     }
     .encode();
     let mut reasons: Vec<String> = Vec::new();
-    for backup in backups {
+    for backup in complete.into_iter().chain(partial) {
+        if filling.contains(&backup) && alive_peer(core, backup) {
+            tracing::warn!(%failed, zone, %backup, "no complete backup restored the zone; trying one whose copy was still being filled (chunks may be missing)");
+        }
         if backup == failed || !alive_peer(core, backup) {
             reasons.push(format!("{backup}: not alive"));
             continue;

@@ -43,6 +43,13 @@ pub struct ZoneReplacement {
     pub added: Vec<NodeId>,
 }
 
+/// Most attempts of one background re-replication ([`Inner::resync_retrying`]).
+pub(super) const RESYNC_ATTEMPTS_MAX: u32 = 8;
+/// Pause after the first failed attempt; it doubles up to [`RESYNC_RETRY_PAUSE_MAX`].
+pub(super) const RESYNC_RETRY_PAUSE: Duration = Duration::from_millis(250);
+/// Longest pause between two attempts.
+pub(super) const RESYNC_RETRY_PAUSE_MAX: Duration = Duration::from_secs(8);
+
 impl Inner {
     /// Replaces `failed` (or fills zones below R when `None`) and starts re-replication.
     pub(super) fn rebackup(self: &Arc<Self>, failed: Option<NodeId>) -> Vec<ZoneReplacement> {
@@ -102,9 +109,11 @@ impl Inner {
             });
         }
         if let Some(failed) = failed {
-            if state.streams.remove(&failed).is_some() {
-                self.progress.notify_all();
-            }
+            state.streams.remove(&failed);
+        }
+        if failed.is_some() || !changes.is_empty() {
+            // Submissions may wait for a zone's backups (or a failed stream's end).
+            self.progress.notify_all();
         }
         drop(state);
         let jobs: Vec<(u32, NodeId)> = changes
@@ -117,7 +126,7 @@ impl Inner {
                 .name("replica-resync".into())
                 .spawn(move || {
                     for (zone, backup) in jobs {
-                        let _ = inner.resync(zone, backup);
+                        inner.resync_retrying(zone, backup);
                     }
                 }) {
                 Ok(handle) => {
@@ -131,11 +140,56 @@ impl Inner {
         changes
     }
 
-    /// Copies `zone` to `backup` (see [`Inner::resync_inner`]) and reports the outcome as
-    /// an event.
+    /// [`Inner::resync`] in the background, again after a failure (up to
+    /// [`RESYNC_ATTEMPTS_MAX`] times, pauses doubling from [`RESYNC_RETRY_PAUSE`]) while
+    /// `backup` is still one of the zone's backups and the replicator runs: a backup whose
+    /// copy never completes would hold the zone only in part for good.
+    pub(super) fn resync_retrying(self: &Arc<Self>, zone: u32, backup: NodeId) {
+        let mut pause = RESYNC_RETRY_PAUSE;
+        for attempt in 1..=RESYNC_ATTEMPTS_MAX {
+            if self.resync(zone, backup).is_ok() || attempt == RESYNC_ATTEMPTS_MAX {
+                return;
+            }
+            let until = Instant::now() + pause;
+            while Instant::now() < until {
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            pause = (pause * 2).min(RESYNC_RETRY_PAUSE_MAX);
+            let mut state = self.state.lock();
+            let Some(z) = state.zones.get_mut(&zone) else {
+                return;
+            };
+            if !z.backups.contains(&backup) || z.resyncs.iter().any(|r| r.target == backup) {
+                // Replaced meanwhile, or another copy to it runs.
+                return;
+            }
+            z.resyncs.push(Resync {
+                target: backup,
+                dirty: HashSet::new(),
+            });
+            tracing::info!(zone, %backup, attempt, "re-replication tried again");
+        }
+    }
+
+    /// Copies `zone` to `backup` (see [`Inner::resync_inner`]), reports the outcome as an
+    /// event, and once the copy is complete records the backup as filled
+    /// ([`ZoneRegistry::filled`](super::ZoneRegistry::filled)).
     pub(super) fn resync(self: &Arc<Self>, zone: u32, backup: NodeId) -> Result<u64, String> {
         match self.resync_inner(zone, backup) {
             Ok(chunks) => {
+                let key = self.state.lock().zones.get(&zone).map(|z| z.key(zone));
+                if let Some((owner, log_zone)) = key {
+                    let owner = owner.unwrap_or(self.config.node);
+                    let filled = self.registry.filled(owner, log_zone, backup);
+                    self.net.runtime().spawn(async move {
+                        if let Err(error) = filled.await {
+                            tracing::warn!(%owner, zone = log_zone, %backup, %error, "the completed copy was not recorded; the backup still counts as filling");
+                        }
+                    });
+                }
                 self.emit(ReplicaEvent::ResyncDone {
                     zone,
                     backup,

@@ -89,7 +89,9 @@ impl Inner {
             let Some(z) = state.zones.get(&zone.0) else {
                 return false;
             };
-            if !matches!(z.registration, Registration::Done) {
+            if !matches!(z.registration, Registration::Done)
+                || (z.backups.is_empty() && self.config.replication > 0)
+            {
                 return false;
             }
             for &backup in &z.backups {
@@ -105,6 +107,32 @@ impl Inner {
                     s.unacknowledged_bytes() == 0 || s.unacknowledged_bytes() + bytes <= max
                 })
             })
+    }
+
+    /// Waits (the state lock released meanwhile) until `zone` has backups; false when it
+    /// has none by `deadline`, or the replicator shuts down.
+    fn wait_for_backups(
+        &self,
+        state: &mut parking_lot::MutexGuard<'_, State>,
+        zone: u32,
+        deadline: Instant,
+    ) -> bool {
+        loop {
+            if self.shutdown.load(Ordering::Acquire) {
+                return false;
+            }
+            match state.zones.get(&zone) {
+                Some(z) if !z.backups.is_empty() => return true,
+                Some(_) => {}
+                None => return false,
+            }
+            if self.progress.wait_until(state, deadline).timed_out() {
+                return state
+                    .zones
+                    .get(&zone)
+                    .is_some_and(|z| !z.backups.is_empty());
+            }
+        }
     }
 
     pub(super) fn submit_mode<'a>(
@@ -188,13 +216,21 @@ impl Inner {
             let Some(z) = state.zones.get(&zone) else {
                 continue;
             };
-            let backups = z.backups.clone();
-            if backups.is_empty() {
-                if durability != Durability::Async && self.config.replication > 0 {
+            if z.backups.is_empty() {
+                if durability == Durability::Async || self.config.replication == 0 {
+                    continue;
+                }
+                // Right after a start this peer may not see the other peers yet: the zone
+                // gets backups once one joins (`fill_zones`). Wait for that, up to the
+                // deadline, rather than fail the change.
+                if !waits || !self.wait_for_backups(&mut state, zone, deadline) {
                     return Err(ReplicaError::NoBackups { zone });
                 }
-                continue;
             }
+            let Some(z) = state.zones.get(&zone) else {
+                continue;
+            };
+            let backups = z.backups.clone();
             let (owner, log_zone) = z.key(zone);
             let op = match op_data {
                 Some(data) => Op::Put {

@@ -109,6 +109,10 @@ pub struct Master {
     pub waiting: Vec<Waiter>,
     /// Copies of a zone to an added backup not acknowledged yet.
     pub copies: Vec<Need>,
+    /// Complete copies (no chunk left to read again) whose last operation is not durable
+    /// yet: `(log owner, zone, last operation)`; then the backup holds the whole zone
+    /// (`ZoneFilled`, production `Replicator`'s `resync`).
+    pub fills: Vec<(NodeId, u32, Need)>,
 }
 
 impl Master {
@@ -202,6 +206,31 @@ impl Master {
             .into_iter()
             .filter(|&copy| !self.acknowledged(copy, false))
             .collect();
+        done
+    }
+
+    /// The complete copies now durable on their backup (taken out), as `(log owner, zone,
+    /// backup)`; those whose backup left the zone or whose stream ended are dropped.
+    pub fn filled(&mut self) -> Vec<(NodeId, u32, NodeId)> {
+        let fills = std::mem::take(&mut self.fills);
+        let mut done = Vec::new();
+        for (owner, zone, need) in fills {
+            let (backup, stream, seq) = need;
+            let listed = self
+                .zones
+                .iter()
+                .any(|z| z.owner == owner && z.zone == zone && z.backups.contains(&backup));
+            match self.streams.get(&backup) {
+                Some(s) if listed && s.id == stream => {
+                    if s.durable >= seq {
+                        done.push((owner, zone, backup));
+                    } else {
+                        self.fills.push((owner, zone, need));
+                    }
+                }
+                _ => {}
+            }
+        }
         done
     }
 
@@ -415,6 +444,7 @@ impl SimPeer {
                 streams: BTreeMap::new(),
                 waiting: Vec::new(),
                 copies: Vec::new(),
+                fills: Vec::new(),
             },
             lid_base,
             placement,

@@ -35,6 +35,13 @@ use myriad_replication::wire::Op;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
+/// Pause between two rounds over a zone's backups when each failed (production
+/// `RETRY_PAUSE`, on the simulator's compressed time scale).
+const RECOVERY_RETRY_US: Time = 1_000;
+/// How long the leader goes on asking a zone's backups before the zone counts as lost
+/// (production: the superpeer's backup wait).
+pub(super) const RECOVERY_RETRY_US_MAX: Time = 30_000;
+
 use super::faults::{is_get, lock};
 use super::*;
 use crate::sim::peer::{placement, SimZone, Start, LID_RESERVE};
@@ -340,6 +347,9 @@ impl World {
             if need.2 > stream.applied {
                 parts.master.copies.push(need);
             }
+            if locked.is_empty() {
+                parts.master.fills.push((zone.owner, zone.zone, need));
+            }
         }
         self.log(format!(
             "{me} copies zone {}/{} ({count} chunks, {} locked: read again later) to its added backups {added:?}",
@@ -417,6 +427,9 @@ impl World {
             if need.2 > stream.applied {
                 parts.master.copies.push(need);
             }
+            if still.is_empty() {
+                parts.master.fills.push((zone.owner, zone.zone, need));
+            }
         }
         self.log(format!(
             "{peer} copies {count} once-locked chunks of zone {}/{} ({} still locked)",
@@ -462,9 +475,13 @@ impl World {
             .meta
             .zone_holder(owner, zone)
             .filter(|holder| *holder != owner);
+        // As the production leader: backups still being filled come last.
+        let filling = self.meta.zone_filling(owner, zone).to_vec();
+        let (complete, partial): (Vec<NodeId>, Vec<NodeId>) =
+            backups.iter().partition(|b| !filling.contains(b));
         let mut reasons = Vec::new();
         let mut stalled = false;
-        for &backup in backups {
+        for backup in complete.into_iter().chain(partial) {
             if backup == owner || !self.alive_in_meta(backup) {
                 reasons.push(format!("{backup}: not alive"));
                 continue;
@@ -485,13 +502,22 @@ impl World {
             // must report it and the next backup restore the zone.
             let read_fails =
                 reasons.is_empty() && self.rng.chance(self.scenario.read_fault_per_mille);
+            if filling.contains(&backup) {
+                self.log(format!(
+                    "zone {owner}/{zone}: no complete backup restored it; trying {backup}, whose copy was still being filled"
+                ));
+            }
             let request = RecoverRequest {
                 owner,
                 zone,
                 holder,
+                filling: filling.clone(),
             };
             match self.restore_at(backup, request, read_fails) {
-                Ok(()) => return,
+                Ok(()) => {
+                    self.recovery_failing.remove(&(owner, zone));
+                    return;
+                }
                 Err(reason) => {
                     self.log(format!(
                         "recovery of zone {owner}/{zone} at {backup} failed: {reason}"
@@ -507,6 +533,24 @@ impl World {
             self.queue.after(1_000, Event::Scan);
             return;
         }
+        let now = self.now();
+        let since = *self.recovery_failing.entry((owner, zone)).or_insert(now);
+        // A backup that never heard of the zone (nothing was ever written to it) will not
+        // know it on the next round either: such a zone is lost at once, as it was
+        // before the rounds were modelled.
+        let transient = reasons
+            .iter()
+            .any(|reason| !reason.contains("unknown zone"));
+        if transient && now - since < RECOVERY_RETRY_US_MAX {
+            // The production leader asks the backups again after a pause, until its
+            // backup wait ends: a failed read or a lock held meanwhile may be gone.
+            self.log(format!(
+                "zone {owner}/{zone}: every backup failed ({reasons:?}); asking again"
+            ));
+            self.queue.after(RECOVERY_RETRY_US, Event::Scan);
+            return;
+        }
+        self.recovery_failing.remove(&(owner, zone));
         self.log(format!(
             "zone {owner}/{zone} LOST (no backup restored it: {reasons:?})"
         ));
@@ -571,7 +615,7 @@ impl World {
                     ));
                 }
             },
-            || insert_recovered(&backup, service.memory(), request),
+            || insert_recovered(&backup, service.memory(), &request),
         );
         if read_fails {
             self.peers[index].storage.set_fail_read(false);
@@ -603,6 +647,7 @@ impl World {
         let index = self.peer_index(restorer).ok_or("unknown restorer")?;
         let service = Arc::clone(&self.peers[index].parts.as_ref().ok_or("down")?.service);
         let (owner, zone) = (request.owner, request.zone);
+        let filling = request.filling.clone();
         let mut restored = self.read_zone(index, request, read_fails)?;
         if let Some(error) = &restored.first_error {
             return Err(format!(
@@ -621,7 +666,9 @@ impl World {
             .unwrap_or_default();
         let kept: Vec<NodeId> = old
             .into_iter()
-            .filter(|&b| b != owner && b != restorer && self.alive_in_meta(b))
+            .filter(|&b| {
+                b != owner && b != restorer && !filling.contains(&b) && self.alive_in_meta(b)
+            })
             .collect();
         let candidates = self.candidates(&[owner, restorer]);
         let parts = self.peers[index].parts.as_mut().ok_or("down")?;

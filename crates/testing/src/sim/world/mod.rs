@@ -201,6 +201,10 @@ pub struct World {
     suspects: BTreeSet<NodeId>,
     /// The migration in flight, if any.
     migration: Option<migrate::Migration>,
+    /// Zones whose recovery failed at every live backup, since when: the leader asks
+    /// again until [`meta::RECOVERY_RETRY_US_MAX`] has passed (production: rounds until
+    /// its backup wait ends), then the zone is lost.
+    recovery_failing: BTreeMap<(NodeId, u32), Time>,
     /// Chunks whose create was acknowledged, in creation order.
     known: Vec<ChunkId>,
     /// Chunks a remove was sent for.
@@ -250,6 +254,7 @@ impl World {
             handed_over: BTreeSet::new(),
             suspects: BTreeSet::new(),
             migration: None,
+            recovery_failing: BTreeMap::new(),
             known: Vec::new(),
             removes: BTreeSet::new(),
             next_op: 0,
@@ -367,6 +372,13 @@ impl World {
                 self.log(format!("heal {a} <-> {b}"));
                 self.net.set_blocked(a, b, false);
                 self.net.set_blocked(b, a, false);
+                // What was lost on the link goes again (the production sender resends
+                // what stays unacknowledged past its acknowledgement timeout).
+                for node in [a, b] {
+                    if let Some(index) = self.peer_index(node) {
+                        self.push_stream(index, true);
+                    }
+                }
             }
             Event::Pause { peer, until } => self.pause(peer, until),
             Event::Suspect { peer, incarnation } => self.suspect(peer, incarnation),

@@ -115,6 +115,7 @@ impl World {
         let Some(parts) = self.peers[index].parts.as_mut() else {
             return;
         };
+        let filled = parts.master.filled();
         for waiter in parts.master.released() {
             self.send(
                 me,
@@ -124,6 +125,16 @@ impl World {
                     body: waiter.reply,
                 },
             );
+        }
+        for (owner, zone, backup) in filled {
+            let response = self.commit(myriad_meta::Command::ZoneFilled {
+                owner,
+                zone,
+                backup,
+            });
+            self.log(format!(
+                "{me}: copy of zone {owner}/{zone} to {backup} complete: {response:?}"
+            ));
         }
     }
 
