@@ -351,6 +351,21 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
             })
         },
     );
+    // Every backup added by a replacement or an adoption got its copy and was recorded as
+    // holding the whole zone (`ZoneFilled`): none is left filling.
+    cluster.wait_until(
+        Duration::from_secs(15),
+        "no zone has a backup still being filled",
+        || {
+            cluster.leader().raft().is_some_and(|raft| {
+                raft.read_local(|state| {
+                    state
+                        .zones()
+                        .all(|(owner, zone, _)| state.zone_filling(owner, zone).is_empty())
+                })
+            })
+        },
+    );
     // Every chunk, the crashed peer's included, reads back with its latest value.
     let all: Vec<ChunkId> = model.keys().copied().collect();
     for (cid, result) in all.iter().zip(client.blocking().chunks().get_batch(&all)) {

@@ -168,12 +168,36 @@ fn the_restarted_peer_taking_ids_before_ranges_is_found() {
 /// forever; 1036, its restarted peer did not reload the other creators' ranges after the
 /// take-back; 1398, a read error at one backup while the other's disk failed lost a zone
 /// (two disk faults in a zone of R = 2: the scenario no longer draws both).
+/// These were found before migrations were in the workload: they replay without them.
 const KEPT_SEEDS: &[u64] = &[1069, 276, 1270, 219, 1036, 1398];
+
+/// Seeds kept from runs with migrations (the default since they pass). 252: a backup
+/// added to a zone whose copy never completed (a chunk locked by a migration outlived the
+/// copy) was kept as a complete backup when a restorer adopted the zone, and the zone's
+/// next recovery from it lost the chunk (fixed: the zone table's *filling* backups,
+/// `Command::ZoneFilled`; recovery prefers complete backups, a restorer keeps no filling
+/// one, a failed copy is retried; `a_backup_added_to_a_zone_is_filling_until_its_copy_completes`
+/// in the metadata tests). 618: both backups failed one recovery round (a read error, a
+/// migration's lock) and the simulator's leader gave the zone up at once, where the
+/// production leader asks again until its backup wait ends (the simulator's own bug).
+/// 345 and 3932: the simulator's master stopped resending once the run had gone quiet,
+/// and a message lost after that (a migration's removal) was never sent again (the
+/// simulator's own bug).
+const KEPT_MIGRATION_SEEDS: &[u64] = &[252, 345, 618, 3932];
 
 #[test]
 fn kept_seeds_pass() {
-    let config = SimConfig::default();
+    let without = SimConfig {
+        migrations: false,
+        ..SimConfig::default()
+    };
     for &seed in KEPT_SEEDS {
+        let run = sim::run(seed, &without);
+        assert!(run.failure.is_none(), "{}", report_failure(&run));
+    }
+    let config = SimConfig::default();
+    assert!(config.migrations);
+    for &seed in KEPT_MIGRATION_SEEDS {
         let run = sim::run(seed, &config);
         assert!(run.failure.is_none(), "{}", report_failure(&run));
     }
@@ -270,15 +294,12 @@ fn several_crashes_re_replication_read_errors_and_stalls() {
     );
 }
 
-/// Migrations in the workload (`SimConfig::migrations`, off by default while the bug
-/// they found is open, `docs/testing.md`): chunks move between peers while the clients
-/// run and peers fail, and the histories stay linearizable on these seeds.
+/// Migrations in the workload (`SimConfig::migrations`, on by default): chunks move
+/// between peers while the clients run and peers fail, and the histories stay
+/// linearizable on these seeds.
 #[test]
 fn migrations_move_chunks_while_clients_run() {
-    let config = SimConfig {
-        migrations: true,
-        ..SimConfig::default()
-    };
+    let config = SimConfig::default();
     let mut moved = 0;
     for seed in 0..30 {
         let run = sim::run(seed, &config);

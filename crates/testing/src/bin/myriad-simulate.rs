@@ -1,7 +1,7 @@
 //! `myriad-simulate`: runs the deterministic cluster simulation over many seeds.
 //!
 //! Job: `myriad-simulate --seeds N [--first F] [--seed S] [--bug no-freeze|ids-before-ranges]
-//! [--durability async|replicated|durable] [--migrations] [--trace]` runs seeds `F..F+N` (or the one
+//! [--durability async|replicated|durable] [--no-migrations] [--trace]` runs seeds `F..F+N` (or the one
 //! seed `S`, printing its whole trace with `--trace`), prints a summary line per 100 seeds
 //! and, for the first failing seed, its failure, the command that replays it and the last
 //! events of its trace (all of them for `--seed S --trace`). Exit status 1 when a seed
@@ -51,6 +51,7 @@ fn parse() -> Result<Args, String> {
             }
             "--trace" => args.trace = true,
             "--migrations" => args.config.migrations = true,
+            "--no-migrations" => args.config.migrations = false,
             "--bug" => {
                 args.config.bug = Some(match it.next().as_deref() {
                     Some("no-freeze") => Bug::NoRecoveryFreeze,
@@ -85,9 +86,9 @@ fn replay_command(run: &SimRun, config: &SimConfig) -> String {
         None => "",
     };
     let migrations = if config.migrations {
-        " --migrations"
-    } else {
         ""
+    } else {
+        " --no-migrations"
     };
     format!(
         "scripts/simulate --seed {}{bug}{durability}{migrations} --trace",

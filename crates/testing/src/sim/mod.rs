@@ -107,8 +107,8 @@ pub struct SimConfig {
     pub durability: Option<SimDurability>,
     /// Whether faults are drawn at all.
     pub faults: bool,
-    /// Whether the workload migrates chunks between peers (off by default: it finds an
-    /// open bug, see `docs/testing.md`, "Found and not fixed yet").
+    /// Whether the workload migrates chunks between peers (on by default; off with
+    /// `--no-migrations`, which replays seeds recorded before migrations were on).
     pub migrations: bool,
     /// A re-introduced bug, or `None` for today's code.
     pub bug: Option<Bug>,
@@ -127,7 +127,7 @@ impl Default for SimConfig {
             time_limit: 30_000_000,
             durability: None,
             faults: true,
-            migrations: false,
+            migrations: true,
             bug: None,
         }
     }

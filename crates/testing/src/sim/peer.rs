@@ -347,6 +347,9 @@ pub struct SimPeer {
     /// Per master, the delivery time of the last replication message it accepted (they
     /// are applied one at a time in order).
     pub apply_order: BTreeMap<NodeId, Time>,
+    /// A resend round of the running incarnation is scheduled
+    /// ([`World::schedule_resend`](super::world)).
+    pub resend_armed: bool,
     /// The backup service opened by [`SimPeer::open`] for the next start.
     opened: Option<Arc<BackupService>>,
 }
@@ -398,6 +401,7 @@ impl SimPeer {
             storage: MemStorage::new(),
             paused_until: 0,
             apply_order: BTreeMap::new(),
+            resend_armed: false,
             opened: None,
         }
     }

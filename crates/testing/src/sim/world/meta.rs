@@ -172,6 +172,8 @@ impl World {
             "start {id} zone {zone} lid base {} backups {backups:?}",
             bases.lid_base
         ));
+        // A new incarnation: its first resend round (an earlier one's ends by itself).
+        self.peers[index].resend_armed = false;
         self.schedule_resend(index);
         true
     }

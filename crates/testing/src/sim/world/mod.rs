@@ -372,13 +372,6 @@ impl World {
                 self.log(format!("heal {a} <-> {b}"));
                 self.net.set_blocked(a, b, false);
                 self.net.set_blocked(b, a, false);
-                // What was lost on the link goes again (the production sender resends
-                // what stays unacknowledged past its acknowledgement timeout).
-                for node in [a, b] {
-                    if let Some(index) = self.peer_index(node) {
-                        self.push_stream(index, true);
-                    }
-                }
             }
             Event::Pause { peer, until } => self.pause(peer, until),
             Event::Suspect { peer, incarnation } => self.suspect(peer, incarnation),

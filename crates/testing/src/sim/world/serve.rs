@@ -104,8 +104,14 @@ impl World {
                 messages.push((backup, body));
             }
         }
+        let sent = !messages.is_empty();
         for (backup, body) in messages {
             self.send(me, backup, Msg::Replicate { body });
+        }
+        // What was sent is resent until acknowledged, also after the run went quiet
+        // (a migration's last removal, a late copy).
+        if sent {
+            self.schedule_resend(index);
         }
     }
 
@@ -211,6 +217,10 @@ impl World {
 
     /// Schedules the next resend round of peer `index`.
     pub(super) fn schedule_resend(&mut self, index: usize) {
+        if self.peers[index].resend_armed {
+            return;
+        }
+        self.peers[index].resend_armed = true;
         let peer = self.peers[index].id;
         let incarnation = self.peers[index].incarnation;
         self.queue
@@ -226,7 +236,7 @@ impl World {
             return;
         }
         if self.peers[index].paused_until > self.queue.now() {
-            // Stalled: the timer fires late.
+            // Stalled: the timer fires late (still armed).
             let at = self.peers[index].paused_until;
             self.queue.at(at, Event::Resend { peer, incarnation });
             return;
@@ -235,6 +245,7 @@ impl World {
             .parts
             .as_ref()
             .is_some_and(|p| p.master.waiting.iter().any(|w| w.durable));
+        self.peers[index].resend_armed = false;
         self.push_stream(index, durable);
         if !self.quiet() {
             self.schedule_resend(index);
