@@ -15,14 +15,16 @@ use std::time::Duration;
 
 use myriad_client::client::Client;
 use myriad_launcher::{LocalCluster, NodeRole};
-use myriad_testing::process::{Cluster, Myriad, Output};
+use myriad_testing::process::{Cluster, Myriad};
 use myriad_types::{ChunkId, NodeId};
 
 fn cid(peer: NodeId, lid: u64) -> ChunkId {
     ChunkId::new(peer, lid).expect("a CID")
 }
 
-const BINARY: &str = env!("CARGO_BIN_EXE_myriad");
+#[path = "support/cluster_dir.rs"]
+mod cluster_dir;
+use cluster_dir::{client, cluster_cmd, ok, BINARY};
 
 /// Short Raft timings and fast failure detection, so the test stays well under a minute.
 const CONFIG: &str = r#"
@@ -52,28 +54,8 @@ impl Drop for KillRecorded {
     }
 }
 
-fn cluster_cmd(dir: &Path, args: &[&str]) -> Output {
-    Myriad::new(BINARY, ["cluster"])
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .timeout(Duration::from_secs(50))
-        .run()
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let output = cluster_cmd(dir, args);
-    assert!(
-        output.success(),
-        "{args:?}: {}\n{}",
-        output.stdout,
-        output.stderr
-    );
-    output.stdout
-}
-
 fn refused(dir: &Path, args: &[&str], words: &str) -> String {
-    let output = cluster_cmd(dir, args);
+    let output = cluster_cmd(dir, args, Duration::from_secs(50));
     assert_eq!(output.code(), Some(1), "{args:?}: {}", output.stdout);
     assert!(
         output.stderr.contains(words),
@@ -106,12 +88,6 @@ fn members(stdout: &str) -> Vec<String> {
         .collect();
     ids.sort();
     ids
-}
-
-/// A client of the cluster as `cluster.json` describes it now.
-fn client(dir: &Path) -> Client {
-    let cluster = LocalCluster::open(dir).expect("cluster.json");
-    Client::connect(cluster.superpeers(), cluster.secret().expect("secret")).expect("joins")
 }
 
 fn alive(dir: &Path, name: &str) -> bool {
@@ -302,7 +278,11 @@ fn a_command_during_a_stuck_change_waits_for_it_and_goes_through() {
             myriad_testing::process::signal(&[pid], "CONT");
         })
     };
-    let output = cluster_cmd(&dir, &["superpeer", "add", "--timeout-secs", "20"]);
+    let output = cluster_cmd(
+        &dir,
+        &["superpeer", "add", "--timeout-secs", "20"],
+        Duration::from_secs(50),
+    );
     resume.join().expect("resume");
     let term = term.join().expect("term");
     assert!(

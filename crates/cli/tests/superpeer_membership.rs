@@ -29,10 +29,12 @@ use myriad_client::client::Client;
 use myriad_client::ClientError;
 use myriad_launcher::{LocalCluster, NodeRole};
 use myriad_testing::history::{self, Action, Operation, Outcome};
-use myriad_testing::process::{signal, wait_until, Cluster, Myriad, Output};
+use myriad_testing::process::{signal, wait_until, Cluster, Output};
 use myriad_types::ChunkId;
 
-const BINARY: &str = env!("CARGO_BIN_EXE_myriad");
+#[path = "support/cluster_dir.rs"]
+mod cluster_dir;
+use cluster_dir::{client, cluster_cmd, ok, BINARY};
 /// Names the clients write and read (one register each).
 const KEYS: u64 = 3;
 /// Client threads.
@@ -118,16 +120,11 @@ impl Load {
     }
 }
 
-fn client_of(dir: &Path) -> Client {
-    let cluster = LocalCluster::open(dir).expect("cluster.json");
-    Client::connect(cluster.superpeers(), cluster.secret().expect("secret")).expect("joins")
-}
-
 fn run_clients(load: &Arc<Load>, dir: &Path) -> Vec<thread::JoinHandle<()>> {
     (0..CLIENTS)
         .map(|index| {
             let load = Arc::clone(load);
-            let client = client_of(dir);
+            let client = client(dir);
             thread::spawn(move || {
                 let mut step = index as u64;
                 while !load.stop.load(Ordering::Relaxed) {
@@ -185,26 +182,6 @@ fn check_step(load: &Load, checker: &Client, members: usize, step: &str) {
         load.acknowledged_writes.load(Ordering::Relaxed),
         load.epoch.elapsed()
     );
-}
-
-fn cluster_cmd(dir: &Path, args: &[&str], timeout: Duration) -> Output {
-    Myriad::new(BINARY, ["cluster"])
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .timeout(timeout)
-        .run()
-}
-
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let output = cluster_cmd(dir, args, Duration::from_secs(40));
-    assert!(
-        output.success(),
-        "{args:?}: {}\n{}",
-        output.stdout,
-        output.stderr
-    );
-    output.stdout
 }
 
 /// The leader's name, as the group reports it.
@@ -305,7 +282,7 @@ fn one_three_five_three_with_kills_during_changes_stays_linearizable() {
         acknowledged_writes: AtomicU64::new(0),
     });
     let clients = run_clients(&load, &dir);
-    let checker = client_of(&dir);
+    let checker = client(&dir);
     thread::sleep(Duration::from_millis(300));
     check_step(&load, &checker, 1, "one superpeer");
 

@@ -189,7 +189,12 @@ async fn check_fixtures_open_with_their_contents(version: u32) {
     expected_state.apply(&name(2));
     let snapshot = machine.get_current_snapshot().await.unwrap().unwrap();
     assert_eq!(snapshot.meta.last_log_id, Some(log_id(2, 5)));
-    assert_eq!(snapshot.snapshot, expected_state.snapshot());
+    // The fixture's metadata snapshot is of its time (version 3 for format 1); it decodes
+    // to the same state as today's.
+    assert_eq!(
+        MetaState::from_snapshot(&snapshot.snapshot).expect("an older snapshot decodes"),
+        expected_state
+    );
     let names: Vec<(String, ChunkId)> = machine.reader().read(|state| {
         state
             .names()

@@ -308,8 +308,26 @@ impl BackupService {
         zone: u32,
         sink: &(dyn Fn(&[RecoveredChunk<'_>]) + Sync),
     ) -> Result<RecoveryReport, BackupError> {
+        self.read_zone(owner, zone, false, sink)
+    }
+
+    /// The read of [`recover_zone`](Self::recover_zone), frozen; with `seal`, the zone is
+    /// sealed for its owner before the read, whatever its outcome (also when nothing of
+    /// the zone reached this backup yet). The re-introduced bug of commit 48cc98a reads
+    /// with neither protection.
+    fn read_zone(
+        &self,
+        owner: NodeId,
+        zone: u32,
+        seal: bool,
+        sink: &(dyn Fn(&[RecoveredChunk<'_>]) + Sync),
+    ) -> Result<RecoveryReport, BackupError> {
         let id = log_zone(owner, zone)?;
-        let _frozen = (!self.inner.config.bug_no_recovery_freeze).then(|| self.inner.freeze(id));
+        let protect = !self.inner.config.bug_no_recovery_freeze;
+        let _frozen = protect.then(|| self.inner.freeze(id));
+        if seal && protect {
+            self.inner.seal(id);
+        }
         let options = RecoveryOptions::from_config(self.inner.engine.config());
         Ok(self.inner.engine.recover_zone(id, &options, sink)?)
     }
@@ -354,16 +372,7 @@ impl BackupService {
         zone: u32,
         sink: &(dyn Fn(&[RecoveredChunk<'_>]) + Sync),
     ) -> Result<RecoveryReport, BackupError> {
-        let id = log_zone(owner, zone)?;
-        let _frozen = (!self.inner.config.bug_no_recovery_freeze).then(|| self.inner.freeze(id));
-        // Sealed before the read, whatever its outcome (also when nothing of the zone
-        // reached this backup yet). The re-introduced bug of commit 48cc98a reads with
-        // neither protection.
-        if !self.inner.config.bug_no_recovery_freeze {
-            self.inner.seal(id);
-        }
-        let options = RecoveryOptions::from_config(self.inner.engine.config());
-        Ok(self.inner.engine.recover_zone(id, &options, sink)?)
+        self.read_zone(owner, zone, true, sink)
     }
 
     /// Applies one replication message (the payload of a [`wire::REPLICATE`] message) of

@@ -35,6 +35,52 @@ use myriad_replication::wire::Op;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
+/// Reads the chunks of `ranges` from the memory of `zone`'s holder `me` as the copy's
+/// operations (production: the re-replication's slices); also the chunks that were locked
+/// (read again later).
+fn read_copy(
+    service: &ChunkService,
+    zone: &SimZone,
+    me: NodeId,
+    ranges: impl Iterator<Item = (ChunkId, ChunkId)>,
+) -> (Vec<Op>, Vec<ChunkId>) {
+    let owner = (zone.owner != me).then_some(zone.owner);
+    let mut ops = Vec::new();
+    let mut locked = Vec::new();
+    for (first, last) in ranges {
+        locked.extend(
+            service
+                .memory()
+                .for_each_chunk_in_range(first, last, |cid, data| {
+                    ops.push(Op::Put {
+                        owner,
+                        zone: zone.zone,
+                        cid: cid.raw(),
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    true
+                }),
+        );
+    }
+    (ops, locked)
+}
+
+/// Queues a copy's operations on the streams of `backups`; with `complete` (no chunk left
+/// to read again) each backup is recorded filled once they are durable there.
+fn queue_copy(master: &mut Master, zone: &SimZone, backups: &[NodeId], ops: &[Op], complete: bool) {
+    for &backup in backups {
+        let stream = master.open_stream(backup);
+        stream.log.extend(ops.iter().cloned());
+        let need = (backup, stream.id, stream.log.len() as u64);
+        if need.2 > stream.applied {
+            master.copies.push(need);
+        }
+        if complete {
+            master.fills.push((zone.owner, zone.zone, need));
+        }
+    }
+}
+
 /// Pause between two rounds over a zone's backups when each failed (production
 /// `RETRY_PAUSE`, on the simulator's compressed time scale).
 const RECOVERY_RETRY_US: Time = 1_000;
@@ -44,7 +90,7 @@ pub(super) const RECOVERY_RETRY_US_MAX: Time = 30_000;
 
 use super::faults::{is_get, lock};
 use super::*;
-use crate::sim::peer::{placement, SimZone, Start, LID_RESERVE};
+use crate::sim::peer::{placement, Master, SimZone, Start, LID_RESERVE};
 
 /// How long re-replication waits before it reads a locked chunk again (simulated µs).
 const COPY_RETRY_US: u64 = 1_000;
@@ -318,41 +364,12 @@ impl World {
             return;
         };
         let zone = parts.master.zones[z].clone();
-        let owner = (zone.owner != me).then_some(zone.owner);
-        let mut ops = Vec::new();
-        let mut locked = Vec::new();
-        for &(creator, first, last) in &zone.ranges {
-            let (Some(first), Some(last)) =
-                (ChunkId::new(creator, first), ChunkId::new(creator, last))
-            else {
-                continue;
-            };
-            locked.extend(parts.service.memory().for_each_chunk_in_range(
-                first,
-                last,
-                |cid, data| {
-                    ops.push(Op::Put {
-                        owner,
-                        zone: zone.zone,
-                        cid: cid.raw(),
-                        data: Bytes::copy_from_slice(data),
-                    });
-                    true
-                },
-            ));
-        }
+        let ranges = zone.ranges.iter().filter_map(|&(creator, first, last)| {
+            Some((ChunkId::new(creator, first)?, ChunkId::new(creator, last)?))
+        });
+        let (ops, locked) = read_copy(&parts.service, &zone, me, ranges);
         let count = ops.len();
-        for &backup in added {
-            let stream = parts.master.open_stream(backup);
-            stream.log.extend(ops.iter().cloned());
-            let need = (backup, stream.id, stream.log.len() as u64);
-            if need.2 > stream.applied {
-                parts.master.copies.push(need);
-            }
-            if locked.is_empty() {
-                parts.master.fills.push((zone.owner, zone.zone, need));
-            }
-        }
+        queue_copy(&mut parts.master, &zone, added, &ops, locked.is_empty());
         self.log(format!(
             "{me} copies zone {}/{} ({count} chunks, {} locked: read again later) to its added backups {added:?}",
             zone.owner,
@@ -402,37 +419,14 @@ impl World {
         let Some(zone) = parts.master.zones.get(z).cloned() else {
             return;
         };
-        let owner = (zone.owner != peer).then_some(zone.owner);
-        let mut ops = Vec::new();
-        let mut still = Vec::new();
-        for cid in cids {
-            still.extend(
-                parts
-                    .service
-                    .memory()
-                    .for_each_chunk_in_range(cid, cid, |at, data| {
-                        ops.push(Op::Put {
-                            owner,
-                            zone: zone.zone,
-                            cid: at.raw(),
-                            data: Bytes::copy_from_slice(data),
-                        });
-                        true
-                    }),
-            );
-        }
+        let (ops, still) = read_copy(&parts.service, &zone, peer, cids.iter().map(|&c| (c, c)));
         let count = ops.len();
-        for &backup in backups.iter().filter(|b| zone.backups.contains(b)) {
-            let stream = parts.master.open_stream(backup);
-            stream.log.extend(ops.iter().cloned());
-            let need = (backup, stream.id, stream.log.len() as u64);
-            if need.2 > stream.applied {
-                parts.master.copies.push(need);
-            }
-            if still.is_empty() {
-                parts.master.fills.push((zone.owner, zone.zone, need));
-            }
-        }
+        let listed: Vec<NodeId> = backups
+            .iter()
+            .copied()
+            .filter(|b| zone.backups.contains(b))
+            .collect();
+        queue_copy(&mut parts.master, &zone, &listed, &ops, still.is_empty());
         self.log(format!(
             "{peer} copies {count} once-locked chunks of zone {}/{} ({} still locked)",
             zone.owner,
