@@ -74,7 +74,8 @@ pub struct StartArgs {
     /// Number of peers.
     #[arg(long, default_value_t = 1)]
     peers: usize,
-    /// Memory of each peer in MiB.
+    /// Memory of each peer in MiB. Without `--config`, the peers' backup logs are scaled
+    /// to it (`DIR/peer-backup.toml`; the node defaults from 1024 MiB on).
     #[arg(long)]
     peer_memory_mb: Option<u64>,
     /// Configuration file given to every node.
