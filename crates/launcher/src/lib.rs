@@ -254,6 +254,23 @@ impl LaunchSpec {
     }
 }
 
+/// Peers of a given memory size and no configuration of the caller's get backup logs
+/// scaled to that memory (see [`sizing`]): the `--config` arguments of the file written
+/// for them, or none.
+fn sized_peer_config(dir: &Path, spec: &LaunchSpec) -> Result<Vec<String>, LaunchError> {
+    let Some(mb) = spec.peer_memory_mb else {
+        return Ok(Vec::new());
+    };
+    if spec.extra_args.iter().any(|arg| arg == "--config") {
+        return Ok(Vec::new());
+    }
+    let path = dir.join(sizing::PEER_BACKUP_CONFIG);
+    sizing::BackupSizes::for_memory(mb)
+        .write(&path)
+        .map_err(io_error(format!("writing {}", path.display())))?;
+    Ok(vec!["--config".to_string(), path.display().to_string()])
+}
+
 /// One node as recorded in `cluster.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeEntry {
@@ -470,18 +487,7 @@ impl LocalCluster {
             args.extend(spec.extra_args.iter().cloned());
             superpeer_entries.push(paths.entry(name, NodeRole::Superpeer, args));
         }
-        // Peers of a given memory size and no configuration of the caller's: backup logs
-        // scaled to that memory (see the sizing module).
-        let mut peer_config = Vec::new();
-        if let Some(mb) = spec.peer_memory_mb {
-            if !spec.extra_args.iter().any(|arg| arg == "--config") {
-                let path = dir.join(sizing::PEER_BACKUP_CONFIG);
-                sizing::BackupSizes::for_memory(mb)
-                    .write(&path)
-                    .map_err(io_error(format!("writing {}", path.display())))?;
-                peer_config = vec!["--config".to_string(), path.display().to_string()];
-            }
-        }
+        let peer_config = sized_peer_config(&dir, &spec)?;
         let mut peer_entries = Vec::new();
         for k in 1..=spec.peers {
             let name = format!("peer-{k}");
