@@ -42,6 +42,7 @@
 //! segment_kb = 8192        # secondary-log segment (power of two, 16 KiB..=32 MiB)
 //! secondary_log_kb = 0     # one zone's secondary log; 0: 2 × zone_mb
 //! primary_log_kb = 262144  # at least 2 write buffers
+//! apply_inline = true       # apply replication messages on the I/O thread when they fit
 //! wait_timeout_ms = 10000  # longest a replicated/durable change waits
 //!
 //! [metrics]
@@ -341,6 +342,10 @@ pub struct BackupSection {
     pub primary_log_kb: u64,
     /// Longest a replicated or durable change waits for its backups, milliseconds.
     pub wait_timeout_ms: u64,
+    /// Apply other peers' replication messages on the I/O thread that read them when the
+    /// log engine has room now (fewer thread hand-offs); false: always on the handler
+    /// pool.
+    pub apply_inline: bool,
 }
 
 impl Default for BackupSection {
@@ -357,6 +362,7 @@ impl Default for BackupSection {
             secondary_log_kb: 0,
             primary_log_kb: 256 << 10,
             wait_timeout_ms: 10_000,
+            apply_inline: true,
         }
     }
 }
@@ -433,6 +439,7 @@ impl BackupSection {
             log_dir: (!self.log_dir.as_os_str().is_empty()).then(|| self.log_dir.clone()),
             log,
             wait_timeout: std::time::Duration::from_millis(self.wait_timeout_ms),
+            apply_inline: self.apply_inline,
             ..crate::replication::BackupOptions::default()
         })
     }
@@ -969,10 +976,12 @@ listen = "127.0.0.1:0"
         assert_eq!(options.durability, myriad_replication::Durability::Async);
         assert_eq!(options.log.secondary_log_bytes, 512 << 20);
         assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/d/log"));
+        assert!(options.apply_inline, "inline application is the default");
         let text = format!(
             "{FULL}\n[backup]\nreplication = 2\nzone_mb = 4\ndurability = \"durable\"\n\
              strategy = \"copyset\"\nscatter_width = 3\nlog_dir = \"/l\"\n\
-             write_buffer_kb = 128\nsegment_kb = 16\nprimary_log_kb = 1024\n"
+             write_buffer_kb = 128\nsegment_kb = 16\nprimary_log_kb = 1024\n\
+             apply_inline = false\n"
         );
         let config = NodeConfig::from_toml(&text).unwrap();
         config.validate().unwrap();
@@ -982,6 +991,7 @@ listen = "127.0.0.1:0"
         assert_eq!(options.strategy, myriad_replication::Strategy::copyset(3));
         assert_eq!(options.log.secondary_log_bytes, 8 << 20);
         assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/l"));
+        assert!(!options.apply_inline);
         for bad in [
             "durability = \"eventually\"",
             "strategy = \"nearest\"",

@@ -63,6 +63,9 @@ pub struct BackupOptions {
     pub unreachable_timeout: Duration,
     /// When the logs of zones no longer backed up here are deleted.
     pub log_gc: crate::log_gc::LogGcOptions,
+    /// Backup side: apply replication messages on the I/O thread when the log engine has
+    /// room now ([`BackupConfig::apply_inline`]).
+    pub apply_inline: bool,
 }
 
 impl Default for BackupOptions {
@@ -84,6 +87,7 @@ impl Default for BackupOptions {
             wait_timeout: Duration::from_secs(10),
             unreachable_timeout: Duration::from_secs(5),
             log_gc: crate::log_gc::LogGcOptions::default(),
+            apply_inline: true,
         }
     }
 }
@@ -121,6 +125,7 @@ impl BackupOptions {
                 interval: Duration::from_millis(200),
                 grace: Duration::from_secs(1),
             },
+            apply_inline: true,
         }
     }
 
@@ -302,6 +307,7 @@ pub enum BackupStartError {
 pub fn open_backup_service(
     dir: &Path,
     config: LogConfig,
+    apply_inline: bool,
 ) -> Result<BackupService, BackupStartError> {
     std::fs::create_dir_all(dir).map_err(|error| BackupStartError::Dir {
         path: dir.to_owned(),
@@ -312,7 +318,11 @@ pub fn open_backup_service(
         error,
     })?;
     let engine = Arc::new(LogEngine::open(config, Arc::new(storage))?);
-    BackupService::new(engine, BackupConfig::default()).map_err(BackupStartError::Service)
+    let service_config = BackupConfig {
+        apply_inline,
+        ..BackupConfig::default()
+    };
+    BackupService::new(engine, service_config).map_err(BackupStartError::Service)
 }
 
 #[cfg(test)]

@@ -517,6 +517,7 @@ fn open_backup(
     Ok(Some(Arc::new(open_backup_service(
         &dir,
         options.backup.log.clone(),
+        options.backup.apply_inline,
     )?)))
 }
 
