@@ -72,6 +72,9 @@ final class Membership {
         long timeoutMs = config.metaTimeout.toMillis();
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
         String lastError = "no superpeer answered";
+        // An answered refusal (a TLS or secret mismatch) names the cause; a later attempt
+        // cut short by the deadline must not replace it with "no answer".
+        boolean refused = false;
         int index = 0;
         int hint = -1;
         while (System.nanoTime() < deadline) {
@@ -91,10 +94,13 @@ final class Membership {
                 answer = temporary.request(target, MessageType.JOIN, request).get(remaining, TimeUnit.MILLISECONDS);
             } catch (ExecutionException e) {
                 lastError = "superpeer " + target + ": " + e.getCause().getMessage();
+                refused = true;
                 pause();
                 continue;
             } catch (TimeoutException e) {
-                lastError = "superpeer " + target + ": no answer";
+                if (!refused) {
+                    lastError = "superpeer " + target + ": no answer";
+                }
                 continue;
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
