@@ -392,26 +392,16 @@ fn a_backup_added_to_a_zone_is_filling_until_its_copy_completes() {
         node: owner,
         incarnation: 0,
     });
-    assert_eq!(
-        state.apply(&Command::ZoneAdopt {
-            owner,
-            zone: 0,
-            holder: a,
-            backups: vec![c, b],
-        }),
-        Response::Done
-    );
+    let adopt_by_a = |backups: Vec<NodeId>| Command::ZoneAdopt {
+        owner,
+        zone: 0,
+        holder: a,
+        backups,
+    };
+    assert_eq!(state.apply(&adopt_by_a(vec![c, b])), Response::Done);
     assert_eq!(state.zone_filling(owner, 0), &[b][..]);
     // A filling backup kept across an adoption stays filling.
-    assert_eq!(
-        state.apply(&Command::ZoneAdopt {
-            owner,
-            zone: 0,
-            holder: a,
-            backups: vec![b, d],
-        }),
-        Response::Done
-    );
+    assert_eq!(state.apply(&adopt_by_a(vec![b, d])), Response::Done);
     assert_eq!(state.zone_filling(owner, 0), &[b, d][..]);
     assert!(state.zone_filling(owner, 5).is_empty());
 }

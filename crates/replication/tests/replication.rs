@@ -277,6 +277,19 @@ impl Cluster {
         self.replicator.on_remove(cid, size, Some(durability))
     }
 
+    /// Makes every backup node of the cluster a placement candidate (peers that joined).
+    fn offer_every_backup(&self) {
+        *self.peers.0.lock() = self
+            .backups
+            .iter()
+            .map(|b| Candidate {
+                node: b.node,
+                rack: 0,
+                switch: 0,
+            })
+            .collect();
+    }
+
     /// The model's chunks of `zone`.
     fn model_zone(&self, zone: u32) -> BTreeMap<u64, Vec<u8>> {
         self.memory
@@ -737,15 +750,7 @@ fn zones_placed_with_too_few_peers_are_filled_when_peers_join() {
             .unwrap();
     }
     assert_eq!(cluster.replicator.backups_of(0).unwrap().len(), 1);
-    *cluster.peers.0.lock() = cluster
-        .backups
-        .iter()
-        .map(|b| Candidate {
-            node: b.node,
-            rack: 0,
-            switch: 0,
-        })
-        .collect();
+    cluster.offer_every_backup();
     let changes = cluster.replicator.fill_zones();
     assert_eq!(changes.len(), 1);
     assert_eq!(changes[0].backups.len(), 3);
@@ -781,15 +786,7 @@ fn a_replicated_write_waits_for_backups_while_the_zone_has_none() {
     };
     std::thread::sleep(Duration::from_millis(300));
     assert!(!writer.is_finished(), "the write should wait for backups");
-    *cluster.peers.0.lock() = cluster
-        .backups
-        .iter()
-        .map(|b| Candidate {
-            node: b.node,
-            rack: 0,
-            switch: 0,
-        })
-        .collect();
+    cluster.offer_every_backup();
     assert_eq!(cluster.replicator.fill_zones().len(), 1);
     writer
         .join()
