@@ -8,10 +8,12 @@
 //! chunks excluded; the failed owner's late operations for the zone are refused from then
 //! on), inserts the chunks into the memory manager in the engine's large batches
 //! keeping their CIDs ([`MemoryManager::create_with_ids`]), turns the recovered CIDs into
-//! sorted, merged ranges per creator, **adopts** the zone
+//! sorted, merged ranges per creator, asks the zone's other complete backups for their
+//! zone position ([`same_history`]: a backup holding another prefix of the zone's history
+//! is no surviving backup), **adopts** the zone
 //! ([`myriad_replication::Replicator::adopt_zone`]: the zone keeps its log identity
 //! `(owner, zone)`, its backups become the surviving ones plus new ones, committed as
-//! `Command::ZoneAdopt` before anything else), takes the ranges over in this peer's
+//! `Command::ZoneAdopt` before anything else; an added backup is reset before its copy), takes the ranges over in this peer's
 //! ownership view at once and commits `Command::SetOwner { owner: me }` for each range
 //! through the superpeers, then `Command::ZoneOwned` (the zone is settled: nothing of it
 //! routes to the failed owner any more). The reply carries the count and the ranges. Afterwards, in the
@@ -35,10 +37,16 @@
 //!   had been adopted and its holder failed (a chained recovery), the request names the
 //!   holder ([`RecoverRequest::holder`]) and the restorer fences it too.
 //!
+//! - A surviving backup kept in the zone holds exactly the history the restorer read (the
+//!   same zone position); the others are emptied and copied the whole zone if placement
+//!   picks them again.
+//!
 //! # Known gaps
-//! - `async` writes the failed owner acknowledged but had not yet sent to (or had
-//!   acknowledged by) the surviving backups exist only in this peer's memory until the
-//!   copy to the new backups or a later write of the chunk.
+//! - `async` writes the failed owner acknowledged but had not yet sent to the restorer
+//!   are lost (the `async` window), also when another backup had them: the restorer does
+//!   not pick the backup with the highest position.
+//! - A restorer that restarted since it received the zone knows no position: it keeps
+//!   every surviving backup, as before positions existed (a full-cluster restart).
 //! - When the ownership commits fail after the adoption (three rounds), the recovery is
 //!   reported failed, the zone stays adopted and unsettled, and the commits are retried
 //!   in the background for about 10 minutes; meanwhile the zone's CIDs may still route to
@@ -58,7 +66,7 @@ use myriad_proto::meta::{MetaReply, MetaRequest};
 use myriad_proto::recovery::{
     push_run, ranges_of_runs, CidRange, RecoverReply, RecoverRequest, RecoveryState,
 };
-use myriad_replication::{Adoption, BackupService};
+use myriad_replication::{wire, Adoption, BackupService};
 use myriad_types::{ChunkId, NodeId};
 use parking_lot::Mutex;
 
@@ -66,6 +74,8 @@ use crate::peer::ChunkService;
 
 /// Ownership commits in flight at once while a restorer takes its ranges over.
 const OWNER_COMMITS_IN_FLIGHT: usize = 64;
+/// How long a restorer waits for a surviving backup's zone position.
+const POSITION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Rounds of ownership commits after an adoption (the zone is held here by then).
 const OWNER_COMMIT_ATTEMPTS: usize = 3;
 /// Pause between two rounds.
@@ -95,6 +105,10 @@ pub struct Restored {
     pub failed: u64,
     /// The first failure.
     pub first_error: Option<String>,
+    /// The zone's position here once it was read (see `myriad_replication::wire`'s "Zone
+    /// positions"): what the restored chunks reflect. `None` when this backup holds no
+    /// position for the zone (it restarted since it received the zone).
+    pub position: Option<u64>,
 }
 
 impl Restored {
@@ -156,6 +170,11 @@ pub fn insert_recovered(
             guard.first_error = failures.into_iter().next().map(|(_, error)| error);
         }
     };
+    // Sealed against the zone's writer first (its owner, or the failed holder of an
+    // adopted zone): nothing of theirs lands after the read, so the position read below
+    // is the one of the chunks read.
+    let writer = request.holder.unwrap_or(request.owner);
+    backup.seal_and_position(request.owner, request.zone, writer);
     backup
         .recover_zone_and_seal(request.owner, request.zone, &sink)
         .map_err(|error| {
@@ -166,6 +185,7 @@ pub fn insert_recovered(
         })?;
     let mut restored = restored.into_inner();
     restored.bytes = bytes.into_inner();
+    restored.position = backup.position(request.owner, request.zone);
     Ok(restored)
 }
 
@@ -253,7 +273,8 @@ fn adopt(
     // Backups still being filled are no surviving backups: if placement picks one again,
     // it is an added backup and gets the whole zone copied.
     let mut old_backups = zone_backups(membership, request.owner, request.zone)?;
-    old_backups.retain(|backup| !request.filling.contains(backup));
+    old_backups.retain(|backup| !request.filling.contains(backup) && *backup != service.node());
+    let (old_backups, position) = same_history(membership, request, old_backups, restored.position);
     let cid_ranges: Vec<(ChunkId, ChunkId)> = ranges
         .iter()
         .filter_map(|range| {
@@ -269,8 +290,11 @@ fn adopt(
             request.zone,
             &old_backups,
             &cid_ranges,
-            restored.chunks,
-            restored.bytes,
+            myriad_replication::Restored {
+                chunks: restored.chunks,
+                bytes: restored.bytes,
+                position,
+            },
         )
         .map(Some)
         .map_err(|error| {
@@ -279,6 +303,90 @@ fn adopt(
                 request.zone, request.owner
             )
         })
+}
+
+/// The surviving backups that hold the zone's history up to this restorer's position
+/// (`position`), and the position the adopter numbers on from.
+///
+/// In `async` mode (and for changes not yet acknowledged in the others) the backups of a
+/// zone may hold different prefixes of its history when its writer fails. A backup with
+/// more than this restorer read keeps changes the adopted zone lacks, and one with less
+/// lacks changes it has: either would bring back, or lose, chunks at the zone's next
+/// recovery (simulator seeds 5833, 5694). Each old backup is asked its position
+/// ([`wire::ZONE_POSITION`], which also seals the zone there against the failed writer);
+/// one that differs, does not know, or does not answer is no surviving backup: if
+/// placement picks it again, it is an added backup, emptied and copied the whole zone.
+/// When this restorer knows no position itself (it restarted since it received the
+/// zone), nothing can be compared and every old backup is kept, as before positions
+/// existed; the adopter then numbers on from the highest position reported.
+fn same_history(
+    membership: &Arc<Membership>,
+    request: &RecoverRequest,
+    old_backups: Vec<NodeId>,
+    own: Option<u64>,
+) -> (Vec<NodeId>, u64) {
+    let question = wire::PositionRequest {
+        owner: request.owner,
+        zone: request.zone,
+        writer: request.holder.unwrap_or(request.owner),
+    }
+    .encode();
+    let net = membership.net();
+    let pending: Vec<_> = old_backups
+        .iter()
+        .map(|&backup| {
+            (
+                backup,
+                net.request_later_blocking(
+                    backup,
+                    wire::ZONE_POSITION,
+                    question.clone(),
+                    POSITION_TIMEOUT,
+                ),
+            )
+        })
+        .collect();
+    let answers: Vec<(NodeId, Option<u64>)> = pending
+        .into_iter()
+        .map(|(backup, pending)| {
+            let answer = pending
+                .and_then(|pending| pending.wait_blocking())
+                .ok()
+                .and_then(|reply| wire::PositionReply::decode(reply).ok())
+                .and_then(|reply| reply.0);
+            (backup, answer)
+        })
+        .collect();
+    let (kept, position) = surviving(own, &answers);
+    if own.is_none() {
+        tracing::warn!(owner = %request.owner, zone = request.zone, "this restorer knows no position of the zone; every surviving backup is kept");
+    }
+    for (backup, answer) in &answers {
+        if !kept.contains(backup) {
+            tracing::info!(owner = %request.owner, zone = request.zone, %backup, position, theirs = ?answer, "a surviving backup holds another history of the zone; it is no surviving backup");
+        }
+    }
+    (kept, position)
+}
+
+/// The decision of [`same_history`] (also the simulator's): from the restorer's own
+/// position and each old backup's answer (`None`: no position, or no answer), the
+/// backups kept as survivors and the position the adopter numbers on from.
+pub fn surviving(own: Option<u64>, answers: &[(NodeId, Option<u64>)]) -> (Vec<NodeId>, u64) {
+    match own {
+        Some(own) => (
+            answers
+                .iter()
+                .filter(|(_, answer)| *answer == Some(own))
+                .map(|(backup, _)| *backup)
+                .collect(),
+            own,
+        ),
+        None => (
+            answers.iter().map(|(backup, _)| *backup).collect(),
+            answers.iter().filter_map(|(_, p)| *p).max().unwrap_or(0),
+        ),
+    }
 }
 
 /// Takes the restored ranges over: at once in this peer's ownership view, then through

@@ -312,6 +312,28 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
     let crashed = cluster.peer(crashed_index).node_id();
     let crashed_zones = client.blocking().zones(crashed).unwrap();
     assert!(crashed_zones.len() >= 2, "{crashed_zones:?}");
+    // Zones of the other peers that the crashed one backs: each gets one replacement.
+    let backed: usize = cluster
+        .live_peers()
+        .filter(|peer| peer.node_id() != crashed)
+        .map(|peer| {
+            client
+                .blocking()
+                .zones(peer.node_id())
+                .unwrap()
+                .iter()
+                .filter(|(_, backups)| backups.contains(&crashed))
+                .count()
+        })
+        .sum();
+    let resets = |cluster: &TestCluster| -> u64 {
+        cluster
+            .live_peers()
+            .filter(|peer| peer.node_id() != crashed)
+            .map(|peer| peer.backup_service().unwrap().resets())
+            .sum()
+    };
+    let resets_before = resets(&cluster);
     cluster.kill_peer(crashed_index);
 
     cluster.wait_until(
@@ -405,6 +427,40 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
         })
         .sum();
     assert_eq!(holders, adopted.len(), "each adopted zone has one holder");
+    // Every write was durable on every backup before the crash, so each surviving backup
+    // held the zone at its restorer's position (asked over the network) and was kept:
+    // only the restorer's own place in the order was filled anew (one copy, started by a
+    // reset, per adopted zone), plus one replacement per zone the crashed peer backed.
+    assert_eq!(
+        resets(&cluster) - resets_before,
+        (crashed_zones.len() + backed) as u64,
+        "copies started: {} adopted zones, {backed} zones backed by the crashed peer",
+        crashed_zones.len()
+    );
+    for (zone, old_backups) in &crashed_zones {
+        let holder = cluster
+            .live_peers()
+            .find(|peer| {
+                peer.replicator()
+                    .unwrap()
+                    .stats()
+                    .zones
+                    .iter()
+                    .any(|z| z.adopted_from == Some((crashed, *zone)))
+            })
+            .map(|peer| peer.node_id())
+            .expect("a holder");
+        let (_, now) = adopted
+            .iter()
+            .find(|(z, _)| z == zone)
+            .expect("the adopted zone");
+        for backup in old_backups.iter().filter(|&&b| b != holder) {
+            assert!(
+                now.contains(backup),
+                "zone {zone}: surviving backup {backup} was not kept ({old_backups:?} -> {now:?})"
+            );
+        }
+    }
     cluster.wait_until(
         Duration::from_secs(15),
         "unlisted copies of the crashed peer's zone logs are deleted",

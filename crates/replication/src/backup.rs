@@ -158,6 +158,14 @@ struct Inner {
     /// `sealed.len() + sealed_owners.len()`, readable without the mutexes on every
     /// message.
     sealed_count: AtomicUsize,
+    /// Each zone's position: the last zone position applied, or set by a reset (see
+    /// [`wire`]'s "Zone positions"). In memory only: a restarted backup knows none.
+    positions: Mutex<HashMap<ZoneId, u64>>,
+    /// Writers (failed holders of adopted zones) whose operations for a zone are refused
+    /// ([`BackupService::seal_and_position`]).
+    sealed_writers: Mutex<HashSet<(ZoneId, NodeId)>>,
+    /// Resets applied: copies of a zone to this backup started ([`BackupService::resets`]).
+    resets: AtomicU64,
     /// Failed peers whose own operations for their zones below the number given are
     /// refused ([`BackupService::seal_owner`]).
     sealed_owners: Mutex<HashMap<NodeId, u32>>,
@@ -201,6 +209,9 @@ impl BackupService {
             recovering_count: AtomicUsize::new(0),
             sealed: Mutex::new(HashSet::new()),
             sealed_count: AtomicUsize::new(0),
+            positions: Mutex::new(HashMap::new()),
+            sealed_writers: Mutex::new(HashSet::new()),
+            resets: AtomicU64::new(0),
             sealed_owners: Mutex::new(HashMap::new()),
             marks: Mutex::new(HashMap::new()),
             marks_cv: Condvar::new(),
@@ -260,6 +271,10 @@ impl BackupService {
         } else {
             handlers.register(wire::REPLICATE, handler)?;
         }
+        let inner = self.inner.clone();
+        handlers.register(wire::ZONE_POSITION, move |incoming| {
+            inner.on_position_request(incoming)
+        })?;
         Ok(())
     }
 
@@ -273,6 +288,10 @@ impl BackupService {
         } else {
             net.register(wire::REPLICATE, handler)?;
         }
+        let inner = self.inner.clone();
+        net.register(wire::ZONE_POSITION, move |incoming| {
+            inner.on_position_request(incoming)
+        })?;
         Ok(())
     }
 
@@ -374,6 +393,28 @@ impl BackupService {
         self.read_zone(owner, zone, true, sink)
     }
 
+    /// How many copies of a zone to this backup started here so far (resets applied:
+    /// the backup was added to a zone, by a replacement or an adoption).
+    pub fn resets(&self) -> u64 {
+        self.inner.resets.load(Ordering::Relaxed)
+    }
+
+    /// `owner`'s zone `zone`'s position here (see [`wire`]'s "Zone positions"): `None`
+    /// when this backup holds none for it (it restarted since, or never held the zone).
+    pub fn position(&self, owner: NodeId, zone: u32) -> Option<u64> {
+        let id = log_zone(owner, zone).ok()?;
+        self.inner.positions.lock().get(&id).copied()
+    }
+
+    /// The answer to a restorer's [`wire::PositionRequest`]: seals `owner`'s zone `zone`
+    /// against `writer` (the failed peer that wrote it: its owner, or the holder that had
+    /// adopted it) and against its owner, waits for a message of theirs being applied
+    /// (the zone is frozen for a moment), then returns its [`position`](Self::position).
+    /// From then on the position changes only by a new writer's operations.
+    pub fn seal_and_position(&self, owner: NodeId, zone: u32, writer: NodeId) -> Option<u64> {
+        self.inner.seal_and_position(owner, zone, writer)
+    }
+
     /// Applies one replication message (the payload of a [`wire::REPLICATE`] message) of
     /// `master` exactly as the message handler does, and returns the acknowledgement the
     /// handler would send (`None` for a malformed or stale message) instead of sending it.
@@ -433,6 +474,22 @@ fn decode_message(master: NodeId, payload: Bytes) -> Option<LogMessage> {
 }
 
 impl Inner {
+    /// Answers a [`wire::PositionRequest`] (malformed ones are dropped: the restorer
+    /// times out and keeps no survivor it could not ask).
+    fn on_position_request(self: &Arc<Self>, incoming: Incoming) {
+        let request = match wire::PositionRequest::decode(incoming.payload.clone()) {
+            Ok(request) => request,
+            Err(e) => {
+                tracing::warn!(from = %incoming.from, error = %e, "malformed zone position request");
+                return;
+            }
+        };
+        let position = self.seal_and_position(request.owner, request.zone, request.writer);
+        if let Err(e) = incoming.respond(wire::PositionReply(position).encode()) {
+            tracing::debug!(error = %e, "zone position not sent");
+        }
+    }
+
     fn ensure_zone(&self, zone: ZoneId) -> Result<(), LogError> {
         let mut zones = self.zones.lock();
         if zones.contains(&zone) {
@@ -489,6 +546,8 @@ impl Inner {
             let bytes = match op {
                 Op::Put { data, .. } => data.len(),
                 Op::Remove { .. } => 0,
+                // Deleting and creating a zone's files waits for the disk.
+                Op::Reset { .. } => return false,
             };
             match shares.iter_mut().find(|share| share.0 == zone) {
                 Some(share) => {
@@ -533,6 +592,56 @@ impl Inner {
                     .lock()
                     .get(&NodeId(zone.owner))
                     .is_some_and(|&end| u32::from(zone.zone) < end))
+    }
+
+    /// Whether an operation of `master` for `zone` is refused: the zone is sealed for
+    /// its owner (`own`: `master` is the owner) or for `master` as its writer.
+    fn is_sealed_for(&self, zone: ZoneId, own: bool, master: NodeId) -> bool {
+        if self.sealed_count.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        if own {
+            self.is_sealed(zone)
+        } else {
+            self.sealed_writers.lock().contains(&(zone, master))
+        }
+    }
+
+    /// See [`BackupService::seal_and_position`].
+    fn seal_and_position(&self, owner: NodeId, zone: u32, writer: NodeId) -> Option<u64> {
+        let id = log_zone(owner, zone).ok()?;
+        if !self.config.bug_no_recovery_freeze {
+            self.seal(id);
+            if writer != owner && self.sealed_writers.lock().insert((id, writer)) {
+                self.sealed_count.fetch_add(1, Ordering::AcqRel);
+            }
+            drop(self.freeze(id));
+        }
+        self.positions.lock().get(&id).copied()
+    }
+
+    /// Records that `zone` reached `position` (0: an operation without one).
+    fn advance(&self, zone: ZoneId, position: u64) {
+        if position > 0 {
+            let mut positions = self.positions.lock();
+            let entry = positions.entry(zone).or_insert(0);
+            *entry = (*entry).max(position);
+        }
+    }
+
+    /// Empties `zone` (its files deleted and created anew) and sets its position: the
+    /// start of a copy of the zone to this backup. Returns a log sequence number that is
+    /// durable already (the deletion flushed everything before it).
+    fn reset_zone(&self, zone: ZoneId, position: u64) -> Result<u64, LogError> {
+        self.zones.lock().remove(&zone);
+        match self.engine.remove_zone(zone) {
+            Ok(()) | Err(LogError::UnknownZone(_)) => {}
+            Err(e) => return Err(e),
+        }
+        self.ensure_zone(zone)?;
+        self.positions.lock().insert(zone, position);
+        self.resets.fetch_add(1, Ordering::Relaxed);
+        Ok(self.engine.durable_seq())
     }
 
     /// Seals `zone` (see [`BackupService::recover_zone`]).
@@ -627,8 +736,8 @@ impl Inner {
                 let op = &ops[index];
                 let (owner, zone_number) = op.log_zone(master);
                 let frozen = log_zone(owner, zone_number).is_ok_and(|id| self.is_frozen(id));
-                let sealed = owner == master
-                    && log_zone(owner, zone_number).is_ok_and(|id| self.is_sealed(id));
+                let sealed = log_zone(owner, zone_number)
+                    .is_ok_and(|id| self.is_sealed_for(id, owner == master, master));
                 let result: Result<(usize, u64), String> = match op {
                     _ if frozen => Err(format!(
                         "zone {zone_number} of {owner} is being recovered here"
@@ -637,12 +746,14 @@ impl Inner {
                         "zone {zone_number} of {owner} was recovered from here: its owner's operations are refused"
                     )),
                     Op::Put { .. } => {
+                        let mut position = 0;
                         let run: Vec<(u64, &[u8])> = ops[index..]
                             .iter()
                             .map_while(|op| match op {
-                                Op::Put { cid, data, .. }
+                                Op::Put { cid, data, seq, .. }
                                     if op.log_zone(master) == (owner, zone_number) =>
                                 {
+                                    position = position.max(*seq);
                                     Some((*cid, &data[..]))
                                 }
                                 _ => None,
@@ -650,17 +761,28 @@ impl Inner {
                             .collect();
                         log_zone(owner, zone_number)
                             .map_err(|e| e.to_string())
-                            .and_then(|id| self.apply_puts(id, &run).map_err(|e| e.to_string()))
+                            .and_then(|id| {
+                                let log_seq = self.apply_puts(id, &run).map_err(|e| e.to_string())?;
+                                self.advance(id, position);
+                                Ok(log_seq)
+                            })
                             .map(|log_seq| (run.len(), log_seq))
                     }
-                    Op::Remove { cid, .. } => log_zone(owner, zone_number)
+                    Op::Remove { cid, seq, .. } => log_zone(owner, zone_number)
                         .map_err(|e| e.to_string())
                         .and_then(|id| {
-                            self.ensure_zone(id)
+                            let ticket = self
+                                .ensure_zone(id)
                                 .and_then(|()| self.engine.remove(id, *cid))
-                                .map_err(|e| e.to_string())
+                                .map_err(|e| e.to_string())?;
+                            self.advance(id, *seq);
+                            Ok(ticket)
                         })
                         .map(|ticket| (1, ticket.seq)),
+                    Op::Reset { seq, .. } => log_zone(owner, zone_number)
+                        .map_err(|e| e.to_string())
+                        .and_then(|id| self.reset_zone(id, *seq).map_err(|e| e.to_string()))
+                        .map(|log_seq| (1, log_seq)),
                 };
                 match result {
                     Ok((count, log_seq)) => {

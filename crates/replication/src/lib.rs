@@ -49,8 +49,8 @@ pub mod wire;
 pub use backup::{BackupConfig, BackupError, BackupService};
 pub use master::{
     AckCallback, Adoption, AsyncChange, BackupCandidates, ChunkSource, RegisterFuture,
-    RegistryError, ReplicaEvent, Replicator, ReplicatorConfig, ReplicatorStats, StreamStats,
-    ZoneRegistry, ZoneReplacement, ZoneStats,
+    RegistryError, ReplicaEvent, Replicator, ReplicatorConfig, ReplicatorStats, Restored,
+    StreamStats, ZoneRegistry, ZoneReplacement, ZoneStats,
 };
 pub use myriad_placement::{Candidate, Strategy};
 pub use myriad_types::{ChunkId, NodeId};

@@ -29,7 +29,17 @@
 //! master's memory ([`ChunkSource`]) to the new backup on a background thread, in slices,
 //! without holding the state lock while reading memory. Changes made meanwhile go to the
 //! new backup through its stream as usual and mark their CIDs *dirty*; a slice skips dirty
-//! CIDs, so a copy read before a change never lands after it.
+//! CIDs, so a copy read before a change never lands after it. A copy to a backup added to
+//! a zone starts with an [`Op::Reset`], queued in the same hold of the state lock that
+//! adds the backup (so ahead of every later change of the zone on its stream): the backup
+//! drops whatever it held of the zone (a diverged or stale copy) and takes the zone's
+//! current position.
+//!
+//! # Zone positions
+//! Every change of a zone gets the zone's next position (`ZoneState::position`, assigned
+//! in the hold of the state lock that queues it on all of the zone's backups), sent with
+//! the operation; see [`wire`]'s "Zone positions". An adopted zone numbers on from the
+//! restorer's position ([`Restored::position`]).
 //!
 //! # Adoption (issue 6)
 //! [`Replicator::adopt_zone`] takes over a failed peer's zone that this master restored:
@@ -63,7 +73,7 @@ mod stream;
 mod submit;
 mod zones;
 
-pub use adopt::Adoption;
+pub use adopt::{Adoption, Restored};
 pub use deferred::AckCallback;
 pub use rebackup::ZoneReplacement;
 pub use stats::{ReplicatorStats, StreamStats, ZoneStats};
@@ -554,8 +564,8 @@ impl Replicator {
     }
 
     /// Adopts `owner`'s zone `zone`, whose chunks (CIDs `ranges`, `chunks` of them with
-    /// `bytes` payload) this master restored into its memory after `owner` failed (issue
-    /// 6). The zone keeps its log identity `(owner, zone)`: its backups are the alive ones of
+    /// `bytes` payload in `content`) this master restored into its memory after `owner`
+    /// failed (issue 6); the zone's changes are numbered on from `content.position`. The zone keeps its log identity `(owner, zone)`: its backups are the alive ones of
     /// `old_backups` (in order; never `owner` or this master) plus new ones from the
     /// placement up to R; the new order is registered (`registry.register(owner, zone, …)`,
     /// which the node commits as `ZoneAdopt`) and waited for (bounded by
@@ -571,11 +581,9 @@ impl Replicator {
         zone: u32,
         old_backups: &[NodeId],
         ranges: &[(ChunkId, ChunkId)],
-        chunks: u64,
-        bytes: u64,
+        content: Restored,
     ) -> Result<Adoption, ReplicaError> {
-        self.inner
-            .adopt(owner, zone, old_backups, ranges, chunks, bytes)
+        self.inner.adopt(owner, zone, old_backups, ranges, content)
     }
 
     /// Copies an adopted zone from memory to its added backups (the surviving ones hold its

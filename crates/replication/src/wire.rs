@@ -20,16 +20,35 @@
 //! ```text
 //! LogMessage := stream u64 | first_seq varint (>= 1) | flags u8 | count varint (>= 1) | op*count
 //!   flags     := bit 0: the master waits for durability of these operations (flush now)
+//!                bit 1: every op ends with its zone position (`zone_seq varint`)
 //!                other bits must be 0
-//!   op        := tag u8 | [tags 3, 4: owner u16] | zone varint (<= u32::MAX) | cid u64
-//!                | [tags 1, 3: payload varint-length bytes]
+//!   op        := tag u8 | [tags 3, 4, 6: owner u16] | zone varint (<= u32::MAX)
+//!                | [tags 1-4: cid u64] | [tags 1, 3: payload varint-length bytes]
+//!                | [flag bit 1: zone_seq varint]
 //!   tag       := 1 put (write the chunk's whole payload) | 2 remove      (the sender's zone)
 //!              | 3 put | 4 remove of log zone (owner, zone)   (a zone the sender adopted)
+//!              | 5 reset of the sender's zone | 6 reset of log zone (owner, zone)
 //! Ack        := stream u64 | applied_seq varint | durable_seq varint (<= applied_seq) | status
 //!   status    := 0 ok | 1 gap | 2 refused, reason (varint-length UTF-8, <= REASON_BYTES_MAX)
 //! ```
 //! Every count and length is checked against the bytes present before anything is
-//! allocated; decoding never panics ([`fuzz_decode`]).
+//! allocated; decoding never panics ([`fuzz_decode`]). A message whose operations all have
+//! zone position 0 is written without flag bit 1: byte for byte the format before zone
+//! positions existed.
+//!
+//! # Zone positions
+//! A master numbers the changes of each zone it writes, 1, 2, 3, … (continuing from the
+//! restorer's position when it adopts a zone), and every backup of the zone receives them
+//! in that order, so what a backup holds of a zone is the zone's history up to the last
+//! position it applied. A copy's puts carry position 0 (they are no step of the history);
+//! a copy starts with a [`Op::Reset`] that empties the backup's log zone and sets its
+//! position to the zone's current one. A restorer compares its own position with the
+//! surviving backups' ([`ZONE_POSITION`]) and keeps only those that hold the same history.
+//!
+//! ```text
+//! ZONE_POSITION request (30.2): owner u16 | zone varint (<= u32::MAX) | writer u16
+//!   reply                      : 0 (zone unknown here) | 1 position varint
+//! ```
 
 use bytes::Bytes;
 use myriad_net::MessageType;
@@ -40,19 +59,26 @@ use myriad_types::NodeId;
 pub const REPLICATE: MessageType = MessageType::ordered(30, 0);
 /// Backup → master: an [`Ack`] (unordered, one-way).
 pub const ACK: MessageType = MessageType::unordered(30, 1);
+/// Restorer → surviving backup, request: a [`PositionRequest`]; the reply is a
+/// [`PositionReply`] (see "Zone positions" above).
+pub const ZONE_POSITION: MessageType = MessageType::unordered(30, 2);
 
 /// Most operations in one [`LogMessage`].
 pub const OPS_PER_MESSAGE_MAX: usize = 1 << 16;
 /// Longest refusal reason in an [`Ack`].
 pub const REASON_BYTES_MAX: usize = 1024;
 
-/// Smallest encoded operation (tag, one-byte zone, CID): bounds the count before allocating.
-const OP_BYTES_MIN: usize = 1 + 1 + 8;
+/// Smallest encoded operation (tag, one-byte zone: a reset): bounds the count before
+/// allocating.
+const OP_BYTES_MIN: usize = 1 + 1;
 const TAG_PUT: u8 = 1;
 const TAG_REMOVE: u8 = 2;
 const TAG_PUT_FOR: u8 = 3;
 const TAG_REMOVE_FOR: u8 = 4;
+const TAG_RESET: u8 = 5;
+const TAG_RESET_FOR: u8 = 6;
 const FLAG_DURABLE: u8 = 1;
+const FLAG_ZONE_SEQS: u8 = 2;
 
 /// One replicated change of a chunk in a backup zone. The zone is the sender's own zone
 /// `zone` when `owner` is `None`, else the log zone `(owner, zone)`: a zone of (failed)
@@ -69,6 +95,8 @@ pub enum Op {
         cid: u64,
         /// Its payload.
         data: Bytes,
+        /// Its zone position (module docs); 0 for a copy's put.
+        seq: u64,
     },
     /// The chunk was removed.
     Remove {
@@ -78,6 +106,18 @@ pub enum Op {
         zone: u32,
         /// The chunk.
         cid: u64,
+        /// Its zone position (module docs).
+        seq: u64,
+    },
+    /// The backup drops everything it holds of the zone and holds it from position `seq`
+    /// on: the first operation of a copy of the zone to a backup added to it.
+    Reset {
+        /// The log owner of an adopted zone; `None` for the sender's own zone.
+        owner: Option<NodeId>,
+        /// The zone number (within the sender, or within `owner`).
+        zone: u32,
+        /// The zone's position when the copy starts.
+        seq: u64,
     },
 }
 
@@ -85,14 +125,28 @@ impl Op {
     /// The operation's zone number (within the sender, or within [`Op::owner`]).
     pub fn zone(&self) -> u32 {
         match self {
-            Op::Put { zone, .. } | Op::Remove { zone, .. } => *zone,
+            Op::Put { zone, .. } | Op::Remove { zone, .. } | Op::Reset { zone, .. } => *zone,
         }
     }
 
     /// The log owner named by the operation (`None`: the sender's own zone).
     pub fn owner(&self) -> Option<NodeId> {
         match self {
-            Op::Put { owner, .. } | Op::Remove { owner, .. } => *owner,
+            Op::Put { owner, .. } | Op::Remove { owner, .. } | Op::Reset { owner, .. } => *owner,
+        }
+    }
+
+    /// The operation's zone position (module docs; 0: none).
+    pub fn seq(&self) -> u64 {
+        match self {
+            Op::Put { seq, .. } | Op::Remove { seq, .. } | Op::Reset { seq, .. } => *seq,
+        }
+    }
+
+    /// Sets the operation's zone position.
+    pub fn set_seq(&mut self, position: u64) {
+        match self {
+            Op::Put { seq, .. } | Op::Remove { seq, .. } | Op::Reset { seq, .. } => *seq = position,
         }
     }
 
@@ -101,10 +155,11 @@ impl Op {
         (self.owner().unwrap_or(sender), self.zone())
     }
 
-    /// The operation's chunk.
-    pub fn cid(&self) -> u64 {
+    /// The operation's chunk (`None` for a [`Op::Reset`]).
+    pub fn cid(&self) -> Option<u64> {
         match self {
-            Op::Put { cid, .. } | Op::Remove { cid, .. } => *cid,
+            Op::Put { cid, .. } | Op::Remove { cid, .. } => Some(*cid),
+            Op::Reset { .. } => None,
         }
     }
 
@@ -115,33 +170,41 @@ impl Op {
     /// Bytes this operation takes in a message (an upper bound).
     pub fn encoded_bytes(&self) -> usize {
         match self {
-            Op::Put { data, .. } => 1 + 2 + 5 + 8 + 10 + data.len(),
-            Op::Remove { .. } => 1 + 2 + 5 + 8,
+            Op::Put { data, .. } => 1 + 2 + 5 + 8 + 10 + data.len() + 10,
+            Op::Remove { .. } => 1 + 2 + 5 + 8 + 10,
+            Op::Reset { .. } => 1 + 2 + 5 + 10,
         }
     }
 
-    fn encode(&self, encoder: &mut Encoder) {
+    fn encode(&self, encoder: &mut Encoder, with_seq: bool) {
         let (plain, adopted) = match self {
             Op::Put { .. } => (TAG_PUT, TAG_PUT_FOR),
             Op::Remove { .. } => (TAG_REMOVE, TAG_REMOVE_FOR),
+            Op::Reset { .. } => (TAG_RESET, TAG_RESET_FOR),
         };
         match self.owner() {
             Some(owner) => encoder.put_u8(adopted).put_u16_le(owner.0),
             None => encoder.put_u8(plain),
         };
-        encoder
-            .put_varint(u64::from(self.zone()))
-            .put_u64_le(self.cid());
+        encoder.put_varint(u64::from(self.zone()));
+        if let Some(cid) = self.cid() {
+            encoder.put_u64_le(cid);
+        }
         if let Op::Put { data, .. } = self {
             encoder.put_bytes(data);
         }
+        if with_seq {
+            encoder.put_varint(self.seq());
+        }
     }
 
-    fn decode(decoder: &mut Decoder) -> Result<Op, WireError> {
+    fn decode(decoder: &mut Decoder, with_seq: bool) -> Result<Op, WireError> {
         let tag = decoder.get_u8("op tag")?;
         let owner = match tag {
-            TAG_PUT | TAG_REMOVE => None,
-            TAG_PUT_FOR | TAG_REMOVE_FOR => Some(NodeId(decoder.get_u16_le("owner")?)),
+            TAG_PUT | TAG_REMOVE | TAG_RESET => None,
+            TAG_PUT_FOR | TAG_REMOVE_FOR | TAG_RESET_FOR => {
+                Some(NodeId(decoder.get_u16_le("owner")?))
+            }
             tag => return Err(WireError::UnknownTag { what: "op", tag }),
         };
         let zone_raw = decoder.get_varint("zone")?;
@@ -150,16 +213,33 @@ impl Op {
             value: zone_raw,
             max: u64::from(u32::MAX),
         })?;
-        let cid = decoder.get_u64_le("cid")?;
-        match tag {
-            TAG_PUT | TAG_PUT_FOR => Ok(Op::Put {
+        let mut op = match tag {
+            TAG_RESET | TAG_RESET_FOR => Op::Reset {
                 owner,
                 zone,
-                cid,
-                data: decoder.get_bytes("data")?,
-            }),
-            _ => Ok(Op::Remove { owner, zone, cid }),
+                seq: 0,
+            },
+            TAG_PUT | TAG_PUT_FOR => {
+                let cid = decoder.get_u64_le("cid")?;
+                Op::Put {
+                    owner,
+                    zone,
+                    cid,
+                    data: decoder.get_bytes("data")?,
+                    seq: 0,
+                }
+            }
+            _ => Op::Remove {
+                owner,
+                zone,
+                cid: decoder.get_u64_le("cid")?,
+                seq: 0,
+            },
+        };
+        if with_seq {
+            op.set_seq(decoder.get_varint("zone seq")?);
         }
+        Ok(op)
     }
 }
 
@@ -185,13 +265,20 @@ pub fn encode_log_message(
 ) -> Bytes {
     let capacity: usize = 8 + 10 + 1 + 10 + ops.iter().map(Op::encoded_bytes).sum::<usize>();
     let mut encoder = Encoder::with_capacity(capacity);
+    let with_seq = ops
+        .iter()
+        .any(|op| op.seq() != 0 || matches!(op, Op::Reset { .. }));
+    let mut flags = if durable_requested { FLAG_DURABLE } else { 0 };
+    if with_seq {
+        flags |= FLAG_ZONE_SEQS;
+    }
     encoder
         .put_u64_le(stream)
         .put_varint(first_seq)
-        .put_u8(if durable_requested { FLAG_DURABLE } else { 0 })
+        .put_u8(flags)
         .put_varint(ops.len() as u64);
     for op in ops {
-        op.encode(&mut encoder);
+        op.encode(&mut encoder, with_seq);
     }
     encoder.finish()
 }
@@ -222,9 +309,10 @@ impl LogMessage {
             return Err(WireError::Invalid("first sequence number 0"));
         }
         let flags = decoder.get_u8("flags")?;
-        if flags & !FLAG_DURABLE != 0 {
+        if flags & !(FLAG_DURABLE | FLAG_ZONE_SEQS) != 0 {
             return Err(WireError::Invalid("unknown flag bits"));
         }
+        let with_seq = flags & FLAG_ZONE_SEQS != 0;
         let count_raw = decoder.get_varint("operation count")?;
         let count = usize::try_from(count_raw).unwrap_or(usize::MAX);
         if count == 0 {
@@ -245,7 +333,7 @@ impl LogMessage {
         }
         let mut ops = Vec::with_capacity(count);
         for _ in 0..count {
-            ops.push(Op::decode(&mut decoder)?);
+            ops.push(Op::decode(&mut decoder, with_seq)?);
         }
         decoder.finish()?;
         Ok(LogMessage {
@@ -348,6 +436,84 @@ impl Ack {
     }
 }
 
+/// A restorer's question to a surviving backup of a zone ([`ZONE_POSITION`]): the zone's
+/// position there. The backup first seals the zone against `writer` (the failed peer that
+/// wrote it: its owner, or the holder of an adopted zone), so the answer stays true.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PositionRequest {
+    /// The zone's log owner.
+    pub owner: NodeId,
+    /// The zone number within `owner`.
+    pub zone: u32,
+    /// The failed peer whose operations for the zone are refused from now on.
+    pub writer: NodeId,
+}
+
+impl PositionRequest {
+    /// The request's bytes.
+    pub fn encode(&self) -> Bytes {
+        let mut encoder = Encoder::with_capacity(12);
+        encoder
+            .put_u16_le(self.owner.0)
+            .put_varint(u64::from(self.zone))
+            .put_u16_le(self.writer.0);
+        encoder.finish()
+    }
+
+    /// Decodes a request.
+    pub fn decode(payload: Bytes) -> Result<PositionRequest, WireError> {
+        let mut decoder = Decoder::new(payload);
+        let owner = NodeId(decoder.get_u16_le("owner")?);
+        let zone_raw = decoder.get_varint("zone")?;
+        let zone = u32::try_from(zone_raw).map_err(|_| WireError::TooLarge {
+            what: "zone",
+            value: zone_raw,
+            max: u64::from(u32::MAX),
+        })?;
+        let writer = NodeId(decoder.get_u16_le("writer")?);
+        decoder.finish()?;
+        Ok(PositionRequest {
+            owner,
+            zone,
+            writer,
+        })
+    }
+}
+
+/// The answer to a [`PositionRequest`]: the zone's position at the backup, `None` when
+/// the backup holds no position for it (it restarted since, or never held the zone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PositionReply(pub Option<u64>);
+
+impl PositionReply {
+    /// The reply's bytes.
+    pub fn encode(&self) -> Bytes {
+        let mut encoder = Encoder::with_capacity(11);
+        match self.0 {
+            None => encoder.put_u8(0),
+            Some(position) => encoder.put_u8(1).put_varint(position),
+        };
+        encoder.finish()
+    }
+
+    /// Decodes a reply.
+    pub fn decode(payload: Bytes) -> Result<PositionReply, WireError> {
+        let mut decoder = Decoder::new(payload);
+        let reply = match decoder.get_u8("position tag")? {
+            0 => PositionReply(None),
+            1 => PositionReply(Some(decoder.get_varint("position")?)),
+            tag => {
+                return Err(WireError::UnknownTag {
+                    what: "position",
+                    tag,
+                })
+            }
+        };
+        decoder.finish()?;
+        Ok(reply)
+    }
+}
+
 /// Why bytes are not a valid replication message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -384,8 +550,14 @@ pub fn fuzz_decode(bytes: &[u8]) {
         let again = LogMessage::decode(message.encode());
         assert_eq!(again.as_ref(), Ok(&message));
     }
-    if let Ok(ack) = Ack::decode(payload) {
+    if let Ok(ack) = Ack::decode(payload.clone()) {
         assert_eq!(Ack::decode(ack.encode()).as_ref(), Ok(&ack));
+    }
+    if let Ok(request) = PositionRequest::decode(payload.clone()) {
+        assert_eq!(PositionRequest::decode(request.encode()), Ok(request));
+    }
+    if let Ok(reply) = PositionReply::decode(payload) {
+        assert_eq!(PositionReply::decode(reply.encode()), Ok(reply));
     }
 }
 
@@ -394,7 +566,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn op_strategy() -> impl Strategy<Value = Op> {
+    /// Puts and removes without zone positions: the format before positions existed.
+    fn unsequenced_op_strategy() -> impl Strategy<Value = Op> {
         prop_oneof![
             (
                 proptest::option::of(any::<u16>().prop_map(NodeId)),
@@ -406,14 +579,37 @@ mod tests {
                     owner,
                     zone,
                     cid,
-                    data: Bytes::from(data)
+                    data: Bytes::from(data),
+                    seq: 0,
                 }),
             (
                 proptest::option::of(any::<u16>().prop_map(NodeId)),
                 any::<u32>(),
                 any::<u64>()
             )
-                .prop_map(|(owner, zone, cid)| Op::Remove { owner, zone, cid }),
+                .prop_map(|(owner, zone, cid)| Op::Remove {
+                    owner,
+                    zone,
+                    cid,
+                    seq: 0
+                }),
+        ]
+    }
+
+    /// Every operation form, with zone positions (0 often: copies).
+    fn op_strategy() -> impl Strategy<Value = Op> {
+        let seq = prop_oneof![Just(0u64), any::<u64>(), 1u64..1000];
+        prop_oneof![
+            4 => (unsequenced_op_strategy(), seq.clone()).prop_map(|(mut op, seq)| {
+                op.set_seq(seq);
+                op
+            }),
+            1 => (
+                proptest::option::of(any::<u16>().prop_map(NodeId)),
+                any::<u32>(),
+                seq
+            )
+                .prop_map(|(owner, zone, seq)| Op::Reset { owner, zone, seq }),
         ]
     }
 
@@ -490,7 +686,7 @@ mod tests {
             any::<u64>(),
             1u64..u64::MAX / 2,
             any::<bool>(),
-            proptest::collection::vec(op_strategy(), 1..20),
+            proptest::collection::vec(unsequenced_op_strategy(), 1..20),
         );
         let ack = (
             any::<u64>(),
@@ -537,6 +733,70 @@ mod tests {
     }
 
     #[test]
+    fn zone_positions_set_flag_one_and_follow_each_op() {
+        let plain = Op::Remove {
+            owner: None,
+            zone: 3,
+            cid: 9,
+            seq: 0,
+        };
+        let unsequenced = encode_log_message(1, 1, false, std::slice::from_ref(&plain));
+        assert_eq!(unsequenced[9], 0, "no positions: flags as before");
+        let mut numbered = plain.clone();
+        numbered.set_seq(300);
+        let sequenced = encode_log_message(1, 1, true, &[numbered.clone(), plain.clone()]);
+        assert_eq!(sequenced[9], FLAG_DURABLE | FLAG_ZONE_SEQS);
+        // tag, zone, cid, then the position as a varint (300 = 0xac 0x02)
+        assert_eq!(
+            &sequenced[11..22],
+            &[TAG_REMOVE, 3, 9, 0, 0, 0, 0, 0, 0, 0, 0xac]
+        );
+        assert_eq!(
+            LogMessage::decode(sequenced).map(|m| m.ops),
+            Ok(vec![numbered, plain.clone()])
+        );
+        let reset = Op::Reset {
+            owner: Some(NodeId(0x0102)),
+            zone: 4,
+            seq: 0,
+        };
+        let bytes = encode_log_message(2, 5, false, std::slice::from_ref(&reset));
+        assert_eq!(
+            bytes[9], FLAG_ZONE_SEQS,
+            "a reset always carries its position"
+        );
+        assert_eq!(&bytes[11..16], &[TAG_RESET_FOR, 0x02, 0x01, 4, 0]);
+        assert_eq!(LogMessage::decode(bytes).map(|m| m.ops), Ok(vec![reset]));
+        let mut bad_flags = encode_log_message(1, 1, false, &[plain]).to_vec();
+        bad_flags[9] = 4;
+        assert_eq!(
+            LogMessage::decode(Bytes::from(bad_flags)),
+            Err(WireError::Invalid("unknown flag bits"))
+        );
+    }
+
+    #[test]
+    fn position_messages_round_trip_and_refuse_bad_input() {
+        let request = PositionRequest {
+            owner: NodeId(7),
+            zone: 300,
+            writer: NodeId(9),
+        };
+        assert_eq!(PositionRequest::decode(request.encode()), Ok(request));
+        assert!(PositionRequest::decode(request.encode().slice(..3)).is_err());
+        for reply in [
+            PositionReply(None),
+            PositionReply(Some(0)),
+            PositionReply(Some(u64::MAX)),
+        ] {
+            assert_eq!(PositionReply::decode(reply.encode()), Ok(reply));
+        }
+        assert!(PositionReply::decode(Bytes::from_static(&[2])).is_err());
+        assert!(PositionReply::decode(Bytes::from_static(&[0, 0])).is_err());
+        assert!(PositionReply::decode(Bytes::from_static(&[1])).is_err());
+    }
+
+    #[test]
     fn rejects_zero_first_seq_empty_and_huge_counts() {
         let ok = LogMessage {
             stream: 1,
@@ -546,6 +806,7 @@ mod tests {
                 owner: None,
                 zone: 3,
                 cid: 9,
+                seq: 0,
             }],
         };
         assert!(LogMessage::decode(ok.encode()).is_ok());
@@ -557,6 +818,7 @@ mod tests {
                 owner: None,
                 zone: 3,
                 cid: 9,
+                seq: 0,
             }],
         );
         assert_eq!(
@@ -597,6 +859,7 @@ mod tests {
                 owner: Some(NodeId(0x0102)),
                 zone: 3,
                 cid: 9,
+                seq: 0,
             }],
         );
         assert_eq!(&adopted[11..14], &[TAG_REMOVE_FOR, 0x02, 0x01]);
@@ -605,10 +868,10 @@ mod tests {
             Ok((NodeId(0x0102), 3))
         );
         let mut bad_tag = adopted.to_vec();
-        bad_tag[11] = 5;
+        bad_tag[11] = 7;
         assert_eq!(
             LogMessage::decode(Bytes::from(bad_tag)),
-            Err(WireError::UnknownTag { what: "op", tag: 5 })
+            Err(WireError::UnknownTag { what: "op", tag: 7 })
         );
         assert!(LogMessage::decode(adopted.slice(..13)).is_err());
         let bad_ack = Ack {

@@ -74,6 +74,7 @@ fn put(zone: u32, cid: u64, byte: u8) -> Op {
         zone,
         cid,
         data: Bytes::from(vec![byte; 12]),
+        seq: 0,
     }
 }
 
@@ -131,6 +132,7 @@ fn duplicates_are_dropped_gaps_stop_and_streams_restart() {
                 owner: None,
                 zone: 0,
                 cid: 1,
+                seq: 0,
             },
         ],
     );
@@ -171,6 +173,7 @@ fn adopted_zone_ops_go_to_the_log_owners_zone() {
         zone: 0,
         cid,
         data: Bytes::from(vec![byte; 12]),
+        seq: 0,
     };
     rig.send(
         5,
@@ -183,6 +186,7 @@ fn adopted_zone_ops_go_to_the_log_owners_zone() {
                 owner: Some(failed),
                 zone: 0,
                 cid: 2,
+                seq: 0,
             },
         ],
     );
@@ -226,6 +230,7 @@ fn messages_apply_inline_when_they_fit_and_in_order_on_the_apply_thread_otherwis
             zone: 0,
             cid: 100 + i,
             data: Bytes::from(vec![7u8; 7_000]),
+            seq: 0,
         })
         .collect();
     rig.send(1, 4, big);
@@ -296,6 +301,7 @@ fn a_recovered_zone_refuses_its_failed_owners_late_operations() {
         zone: 0,
         cid: 10,
         data: Bytes::from(vec![3u8; 12]),
+        seq: 0,
     };
     let ack = service
         .apply(adopter, message(7, 1, vec![adopted]))
@@ -340,6 +346,7 @@ fn a_failed_owners_zones_are_sealed_on_its_failure() {
         zone: 0,
         cid: 10,
         data: Bytes::from(vec![4u8; 12]),
+        seq: 0,
     };
     let ack = service
         .apply(NodeId(3), message(7, vec![adopted]))
@@ -355,4 +362,139 @@ fn a_failed_owners_zones_are_sealed_on_its_failure() {
         })
         .expect("recover");
     assert_eq!(chunks.into_inner().unwrap(), vec![(10, 4)]);
+}
+
+/// Zone positions (`wire`, "Zone positions"): a backup records the last position it
+/// applied per log zone (a copy's puts carry none), a reset empties the zone and sets
+/// it, and a restorer's position request, over the network, answers it and seals the
+/// zone against the failed writer while a new adopter's operations still apply.
+#[test]
+fn zone_positions_follow_the_history_and_a_reset_empties_the_zone() {
+    let rig = rig();
+    let numbered = |cid: u64, byte: u8, seq: u64| {
+        let mut op = put(0, cid, byte);
+        op.set_seq(seq);
+        op
+    };
+    let remove = Op::Remove {
+        owner: None,
+        zone: 0,
+        cid: 11,
+        seq: 3,
+    };
+    rig.send(
+        1,
+        1,
+        vec![
+            numbered(10, 1, 1),
+            numbered(11, 1, 2),
+            remove,
+            put(1, 50, 1),
+        ],
+    );
+    rig.expect(1, 4, |s| *s == AckStatus::Ok);
+    assert_eq!(rig.service.position(MASTER, 0), Some(3));
+    assert_eq!(rig.service.position(MASTER, 1), None, "no positions sent");
+    // A copy's put (position 0) leaves the position alone.
+    rig.send(1, 5, vec![put(0, 12, 1)]);
+    rig.expect(1, 5, |s| *s == AckStatus::Ok);
+    assert_eq!(rig.service.position(MASTER, 0), Some(3));
+    let read = |owner: NodeId, zone: u32| {
+        let chunks = std::sync::Mutex::new(Vec::new());
+        rig.service
+            .recover_zone(owner, zone, &|batch| {
+                let mut out = chunks.lock().unwrap();
+                out.extend(batch.iter().map(|c| (c.cid, c.payload[0])));
+            })
+            .expect("recover");
+        let mut chunks = chunks.into_inner().unwrap();
+        chunks.sort();
+        chunks
+    };
+    assert_eq!(read(MASTER, 0), vec![(10, 1), (12, 1)]);
+    // A reset (the start of a copy to this backup) empties the zone at position 20.
+    let reset = Op::Reset {
+        owner: None,
+        zone: 0,
+        seq: 20,
+    };
+    rig.send(1, 6, vec![reset, put(0, 13, 2), numbered(14, 2, 21)]);
+    rig.expect(1, 8, |s| *s == AckStatus::Ok);
+    assert_eq!(read(MASTER, 0), vec![(13, 2), (14, 2)]);
+    assert_eq!(rig.service.position(MASTER, 0), Some(21));
+    assert_eq!(read(MASTER, 1), vec![(50, 1)], "other zones untouched");
+    // A restorer asks over the network; the zone is sealed against its writer.
+    let question = wire::PositionRequest {
+        owner: MASTER,
+        zone: 0,
+        writer: MASTER,
+    };
+    let answer = rig
+        .master
+        .handle()
+        .request_blocking(
+            BACKUP,
+            wire::ZONE_POSITION,
+            question.encode(),
+            Duration::from_secs(5),
+        )
+        .expect("an answer");
+    assert_eq!(
+        wire::PositionReply::decode(answer),
+        Ok(wire::PositionReply(Some(21)))
+    );
+    let unknown = wire::PositionRequest {
+        owner: NodeId(9),
+        zone: 4,
+        writer: NodeId(9),
+    };
+    let answer = rig
+        .master
+        .handle()
+        .request_blocking(
+            BACKUP,
+            wire::ZONE_POSITION,
+            unknown.encode(),
+            Duration::from_secs(5),
+        )
+        .expect("an answer");
+    assert_eq!(
+        wire::PositionReply::decode(answer),
+        Ok(wire::PositionReply(None))
+    );
+    rig.send(1, 9, vec![numbered(15, 3, 22)]);
+    rig.expect(1, 8, |s| matches!(s, AckStatus::Refused(_)));
+    assert_eq!(rig.service.position(MASTER, 0), Some(21), "sealed");
+    // A holder of an adopted zone sealed as its writer; the next adopter applies.
+    let (holder, adopter) = (NodeId(3), NodeId(4));
+    let adopted = |byte: u8, seq: u64| Op::Put {
+        owner: Some(MASTER),
+        zone: 0,
+        cid: 16,
+        data: Bytes::from(vec![byte; 12]),
+        seq,
+    };
+    let message = |stream: u64, ops: Vec<Op>| {
+        LogMessage {
+            stream,
+            first_seq: 1,
+            durable_requested: false,
+            ops,
+        }
+        .encode()
+    };
+    let ack = rig.service.apply(holder, message(30, vec![adopted(4, 22)]));
+    assert_eq!(ack.map(|a| a.status), Some(AckStatus::Ok));
+    assert_eq!(rig.service.seal_and_position(MASTER, 0, holder), Some(22));
+    let late = rig.service.apply(holder, message(31, vec![adopted(5, 23)]));
+    assert!(matches!(
+        late.map(|a| a.status),
+        Some(AckStatus::Refused(_))
+    ));
+    let ack = rig
+        .service
+        .apply(adopter, message(40, vec![adopted(6, 23)]));
+    assert_eq!(ack.map(|a| a.status), Some(AckStatus::Ok));
+    assert_eq!(rig.service.position(MASTER, 0), Some(23));
+    assert_eq!(read(MASTER, 0), vec![(13, 2), (14, 2), (16, 6)]);
 }

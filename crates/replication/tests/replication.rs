@@ -16,7 +16,7 @@ use myriad_replication::backup::log_zone;
 use myriad_replication::{
     BackupCandidates, BackupConfig, BackupService, Candidate, ChunkId, ChunkSource, Durability,
     NodeId, RegisterFuture, RegistryError, ReplicaError, ReplicaEvent, Replicator,
-    ReplicatorConfig, ZoneRegistry,
+    ReplicatorConfig, Restored, ZoneRegistry,
 };
 use parking_lot::Mutex;
 
@@ -821,7 +821,8 @@ fn read_log(service: &BackupService, owner: NodeId, zone: u32) -> BTreeMap<u64, 
 /// Adoption (issue 6): the master restored zone 7 of failed peer 50 and adopts it. The
 /// surviving backups stay first, one new backup fills up to R; later writes and removes
 /// of those chunks go to the log zone (50, 7) on every backup (never to a zone of the
-/// master), and the copy to the new backup brings it the whole zone.
+/// master), and the copy to the new backup brings it the whole zone, emptied first of a
+/// stale copy it held; every backup ends at the zone's position.
 #[test]
 fn an_adopted_zone_keeps_its_log_identity_on_its_backups() {
     let cluster = Cluster::start(4, 4, Registry::default(), |config| config.replication = 3);
@@ -839,6 +840,16 @@ fn an_adopted_zone_keeps_its_log_identity_on_its_backups() {
                 .unwrap();
         }
     }
+    // The other backups hold a stale copy of the zone with a chunk the zone no longer
+    // has (e.g. an earlier, diverged copy): the one that is added must lose it.
+    for backup in &cluster.backups[2..] {
+        let engine = backup.service.engine();
+        let id = log_zone(failed, 7).unwrap();
+        engine.create_zone(id).unwrap();
+        engine
+            .append(id, cid(30).raw(), &payload(30, 0, 30))
+            .unwrap();
+    }
     for local in 1..=20u64 {
         cluster
             .memory
@@ -846,6 +857,11 @@ fn an_adopted_zone_keeps_its_log_identity_on_its_backups() {
             .lock()
             .insert(cid(local).raw(), payload(local, 0, 30));
     }
+    let restored = Restored {
+        chunks: 20,
+        bytes: 600,
+        position: 5,
+    };
     let adoption = cluster
         .replicator
         .adopt_zone(
@@ -853,8 +869,7 @@ fn an_adopted_zone_keeps_its_log_identity_on_its_backups() {
             7,
             &[b0, MASTER, failed, b1],
             &[(cid(1), cid(20))],
-            20,
-            600,
+            restored,
         )
         .expect("adopt");
     assert_eq!(&adoption.backups[..2], &[b0, b1]);
@@ -913,11 +928,14 @@ fn an_adopted_zone_keeps_its_log_identity_on_its_backups() {
             !service.zone_ids().contains(&(MASTER, adoption.zone)),
             "backup {node} got a zone of the master for the adopted chunks"
         );
+        // Eleven changes numbered on from the restorer's position 5; the added backup
+        // was reset to 5 before them.
+        assert_eq!(service.position(failed, 7), Some(16), "backup {node}");
     }
     // Adopting it again (a retried recovery) keeps the zone and its backups.
     let again = cluster
         .replicator
-        .adopt_zone(failed, 7, &[b0, b1], &[(cid(1), cid(20))], 20, 600)
+        .adopt_zone(failed, 7, &[b0, b1], &[(cid(1), cid(20))], restored)
         .expect("adopt again");
     assert_eq!(again.zone, adoption.zone);
     assert_eq!(again.backups, adoption.backups);

@@ -168,8 +168,15 @@ fn the_restarted_peer_taking_ids_before_ranges_is_found() {
 /// forever; 1036, its restarted peer did not reload the other creators' ranges after the
 /// take-back; 1398, a read error at one backup while the other's disk failed lost a zone
 /// (two disk faults in a zone of R = 2: the scenario no longer draws both).
+/// 5833 (`async`): a surviving backup that had received less of the zone than its
+/// restorer was kept, and the zone's next recovery from it lost a create (while a
+/// backup the first restorer had copied the zone to held it, which came back at the
+/// third recovery): fixed by zone positions (`myriad_replication::wire`, "Zone
+/// positions"; a restorer keeps only backups at its own position, an added backup is
+/// reset before its copy; `zone_positions_follow_the_history_and_a_reset_empties_the_zone`
+/// in the replication tests, `same_history` in the node's recovery).
 /// These were found before migrations were in the workload: they replay without them.
-const KEPT_SEEDS: &[u64] = &[1069, 276, 1270, 219, 1036, 1398];
+const KEPT_SEEDS: &[u64] = &[1069, 276, 1270, 219, 1036, 1398, 5833];
 
 /// Seeds kept from runs with migrations (the default since they pass). 252: a backup
 /// added to a zone whose copy never completed (a chunk locked by a migration outlived the
@@ -182,8 +189,26 @@ const KEPT_SEEDS: &[u64] = &[1069, 276, 1270, 219, 1036, 1398];
 /// production leader asks again until its backup wait ends (the simulator's own bug).
 /// 345 and 3932: the simulator's master stopped resending once the run had gone quiet,
 /// and a message lost after that (a migration's removal) was never sent again (the
-/// simulator's own bug).
-const KEPT_MIGRATION_SEEDS: &[u64] = &[252, 345, 618, 3932];
+/// simulator's own bug). 5694: the `async` divergence of 5833 with migrations.
+const KEPT_MIGRATION_SEEDS: &[u64] = &[252, 345, 618, 3932, 5694];
+
+/// The divergence seeds fail with the restorer's comparison of positions switched off
+/// (so the kept seeds do test it).
+#[test]
+fn diverged_survivors_kept_fail_the_kept_seeds() {
+    let bug = |migrations| SimConfig {
+        migrations,
+        bug: Some(Bug::KeepDivergedSurvivors),
+        ..SimConfig::default()
+    };
+    for (seed, migrations) in [(5833, false), (5694, true)] {
+        let run = sim::run(seed, &bug(migrations));
+        assert!(
+            run.failure.is_some(),
+            "seed {seed} passes with diverged survivors kept"
+        );
+    }
+}
 
 #[test]
 fn kept_seeds_pass() {

@@ -97,6 +97,10 @@ impl PeerDispatch {
             handlers.restrict(myriad_replication::wire::REPLICATE, move |from| {
                 membership.get().is_none_or(|m| m.is_not_client(from))
             })?;
+            let membership = Arc::clone(&self.membership);
+            handlers.restrict(myriad_replication::wire::ZONE_POSITION, move |from| {
+                membership.get().is_none_or(|m| m.is_not_client(from))
+            })?;
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use myriad_types::{ChunkId, NodeId};
 
-use super::zones::{Registration, Resync, ZoneState};
+use super::zones::{Registration, ZoneState};
 use super::{Inner, State};
 use crate::ReplicaError;
 
@@ -40,6 +40,18 @@ pub struct Adoption {
     pub added: Vec<NodeId>,
 }
 
+/// What a restorer holds of a zone it adopts ([`Replicator::adopt_zone`](super::Replicator::adopt_zone)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Restored {
+    /// Chunks restored.
+    pub chunks: u64,
+    /// Their payload bytes.
+    pub bytes: u64,
+    /// The zone's position (see [`crate::wire`]'s "Zone positions") that the restored
+    /// chunks reflect: the adopter numbers the zone's changes on from it.
+    pub position: u64,
+}
+
 impl Inner {
     pub(super) fn adopt(
         self: &Arc<Self>,
@@ -47,9 +59,13 @@ impl Inner {
         zone: u32,
         old_backups: &[NodeId],
         ranges: &[(ChunkId, ChunkId)],
-        chunks: u64,
-        bytes: u64,
+        content: Restored,
     ) -> Result<Adoption, ReplicaError> {
+        let Restored {
+            chunks,
+            bytes,
+            position,
+        } = content;
         if self.shutdown.load(Ordering::Acquire) {
             return Err(ReplicaError::Shutdown);
         }
@@ -167,15 +183,15 @@ impl Inner {
                 backups: backups.clone(),
                 registration: Registration::Done,
                 registration_serial: 0,
-                resyncs: added
-                    .iter()
-                    .map(|&target| Resync {
-                        target,
-                        dirty: HashSet::new(),
-                    })
-                    .collect(),
+                resyncs: Vec::new(),
+                position,
             },
         );
+        // Each added backup starts the zone empty, at its current position, before any
+        // change of it reaches that backup.
+        for &target in &added {
+            self.start_copy(&mut state, local.0, target);
+        }
         self.progress.notify_all();
         Ok(Adoption {
             zone: local.0,

@@ -96,10 +96,7 @@ impl Inner {
             z.backups = new.clone();
             z.resyncs.retain(|r| Some(r.target) != failed);
             for &target in &added {
-                z.resyncs.push(Resync {
-                    target,
-                    dirty: HashSet::new(),
-                });
+                self.start_copy(&mut state, zone, target);
             }
             self.start_registration(&mut state, zone);
             changes.push(ZoneReplacement {
@@ -166,9 +163,12 @@ impl Inner {
                 // Replaced meanwhile, or another copy to it runs.
                 return;
             }
+            // The backup holds the zone from the earlier attempt's reset on: this copy
+            // completes it.
             z.resyncs.push(Resync {
                 target: backup,
                 dirty: HashSet::new(),
+                reset: None,
             });
             tracing::info!(zone, %backup, attempt, "re-replication tried again");
         }
@@ -215,9 +215,17 @@ impl Inner {
     }
 
     pub(super) fn resync_inner(self: &Arc<Self>, zone: u32, backup: NodeId) -> Result<u64, String> {
-        let ranges = self.state.lock().tree.ranges_of(ZoneId(zone));
+        let (ranges, mut last_target) = {
+            let state = self.state.lock();
+            let reset = state.zones.get(&zone).and_then(|z| {
+                z.resyncs
+                    .iter()
+                    .find(|r| r.target == backup)
+                    .and_then(|r| r.reset)
+            });
+            (state.tree.ranges_of(ZoneId(zone)), reset)
+        };
         let mut copied = 0u64;
-        let mut last_target: Option<Target> = None;
         // Chunks locked when their slice was read (a client's chunk lock, a writer).
         let mut busy: Vec<ChunkId> = Vec::new();
         for (first, last) in ranges {
@@ -328,6 +336,8 @@ impl Inner {
                 zone: log_zone,
                 cid: cid.raw(),
                 data,
+                // A copy's put is no step of the zone's history.
+                seq: 0,
             };
             last_target = Some(self.push_op(&mut state, backup, op, true, now));
             copied += 1;

@@ -238,11 +238,13 @@ impl Inner {
                     zone: log_zone,
                     cid: cid.raw(),
                     data: Bytes::copy_from_slice(data),
+                    seq: 0,
                 },
                 None => Op::Remove {
                     owner,
                     zone: log_zone,
                     cid: cid.raw(),
+                    seq: 0,
                 },
             };
             if waits {
@@ -255,6 +257,11 @@ impl Inner {
             for resync in &mut z.resyncs {
                 resync.dirty.insert(cid.raw());
             }
+            // The zone's next position, in the same hold that queues the change on every
+            // backup of the zone (so each backup sees the positions in order).
+            z.position += 1;
+            let mut op = op;
+            op.set_seq(z.position);
             let backups = z.backups.clone();
             let now = Instant::now();
             for &backup in &backups {

@@ -11,10 +11,12 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use myriad_placement::PlacementError;
 use myriad_types::NodeId;
 
+use super::stream::Target;
 use super::{Inner, State};
 use crate::wire::Op;
 
@@ -29,6 +31,9 @@ pub(super) enum Registration {
 pub(super) struct Resync {
     pub(super) target: NodeId,
     pub(super) dirty: HashSet<u64>,
+    /// The stream position of the copy's reset ([`Op::Reset`]), for a copy to a backup
+    /// added to the zone (a retried copy has none).
+    pub(super) reset: Option<Target>,
 }
 
 #[derive(Debug)]
@@ -40,6 +45,8 @@ pub(super) struct ZoneState {
     /// Bumped on every new registration, so a late answer to an old one is ignored.
     pub(super) registration_serial: u64,
     pub(super) resyncs: Vec<Resync>,
+    /// The position of the zone's last change (see [`crate::wire`]'s "Zone positions").
+    pub(super) position: u64,
 }
 
 /// A zone as its operations name it: `(None, zone)` for an own zone, `(Some(owner), zone)`
@@ -62,6 +69,31 @@ impl ZoneState {
 }
 
 impl Inner {
+    /// Starts a copy of `zone` to `target`, a backup just added to it: queues the reset
+    /// that empties the zone there at its current position (ahead of every later change
+    /// of the zone on that stream) and records the running copy. Under the state lock, in
+    /// the same hold that added `target` to the zone's backups.
+    pub(super) fn start_copy(&self, state: &mut State, zone: u32, target: NodeId) {
+        let Some(z) = state.zones.get(&zone) else {
+            return;
+        };
+        let (owner, log_zone) = z.key(zone);
+        let reset = Op::Reset {
+            owner,
+            zone: log_zone,
+            seq: z.position,
+        };
+        let at = self.push_op(state, target, reset, true, Instant::now());
+        if let Some(z) = state.zones.get_mut(&zone) {
+            z.resyncs.retain(|r| r.target != target);
+            z.resyncs.push(Resync {
+                target,
+                dirty: HashSet::new(),
+                reset: Some(at),
+            });
+        }
+    }
+
     /// Starts (or restarts) the registration of `zone`'s current backups.
     pub(super) fn start_registration(self: &Arc<Self>, state: &mut State, zone: u32) {
         let Some(z) = state.zones.get_mut(&zone) else {
@@ -118,6 +150,7 @@ impl Inner {
                 },
                 registration_serial: 0,
                 resyncs: Vec::new(),
+                position: 0,
             },
         );
         if !no_backups_wanted {

@@ -1,6 +1,6 @@
 //! `myriad-simulate`: runs the deterministic cluster simulation over many seeds.
 //!
-//! Job: `myriad-simulate --seeds N [--first F] [--seed S] [--bug no-freeze|ids-before-ranges]
+//! Job: `myriad-simulate --seeds N [--first F] [--seed S] [--bug no-freeze|ids-before-ranges|keep-diverged]
 //! [--durability async|replicated|durable] [--no-migrations] [--trace]` runs seeds `F..F+N` (or the one
 //! seed `S`, printing its whole trace with `--trace`), prints a summary line per 100 seeds
 //! and, for the first failing seed, its failure, the command that replays it and the last
@@ -56,6 +56,7 @@ fn parse() -> Result<Args, String> {
                 args.config.bug = Some(match it.next().as_deref() {
                     Some("no-freeze") => Bug::NoRecoveryFreeze,
                     Some("ids-before-ranges") => Bug::IdsBeforeRanges,
+                    Some("keep-diverged") => Bug::KeepDivergedSurvivors,
                     other => return Err(format!("unknown bug {other:?}")),
                 })
             }
@@ -77,6 +78,7 @@ fn replay_command(run: &SimRun, config: &SimConfig) -> String {
     let bug = match config.bug {
         Some(Bug::NoRecoveryFreeze) => " --bug no-freeze",
         Some(Bug::IdsBeforeRanges) => " --bug ids-before-ranges",
+        Some(Bug::KeepDivergedSurvivors) => " --bug keep-diverged",
         None => "",
     };
     let durability = match config.durability {

@@ -60,6 +60,12 @@ pub enum Bug {
     /// A restarted peer takes its earlier IDs back before the ranges its restorers took
     /// over (commit a43e2b1): a window of false `NotFound` answers.
     IdsBeforeRanges,
+    /// A restorer keeps every surviving backup whatever history of the zone it holds (the
+    /// code before zone positions): an `async` change only some backups had comes back,
+    /// or one the restorer had is lost, at the zone's next recovery (seeds 5833, 5694).
+    /// The simulator's call of the production decision is switched, and its master
+    /// sends no reset ahead of a copy.
+    KeepDivergedSurvivors,
 }
 
 /// The durability level of a run's changes.

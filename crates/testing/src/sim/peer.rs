@@ -70,6 +70,8 @@ pub struct SimZone {
     pub backups: Vec<NodeId>,
     /// The CIDs it covers, as `(creator, first, last)` local ID ranges.
     pub ranges: Vec<(NodeId, u64, u64)>,
+    /// The position of its last change (production `ZoneState::position`).
+    pub position: u64,
 }
 
 impl SimZone {
@@ -128,10 +130,14 @@ impl Master {
 
     /// Appends `op` to the streams of `zone`'s backups; what a reply depending on it
     /// waits for: `(backup, seq)` pairs.
-    pub fn record(&mut self, zone: usize, op: Op) -> Vec<Need> {
-        let Some(backups) = self.zones.get(zone).map(|z| z.backups.clone()) else {
+    pub fn record(&mut self, zone: usize, mut op: Op) -> Vec<Need> {
+        let Some(z) = self.zones.get_mut(zone) else {
             return Vec::new();
         };
+        // The zone's next position (production `submit`).
+        z.position += 1;
+        op.set_seq(z.position);
+        let backups = z.backups.clone();
         backups
             .into_iter()
             .map(|backup| {
@@ -444,6 +450,7 @@ impl SimPeer {
                     zone,
                     backups,
                     ranges: vec![(self.id, lid_base, myriad_types::LOCAL_ID_MAX)],
+                    position: 0,
                 }],
                 streams: BTreeMap::new(),
                 waiting: Vec::new(),

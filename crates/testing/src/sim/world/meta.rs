@@ -57,6 +57,7 @@ fn read_copy(
                         zone: zone.zone,
                         cid: cid.raw(),
                         data: Bytes::copy_from_slice(data),
+                        seq: 0,
                     });
                     true
                 }),
@@ -369,6 +370,19 @@ impl World {
         });
         let (ops, locked) = read_copy(&parts.service, &zone, me, ranges);
         let count = ops.len();
+        // Each added backup starts the zone empty at its current position (production
+        // `start_copy`), before any later change of the zone on its stream.
+        let reset = Op::Reset {
+            owner: (zone.owner != me).then_some(zone.owner),
+            zone: zone.zone,
+            seq: zone.position,
+        };
+        // (Not with the re-introduced bug: the code before zone positions.)
+        if self.config.bug != Some(Bug::KeepDivergedSurvivors) {
+            for &backup in added {
+                parts.master.open_stream(backup).log.push(reset.clone());
+            }
+        }
         queue_copy(&mut parts.master, &zone, added, &ops, locked.is_empty());
         self.log(format!(
             "{me} copies zone {}/{} ({count} chunks, {} locked: read again later) to its added backups {added:?}",
@@ -644,6 +658,7 @@ impl World {
         let service = Arc::clone(&self.peers[index].parts.as_ref().ok_or("down")?.service);
         let (owner, zone) = (request.owner, request.zone);
         let filling = request.filling.clone();
+        let request_key = (owner, zone, request.holder.unwrap_or(owner));
         let mut restored = self.read_zone(index, request, read_fails)?;
         if let Some(error) = &restored.first_error {
             return Err(format!(
@@ -660,12 +675,15 @@ impl World {
             .zone(owner, zone)
             .map(<[NodeId]>::to_vec)
             .unwrap_or_default();
-        let kept: Vec<NodeId> = old
+        let survivors: Vec<NodeId> = old
             .into_iter()
             .filter(|&b| {
                 b != owner && b != restorer && !filling.contains(&b) && self.alive_in_meta(b)
             })
             .collect();
+        // Only backups holding the zone's history up to the restorer's position survive
+        // (production `same_history`: each is asked, and seals the zone against its writer).
+        let (kept, position) = self.same_history(&request_key, survivors, restored.position);
         let candidates = self.candidates(&[owner, restorer]);
         let parts = self.peers[index].parts.as_mut().ok_or("down")?;
         let backups = parts
@@ -700,6 +718,7 @@ impl World {
                 .iter()
                 .map(|r| (r.creator, r.first, r.last))
                 .collect(),
+            position,
         });
         let z = parts.master.zones.len() - 1;
         // Take-over: at once in the restorer's view, then committed, then settled.
@@ -723,6 +742,50 @@ impl World {
             self.copy_zone(index, z, &added);
         }
         Ok(())
+    }
+
+    /// The surviving backups whose position of zone `(owner, zone)` (written by `writer`)
+    /// equals the restorer's `own`, and the position the adopter numbers on from
+    /// (production `myriad_node::recovery::same_history`): each is asked through the
+    /// production [`myriad_replication::BackupService::seal_and_position`]; a peer that is
+    /// down or stalled gives no answer and is no survivor.
+    fn same_history(
+        &mut self,
+        &(owner, zone, writer): &(NodeId, u32, NodeId),
+        survivors: Vec<NodeId>,
+        own: Option<u64>,
+    ) -> (Vec<NodeId>, u64) {
+        let answers: Vec<(NodeId, Option<u64>)> = survivors
+            .iter()
+            .map(|&b| {
+                let answer = match self.peer_index(b) {
+                    Some(i) if !self.stalled(b) => self.peers[i]
+                        .parts
+                        .as_ref()
+                        .and_then(|p| p.backup.seal_and_position(owner, zone, writer)),
+                    _ => None,
+                };
+                (b, answer)
+            })
+            .collect();
+        if self.config.bug == Some(Bug::KeepDivergedSurvivors) {
+            let kept: Vec<NodeId> = answers.iter().map(|(b, _)| *b).collect();
+            return (kept, own.unwrap_or(0));
+        }
+        let (kept, position) = myriad_node::recovery::surviving(own, &answers);
+        if own.is_none() {
+            self.log(format!(
+                "zone {owner}/{zone}: the restorer knows no position; every survivor kept"
+            ));
+        }
+        for (b, answer) in answers {
+            if !kept.contains(&b) {
+                self.log(format!(
+                    "zone {owner}/{zone}: backup {b} is at position {answer:?}, the restorer at {position}: no survivor"
+                ));
+            }
+        }
+        (kept, position)
     }
 
     /// The leader's last step for failed peers without zones left: what still routes to

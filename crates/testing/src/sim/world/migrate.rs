@@ -165,6 +165,7 @@ impl World {
                 owner: (zone.owner != migration.source).then_some(zone.owner),
                 zone: zone.zone,
                 cid: cid.raw(),
+                seq: 0,
             };
             parts.master.record(z, op);
             self.push_stream(index, false);

@@ -57,11 +57,13 @@ impl World {
                     zone: zone.zone,
                     cid: cid.raw(),
                     data,
+                    seq: 0,
                 },
                 None => Op::Remove {
                     owner,
                     zone: zone.zone,
                     cid: cid.raw(),
+                    seq: 0,
                 },
             };
             needs.extend(master.record(z, op));
