@@ -262,15 +262,34 @@ impl World {
             return false;
         }
         self.net.fence(peer);
-        // The `NodeFailed` event reaches every live peer (at once here): its backup side
-        // seals the failed peer's zones (`BackupService::seal_owner`), its masters
-        // replace it.
+        // The `NodeFailed` event reaches every live peer, each after its own delay (at
+        // once for about a third): its backup side seals the failed peer's zones
+        // (`BackupService::seal_owner`); meanwhile a message of the failed peer it had
+        // accepted may still be applied there. (Its masters replace the failed peer at
+        // once here.)
         let zones_end = self.meta.bases(peer).zones_end;
-        for other in &self.peers {
-            if let Some(parts) = other.parts.as_ref() {
-                if other.id != peer {
+        for index in 0..self.peers.len() {
+            let other = &self.peers[index];
+            if other.id == peer || other.parts.is_none() {
+                continue;
+            }
+            let delay = if self.event_rng.chance(333) {
+                0
+            } else {
+                self.event_rng.between(100, 4_000)
+            };
+            let arrives = Event::NodeFailedArrives {
+                peer: other.id,
+                incarnation: other.incarnation,
+                failed: peer,
+                zones_end,
+            };
+            if delay == 0 {
+                if let Some(parts) = other.parts.as_ref() {
                     parts.backup.seal_owner(peer, zones_end);
                 }
+            } else {
+                self.queue.after(delay, arrives);
             }
         }
         self.backups_gone(peer);

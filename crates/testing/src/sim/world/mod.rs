@@ -142,6 +142,14 @@ enum Event {
         peer: NodeId,
         fail: bool,
     },
+    /// The `NodeFailed` event of `failed` reaches `peer` (its incarnation `incarnation`):
+    /// its backup side seals the failed peer's zones.
+    NodeFailedArrives {
+        peer: NodeId,
+        incarnation: u32,
+        failed: NodeId,
+        zones_end: u32,
+    },
     /// Re-replication reads again the chunks of zone `zone` (an index into the master's
     /// zones) that were locked when it was copied, as the production copy does.
     CopyLocked {
@@ -187,6 +195,9 @@ pub struct World {
     config: SimConfig,
     scenario: Scenario,
     rng: SimRng,
+    /// Draws for the delivery of events to peers: a stream of its own, so that adding
+    /// these draws left every other draw of a seed (and the kept seeds' runs) as it was.
+    event_rng: SimRng,
     queue: Queue<Event>,
     net: SimNet,
     peers: Vec<SimPeer>,
@@ -245,6 +256,7 @@ impl World {
             config,
             scenario,
             rng,
+            event_rng: SimRng::new(seed ^ 0x6576_656e_7473_2121),
             queue: Queue::default(),
             net,
             peers,
@@ -387,6 +399,22 @@ impl World {
                 cids,
                 tries,
             } => self.copy_locked(peer, incarnation, zone, backups, cids, tries),
+            Event::NodeFailedArrives {
+                peer,
+                incarnation,
+                failed,
+                zones_end,
+            } => {
+                if let Some(index) = self.peer_index(peer) {
+                    let target = &self.peers[index];
+                    if let (Some(parts), true) =
+                        (target.parts.as_ref(), target.incarnation == incarnation)
+                    {
+                        parts.backup.seal_owner(failed, zones_end);
+                        self.log(format!("NodeFailed of {failed} reaches {peer}"));
+                    }
+                }
+            }
             Event::FailSync { peer, fail } => {
                 self.log(format!(
                     "disk of {peer}: syncs {}",
