@@ -486,3 +486,63 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
         "only {zones} zones checked after the deletions"
     );
 }
+
+/// A zone none of whose backups ever received a change (the owner's `async` creates were
+/// all dropped on the way, then it crashed) holds nothing anywhere: every backup answers
+/// `NotHeld` and the leader removes the zone at once as restored empty, instead of asking
+/// again until its backup wait ends and reporting the zone lost.
+#[test]
+fn a_zone_no_backup_ever_received_is_removed_at_once_as_empty() {
+    let mut cluster = start();
+    let victim_index = 2;
+    let victim = cluster.peer(victim_index).node_id();
+    for peer in cluster.live_peers().filter(|peer| peer.node_id() != victim) {
+        peer.membership()
+            .net()
+            .set_fault(victim, myriad_net::Fault::DropIncoming);
+    }
+    let client = client_asking(&cluster, DURABILITY_ASYNC);
+    let data: Vec<Bytes> = (0..5).map(|i| payload(i, 64)).collect();
+    let cids = client
+        .blocking()
+        .chunks()
+        .create_with_data(victim, data)
+        .unwrap();
+    assert_eq!(cids.len(), 5);
+    let admin = cluster.client();
+    let zones = admin.blocking().zones(victim).unwrap();
+    assert!(!zones.is_empty(), "the async creates registered a zone");
+    cluster.kill_peer(victim_index);
+    cluster.wait_until(
+        Duration::from_secs(30),
+        "the victim's zones are finished",
+        || {
+            admin.blocking().recovery_status().is_ok_and(|status| {
+                let mine: Vec<_> = status.zones.iter().filter(|z| z.owner == victim).collect();
+                !mine.is_empty()
+                    && mine.iter().all(|z| {
+                        matches!(
+                            z.state,
+                            myriad_proto::recovery::RecoveryState::Done
+                                | myriad_proto::recovery::RecoveryState::Lost
+                        )
+                    })
+            })
+        },
+    );
+    let status = admin.blocking().recovery_status().unwrap();
+    for zone in status.zones.iter().filter(|z| z.owner == victim) {
+        assert_eq!(
+            zone.state,
+            myriad_proto::recovery::RecoveryState::Done,
+            "zone {}: {zone:?}",
+            zone.zone
+        );
+        assert_eq!(zone.chunks, 0);
+        assert!(zone.detail.contains("no backup ever received"), "{zone:?}");
+    }
+    assert!(
+        admin.blocking().zones(victim).unwrap().is_empty(),
+        "the zones left the table"
+    );
+}

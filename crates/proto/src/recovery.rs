@@ -75,6 +75,9 @@ pub enum RecoverReply {
     },
     /// Nothing (or not everything) was taken over, for this reason.
     Failed(String),
+    /// This backup never received anything of the zone (no log of it here): there is
+    /// nothing it could restore, on this request or a later one.
+    NotHeld,
 }
 
 /// Where one zone's recovery stands.
@@ -246,7 +249,8 @@ impl CidRange {
 
 impl RecoverReply {
     /// The reply's bytes: tag 0, chunks, bytes, ms (varints), range count (varint), each
-    /// range as creator (u16 LE), first (varint), last − first (varint); or tag 1 + reason.
+    /// range as creator (u16 LE), first (varint), last − first (varint); or tag 1 + reason;
+    /// or tag 2 (not held).
     pub fn encode(&self) -> Bytes {
         let mut encoder = Encoder::new();
         match self {
@@ -268,6 +272,9 @@ impl RecoverReply {
             }
             RecoverReply::Failed(reason) => {
                 encoder.put_u8(1).put_str(reason);
+            }
+            RecoverReply::NotHeld => {
+                encoder.put_u8(2);
             }
         }
         encoder.finish()
@@ -294,6 +301,7 @@ impl RecoverReply {
                 }
             }
             1 => RecoverReply::Failed(decoder.get_str("failure reason", usize::MAX)?.to_owned()),
+            2 => RecoverReply::NotHeld,
             tag => {
                 return Err(ProtoError::UnknownTag {
                     what: "recover reply",
@@ -546,6 +554,7 @@ mod tests {
             for reply in [
                 RecoverReply::Recovered { chunks, bytes, ms, ranges: ranges.clone() },
                 RecoverReply::Failed(reason.clone()),
+                RecoverReply::NotHeld,
             ] {
                 prop_assert_eq!(RecoverReply::decode(reply.encode()), Ok(reply));
             }

@@ -393,6 +393,12 @@ impl BackupService {
         self.read_zone(owner, zone, true, sink)
     }
 
+    /// Whether this backup holds a log of `owner`'s zone `zone` (it received something of
+    /// it, and it was not removed since).
+    pub fn holds_zone(&self, owner: NodeId, zone: u32) -> bool {
+        log_zone(owner, zone).is_ok_and(|id| self.inner.engine.zones().contains(&id))
+    }
+
     /// How many copies of a zone to this backup started here so far (resets applied:
     /// the backup was added to a zone, by a replacement or an adoption).
     pub fn resets(&self) -> u64 {

@@ -25,6 +25,11 @@
 //! may not be back yet. Rounds over the backups repeat every [`RETRY_PAUSE`] until one
 //! restores the zone; if none did within the wait, the zone is **lost**: logged as an
 //! error, shown as `Lost` in the status, and removed from the table. Its chunks are gone.
+//! A round in which every backup was alive and answered [`RecoverReply::NotHeld`] (none
+//! ever received a change of the zone: its owner failed before anything reached them,
+//! so only `async` changes can have been lost) ends the recovery at once: the zone is
+//! removed as restored empty (`Done`, 0 chunks) instead of being asked about until the
+//! wait ends.
 //!
 //! Once no zone *held by* a failed peer is left ([`myriad_meta::MetaState::zones_held_by`]:
 //! its zones adopted by others do not count), the CIDs that still route to it (its own CIDs
@@ -307,8 +312,22 @@ async fn drive_zone(core: Arc<Core>, owner: NodeId, zone: u32, started: Instant)
             .iter()
             .any(|backup| *backup != owner && alive_peer(&core, *backup));
         if alive {
-            if let Some(restorer) = recover_zone(&core, owner, zone, backups.clone(), started).await
-            {
+            let outcome = recover_zone(&core, owner, zone, backups.clone(), started).await;
+            if outcome == Outcome::NotHeld {
+                // No live backup ever received a change of the zone: nothing can restore
+                // it, now or later (only `async` changes never sent can have been lost).
+                tracing::warn!(%owner, zone, ?backups, "no backup holds anything of the zone; removing it");
+                core.recoveries.update(owner, zone, |entry| {
+                    entry.state = RecoveryState::Done;
+                    entry.restorer = None;
+                    entry.chunks = 0;
+                    entry.finished = Some(started.elapsed());
+                    entry.detail = "no backup ever received a change of the zone".to_owned();
+                });
+                remove_zone(&core, owner, zone).await;
+                break;
+            }
+            if let Outcome::Restored(restorer) = outcome {
                 // The restorer adopted the zone (`ZoneAdopt`, before its reply): held by a
                 // live peer, it is finished. A restorer without replication removed it
                 // instead, or left that to this leader. An adopted zone whose new holder
@@ -394,14 +413,26 @@ fn alive_peer(core: &Core, node: NodeId) -> bool {
     })
 }
 
-/// Asks the zone's backups in order until one restores it; the restorer, if any.
+/// How one round over a zone's backups ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// This backup restored the zone.
+    Restored(NodeId),
+    /// Every backup asked (at least one, all alive ones) answered that it never received
+    /// anything of the zone.
+    NotHeld,
+    /// None restored it.
+    Failed,
+}
+
+/// Asks the zone's backups in order until one restores it.
 async fn recover_zone(
     core: &Arc<Core>,
     failed: NodeId,
     zone: u32,
     backups: Vec<NodeId>,
     started: Instant,
-) -> Option<NodeId> {
+) -> Outcome {
     // An adopted zone whose holder failed: the restorer fences the holder too.
     let holder = core
         .raft()
@@ -423,6 +454,7 @@ async fn recover_zone(
     }
     .encode();
     let mut reasons: Vec<String> = Vec::new();
+    let (mut asked, mut not_held) = (0usize, 0usize);
     for backup in complete.into_iter().chain(partial) {
         if filling.contains(&backup) && alive_peer(core, backup) {
             tracing::warn!(%failed, zone, %backup, "no complete backup restored the zone; trying one whose copy was still being filled (chunks may be missing)");
@@ -436,6 +468,7 @@ async fn recover_zone(
             entry.restorer = Some(backup);
         });
         core.sync_address(backup);
+        asked += 1;
         let mut failures = core.recoveries.failures.subscribe();
         let backup_failed = async {
             while alive_peer(core, backup) {
@@ -479,7 +512,12 @@ async fn recover_zone(
                     entry.chunks = chunks;
                     entry.finished = Some(total);
                 });
-                return Some(backup);
+                return Outcome::Restored(backup);
+            }
+            Ok(RecoverReply::NotHeld) => {
+                tracing::info!(%failed, zone, %backup, "this backup never received anything of the zone");
+                not_held += 1;
+                reasons.push(format!("{backup}: holds nothing of the zone"));
             }
             Ok(RecoverReply::Failed(reason)) | Err(reason) => {
                 tracing::warn!(%failed, zone, %backup, %reason, "zone recovery failed on this backup");
@@ -490,13 +528,16 @@ async fn recover_zone(
             }
         }
     }
+    if asked > 0 && not_held == asked && reasons.len() == asked {
+        return Outcome::NotHeld;
+    }
     tracing::error!(%failed, zone, ?reasons, "no backup could recover the zone");
     core.recoveries.update(failed, zone, |entry| {
         entry.state = RecoveryState::Failed;
         entry.finished = Some(started.elapsed());
         entry.detail = reasons.join("; ");
     });
-    None
+    Outcome::Failed
 }
 
 /// Hands every CID range still routed to `failed` (of its own IDs only those below its

@@ -565,8 +565,9 @@ impl World {
         let now = self.now();
         let since = *self.recovery_failing.entry((owner, zone)).or_insert(now);
         // A backup that never heard of the zone (nothing was ever written to it) will not
-        // know it on the next round either: such a zone is lost at once, as it was
-        // before the rounds were modelled.
+        // know it on the next round either: such a zone is removed at once (production:
+        // every backup answers `RecoverReply::NotHeld` and the leader removes the zone as
+        // restored empty).
         let transient = reasons
             .iter()
             .any(|reason| !reason.contains("unknown zone"));
