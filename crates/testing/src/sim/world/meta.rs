@@ -127,10 +127,44 @@ impl World {
     /// The ownership event of `creator`'s IDs `first..=last` now at `owner`, applied by
     /// every live peer.
     fn owner_changed(&mut self, creator: NodeId, first: u64, last: u64, owner: NodeId) {
-        for peer in &self.peers {
-            if let Some(parts) = peer.parts.as_ref() {
-                parts.service.set_owner(creator, first, last, owner);
+        for index in 0..self.peers.len() {
+            let peer = &self.peers[index];
+            if peer.parts.is_none() {
+                continue;
             }
+            let event = Event::OwnerChangedArrives {
+                peer: peer.id,
+                incarnation: peer.incarnation,
+                creator,
+                first,
+                last,
+                owner,
+            };
+            self.send_event(event);
+        }
+    }
+
+    /// Delivers an event of the superpeers to `peer`: after a delay drawn from the event
+    /// stream (at once for about a third), never before an earlier event to the same peer.
+    fn send_event(&mut self, event: Event) {
+        let peer = match &event {
+            Event::OwnerChangedArrives { peer, .. } | Event::NodeFailedArrives { peer, .. } => {
+                *peer
+            }
+            _ => return,
+        };
+        let now = self.now();
+        let delay = if self.event_rng.chance(333) {
+            0
+        } else {
+            self.event_rng.between(100, 4_000)
+        };
+        let due = (now + delay).max(self.events_due.get(&peer).copied().unwrap_or(0));
+        if due <= now {
+            self.handle(event);
+        } else {
+            self.events_due.insert(peer, due);
+            self.queue.at(due, event);
         }
     }
 
@@ -273,24 +307,13 @@ impl World {
             if other.id == peer || other.parts.is_none() {
                 continue;
             }
-            let delay = if self.event_rng.chance(333) {
-                0
-            } else {
-                self.event_rng.between(100, 4_000)
-            };
             let arrives = Event::NodeFailedArrives {
                 peer: other.id,
                 incarnation: other.incarnation,
                 failed: peer,
                 zones_end,
             };
-            if delay == 0 {
-                if let Some(parts) = other.parts.as_ref() {
-                    parts.backup.seal_owner(peer, zones_end);
-                }
-            } else {
-                self.queue.after(delay, arrives);
-            }
+            self.send_event(arrives);
         }
         self.backups_gone(peer);
         self.recovery_scan();

@@ -142,6 +142,16 @@ enum Event {
         peer: NodeId,
         fail: bool,
     },
+    /// The `OwnerChanged` event of `creator`'s IDs `first..=last` (now at `owner`)
+    /// reaches `peer` (its incarnation `incarnation`).
+    OwnerChangedArrives {
+        peer: NodeId,
+        incarnation: u32,
+        creator: NodeId,
+        first: u64,
+        last: u64,
+        owner: NodeId,
+    },
     /// The `NodeFailed` event of `failed` reaches `peer` (its incarnation `incarnation`):
     /// its backup side seals the failed peer's zones.
     NodeFailedArrives {
@@ -198,6 +208,9 @@ pub struct World {
     /// Draws for the delivery of events to peers: a stream of its own, so that adding
     /// these draws left every other draw of a seed (and the kept seeds' runs) as it was.
     event_rng: SimRng,
+    /// Per peer, when its last event is due: a peer's events arrive in the order they
+    /// were sent (the superpeer's event stream to it is ordered).
+    events_due: BTreeMap<NodeId, Time>,
     queue: Queue<Event>,
     net: SimNet,
     peers: Vec<SimPeer>,
@@ -257,6 +270,7 @@ impl World {
             scenario,
             rng,
             event_rng: SimRng::new(seed ^ 0x6576_656e_7473_2121),
+            events_due: BTreeMap::new(),
             queue: Queue::default(),
             net,
             peers,
@@ -399,6 +413,26 @@ impl World {
                 cids,
                 tries,
             } => self.copy_locked(peer, incarnation, zone, backups, cids, tries),
+            Event::OwnerChangedArrives {
+                peer,
+                incarnation,
+                creator,
+                first,
+                last,
+                owner,
+            } => {
+                if let Some(index) = self.peer_index(peer) {
+                    let target = &self.peers[index];
+                    if let (Some(parts), true) =
+                        (target.parts.as_ref(), target.incarnation == incarnation)
+                    {
+                        parts.service.set_owner(creator, first, last, owner);
+                        self.log(format!(
+                            "OwnerChanged {creator}:{first}..={last} -> {owner} reaches {peer}"
+                        ));
+                    }
+                }
+            }
             Event::NodeFailedArrives {
                 peer,
                 incarnation,
