@@ -42,9 +42,9 @@
 //!   picks them again.
 //!
 //! # Known gaps
-//! - `async` writes the failed owner acknowledged but had not yet sent to the restorer
-//!   are lost (the `async` window), also when another backup had them: the restorer does
-//!   not pick the backup with the highest position.
+//! - `async` writes the failed owner acknowledged but had sent to no complete backup are
+//!   lost (the `async` window). (The leader has the complete backup with the highest
+//!   position restore the zone, so one that reached any of them survives.)
 //! - A restorer that restarted since it received the zone knows no position: it keeps
 //!   every surviving backup, as before positions existed (a full-cluster restart).
 //! - When the ownership commits fail after the adoption (three rounds), the recovery is

@@ -546,3 +546,93 @@ fn a_zone_no_backup_ever_received_is_removed_at_once_as_empty() {
         "the zones left the table"
     );
 }
+
+/// When the backups of a zone hold different prefixes of its history (`async` changes
+/// reached one backup and not the other), the leader asks their zone positions and has
+/// the one with the most restore the zone, whatever its place in the backup order: every
+/// `async` change that reached a backup survives its owner's crash.
+#[test]
+fn the_backup_with_the_most_of_a_zone_restores_it() {
+    let mut cluster = start();
+    let victim_index = 2;
+    let victim = cluster.peer(victim_index).node_id();
+    let client = client_asking(&cluster, DURABILITY_ASYNC);
+    let blocking = client.blocking();
+    let chunks = blocking.chunks();
+    let cids = chunks
+        .create_with_data(victim, (0..5).map(|i| payload(i, 64)).collect())
+        .unwrap();
+    cluster
+        .peer(victim_index)
+        .replicator()
+        .unwrap()
+        .wait_all(Durability::Durable)
+        .unwrap();
+    let admin = cluster.client();
+    let zone_of_chunks = cluster
+        .peer(victim_index)
+        .replicator()
+        .unwrap()
+        .zone_of(cids[0])
+        .expect("a zone");
+    let zones = admin.blocking().zones(victim).unwrap();
+    let (zone, backups) = zones
+        .iter()
+        .find(|(zone, _)| *zone == zone_of_chunks)
+        .cloned()
+        .expect("the zone in the table");
+    assert_eq!(backups.len(), 2, "{backups:?}");
+    let (first, second) = (backups[0], backups[1]);
+    let position = |node: NodeId| {
+        cluster
+            .live_peers()
+            .find(|peer| peer.node_id() == node)
+            .and_then(|peer| peer.backup_service().unwrap().position(victim, zone))
+    };
+    assert_eq!(position(first), Some(5));
+    assert_eq!(position(second), Some(5));
+    // The first backup in the order stops hearing from the owner; the second gets the
+    // new values.
+    cluster
+        .live_peers()
+        .find(|peer| peer.node_id() == first)
+        .unwrap()
+        .membership()
+        .net()
+        .set_fault(victim, myriad_net::Fault::DropIncoming);
+    let news: Vec<(ChunkId, Bytes)> = cids
+        .iter()
+        .map(|&cid| (cid, payload(cid.raw() + 100, 64)))
+        .collect();
+    for result in chunks.put_batch(&news) {
+        result.unwrap();
+    }
+    cluster.wait_until(
+        Duration::from_secs(5),
+        "the second backup applied the new values",
+        || position(second) == Some(10),
+    );
+    assert_eq!(position(first), Some(5));
+    cluster.kill_peer(victim_index);
+    cluster.wait_until(Duration::from_secs(30), "the zone is recovered", || {
+        admin.blocking().recovery_status().is_ok_and(|status| {
+            status.zones.iter().any(|z| {
+                z.owner == victim
+                    && z.zone == zone
+                    && z.state == myriad_proto::recovery::RecoveryState::Done
+            })
+        })
+    });
+    let status = admin.blocking().recovery_status().unwrap();
+    let line = status
+        .zones
+        .iter()
+        .find(|z| z.owner == victim && z.zone == zone)
+        .unwrap();
+    assert_eq!(line.restorer, Some(second), "{line:?}");
+    let reader = cluster.client();
+    let read = reader.blocking().chunks().get_batch(&cids);
+    for ((cid, want), got) in news.iter().zip(read) {
+        assert_eq!(got.expect("readable"), *want, "{cid}");
+    }
+}

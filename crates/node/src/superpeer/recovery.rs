@@ -79,6 +79,7 @@ use myriad_proto::recovery::{
     RecoverReply, RecoverRequest, RecoveryState, RecoveryStatusReply, ZoneRecovery,
 };
 use myriad_proto::types;
+use myriad_replication::wire;
 use myriad_types::NodeId;
 use parking_lot::Mutex;
 
@@ -413,6 +414,56 @@ fn alive_peer(core: &Core, node: NodeId) -> bool {
     })
 }
 
+/// How long the leader waits for a backup's zone position.
+const POSITION_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The complete backups of a zone ordered by their zone position, highest first (ties,
+/// and backups without an answer last, keep the zone's order): the one that received
+/// most of the failed writer's changes restores the zone, so an `async` change that
+/// reached any complete backup survives, and the others, at a lower position, are
+/// refilled by the restorer (`myriad_node::recovery::same_history`). Asking seals the
+/// zone at each backup against `writer` (it failed). With one backup there is nothing to
+/// order.
+async fn by_position(
+    core: &Arc<Core>,
+    owner: NodeId,
+    zone: u32,
+    writer: NodeId,
+    backups: Vec<NodeId>,
+) -> Vec<NodeId> {
+    if backups.len() < 2 {
+        return backups;
+    }
+    let question = wire::PositionRequest {
+        owner,
+        zone,
+        writer,
+    }
+    .encode();
+    let asks = backups.iter().map(|&backup| {
+        let question = question.clone();
+        async move {
+            if backup == owner || !alive_peer(core, backup) {
+                return (backup, None);
+            }
+            core.sync_address(backup);
+            let answer = core
+                .net
+                .request(backup, wire::ZONE_POSITION, question, POSITION_TIMEOUT)
+                .await
+                .ok()
+                .and_then(|reply| wire::PositionReply::decode(reply).ok())
+                .and_then(|reply| reply.0);
+            (backup, answer)
+        }
+    });
+    let mut answers = futures_util::future::join_all(asks).await;
+    // Stable: equal positions keep the zone's order; `None` sorts below every position.
+    answers.sort_by_key(|(_, position)| std::cmp::Reverse(*position));
+    tracing::debug!(%owner, zone, ?answers, "backups by zone position");
+    answers.into_iter().map(|(backup, _)| backup).collect()
+}
+
 /// How one round over a zone's backups ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Outcome {
@@ -446,6 +497,7 @@ async fn recover_zone(
         .unwrap_or_default();
     let (complete, partial): (Vec<NodeId>, Vec<NodeId>) =
         backups.into_iter().partition(|b| !filling.contains(b));
+    let complete = by_position(core, failed, zone, holder.unwrap_or(failed), complete).await;
     let request = RecoverRequest {
         owner: failed,
         zone,

@@ -531,6 +531,7 @@ impl World {
         let filling = self.meta.zone_filling(owner, zone).to_vec();
         let (complete, partial): (Vec<NodeId>, Vec<NodeId>) =
             backups.iter().partition(|b| !filling.contains(b));
+        let complete = self.by_position(owner, zone, holder.unwrap_or(owner), complete);
         let mut reasons = Vec::new();
         let mut stalled = false;
         for backup in complete.into_iter().chain(partial) {
@@ -785,6 +786,43 @@ impl World {
             self.copy_zone(index, z, &added);
         }
         Ok(())
+    }
+
+    /// The production leader's `by_position`: the complete backups ordered by their zone
+    /// position, highest first (ties and those without an answer keep the zone's order),
+    /// each asked through the production `BackupService::seal_and_position`; a peer down or
+    /// stalled gives no answer. (Not with the re-introduced bug: the order before.)
+    fn by_position(
+        &mut self,
+        owner: NodeId,
+        zone: u32,
+        writer: NodeId,
+        backups: Vec<NodeId>,
+    ) -> Vec<NodeId> {
+        if backups.len() < 2 || self.config.bug == Some(Bug::KeepDivergedSurvivors) {
+            return backups;
+        }
+        let mut answers: Vec<(NodeId, Option<u64>)> = backups
+            .iter()
+            .map(|&b| {
+                let answer = match self.peer_index(b) {
+                    Some(i) if b != owner && !self.stalled(b) && self.alive_in_meta(b) => self
+                        .peers[i]
+                        .parts
+                        .as_ref()
+                        .and_then(|p| p.backup.seal_and_position(owner, zone, writer)),
+                    _ => None,
+                };
+                (b, answer)
+            })
+            .collect();
+        answers.sort_by_key(|(_, position)| std::cmp::Reverse(*position));
+        if answers.windows(2).any(|w| w[0].1 != w[1].1) {
+            self.log(format!(
+                "zone {owner}/{zone}: backups by position {answers:?}"
+            ));
+        }
+        answers.into_iter().map(|(b, _)| b).collect()
     }
 
     /// The surviving backups whose position of zone `(owner, zone)` (written by `writer`)
