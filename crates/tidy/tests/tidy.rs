@@ -92,6 +92,7 @@ const DEPENDENCY_ARROWS: &[(&str, &str)] = &[
     ("myriad-testing", "myriad-node"),
     ("myriad-testing", "myriad-placement"),
     ("myriad-testing", "myriad-proto"),
+    ("myriad-testing", "myriad-raft"),
     ("myriad-testing", "myriad-replication"),
     ("myriad-testing", "myriad-types"),
 ];

@@ -52,6 +52,7 @@ fn parse() -> Result<Args, String> {
             "--trace" => args.trace = true,
             "--migrations" => args.config.migrations = true,
             "--no-migrations" => args.config.migrations = false,
+            "--no-raft" => args.config.raft = false,
             "--bug" => {
                 args.config.bug = Some(match it.next().as_deref() {
                     Some("no-freeze") => Bug::NoRecoveryFreeze,
@@ -92,8 +93,9 @@ fn replay_command(run: &SimRun, config: &SimConfig) -> String {
     } else {
         " --no-migrations"
     };
+    let raft = if config.raft { "" } else { " --no-raft" };
     format!(
-        "scripts/simulate --seed {}{bug}{durability}{migrations} --trace",
+        "scripts/simulate --seed {}{bug}{durability}{migrations}{raft} --trace",
         run.seed
     )
 }

@@ -94,6 +94,7 @@ pub fn final_checks(world: &mut World) {
         problems.push(format!("{error}; lost acknowledged writes: {lost:?}"));
     }
     problems.extend(world.consistency_problems());
+    problems.extend(world.superpeer_problems());
     if let Some(problem) = problems.into_iter().next() {
         world.record_failure(problem);
     }

@@ -21,16 +21,21 @@
 //! wire formats. Where production code is preempted by other threads at a point that
 //! matters, it marks an interleaving point ([`myriad_backup_log::interleave`]) and the
 //! simulator runs, at that point, what the seed says happens meanwhile. The superpeers'
-//! metadata is the production [`myriad_meta::MetaState`], fed the production commands;
-//! backups are placed by the production [`myriad_placement::Placement`]; a restorer reads
-//! with the production [`myriad_node::recovery::insert_recovered`].
+//! metadata is the production [`myriad_meta::MetaState`], fed the production commands
+//! through a real openraft group of three superpeers ([`raft`]: deterministic runtime,
+//! simulated RPC delays, a leader crashed or cut off and back); backups are placed by the
+//! production [`myriad_placement::Placement`]; a restorer reads with the production
+//! [`myriad_node::recovery::insert_recovered`] and chooses its surviving backups with the
+//! production [`myriad_node::recovery::surviving`].
 //! The simulator's own code stands in for the threads and sockets (the messaging layer),
-//! the master side of replication, and the superpeers' failure detection and Raft: see
-//! `docs/testing.md` for what is and is not simulated.
+//! the master side of replication, the superpeers' failure detection, and the Raft log
+//! and state machine stores (in memory): see `docs/testing.md` for what is and is not
+//! simulated.
 //!
 //! # Invariants
-//! - A run depends on its seed and [`SimConfig`] only: one [`rng::SimRng`], ordered maps,
-//!   simulated time. (The log engine's own background threads are slowed down to hour
+//! - A run depends on its seed and [`SimConfig`] only: [`rng::SimRng`] streams of the
+//!   seed, ordered maps, simulated time (the superpeer group's on a paused Tokio clock,
+//!   with a watch channel that wakes its waiters in order, `raft_rt`). (The log engine's own background threads are slowed down to hour
 //!   intervals and their work is forced at the simulator's steps: flushes, recovery.)
 //! - A run is bounded: a bounded number of client operations, bounded retries, and
 //!   [`SimConfig::time_limit`] of simulated time.
@@ -42,6 +47,8 @@
 mod check;
 pub mod net;
 mod peer;
+pub mod raft;
+mod raft_rt;
 pub mod rng;
 mod world;
 
@@ -118,6 +125,9 @@ pub struct SimConfig {
     pub migrations: bool,
     /// A re-introduced bug, or `None` for today's code.
     pub bug: Option<Bug>,
+    /// Whether metadata commands commit through the simulated openraft group of
+    /// superpeers (on by default; off with `--no-raft`: they apply at once).
+    pub raft: bool,
 }
 
 impl Default for SimConfig {
@@ -133,6 +143,7 @@ impl Default for SimConfig {
             time_limit: 30_000_000,
             durability: None,
             faults: true,
+            raft: true,
             migrations: true,
             bug: None,
         }
@@ -245,6 +256,8 @@ pub struct RunStats {
     pub crashes: u64,
     /// Chunks read back by recoveries.
     pub chunks_recovered: u64,
+    /// Superpeer faults (a superpeer crashed or cut off from the others).
+    pub superpeer_crashes: u64,
 }
 
 /// The result of one run.

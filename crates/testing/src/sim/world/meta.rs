@@ -106,7 +106,25 @@ impl World {
     /// Commits `command`: applies it to the metadata, logs it, sends the ownership events
     /// of an ownership change, and checks the metadata's invariants.
     pub(super) fn commit(&mut self, command: Command) -> Response {
-        let response = self.meta.apply(&command);
+        let response = match self.raft.as_mut() {
+            None => self.meta.apply(&command),
+            Some(group) => match group.commit(self.queue.now(), command.clone()) {
+                Ok((response, state)) => {
+                    self.meta = state;
+                    let elections = group.elections;
+                    let leader = group.current_leader();
+                    if elections != self.raft_elections_logged {
+                        self.raft_elections_logged = elections;
+                        self.log(format!("superpeer leader now {leader:?}"));
+                    }
+                    response
+                }
+                Err(e) => {
+                    self.fail(format!("superpeer group: {e}"));
+                    Response::Error(myriad_meta::MetaError::InvalidArgument(e))
+                }
+            },
+        };
         self.log(format!("META {command} -> {response:?}"));
         if let (
             Command::SetOwner {
@@ -122,6 +140,97 @@ impl World {
         }
         self.check_meta_invariants();
         response
+    }
+
+    /// Draws the superpeer group's faults from the event stream: in about two runs of
+    /// three the leader either crashes or is cut off from the other superpeers once
+    /// before the fault horizon, and 2-10 ms later it starts again over its log or is
+    /// reconnected (a quorum stays up: at most one of three is out).
+    pub(super) fn schedule_superpeer_faults(&mut self) {
+        if !self.config.faults || !self.event_rng.chance(667) {
+            return;
+        }
+        let at = self.event_rng.below(self.config.fault_horizon.max(1));
+        let back = at + self.event_rng.between(2_000, 10_000);
+        let fault = if self.event_rng.chance(500) {
+            Event::SuperpeerCrash { member: 0 }
+        } else {
+            Event::SuperpeerIsolate { member: 0 }
+        };
+        self.queue.at(at, fault);
+        self.queue.at(back, Event::SuperpeerRestart);
+    }
+
+    /// Cuts superpeer `member` (0: the leader now) off from the others.
+    pub(super) fn superpeer_isolate(&mut self, member: u64) {
+        let now = self.queue.now();
+        let Some(group) = self.raft.as_mut() else {
+            return;
+        };
+        group.catch_up(now);
+        let target = if member == 0 {
+            group.current_leader()
+        } else {
+            Some(member)
+        };
+        if let Some(target) = target {
+            if group.isolate(target) {
+                self.stats.superpeer_crashes += 1;
+                self.log(format!("superpeer {target} cut off from the others"));
+            }
+        }
+    }
+
+    /// Crashes superpeer `member` (0: the leader now).
+    pub(super) fn superpeer_crash(&mut self, member: u64) {
+        let now = self.queue.now();
+        let Some(group) = self.raft.as_mut() else {
+            return;
+        };
+        group.catch_up(now);
+        let target = if member == 0 {
+            group.current_leader()
+        } else {
+            Some(member)
+        };
+        if let Some(target) = target {
+            if group.crash(target) {
+                self.stats.superpeer_crashes += 1;
+                self.log(format!("CRASH superpeer {target}"));
+            }
+        }
+    }
+
+    /// Starts the crashed superpeers again over their logs.
+    pub(super) fn superpeer_restart(&mut self) {
+        let now = self.queue.now();
+        let Some(group) = self.raft.as_mut() else {
+            return;
+        };
+        group.catch_up(now);
+        group.heal();
+        for member in 1..=super::super::raft::MEMBERS {
+            if let Err(e) = group.restart(member) {
+                self.fail(format!("superpeer {member} did not restart: {e}"));
+                return;
+            }
+        }
+        self.log("superpeers restarted and reconnected".to_owned());
+    }
+
+    /// The superpeer group's members applied one log into one metadata, the world's.
+    pub(in crate::sim) fn superpeer_problems(&mut self) -> Vec<String> {
+        let Some(group) = self.raft.as_mut() else {
+            return Vec::new();
+        };
+        let mut problems = Vec::new();
+        if let Err(e) = group.restart_all_and_agree() {
+            problems.push(e);
+        } else if group.leader_state().as_ref() != Some(&self.meta) {
+            problems
+                .push("the superpeers' metadata differs from what the peers were told".to_owned());
+        }
+        problems
     }
 
     /// The ownership event of `creator`'s IDs `first..=last` now at `owner`, applied by

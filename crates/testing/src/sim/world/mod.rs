@@ -142,6 +142,18 @@ enum Event {
         peer: NodeId,
         fail: bool,
     },
+    /// Superpeer `member` of the group crashes (its log kept).
+    SuperpeerCrash {
+        /// Which member: 0 for the leader at that moment.
+        member: u64,
+    },
+    /// Superpeer `member` (0: the leader then) is cut off from the other superpeers.
+    SuperpeerIsolate {
+        /// Which member: 0 for the leader at that moment.
+        member: u64,
+    },
+    /// Crashed superpeers start again over their logs; cut-off ones are reconnected.
+    SuperpeerRestart,
     /// The `OwnerChanged` event of `creator`'s IDs `first..=last` (now at `owner`)
     /// reaches `peer` (its incarnation `incarnation`).
     OwnerChangedArrives {
@@ -202,6 +214,7 @@ struct Client {
 
 /// One simulation run.
 pub struct World {
+    seed: u64,
     config: SimConfig,
     scenario: Scenario,
     rng: SimRng,
@@ -211,6 +224,11 @@ pub struct World {
     /// Per peer, when its last event is due: a peer's events arrive in the order they
     /// were sent (the superpeer's event stream to it is ordered).
     events_due: BTreeMap<NodeId, Time>,
+    /// The superpeer group (openraft) every metadata command commits through; `None`
+    /// with [`SimConfig::raft`] off (commands then apply at once).
+    raft: Option<super::raft::SimRaft>,
+    /// Leader changes of the group already logged.
+    raft_elections_logged: u64,
     queue: Queue<Event>,
     net: SimNet,
     peers: Vec<SimPeer>,
@@ -266,11 +284,14 @@ impl World {
         let mut net = SimNet::default();
         net.faults = scenario.net;
         World {
+            seed,
             config,
             scenario,
             rng,
             event_rng: SimRng::new(seed ^ 0x6576_656e_7473_2121),
             events_due: BTreeMap::new(),
+            raft: None,
+            raft_elections_logged: 0,
             queue: Queue::default(),
             net,
             peers,
@@ -316,6 +337,16 @@ impl World {
 
     /// Runs the whole simulation: start, workload and faults, quiescence, final checks.
     pub fn run(&mut self) {
+        if self.config.raft {
+            match super::raft::SimRaft::new(self.seed) {
+                Ok(group) => self.raft = Some(group),
+                Err(e) => {
+                    self.fail(format!("the superpeer group did not form: {e}"));
+                    return;
+                }
+            }
+            self.schedule_superpeer_faults();
+        }
         let ids: Vec<NodeId> = self.peers.iter().map(|p| p.id).collect();
         for id in ids {
             if !self.join(id) {
@@ -413,6 +444,9 @@ impl World {
                 cids,
                 tries,
             } => self.copy_locked(peer, incarnation, zone, backups, cids, tries),
+            Event::SuperpeerCrash { member } => self.superpeer_crash(member),
+            Event::SuperpeerIsolate { member } => self.superpeer_isolate(member),
+            Event::SuperpeerRestart => self.superpeer_restart(),
             Event::OwnerChangedArrives {
                 peer,
                 incarnation,
