@@ -74,8 +74,11 @@ use crate::peer::ChunkService;
 
 /// Ownership commits in flight at once while a restorer takes its ranges over.
 const OWNER_COMMITS_IN_FLIGHT: usize = 64;
-/// How long a restorer waits for a surviving backup's zone position.
-const POSITION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a restorer waits for a surviving backup's zone position (a lookup in the
+/// backup's memory): one that does not answer in time is no surviving backup (placement
+/// may pick it again, and it is copied the zone), so a hung backup delays the adoption by
+/// this much at most.
+const POSITION_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(300);
 /// Rounds of ownership commits after an adoption (the zone is held here by then).
 const OWNER_COMMIT_ATTEMPTS: usize = 3;
 /// Pause between two rounds.

@@ -414,8 +414,10 @@ fn alive_peer(core: &Core, node: NodeId) -> bool {
     })
 }
 
-/// How long the leader waits for a backup's zone position.
-const POSITION_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long the leader waits for a backup's zone position (a lookup in the backup's
+/// memory; the backups are asked at once): one that does not answer in time goes last,
+/// so a hung backup delays the zone's recovery by this much at most.
+const POSITION_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// The complete backups of a zone ordered by their zone position, highest first (ties,
 /// and backups without an answer last, keep the zone's order): the one that received
