@@ -36,7 +36,7 @@ use myriad_client::ClientError;
 use myriad_launcher::NodeEntry;
 use myriad_proto::chunk::{ChunkReply, ChunkRequest, ItemError};
 use myriad_proto::meta::{MetaReply, MetaRequest};
-use myriad_proto::recovery::{RecoveryState, RecoveryStatusReply};
+use myriad_proto::recovery::{RecoveryState, RecoveryStatusReply, ZoneRecovery};
 use myriad_proto::types;
 use myriad_testing::history::{self, Action, Operation, Outcome};
 use myriad_testing::process::{self, wait_until, Cluster};
@@ -116,6 +116,15 @@ impl Setup {
 
     fn peer_id(&self, index: usize) -> NodeId {
         NodeId(self.peers[index].node_id)
+    }
+
+    /// The process ID of peer `node`.
+    fn peer_pid(&self, node: NodeId) -> u32 {
+        self.peers
+            .iter()
+            .find(|peer| peer.node_id == node.0)
+            .map(|peer| peer.pid)
+            .expect("a peer of this cluster")
     }
 
     fn recovery_status(&self, client: &Client) -> RecoveryStatusReply {
@@ -332,83 +341,129 @@ fn a_paused_peer_is_fenced_answers_not_owner_and_exits() {
     stale.shutdown();
 }
 
+/// The first backup of the victim's zone stops (still alive in the node table) right
+/// before the victim dies. The leader asks the backups their zone positions first; the
+/// stopped one does not answer in time and goes last, so the zone is restored by the
+/// other backup without waiting for the stopped one's failure verdict, and nothing is
+/// ever sent to it.
 #[test]
-fn a_restorer_paused_during_recovery_is_replaced_when_declared_failed() {
-    restorer_lost_during_recovery(false);
-}
-
-/// The same, but the restorer is SIGKILLed once the leader sent it the zone (it holds the
-/// request and dies before answering).
-#[test]
-fn a_restorer_killed_during_recovery_is_replaced() {
-    restorer_lost_during_recovery(true);
-}
-
-fn restorer_lost_during_recovery(kill_restorer: bool) {
+fn a_backup_stopped_when_its_owner_fails_is_passed_over() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut setup = start(dir.path(), 2);
     let victim = setup.peer_id(0);
     let client = setup.client(3, Duration::from_secs(20));
-    let cids = create(&client, victim, 6_000);
-    let expected: BTreeMap<ChunkId, Bytes> = cids
+    let (cids, expected) = create_expected(&client, victim);
+    let runtime = client.membership().net().runtime();
+    let zones = runtime.block_on(client.zones(victim)).expect("zone table");
+    println!("victim {victim} zones: {zones:?}");
+    let stopped = zones[0].1[0];
+    signal(setup.peer_pid(stopped), "STOP");
+    setup.cluster.kill(victim.0);
+    let killed = Instant::now();
+    wait_all_equal(&client, &expected, Duration::from_secs(15));
+    println!(
+        "kill to all {} chunks readable with the first backup stopped: {} ms",
+        cids.len(),
+        killed.elapsed().as_millis()
+    );
+    assert_routed_away(&client, &cids, &[victim, stopped]);
+    let mine = recovered_zones(&setup, &client, victim);
+    assert_eq!(mine.len(), zones.len());
+    for zone in &mine {
+        assert_eq!(zone.state, RecoveryState::Done, "{zone:?}");
+        assert_ne!(zone.restorer, Some(stopped), "{zone:?}");
+        // The zone went to a backup that answered; the stopped one was never asked.
+        assert!(!zone.detail.contains(&stopped.to_string()), "{zone:?}");
+    }
+    client.shutdown();
+}
+
+/// A restorer SIGKILLed while it restores (the leader sent it the zone, it dies before
+/// answering) is replaced by the zone's next backup. R = 3, and the zone's last backup is
+/// stopped, so a restorer waits for that one's position answer (bounded) and the test
+/// sees the recovery running at it.
+#[test]
+fn a_restorer_killed_during_recovery_is_replaced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut setup = start_peers(dir.path(), 3, 5);
+    let victim = setup.peer_id(0);
+    let client = setup.client(3, Duration::from_secs(20));
+    let (cids, expected) = create_expected(&client, victim);
+    let runtime = client.membership().net().runtime();
+    let zones = runtime.block_on(client.zones(victim)).expect("zone table");
+    println!("victim {victim} zones: {zones:?}");
+    let stopped = *zones[0].1.last().expect("backups");
+    signal(setup.peer_pid(stopped), "STOP");
+    setup.cluster.kill(victim.0);
+    let killed = Instant::now();
+    // Once the zone was sent to a restorer (state Running), that restorer dies.
+    let restorer = loop {
+        let status = setup.recovery_status(&client);
+        let running = status.zones.iter().find_map(|zone| {
+            (zone.owner == victim
+                && zone.zone == zones[0].0
+                && zone.state == RecoveryState::Running)
+                .then_some(zone.restorer)
+                .flatten()
+        });
+        if let Some(restorer) = running {
+            break restorer;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the zone was never sent to a backup: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert_ne!(restorer, stopped, "the stopped backup was asked first");
+    setup.cluster.kill(restorer.0);
+    println!(
+        "restorer {restorer} killed {} ms after the victim",
+        killed.elapsed().as_millis()
+    );
+    // Well below the leader's 60 s request timeout.
+    wait_all_equal(&client, &expected, Duration::from_secs(15));
+    println!(
+        "kill to all {} chunks readable with a killed restorer: {} ms",
+        cids.len(),
+        killed.elapsed().as_millis()
+    );
+    assert_routed_away(&client, &cids, &[victim, restorer, stopped]);
+    let mine = recovered_zones(&setup, &client, victim);
+    assert_eq!(mine.len(), zones.len());
+    assert!(mine.iter().all(|zone| zone.state == RecoveryState::Done
+        && zone.restorer != Some(restorer)
+        && zone.restorer != Some(stopped)));
+    let first = mine
+        .iter()
+        .find(|zone| zone.zone == zones[0].0)
+        .expect("first zone");
+    // It was sent to the killed restorer first and moved on when that one was declared
+    // failed, long before the 60 s request timeout.
+    assert!(
+        first.detail.starts_with(&format!("{restorer}: ")),
+        "{first:?}"
+    );
+    client.shutdown();
+}
+
+/// Creates 6,000 chunks on `victim`; their IDs and contents.
+fn create_expected(client: &Client, victim: NodeId) -> (Vec<ChunkId>, BTreeMap<ChunkId, Bytes>) {
+    let cids = create(client, victim, 6_000);
+    let expected = cids
         .iter()
         .enumerate()
         .map(|(i, &cid)| (cid, payload(i, 0)))
         .collect();
-    let runtime = client.membership().net().runtime();
-    let zones = runtime.block_on(client.zones(victim)).expect("zone table");
-    println!("victim {victim} zones: {zones:?}");
-    // The first backup of the first zone stops (still alive in the node table) right
-    // before the victim dies: it is sent that zone and never answers, until its own
-    // failure is committed.
-    let restorer = zones[0].1[0];
-    let restorer_entry = setup
-        .peers
-        .iter()
-        .find(|peer| peer.node_id == restorer.0)
-        .cloned()
-        .expect("restorer entry");
-    signal(restorer_entry.pid, "STOP");
-    setup.cluster.kill(victim.0);
-    let killed = Instant::now();
-    if kill_restorer {
-        // Once the zone was sent to it (state Running at the restorer), it dies.
-        loop {
-            let status = setup.recovery_status(&client);
-            let sent = status.zones.iter().any(|zone| {
-                zone.owner == victim
-                    && zone.zone == zones[0].0
-                    && zone.restorer == Some(restorer)
-                    && zone.state == RecoveryState::Running
-            });
-            if sent {
-                break;
-            }
-            assert!(
-                killed.elapsed() < Duration::from_secs(10),
-                "the zone was never sent to its first backup: {status:?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        setup.cluster.kill(restorer.0);
-        println!(
-            "restorer killed {} ms after the victim",
-            killed.elapsed().as_millis()
-        );
-    }
-    // Well below the leader's 60 s request timeout.
-    wait_all_equal(&client, &expected, Duration::from_secs(15));
-    println!(
-        "kill to all {} chunks readable with a {} restorer: {} ms",
-        cids.len(),
-        if kill_restorer { "killed" } else { "paused" },
-        killed.elapsed().as_millis()
-    );
-    assert_routed_away(&client, &cids, &[victim, restorer]);
-    let status = setup.recovery_status(&client);
-    let mine: Vec<_> = status
+    (cids, expected)
+}
+
+/// The leader's recovery table lines of `victim`'s zones, printed.
+fn recovered_zones(setup: &Setup, client: &Client, victim: NodeId) -> Vec<ZoneRecovery> {
+    let status = setup.recovery_status(client);
+    let mine: Vec<ZoneRecovery> = status
         .zones
-        .iter()
+        .into_iter()
         .filter(|zone| zone.owner == victim)
         .collect();
     for zone in &mine {
@@ -417,22 +472,7 @@ fn restorer_lost_during_recovery(kill_restorer: bool) {
             zone.owner, zone.zone, zone.state, zone.restorer, zone.chunks, zone.ms, zone.detail
         );
     }
-    assert_eq!(mine.len(), zones.len());
-    assert!(mine
-        .iter()
-        .all(|zone| zone.state == RecoveryState::Done && zone.restorer != Some(restorer)));
-    let first = mine
-        .iter()
-        .find(|zone| zone.zone == zones[0].0)
-        .expect("first zone");
-    // It was tried at the paused restorer first and moved on when that one was declared
-    // failed (the leader's fence drops the connection, and the failure wakes the zone:
-    // whichever comes first), long before the 60 s request timeout.
-    assert!(
-        first.detail.starts_with(&format!("{restorer}: ")),
-        "{first:?}"
-    );
-    client.shutdown();
+    mine
 }
 
 #[test]
