@@ -201,15 +201,12 @@ pub fn restore_zone(
     request: RecoverRequest,
 ) -> RecoverReply {
     let started = Instant::now();
-    // Sealed against the failed writer first: from here on nothing of theirs creates the
-    // zone's log here, so a backup without one holds nothing of the zone for good.
-    let writer = request.holder.unwrap_or(request.owner);
-    backup.seal_and_position(request.owner, request.zone, writer);
-    if !backup.holds_zone(request.owner, request.zone) {
-        return RecoverReply::NotHeld;
-    }
     let mut restored = match insert_recovered(backup, service.memory(), &request) {
         Ok(restored) => restored,
+        // The read sealed the zone against its failed writer first: from then on nothing
+        // of theirs creates the zone's log here, so a backup without one holds nothing of
+        // the zone for good.
+        Err(_) if !backup.holds_zone(request.owner, request.zone) => return RecoverReply::NotHeld,
         Err(reason) => return RecoverReply::Failed(reason),
     };
     if let Some(error) = &restored.first_error {

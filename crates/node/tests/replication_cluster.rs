@@ -35,6 +35,23 @@ fn start() -> TestCluster {
         .start()
 }
 
+/// How many zones of the other live peers list `node` among their backups.
+fn zones_backed_by(cluster: &TestCluster, client: &Client, node: NodeId) -> usize {
+    cluster
+        .live_peers()
+        .filter(|peer| peer.node_id() != node)
+        .map(|peer| {
+            client
+                .blocking()
+                .zones(peer.node_id())
+                .unwrap()
+                .iter()
+                .filter(|(_, backups)| backups.contains(&node))
+                .count()
+        })
+        .sum()
+}
+
 /// A client whose chunk calls ask for `durability`.
 fn client_asking(cluster: &TestCluster, durability: u8) -> Client {
     cluster.new_client(|config| {
@@ -245,19 +262,7 @@ fn zones_on_backups_match_masters_and_survive_a_backup_leaving() {
     // A backup leaves: every zone it backed gets a replacement, registered and filled.
     let gone_index = PEERS - 1;
     let gone = cluster.peer(gone_index).node_id();
-    let affected: usize = cluster
-        .live_peers()
-        .filter(|peer| peer.node_id() != gone)
-        .map(|peer| {
-            client
-                .blocking()
-                .zones(peer.node_id())
-                .unwrap()
-                .iter()
-                .filter(|(_, backups)| backups.contains(&gone))
-                .count()
-        })
-        .sum();
+    let affected = zones_backed_by(&cluster, &client, gone);
     assert!(affected > 0, "the leaving peer backs no zone");
     cluster.stop_peer(gone_index);
     // The gone peer's own chunks are not checked any more (recovery is another issue).
@@ -313,19 +318,7 @@ fn a_crashed_peer_is_recovered_and_every_zone_is_replicated_again() {
     let crashed_zones = client.blocking().zones(crashed).unwrap();
     assert!(crashed_zones.len() >= 2, "{crashed_zones:?}");
     // Zones of the other peers that the crashed one backs: each gets one replacement.
-    let backed: usize = cluster
-        .live_peers()
-        .filter(|peer| peer.node_id() != crashed)
-        .map(|peer| {
-            client
-                .blocking()
-                .zones(peer.node_id())
-                .unwrap()
-                .iter()
-                .filter(|(_, backups)| backups.contains(&crashed))
-                .count()
-        })
-        .sum();
+    let backed = zones_backed_by(&cluster, &client, crashed);
     let resets = |cluster: &TestCluster| -> u64 {
         cluster
             .live_peers()

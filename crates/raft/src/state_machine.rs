@@ -49,7 +49,9 @@ use thiserror::Error;
 use crate::codec::{decode_snapshot_meta, encode_snapshot_meta};
 use crate::files::{sync_dir, write_file_durably};
 use crate::limits::SNAPSHOT_BYTES_MAX;
-use crate::types::{EntryPayload, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::types::{
+    Entry, EntryPayload, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig,
+};
 
 /// Name of the snapshot file in the superpeer's directory.
 pub const SNAPSHOT_FILE_NAME: &str = "snapshot";
@@ -111,12 +113,49 @@ pub enum SnapshotFileError {
     Invalid(#[from] DecodeError),
 }
 
-/// The applied state and what openraft needs to know about it.
+/// The applied state and what openraft needs to know about it: what a member's state
+/// machine holds. Public for the deterministic simulator (`myriad-testing`), whose
+/// in-memory state machine applies entries with [`Applied::apply_entry`] as this crate's
+/// store does.
 #[derive(Debug, Default)]
-struct Applied {
-    state: MetaState,
-    last_applied: Option<LogId>,
-    membership: StoredMembership,
+pub struct Applied {
+    /// The metadata.
+    pub state: MetaState,
+    /// The last entry applied.
+    pub last_applied: Option<LogId>,
+    /// The membership as of the last membership entry applied.
+    pub membership: StoredMembership,
+}
+
+impl Applied {
+    /// Applies the next log entry: a command to the metadata, a membership to the
+    /// membership. Returns the command (if it was one) and the state machine's response.
+    ///
+    /// # Panics
+    /// When `entry` is not the entry after the last one applied: entries apply in log
+    /// order, each once (a skipped or repeated entry would make this member's state differ
+    /// from the others').
+    pub fn apply_entry(&mut self, entry: Entry) -> (Option<Command>, Response) {
+        if let Some(last) = self.last_applied {
+            assert!(
+                entry.log_id.index == last.index.saturating_add(1),
+                "applying {} after {last}: entries must apply in log order",
+                entry.log_id
+            );
+        }
+        self.last_applied = Some(entry.log_id);
+        match entry.payload {
+            EntryPayload::Blank => (None, Response::Done),
+            EntryPayload::Normal(command) => {
+                let response = self.state.apply(&command);
+                (Some(command), response)
+            }
+            EntryPayload::Membership(membership) => {
+                self.membership = StoredMembership::new(Some(entry.log_id), membership);
+                (None, Response::Done)
+            }
+        }
+    }
 }
 
 /// Read access to the replicated [`MetaState`] (cheap to clone).
@@ -370,34 +409,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         while let Some((entry, responder)) = entries.try_next().await? {
             let response = {
                 let mut applied = self.applied.write();
-                // Entries apply in log order, each once: a skipped or repeated entry would
-                // make this member's state differ from the others'.
-                if let Some(last) = applied.last_applied {
-                    assert!(
-                        entry.log_id.index == last.index.saturating_add(1),
-                        "applying {} after {last}: entries must apply in log order",
-                        entry.log_id
-                    );
-                }
-                applied.last_applied = Some(entry.log_id);
-                let (command, response) = match entry.payload {
-                    EntryPayload::Blank => (None, Response::Done),
-                    EntryPayload::Normal(command) => {
-                        let response = applied.state.apply(&command);
-                        (Some(command), response)
-                    }
-                    EntryPayload::Membership(membership) => {
-                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
-                        (None, Response::Done)
-                    }
-                };
+                let index = entry.log_id.index;
+                let (command, response) = applied.apply_entry(entry);
                 if let Some(observer) = &self.observer {
-                    observer(
-                        entry.log_id.index,
-                        command.as_ref(),
-                        &response,
-                        &applied.state,
-                    );
+                    observer(index, command.as_ref(), &response, &applied.state);
                 }
                 response
             };

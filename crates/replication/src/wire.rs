@@ -207,12 +207,7 @@ impl Op {
             }
             tag => return Err(WireError::UnknownTag { what: "op", tag }),
         };
-        let zone_raw = decoder.get_varint("zone")?;
-        let zone = u32::try_from(zone_raw).map_err(|_| WireError::TooLarge {
-            what: "zone",
-            value: zone_raw,
-            max: u64::from(u32::MAX),
-        })?;
+        let zone = decode_zone(decoder)?;
         let mut op = match tag {
             TAG_RESET | TAG_RESET_FOR => Op::Reset {
                 owner,
@@ -241,6 +236,16 @@ impl Op {
         }
         Ok(op)
     }
+}
+
+/// A zone number (a varint, at most `u32::MAX`).
+fn decode_zone(decoder: &mut Decoder) -> Result<u32, WireError> {
+    let raw = decoder.get_varint("zone")?;
+    u32::try_from(raw).map_err(|_| WireError::TooLarge {
+        what: "zone",
+        value: raw,
+        max: u64::from(u32::MAX),
+    })
 }
 
 /// A run of consecutive operations of one stream ([`REPLICATE`]).
@@ -464,12 +469,7 @@ impl PositionRequest {
     pub fn decode(payload: Bytes) -> Result<PositionRequest, WireError> {
         let mut decoder = Decoder::new(payload);
         let owner = NodeId(decoder.get_u16_le("owner")?);
-        let zone_raw = decoder.get_varint("zone")?;
-        let zone = u32::try_from(zone_raw).map_err(|_| WireError::TooLarge {
-            what: "zone",
-            value: zone_raw,
-            max: u64::from(u32::MAX),
-        })?;
+        let zone = decode_zone(&mut decoder)?;
         let writer = NodeId(decoder.get_u16_le("writer")?);
         decoder.finish()?;
         Ok(PositionRequest {

@@ -79,6 +79,21 @@ fn put(zone: u32, cid: u64, byte: u8) -> Op {
 }
 
 impl Rig {
+    /// Asks the backup a zone's position over the network, as a restorer does.
+    fn ask_position(&self, question: wire::PositionRequest) -> wire::PositionReply {
+        let answer = self
+            .master
+            .handle()
+            .request_blocking(
+                BACKUP,
+                wire::ZONE_POSITION,
+                question.encode(),
+                Duration::from_secs(5),
+            )
+            .expect("an answer");
+        wire::PositionReply::decode(answer).expect("a position reply")
+    }
+
     fn send(&self, stream: u64, first_seq: u64, ops: Vec<Op>) {
         let message = LogMessage {
             stream,
@@ -429,39 +444,13 @@ fn zone_positions_follow_the_history_and_a_reset_empties_the_zone() {
         zone: 0,
         writer: MASTER,
     };
-    let answer = rig
-        .master
-        .handle()
-        .request_blocking(
-            BACKUP,
-            wire::ZONE_POSITION,
-            question.encode(),
-            Duration::from_secs(5),
-        )
-        .expect("an answer");
-    assert_eq!(
-        wire::PositionReply::decode(answer),
-        Ok(wire::PositionReply(Some(21)))
-    );
+    assert_eq!(rig.ask_position(question), wire::PositionReply(Some(21)));
     let unknown = wire::PositionRequest {
         owner: NodeId(9),
         zone: 4,
         writer: NodeId(9),
     };
-    let answer = rig
-        .master
-        .handle()
-        .request_blocking(
-            BACKUP,
-            wire::ZONE_POSITION,
-            unknown.encode(),
-            Duration::from_secs(5),
-        )
-        .expect("an answer");
-    assert_eq!(
-        wire::PositionReply::decode(answer),
-        Ok(wire::PositionReply(None))
-    );
+    assert_eq!(rig.ask_position(unknown), wire::PositionReply(None));
     rig.send(1, 9, vec![numbered(15, 3, 22)]);
     rig.expect(1, 8, |s| matches!(s, AckStatus::Refused(_)));
     assert_eq!(rig.service.position(MASTER, 0), Some(21), "sealed");

@@ -30,7 +30,7 @@ fn seeds_pass(seeds: std::ops::Range<u64>) {
         let run = sim::run(seed, &config);
         assert!(run.failure.is_none(), "{}", report_failure(&run));
         crashes += run.stats.crashes;
-        superpeer_faults += run.stats.superpeer_crashes;
+        superpeer_faults += run.stats.superpeer_faults;
         operations += run.stats.operations;
     }
     assert!(

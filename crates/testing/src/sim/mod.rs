@@ -257,7 +257,7 @@ pub struct RunStats {
     /// Chunks read back by recoveries.
     pub chunks_recovered: u64,
     /// Superpeer faults (a superpeer crashed or cut off from the others).
-    pub superpeer_crashes: u64,
+    pub superpeer_faults: u64,
 }
 
 /// The result of one run.

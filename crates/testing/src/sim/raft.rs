@@ -30,6 +30,8 @@ use std::time::Duration;
 
 use futures_util::{Stream, TryStreamExt};
 use myriad_meta::{Command, MetaState, Response};
+use myriad_raft::state_machine::Applied as RaftApplied;
+use myriad_raft::types::{Entry, LeaderId, LogId, Snapshot, SnapshotMeta, StoredMembership, Vote};
 use openraft::errors::{
     ClientWriteError, NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError,
     Unreachable,
@@ -50,27 +52,19 @@ use super::rng::SimRng;
 use super::Time;
 
 openraft::declare_raft_types!(
-    /// The superpeer group's type configuration in the simulation: production types, on
-    /// the deterministic runtime.
+    /// The superpeer group's type configuration in the simulation: the production one
+    /// (`myriad_raft::TypeConfig`'s types), on the deterministic runtime.
     pub SimTypes:
         D = Command,
         R = Response,
         NodeId = u64,
         Node = myriad_raft::SuperpeerNode,
         Term = u64,
-        LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>,
-        Vote = openraft::impls::Vote<LeaderId>,
+        LeaderId = LeaderId,
+        Vote = Vote,
         AsyncRuntime = super::raft_rt::SimRt,
 );
 
-type LeaderId = openraft::impls::leader_id_adv::LeaderId<u64, u64>;
-type Vote = openraft::impls::Vote<LeaderId>;
-type LogId = openraft::LogId<LeaderId>;
-type EntryPayload = openraft::EntryPayload<Command, u64, myriad_raft::SuperpeerNode>;
-type Entry = openraft::Entry<LeaderId, EntryPayload>;
-type StoredMembership = openraft::StoredMembership<LeaderId, u64, myriad_raft::SuperpeerNode>;
-type SnapshotMeta = openraft::SnapshotMeta<LeaderId, u64, myriad_raft::SuperpeerNode>;
-type Snapshot = openraft::storage::Snapshot<LeaderId, u64, myriad_raft::SuperpeerNode, Vec<u8>>;
 type SimRaftHandle = Raft<SimTypes, MemMachine>;
 
 /// Members of the group (node IDs 1..=3 in the group; they are no simulation peers).
@@ -201,13 +195,12 @@ impl RaftLogStorage<SimTypes> for MemLog {
     }
 }
 
-/// What a member applied: the production metadata, and every applied command with its
+/// What a member applied: the production state machine's applied state (entries applied
+/// by the production [`RaftApplied::apply_entry`]), and every applied command with its
 /// response (to find a command whose outcome was unknown).
 #[derive(Debug, Default)]
 struct Applied {
-    state: MetaState,
-    last: Option<LogId>,
-    membership: StoredMembership,
+    applied: RaftApplied,
     log: Vec<(Command, Response)>,
 }
 
@@ -224,10 +217,10 @@ impl RaftSnapshotBuilder<SimTypes> for MemMachine {
         let applied = lock(&self.applied);
         Ok(Snapshot {
             meta: SnapshotMeta {
-                last_log_id: applied.last,
-                last_membership: applied.membership.clone(),
+                last_log_id: applied.applied.last_applied,
+                last_membership: applied.applied.membership.clone(),
             },
-            snapshot: applied.state.snapshot(),
+            snapshot: applied.applied.state.snapshot(),
         })
     }
 }
@@ -237,8 +230,8 @@ impl RaftStateMachine<SimTypes> for MemMachine {
     type SnapshotBuilder = MemMachine;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
-        let applied = lock(&self.applied);
-        Ok((applied.last, applied.membership.clone()))
+        let applied = &lock(&self.applied).applied;
+        Ok((applied.last_applied, applied.membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
@@ -248,19 +241,11 @@ impl RaftStateMachine<SimTypes> for MemMachine {
         while let Some((entry, responder)) = entries.try_next().await? {
             let response = {
                 let mut applied = lock(&self.applied);
-                applied.last = Some(entry.log_id);
-                match entry.payload {
-                    EntryPayload::Blank => Response::Done,
-                    EntryPayload::Normal(command) => {
-                        let response = applied.state.apply(&command);
-                        applied.log.push((command, response.clone()));
-                        response
-                    }
-                    EntryPayload::Membership(membership) => {
-                        applied.membership = StoredMembership::new(Some(entry.log_id), membership);
-                        Response::Done
-                    }
+                let (command, response) = applied.applied.apply_entry(entry);
+                if let Some(command) = command {
+                    applied.log.push((command, response.clone()));
                 }
+                response
             };
             if let Some(responder) = responder {
                 responder.send(response);
@@ -280,10 +265,11 @@ impl RaftStateMachine<SimTypes> for MemMachine {
     ) -> Result<(), io::Error> {
         let state = MetaState::from_snapshot(&snapshot)
             .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error))?;
-        let mut applied = lock(&self.applied);
-        applied.state = state;
-        applied.last = meta.last_log_id;
-        applied.membership = meta.last_membership.clone();
+        lock(&self.applied).applied = RaftApplied {
+            state,
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+        };
         Ok(())
     }
 
@@ -293,10 +279,10 @@ impl RaftStateMachine<SimTypes> for MemMachine {
 }
 
 /// What the members' network shares: who runs, the delays' random stream.
-#[derive(Default)]
 struct Links {
     members: BTreeMap<u64, SimRaftHandle>,
-    rng: Option<SimRng>,
+    /// The RPC delays' random stream.
+    rng: SimRng,
     /// Members cut off from the others (both ways).
     cut: BTreeSet<u64>,
 }
@@ -334,11 +320,7 @@ struct Down(u64);
 impl SimClient {
     /// The target (if it runs) after the request's delay.
     async fn reach(&self) -> Result<SimRaftHandle, Down> {
-        let delay = {
-            let mut links = lock(&self.links);
-            links.rng.as_mut().map_or(1, |rng| rng.between(1, 3))
-        };
-        tokio::time::sleep(Duration::from_millis(delay)).await;
+        self.delay().await;
         let links = lock(&self.links);
         if links.cut.contains(&self.from) || links.cut.contains(&self.target) {
             return Err(Down(self.target));
@@ -350,13 +332,27 @@ impl SimClient {
             .ok_or(Down(self.target))
     }
 
-    /// The response's delay.
-    async fn back(&self) {
-        let delay = {
-            let mut links = lock(&self.links);
-            links.rng.as_mut().map_or(1, |rng| rng.between(1, 3))
-        };
+    /// One way's delay: 1-3 ms (whole milliseconds, see [`SimRaft::catch_up`]).
+    async fn delay(&self) {
+        let delay = lock(&self.links).rng.between(1, 3);
         tokio::time::sleep(Duration::from_millis(delay)).await;
+    }
+
+    /// Calls `rpc` at the target after the request's delay and returns its answer after
+    /// the response's delay.
+    async fn call<R, F>(
+        &self,
+        rpc: impl FnOnce(SimRaftHandle) -> F,
+    ) -> Result<R, RPCError<SimTypes>>
+    where
+        F: std::future::Future<Output = Result<R, RaftError<SimTypes>>>,
+    {
+        let target = self.reach().await.map_err(unreachable)?;
+        let response = rpc(target)
+            .await
+            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        self.delay().await;
+        Ok(response)
     }
 }
 
@@ -372,13 +368,8 @@ impl RaftNetworkV2<SimTypes> for SimClient {
         rpc: AppendEntriesRequest<SimTypes>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<SimTypes>, RPCError<SimTypes>> {
-        let target = self.reach().await.map_err(unreachable)?;
-        let response = target
-            .append_entries(rpc)
+        self.call(|target| async move { target.append_entries(rpc).await })
             .await
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        self.back().await;
-        Ok(response)
     }
 
     async fn vote(
@@ -386,13 +377,8 @@ impl RaftNetworkV2<SimTypes> for SimClient {
         rpc: VoteRequest<SimTypes>,
         _option: RPCOption,
     ) -> Result<VoteResponse<SimTypes>, RPCError<SimTypes>> {
-        let target = self.reach().await.map_err(unreachable)?;
-        let response = target
-            .vote(rpc)
+        self.call(|target| async move { target.vote(rpc).await })
             .await
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        self.back().await;
-        Ok(response)
     }
 
     async fn full_snapshot(
@@ -410,7 +396,7 @@ impl RaftNetworkV2<SimTypes> for SimClient {
             .install_full_snapshot(vote, snapshot)
             .await
             .map_err(|e| StreamingError::Unreachable(Unreachable::new(&e)))?;
-        self.back().await;
+        self.delay().await;
         Ok(response)
     }
 }
@@ -451,7 +437,7 @@ impl SimRaft {
         });
         let links = Arc::new(Mutex::new(Links {
             members: BTreeMap::new(),
-            rng: Some(SimRng::new(seed ^ 0x7261_6674_2121_2121)),
+            rng: SimRng::new(seed ^ 0x7261_6674_2121_2121),
             cut: BTreeSet::new(),
         }));
         let mut group = SimRaft {
@@ -590,7 +576,7 @@ impl SimRaft {
                     let state = self
                         .machines
                         .get(&leader)
-                        .map(|m| lock(&m.applied).state.clone())
+                        .map(|m| lock(&m.applied).applied.state.clone())
                         .unwrap_or_default();
                     return Ok((response.data, state));
                 }
@@ -634,7 +620,7 @@ impl SimRaft {
                 .iter()
                 .skip(from.min(applied.log.len()))
                 .find(|(c, _)| c == command)
-                .map(|(_, response)| (response.clone(), applied.state.clone()));
+                .map(|(_, response)| (response.clone(), applied.applied.state.clone()));
         }
         None
     }
@@ -695,7 +681,7 @@ impl SimRaft {
     pub fn leader_state(&self) -> Option<MetaState> {
         let leader = self.leader()?;
         let machine = self.machines.get(&leader)?;
-        let state = lock(&machine.applied).state.clone();
+        let state = lock(&machine.applied).applied.state.clone();
         Some(state)
     }
 
@@ -707,12 +693,12 @@ impl SimRaft {
             let states: Vec<(u64, Option<LogId>)> = self
                 .machines
                 .iter()
-                .map(|(&id, m)| (id, lock(&m.applied).last))
+                .map(|(&id, m)| (id, lock(&m.applied).applied.last_applied))
                 .collect();
             if states.windows(2).all(|w| w[0].1 == w[1].1) && states.iter().all(|s| s.1.is_some()) {
                 let mut first: Option<(u64, MetaState)> = None;
                 for (&id, machine) in &self.machines {
-                    let state = lock(&machine.applied).state.clone();
+                    let state = lock(&machine.applied).applied.state.clone();
                     match &first {
                         None => first = Some((id, state)),
                         Some((other, expected)) if *expected != state => {

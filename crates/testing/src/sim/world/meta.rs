@@ -152,52 +152,34 @@ impl World {
         }
         let at = self.event_rng.below(self.config.fault_horizon.max(1));
         let back = at + self.event_rng.between(2_000, 10_000);
-        let fault = if self.event_rng.chance(500) {
-            Event::SuperpeerCrash { member: 0 }
-        } else {
-            Event::SuperpeerIsolate { member: 0 }
-        };
-        self.queue.at(at, fault);
+        let crash = self.event_rng.chance(500);
+        self.queue.at(at, Event::SuperpeerFault { crash });
         self.queue.at(back, Event::SuperpeerRestart);
     }
 
-    /// Cuts superpeer `member` (0: the leader now) off from the others.
-    pub(super) fn superpeer_isolate(&mut self, member: u64) {
+    /// The superpeer that leads now crashes (`crash`: its log kept) or is cut off from
+    /// the others.
+    pub(super) fn superpeer_fault(&mut self, crash: bool) {
         let now = self.queue.now();
         let Some(group) = self.raft.as_mut() else {
             return;
         };
         group.catch_up(now);
-        let target = if member == 0 {
-            group.current_leader()
-        } else {
-            Some(member)
-        };
-        if let Some(target) = target {
-            if group.isolate(target) {
-                self.stats.superpeer_crashes += 1;
-                self.log(format!("superpeer {target} cut off from the others"));
-            }
-        }
-    }
-
-    /// Crashes superpeer `member` (0: the leader now).
-    pub(super) fn superpeer_crash(&mut self, member: u64) {
-        let now = self.queue.now();
-        let Some(group) = self.raft.as_mut() else {
+        let Some(leader) = group.current_leader() else {
             return;
         };
-        group.catch_up(now);
-        let target = if member == 0 {
-            group.current_leader()
+        let done = if crash {
+            group.crash(leader)
         } else {
-            Some(member)
+            group.isolate(leader)
         };
-        if let Some(target) = target {
-            if group.crash(target) {
-                self.stats.superpeer_crashes += 1;
-                self.log(format!("CRASH superpeer {target}"));
-            }
+        if done {
+            self.stats.superpeer_faults += 1;
+            self.log(if crash {
+                format!("CRASH superpeer {leader}")
+            } else {
+                format!("superpeer {leader} cut off from the others")
+            });
         }
     }
 

@@ -142,15 +142,10 @@ enum Event {
         peer: NodeId,
         fail: bool,
     },
-    /// Superpeer `member` of the group crashes (its log kept).
-    SuperpeerCrash {
-        /// Which member: 0 for the leader at that moment.
-        member: u64,
-    },
-    /// Superpeer `member` (0: the leader then) is cut off from the other superpeers.
-    SuperpeerIsolate {
-        /// Which member: 0 for the leader at that moment.
-        member: u64,
+    /// The superpeer that leads then crashes (`crash`: its log kept) or is cut off from the
+    /// other superpeers.
+    SuperpeerFault {
+        crash: bool,
     },
     /// Crashed superpeers start again over their logs; cut-off ones are reconnected.
     SuperpeerRestart,
@@ -335,6 +330,15 @@ impl World {
         self.peers.iter().position(|p| p.id == id)
     }
 
+    /// The running parts of peer `id` if its incarnation is still `incarnation` (an event
+    /// sent to an earlier incarnation reaches nobody).
+    fn parts_of(&self, id: NodeId, incarnation: u32) -> Option<&crate::sim::peer::PeerParts> {
+        let peer = &self.peers[self.peer_index(id)?];
+        (peer.incarnation == incarnation)
+            .then_some(peer.parts.as_ref())
+            .flatten()
+    }
+
     /// Runs the whole simulation: start, workload and faults, quiescence, final checks.
     pub fn run(&mut self) {
         if self.config.raft {
@@ -444,8 +448,7 @@ impl World {
                 cids,
                 tries,
             } => self.copy_locked(peer, incarnation, zone, backups, cids, tries),
-            Event::SuperpeerCrash { member } => self.superpeer_crash(member),
-            Event::SuperpeerIsolate { member } => self.superpeer_isolate(member),
+            Event::SuperpeerFault { crash } => self.superpeer_fault(crash),
             Event::SuperpeerRestart => self.superpeer_restart(),
             Event::OwnerChangedArrives {
                 peer,
@@ -455,16 +458,11 @@ impl World {
                 last,
                 owner,
             } => {
-                if let Some(index) = self.peer_index(peer) {
-                    let target = &self.peers[index];
-                    if let (Some(parts), true) =
-                        (target.parts.as_ref(), target.incarnation == incarnation)
-                    {
-                        parts.service.set_owner(creator, first, last, owner);
-                        self.log(format!(
-                            "OwnerChanged {creator}:{first}..={last} -> {owner} reaches {peer}"
-                        ));
-                    }
+                if let Some(parts) = self.parts_of(peer, incarnation) {
+                    parts.service.set_owner(creator, first, last, owner);
+                    self.log(format!(
+                        "OwnerChanged {creator}:{first}..={last} -> {owner} reaches {peer}"
+                    ));
                 }
             }
             Event::NodeFailedArrives {
@@ -473,14 +471,9 @@ impl World {
                 failed,
                 zones_end,
             } => {
-                if let Some(index) = self.peer_index(peer) {
-                    let target = &self.peers[index];
-                    if let (Some(parts), true) =
-                        (target.parts.as_ref(), target.incarnation == incarnation)
-                    {
-                        parts.backup.seal_owner(failed, zones_end);
-                        self.log(format!("NodeFailed of {failed} reaches {peer}"));
-                    }
+                if let Some(parts) = self.parts_of(peer, incarnation) {
+                    parts.backup.seal_owner(failed, zones_end);
+                    self.log(format!("NodeFailed of {failed} reaches {peer}"));
                 }
             }
             Event::FailSync { peer, fail } => {
