@@ -48,9 +48,10 @@ pub mod wire;
 
 pub use backup::{BackupConfig, BackupError, BackupService};
 pub use master::{
-    AckCallback, Adoption, AsyncChange, BackupCandidates, ChunkSource, RegisterFuture,
-    RegistryError, ReplicaEvent, Replicator, ReplicatorConfig, ReplicatorStats, Restored,
-    StreamStats, ZoneRegistry, ZoneReplacement, ZoneStats,
+    AckCallback, Adoption, AdoptionPlan, AsyncChange, BackupCandidates, ChunkSource, CopyStep,
+    IoTask, MasterIo, NetIo, RegisterFuture, RegistryError, ReplicaEvent, Replicator,
+    ReplicatorConfig, ReplicatorStats, Restored, StreamStats, ZoneRegistry, ZoneReplacement,
+    ZoneStats,
 };
 pub use myriad_placement::{Candidate, Strategy};
 pub use myriad_types::{ChunkId, NodeId};

@@ -66,6 +66,8 @@
 
 mod adopt;
 mod deferred;
+mod driven;
+mod io;
 mod rebackup;
 mod sender;
 mod stats;
@@ -73,8 +75,10 @@ mod stream;
 mod submit;
 mod zones;
 
-pub use adopt::{Adoption, Restored};
+pub use adopt::{Adoption, AdoptionPlan, Restored};
 pub use deferred::AckCallback;
+pub use driven::CopyStep;
+pub use io::{IoTask, MasterIo, NetIo};
 pub use rebackup::ZoneReplacement;
 pub use stats::{ReplicatorStats, StreamStats, ZoneStats};
 pub use submit::AsyncChange;
@@ -83,7 +87,7 @@ use stream::{Stream, Target};
 use submit::{Change, Mode};
 use zones::ZoneState;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -276,7 +280,8 @@ struct State {
     placement: Placement,
     rng: SmallRng,
     zones: BTreeMap<u32, ZoneState>,
-    streams: HashMap<NodeId, Stream>,
+    /// Ordered by backup, so that a round over the streams is the same every run.
+    streams: BTreeMap<NodeId, Stream>,
     last_stream_id: u64,
     /// Deferred waits for acknowledgements (`on_changes_deferred`).
     waiters: Vec<deferred::Waiter>,
@@ -286,7 +291,11 @@ struct State {
 /// handler and re-replication threads hold it.
 struct Inner {
     config: ReplicatorConfig,
-    net: NetHandle,
+    io: Arc<dyn MasterIo>,
+    /// Run by a driver on its own thread ([`Replicator::driven`]): no sender or copy
+    /// threads, no blocking calls; copies wait in `driven_copies`.
+    driven: bool,
+    driven_copies: Mutex<std::collections::VecDeque<driven::DrivenCopy>>,
     candidates: Arc<dyn BackupCandidates>,
     registry: Arc<dyn ZoneRegistry>,
     source: Arc<dyn ChunkSource>,
@@ -327,38 +336,8 @@ impl Replicator {
         registry: Arc<dyn ZoneRegistry>,
         source: Arc<dyn ChunkSource>,
     ) -> Result<Replicator, ReplicaError> {
-        config.validate()?;
-        let master = Candidate {
-            node: config.node,
-            rack: config.rack,
-            switch: config.switch,
-        };
-        let (events, events_rx) = crossbeam_channel::bounded(config.events_max);
-        let mut tree = ZoneTree::new(config.node, config.zone_bytes);
-        tree.start_zones_at(config.first_zone);
-        let state = State {
-            tree,
-            placement: Placement::new(master, config.replication, config.strategy),
-            rng: SmallRng::seed_from_u64(config.placement_seed),
-            zones: BTreeMap::new(),
-            streams: HashMap::new(),
-            last_stream_id: 0,
-            waiters: Vec::new(),
-        };
-        let inner = Arc::new(Inner {
-            config,
-            net: net.clone(),
-            candidates,
-            registry,
-            source,
-            state: Mutex::new(state),
-            work: Condvar::new(),
-            progress: Condvar::new(),
-            shutdown: AtomicBool::new(false),
-            events,
-            events_rx,
-            workers: Mutex::new(Vec::new()),
-        });
+        let io: Arc<dyn MasterIo> = Arc::new(NetIo::new(net.clone()));
+        let inner = Inner::build(config, io, candidates, registry, source, false)?;
         let weak: Weak<Inner> = Arc::downgrade(&inner);
         // Inline on the I/O thread: an acknowledgement only moves marks under the state
         // lock (never held across a wait) and runs deferred callbacks, which answer
@@ -366,19 +345,58 @@ impl Replicator {
         // per acknowledgement.
         net.register_inline(wire::ACK, move |incoming: Incoming| {
             if let Some(inner) = weak.upgrade() {
-                inner.on_ack(incoming);
+                inner.on_ack(incoming.from, incoming.payload);
             }
         })
         .map_err(|e| ReplicaError::Net(e.to_string()))?;
         let sender_inner = inner.clone();
+        let lost = net.subscribe();
         let sender = std::thread::Builder::new()
             .name(format!("replica-send-{}", inner.config.node.0))
-            .spawn(move || sender_inner.sender_loop())
+            .spawn(move || sender_inner.sender_loop(lost))
             .map_err(|e| ReplicaError::Net(format!("spawning the sender thread: {e}")))?;
         Ok(Replicator {
             inner,
             sender: Some(sender),
         })
+    }
+
+    /// A replicator run by a driver on the driver's own thread, as the cluster simulator
+    /// of the testing crate runs it: the same logic as [`Replicator::new`]'s, over `io`,
+    /// without threads of its own. The driver delivers acknowledgements
+    /// ([`Replicator::on_ack_message`]), calls [`Replicator::tick`] for what the sender
+    /// thread does (resends, batching, timeouts, unreachable backups) and
+    /// [`Replicator::copy_step`] for re-replication, and reports changes only with calls
+    /// that never block ([`Replicator::on_changes_queued`], [`Replicator::on_changes_deferred`],
+    /// [`Replicator::on_changes_nowait`]); the blocking calls answer
+    /// [`ReplicaError::WouldWait`] at once.
+    pub fn driven(
+        config: ReplicatorConfig,
+        io: Arc<dyn MasterIo>,
+        candidates: Arc<dyn BackupCandidates>,
+        registry: Arc<dyn ZoneRegistry>,
+        source: Arc<dyn ChunkSource>,
+    ) -> Result<Replicator, ReplicaError> {
+        let inner = Inner::build(config, io, candidates, registry, source, true)?;
+        Ok(Replicator {
+            inner,
+            sender: None,
+        })
+    }
+
+    /// Takes an acknowledgement message ([`wire::ACK`]) of `backup`: what the handler that
+    /// [`Replicator::new`] registers on the messaging layer does; a driven replicator's
+    /// driver calls it. A malformed payload is logged and ignored.
+    pub fn on_ack_message(&self, backup: NodeId, payload: bytes::Bytes) {
+        self.inner.on_ack(backup, payload);
+    }
+
+    /// One round of the sender thread, for a driven replicator (see
+    /// [`Replicator::driven`]): batches pending operations into messages, resends windows
+    /// that timed out or were asked for again (`lost`: backups whose connection was lost),
+    /// ends deferred waits past their deadline, and reports backups without progress.
+    pub fn tick(&self, lost: &[NodeId]) {
+        self.inner.sender_round(lost);
     }
 
     /// The configuration in effect.
@@ -529,19 +547,58 @@ impl Replicator {
         done: AckCallback,
     ) -> Result<(), (ReplicaError, AckCallback)> {
         let list: Vec<Change<'_>> = changes.iter().map(|c| c.change()).collect();
-        let deadline = std::time::Instant::now() + self.inner.config.wait_timeout;
+        let deadline = self.inner.io.now() + self.inner.config.wait_timeout;
         let targets = match self.inner.submit_targets(
             list.iter().copied(),
             durability,
             Mode::NoWait(&list),
             deadline,
         ) {
-            Ok(targets) => targets,
+            Ok((targets, _)) => targets,
             Err(error) => return Err((error, done)),
         };
         let finished = {
             let mut state = self.inner.state.lock();
-            self.inner.defer(&mut state, targets, durability, done)
+            self.inner
+                .defer(&mut state, targets, Vec::new(), durability, done)
+        };
+        deferred::run(finished);
+        Ok(())
+    }
+
+    /// Reports changes, creates included, without ever waiting and without checking
+    /// first: where a blocking call would wait, the changes are queued anyway (past a
+    /// stream's byte limit, before a zone's registration committed, into a zone just
+    /// opened and placed). `done` is called once the registration of every zone the
+    /// changes went to is committed and the backups acknowledged as `durability` asks
+    /// (for `async`, once the registrations are committed), or with the error that ends
+    /// the wait, after at most `wait_timeout`. `done` runs where
+    /// [`Replicator::on_changes_deferred`]'s does, or on the task that answers a
+    /// registration. For a driver that runs the replicator on its own thread
+    /// ([`Replicator::driven`]), which has nobody to wait for it: a node's writers use the
+    /// blocking calls, whose waits also bound the streams' memory. An error before
+    /// anything was queued (no backups for a `replicated` change, shut down) comes back
+    /// with `done`, not called.
+    pub fn on_changes_queued(
+        &self,
+        changes: &[AsyncChange<'_>],
+        durability: Durability,
+        done: AckCallback,
+    ) -> Result<(), (ReplicaError, AckCallback)> {
+        let deadline = self.inner.io.now() + self.inner.config.wait_timeout;
+        let (targets, zones) = match self.inner.submit_targets(
+            changes.iter().map(|c| c.change()),
+            durability,
+            Mode::Queue,
+            deadline,
+        ) {
+            Ok(queued) => queued,
+            Err(error) => return Err((error, done)),
+        };
+        let finished = {
+            let mut state = self.inner.state.lock();
+            self.inner
+                .defer(&mut state, targets, zones, durability, done)
         };
         deferred::run(finished);
         Ok(())
@@ -583,7 +640,57 @@ impl Replicator {
         ranges: &[(ChunkId, ChunkId)],
         content: Restored,
     ) -> Result<Adoption, ReplicaError> {
+        if self.inner.driven {
+            return Err(ReplicaError::WouldWait);
+        }
         self.inner.adopt(owner, zone, old_backups, ranges, content)
+    }
+
+    /// The first half of [`Replicator::adopt_zone`], for a driver that registers the
+    /// zone's new backup order itself: chooses the backups of `owner`'s zone `zone` (the
+    /// alive ones of `old_backups`, then new ones from the placement; the ones of an
+    /// earlier adoption of the zone). Changes nothing. The caller registers
+    /// `plan.backups` and, once that committed, calls [`Replicator::adopt_registered`].
+    pub fn plan_adoption(
+        &self,
+        owner: NodeId,
+        zone: u32,
+        old_backups: &[NodeId],
+    ) -> Result<AdoptionPlan, ReplicaError> {
+        self.inner.plan_adoption(owner, zone, old_backups)
+    }
+
+    /// The second half of [`Replicator::adopt_zone`]: takes over the zone of `plan`,
+    /// whose backup order the cluster committed, with `ranges` and `content` as
+    /// [`Replicator::adopt_zone`] takes them. A driven replicator copies it to the added
+    /// backups after [`Replicator::queue_adopted_copies`].
+    pub fn adopt_registered(
+        &self,
+        plan: AdoptionPlan,
+        ranges: &[(ChunkId, ChunkId)],
+        content: Restored,
+    ) -> Adoption {
+        self.inner.adopt_registered(plan, ranges, content)
+    }
+
+    /// Queues the copies of an adopted zone to its added backups for
+    /// [`Replicator::copy_step`] (a driven replicator's [`Replicator::copy_adopted`]).
+    pub fn queue_adopted_copies(&self, adoption: &Adoption) {
+        self.inner
+            .queue_copies(adoption.added.iter().map(|&b| (adoption.zone, b)));
+    }
+
+    /// One step of a driven replicator's re-replication: a slice of the first waiting
+    /// copy (of a replacement or added backup, [`Replicator::replace_backup`],
+    /// [`Replicator::fill_zones`], [`Replicator::queue_adopted_copies`]) read from memory
+    /// and queued. See [`CopyStep`].
+    pub fn copy_step(&self) -> CopyStep {
+        self.inner.copy_step()
+    }
+
+    /// Whether a copy waits for [`Replicator::copy_step`].
+    pub fn copies_waiting(&self) -> bool {
+        self.inner.copies_waiting()
     }
 
     /// Copies an adopted zone from memory to its added backups (the surviving ones hold its
@@ -592,6 +699,9 @@ impl Replicator {
     /// copy is on the added backups' disks (and the zone's registration done), with the
     /// number of chunks copied. Blocks.
     pub fn copy_adopted(&self, adoption: &Adoption) -> Result<u64, ReplicaError> {
+        if self.inner.driven {
+            return Err(ReplicaError::WouldWait);
+        }
         let mut copied = 0;
         for &backup in &adoption.added {
             copied += self
@@ -605,6 +715,9 @@ impl Replicator {
     /// Waits until every operation assigned so far is acknowledged at `durability` by
     /// every stream (e.g. before a benchmark stops, or a clean shutdown).
     pub fn wait_all(&self, durability: Durability) -> Result<(), ReplicaError> {
+        if self.inner.driven {
+            return Err(ReplicaError::WouldWait);
+        }
         let targets: Vec<Target> = {
             let state = self.inner.state.lock();
             state
@@ -663,6 +776,50 @@ impl Drop for Replicator {
 }
 
 impl Inner {
+    fn build(
+        config: ReplicatorConfig,
+        io: Arc<dyn MasterIo>,
+        candidates: Arc<dyn BackupCandidates>,
+        registry: Arc<dyn ZoneRegistry>,
+        source: Arc<dyn ChunkSource>,
+        driven: bool,
+    ) -> Result<Arc<Inner>, ReplicaError> {
+        config.validate()?;
+        let master = Candidate {
+            node: config.node,
+            rack: config.rack,
+            switch: config.switch,
+        };
+        let (events, events_rx) = crossbeam_channel::bounded(config.events_max);
+        let mut tree = ZoneTree::new(config.node, config.zone_bytes);
+        tree.start_zones_at(config.first_zone);
+        let state = State {
+            tree,
+            placement: Placement::new(master, config.replication, config.strategy),
+            rng: SmallRng::seed_from_u64(config.placement_seed),
+            zones: BTreeMap::new(),
+            streams: BTreeMap::new(),
+            last_stream_id: 0,
+            waiters: Vec::new(),
+        };
+        Ok(Arc::new(Inner {
+            config,
+            io,
+            driven,
+            driven_copies: Mutex::new(std::collections::VecDeque::new()),
+            candidates,
+            registry,
+            source,
+            state: Mutex::new(state),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            events,
+            events_rx,
+            workers: Mutex::new(Vec::new()),
+        }))
+    }
+
     fn emit(&self, event: ReplicaEvent) {
         if self.events.try_send(event.clone()).is_err() {
             tracing::warn!(?event, "replication event queue full; event dropped");

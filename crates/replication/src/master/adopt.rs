@@ -11,7 +11,6 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use myriad_types::{ChunkId, NodeId};
 
@@ -52,6 +51,22 @@ pub struct Restored {
     pub position: u64,
 }
 
+/// The backups an adoption gives a zone, chosen before its registration
+/// ([`Replicator::plan_adoption`](super::Replicator::plan_adoption)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdoptionPlan {
+    /// The failed peer whose zone it is (its log owner).
+    pub owner: NodeId,
+    /// The zone's number within `owner`.
+    pub log_zone: u32,
+    /// The backups to register, in order: the surviving ones first, then the added ones.
+    pub backups: Vec<NodeId>,
+    /// The backups that were added.
+    pub added: Vec<NodeId>,
+    /// The local zone, when this master adopted the zone before (a retried recovery).
+    existing: Option<u32>,
+}
+
 impl Inner {
     pub(super) fn adopt(
         self: &Arc<Self>,
@@ -61,11 +76,43 @@ impl Inner {
         ranges: &[(ChunkId, ChunkId)],
         content: Restored,
     ) -> Result<Adoption, ReplicaError> {
-        let Restored {
-            chunks,
-            bytes,
-            position,
-        } = content;
+        let deadline = self.io.now() + self.config.wait_timeout;
+        let plan = self.plan_adoption(owner, zone, old_backups)?;
+        // The registration (ZoneAdopt) must commit before this master owns the chunks.
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let future = self.registry.register(owner, zone, plan.backups.clone());
+        self.io.spawn(Box::pin(async move {
+            let _ = done_tx.send(future.await);
+        }));
+        let wait = deadline.saturating_duration_since(self.io.now());
+        match done_rx.recv_timeout(wait) {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                return Err(ReplicaError::Registration {
+                    zone,
+                    reason: error.0,
+                })
+            }
+            Err(_) => {
+                return Err(ReplicaError::Timeout {
+                    what: "zone adoption",
+                    waited: self.config.wait_timeout,
+                    missing: Vec::new(),
+                })
+            }
+        }
+        Ok(self.adopt_registered(plan, ranges, content))
+    }
+
+    /// Chooses the backups of `owner`'s zone `zone` for its adoption: the alive ones of
+    /// `old_backups` plus new ones from the placement (or the ones of an earlier adoption
+    /// of the zone). Changes nothing.
+    pub(super) fn plan_adoption(
+        &self,
+        owner: NodeId,
+        zone: u32,
+        old_backups: &[NodeId],
+    ) -> Result<AdoptionPlan, ReplicaError> {
         if self.shutdown.load(Ordering::Acquire) {
             return Err(ReplicaError::Shutdown);
         }
@@ -75,7 +122,6 @@ impl Inner {
             ));
         }
         let me = self.config.node;
-        let deadline = Instant::now() + self.config.wait_timeout;
         let existing = {
             let state = self.state.lock();
             state
@@ -112,42 +158,49 @@ impl Inner {
                 (backups, added)
             }
         };
-        // The registration (ZoneAdopt) must commit before this master owns the chunks.
-        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        let future = self.registry.register(owner, zone, backups.clone());
-        self.net.runtime().spawn(async move {
-            let _ = done_tx.send(future.await);
-        });
-        let wait = deadline.saturating_duration_since(Instant::now());
-        match done_rx.recv_timeout(wait) {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                return Err(ReplicaError::Registration {
-                    zone,
-                    reason: error.0,
-                })
-            }
-            Err(_) => {
-                return Err(ReplicaError::Timeout {
-                    what: "zone adoption",
-                    waited: self.config.wait_timeout,
-                    missing: Vec::new(),
-                })
-            }
-        }
+        Ok(AdoptionPlan {
+            owner,
+            log_zone: zone,
+            backups,
+            added,
+            existing: existing.map(|(local, _)| local),
+        })
+    }
+
+    /// Completes an adoption whose backups (`plan.backups`) the cluster registered: the
+    /// zone's `ranges` join the zone tree, its changes number on from
+    /// `content.position`, and each added backup gets the zone's reset.
+    pub(super) fn adopt_registered(
+        &self,
+        plan: AdoptionPlan,
+        ranges: &[(ChunkId, ChunkId)],
+        content: Restored,
+    ) -> Adoption {
+        let Restored {
+            chunks,
+            bytes,
+            position,
+        } = content;
+        let AdoptionPlan {
+            owner,
+            log_zone: zone,
+            backups,
+            added,
+            existing,
+        } = plan;
         let mut state = self.state.lock();
-        if let Some((local, _)) = existing {
+        if let Some(local) = existing {
             if let Some(z) = state.zones.get_mut(&local) {
                 z.registration = Registration::Done;
                 z.registration_serial += 1;
                 let added = z.resyncs.iter().map(|r| r.target).collect();
-                return Ok(Adoption {
+                return Adoption {
                     zone: local,
                     owner,
                     log_zone: zone,
                     backups: z.backups.clone(),
                     added,
-                });
+                };
             }
         }
         let local = state.tree.new_zone();
@@ -193,12 +246,12 @@ impl Inner {
             self.start_copy(&mut state, local.0, target);
         }
         self.progress.notify_all();
-        Ok(Adoption {
+        Adoption {
             zone: local.0,
             owner,
             log_zone: zone,
             backups,
             added,
-        })
+        }
     }
 }

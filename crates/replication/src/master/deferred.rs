@@ -13,6 +13,7 @@
 use std::time::{Duration, Instant};
 
 use super::stream::{acks_timed_out, missing_targets, Target};
+use super::zones::Registration;
 use super::{Inner, State};
 use crate::{Durability, ReplicaError};
 
@@ -23,6 +24,9 @@ pub type AckCallback = Box<dyn FnOnce(Result<(), ReplicaError>) + Send>;
 /// One deferred wait for acknowledgements.
 pub(super) struct Waiter {
     targets: Vec<Target>,
+    /// Zones whose registration must be done first (queued changes,
+    /// `Replicator::on_changes_queued`).
+    zones: Vec<u32>,
     durability: Durability,
     deadline: Instant,
     done: AckCallback,
@@ -35,6 +39,31 @@ fn outcome(
     now: Instant,
     waited: Duration,
 ) -> Option<Result<(), ReplicaError>> {
+    let mut registering = false;
+    for &zone in &waiter.zones {
+        match state.zones.get(&zone).map(|z| &z.registration) {
+            Some(Registration::Pending) => registering = true,
+            Some(Registration::Failed(reason)) => {
+                return Some(Err(ReplicaError::Registration {
+                    zone,
+                    reason: reason.clone(),
+                }))
+            }
+            _ => {}
+        }
+    }
+    if registering {
+        return (now >= waiter.deadline).then(|| {
+            Err(ReplicaError::Timeout {
+                what: "zone registration",
+                waited,
+                missing: Vec::new(),
+            })
+        });
+    }
+    if waiter.durability == Durability::Async {
+        return Some(Ok(()));
+    }
     match missing_targets(state, &waiter.targets, waiter.durability) {
         Err(error) => Some(Err(error)),
         Ok(missing) if missing.is_empty() => Some(Ok(())),
@@ -56,25 +85,29 @@ pub(super) fn run(finished: Finished) {
 }
 
 impl Inner {
-    /// Registers a deferred wait for `targets`, or returns it as finished at once (already
-    /// acknowledged, nothing to wait for, or a target already replaced).
+    /// Registers a deferred wait for `targets` (and for the registration of `zones`), or
+    /// returns it as finished at once (already acknowledged, nothing to wait for, or a
+    /// target already replaced).
     pub(super) fn defer(
         &self,
         state: &mut State,
         targets: Vec<Target>,
+        zones: Vec<u32>,
         durability: Durability,
         done: AckCallback,
     ) -> Finished {
         let waiter = Waiter {
             targets,
+            zones,
             durability,
-            deadline: Instant::now() + self.config.wait_timeout,
+            deadline: self.io.now() + self.config.wait_timeout,
             done,
         };
-        if durability == Durability::Async || waiter.targets.is_empty() {
+        if waiter.zones.is_empty() && (durability == Durability::Async || waiter.targets.is_empty())
+        {
             return vec![(waiter.done, Ok(()))];
         }
-        match outcome(state, &waiter, Instant::now(), self.config.wait_timeout) {
+        match outcome(state, &waiter, self.io.now(), self.config.wait_timeout) {
             Some(result) => vec![(waiter.done, result)],
             None => {
                 state.waiters.push(waiter);
@@ -88,7 +121,7 @@ impl Inner {
         if state.waiters.is_empty() {
             return Vec::new();
         }
-        let now = Instant::now();
+        let now = self.io.now();
         let waited = self.config.wait_timeout;
         let mut finished = Vec::new();
         let mut index = 0;

@@ -17,7 +17,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use myriad_placement::ZoneId;
@@ -41,6 +41,23 @@ pub struct ZoneReplacement {
     pub backups: Vec<NodeId>,
     /// The backups that were added (they receive the zone by re-replication).
     pub added: Vec<NodeId>,
+}
+
+/// A copy of a zone to one backup, slice by slice ([`Inner::copy_next_slice`]).
+#[derive(Debug)]
+pub(super) struct Copy {
+    pub(super) zone: u32,
+    pub(super) backup: NodeId,
+    /// The zone's CID ranges when the copy began.
+    ranges: Vec<(ChunkId, ChunkId)>,
+    /// The range being walked, and where the next slice starts in it.
+    range: usize,
+    cursor: Option<ChunkId>,
+    /// Chunks locked when their slice was read (a client's chunk lock, a writer).
+    pub(super) busy: Vec<ChunkId>,
+    pub(super) copied: u64,
+    /// The stream position of the copy's last operation so far.
+    pub(super) last_target: Option<Target>,
 }
 
 /// Most attempts of one background re-replication ([`Inner::resync_retrying`]).
@@ -117,7 +134,9 @@ impl Inner {
             .iter()
             .flat_map(|c| c.added.iter().map(move |&b| (c.zone, b)))
             .collect();
-        if !jobs.is_empty() {
+        if !jobs.is_empty() && self.driven {
+            self.queue_copies(jobs);
+        } else if !jobs.is_empty() {
             let inner = self.clone();
             match std::thread::Builder::new()
                 .name("replica-resync".into())
@@ -147,8 +166,8 @@ impl Inner {
             if self.resync(zone, backup).is_ok() || attempt == RESYNC_ATTEMPTS_MAX {
                 return;
             }
-            let until = Instant::now() + pause;
-            while Instant::now() < until {
+            let until = self.io.now() + pause;
+            while self.io.now() < until {
                 if self.shutdown.load(Ordering::Acquire) {
                     return;
                 }
@@ -178,24 +197,32 @@ impl Inner {
     /// event, and once the copy is complete records the backup as filled
     /// ([`ZoneRegistry::filled`](super::ZoneRegistry::filled)).
     pub(super) fn resync(self: &Arc<Self>, zone: u32, backup: NodeId) -> Result<u64, String> {
-        match self.resync_inner(zone, backup) {
+        let result = self.resync_inner(zone, backup);
+        self.resync_ended(zone, backup, &result);
+        result
+    }
+
+    /// Reports the end of a copy of `zone` to `backup`: the backup recorded as filled and
+    /// [`ReplicaEvent::ResyncDone`], or the copy's bookkeeping dropped and
+    /// [`ReplicaEvent::ResyncFailed`].
+    pub(super) fn resync_ended(&self, zone: u32, backup: NodeId, result: &Result<u64, String>) {
+        match result {
             Ok(chunks) => {
                 let key = self.state.lock().zones.get(&zone).map(|z| z.key(zone));
                 if let Some((owner, log_zone)) = key {
                     let owner = owner.unwrap_or(self.config.node);
                     let filled = self.registry.filled(owner, log_zone, backup);
-                    self.net.runtime().spawn(async move {
+                    self.io.spawn(Box::pin(async move {
                         if let Err(error) = filled.await {
                             tracing::warn!(%owner, zone = log_zone, %backup, %error, "the completed copy was not recorded; the backup still counts as filling");
                         }
-                    });
+                    }));
                 }
                 self.emit(ReplicaEvent::ResyncDone {
                     zone,
                     backup,
-                    chunks,
+                    chunks: *chunks,
                 });
-                Ok(chunks)
             }
             Err(reason) => {
                 let mut state = self.state.lock();
@@ -209,74 +236,20 @@ impl Inner {
                     backup,
                     reason: reason.clone(),
                 });
-                Err(reason)
             }
         }
     }
 
     pub(super) fn resync_inner(self: &Arc<Self>, zone: u32, backup: NodeId) -> Result<u64, String> {
-        let (ranges, mut last_target) = {
-            let state = self.state.lock();
-            let reset = state.zones.get(&zone).and_then(|z| {
-                z.resyncs
-                    .iter()
-                    .find(|r| r.target == backup)
-                    .and_then(|r| r.reset)
-            });
-            (state.tree.ranges_of(ZoneId(zone)), reset)
-        };
-        let mut copied = 0u64;
-        // Chunks locked when their slice was read (a client's chunk lock, a writer).
-        let mut busy: Vec<ChunkId> = Vec::new();
-        for (first, last) in ranges {
-            let mut cursor = first;
-            loop {
-                if self.shutdown.load(Ordering::Acquire) {
-                    return Err("shut down".into());
-                }
-                let mut slice: Vec<(ChunkId, Bytes)> = Vec::new();
-                let mut bytes = 0usize;
-                let slice_max = self.config.resync_slice_bytes;
-                let mut walked_to = None;
-                let locked = self
-                    .source
-                    .for_each_in_range(cursor, last, &mut |cid, data| {
-                        if cid.raw() < cursor.raw() || cid.raw() > last.raw() {
-                            return true;
-                        }
-                        walked_to = Some(cid);
-                        slice.push((cid, Bytes::copy_from_slice(data)));
-                        bytes += data.len() + Op::OVERHEAD_BYTES_MAX;
-                        bytes < slice_max && slice.len() < wire::OPS_PER_MESSAGE_MAX
-                    });
-                busy.extend(
-                    locked
-                        .into_iter()
-                        .filter(|cid| walked_to.is_none_or(|to| cid.raw() < to.raw())),
-                );
-                let Some(last_cid) = walked_to else {
-                    break;
-                };
-                let (count, target) = self.copy_slice(zone, backup, slice, bytes)?;
-                copied += count;
-                last_target = target.or(last_target);
-                if last_cid.raw() >= last.raw() {
-                    break;
-                }
-                cursor = ChunkId::from_raw(last_cid.raw() + 1);
-            }
-        }
+        let mut copy = self.copy_begin(zone, backup);
+        while self.copy_next_slice(&mut copy, true)? {}
+        let busy = std::mem::take(&mut copy.busy);
         let (count, target) = self.copy_locked(zone, backup, busy)?;
-        copied += count;
-        last_target = target.or(last_target);
-        {
-            let mut state = self.state.lock();
-            if let Some(z) = state.zones.get_mut(&zone) {
-                z.resyncs.retain(|r| r.target != backup);
-            }
-        }
+        copy.copied += count;
+        copy.last_target = target.or(copy.last_target);
+        self.copy_finish(&copy);
         // The new order must be registered and the copy on the backup's disk.
-        let deadline = Instant::now() + self.config.wait_timeout;
+        let deadline = self.io.now() + self.config.wait_timeout;
         {
             let mut state = self.state.lock();
             loop {
@@ -295,28 +268,111 @@ impl Inner {
                 }
             }
         }
-        if let Some(target) = last_target {
+        if let Some(target) = copy.last_target {
             self.wait_targets_until(&[target], Durability::Durable, deadline)
                 .map_err(|e| e.to_string())?;
         }
-        Ok(copied)
+        Ok(copy.copied)
+    }
+
+    /// Starts a copy of `zone` to `backup`: the zone's CID ranges now, and the position of
+    /// the copy's reset (if the backup was added with one).
+    pub(super) fn copy_begin(&self, zone: u32, backup: NodeId) -> Copy {
+        let state = self.state.lock();
+        let reset = state.zones.get(&zone).and_then(|z| {
+            z.resyncs
+                .iter()
+                .find(|r| r.target == backup)
+                .and_then(|r| r.reset)
+        });
+        Copy {
+            zone,
+            backup,
+            ranges: state.tree.ranges_of(ZoneId(zone)),
+            range: 0,
+            cursor: None,
+            busy: Vec::new(),
+            copied: 0,
+            last_target: reset,
+        }
+    }
+
+    /// Reads the copy's next slice from memory and queues it (waiting for stream room if
+    /// `wait`); chunks locked now are kept in `copy.busy`. False once every range was
+    /// walked.
+    pub(super) fn copy_next_slice(&self, copy: &mut Copy, wait: bool) -> Result<bool, String> {
+        loop {
+            let Some(&(first, last)) = copy.ranges.get(copy.range) else {
+                return Ok(false);
+            };
+            if self.shutdown.load(Ordering::Acquire) {
+                return Err("shut down".into());
+            }
+            let cursor = copy.cursor.unwrap_or(first);
+            let mut slice: Vec<(ChunkId, Bytes)> = Vec::new();
+            let mut bytes = 0usize;
+            let slice_max = self.config.resync_slice_bytes;
+            let mut walked_to = None;
+            let locked = self
+                .source
+                .for_each_in_range(cursor, last, &mut |cid, data| {
+                    if cid.raw() < cursor.raw() || cid.raw() > last.raw() {
+                        return true;
+                    }
+                    walked_to = Some(cid);
+                    slice.push((cid, Bytes::copy_from_slice(data)));
+                    bytes += data.len() + Op::OVERHEAD_BYTES_MAX;
+                    bytes < slice_max && slice.len() < wire::OPS_PER_MESSAGE_MAX
+                });
+            copy.busy.extend(
+                locked
+                    .into_iter()
+                    .filter(|cid| walked_to.is_none_or(|to| cid.raw() < to.raw())),
+            );
+            let Some(last_cid) = walked_to else {
+                copy.range += 1;
+                copy.cursor = None;
+                continue;
+            };
+            let (count, target) = self.copy_slice(copy.zone, copy.backup, slice, bytes, wait)?;
+            copy.copied += count;
+            copy.last_target = target.or(copy.last_target);
+            if last_cid.raw() >= last.raw() {
+                copy.range += 1;
+                copy.cursor = None;
+            } else {
+                copy.cursor = Some(ChunkId::from_raw(last_cid.raw() + 1));
+            }
+            return Ok(true);
+        }
+    }
+
+    /// Ends the copy's bookkeeping: changes of the zone no longer mark CIDs for it.
+    pub(super) fn copy_finish(&self, copy: &Copy) {
+        let mut state = self.state.lock();
+        if let Some(z) = state.zones.get_mut(&copy.zone) {
+            z.resyncs.retain(|r| r.target != copy.backup);
+        }
     }
 
     /// Queues `slice` (read from memory) on `backup`'s stream as the zone's copy, leaving
     /// out chunks changed since the copy began (their change is on the stream already).
     /// Returns the chunks queued and the stream position of the last one.
-    fn copy_slice(
+    pub(super) fn copy_slice(
         &self,
         zone: u32,
         backup: NodeId,
         slice: Vec<(ChunkId, Bytes)>,
         bytes: usize,
+        wait: bool,
     ) -> Result<(u64, Option<Target>), String> {
-        let deadline = Instant::now() + self.config.wait_timeout;
+        let deadline = self.io.now() + self.config.wait_timeout;
         let mut state = self.state.lock();
-        self.wait_room(&mut state, &[backup], bytes, deadline)
-            .map_err(|e| e.to_string())?;
-        let now = Instant::now();
+        if wait {
+            self.wait_room(&mut state, &[backup], bytes, deadline)
+                .map_err(|e| e.to_string())?;
+        }
+        let now = self.io.now();
         let Some(z) = state.zones.get(&zone) else {
             return Err("zone vanished".into());
         };
@@ -355,39 +411,18 @@ impl Inner {
         backup: NodeId,
         mut busy: Vec<ChunkId>,
     ) -> Result<(u64, Option<Target>), String> {
-        let deadline = Instant::now() + self.config.wait_timeout;
+        let deadline = self.io.now() + self.config.wait_timeout;
         let mut copied = 0;
         let mut last_target = None;
         while !busy.is_empty() {
             if self.shutdown.load(Ordering::Acquire) {
                 return Err("shut down".into());
             }
-            let mut still = Vec::new();
-            for cid in busy {
-                let mut read = None;
-                let locked = self.source.for_each_in_range(cid, cid, &mut |at, data| {
-                    if at == cid {
-                        read = Some(Bytes::copy_from_slice(data));
-                    }
-                    false
-                });
-                if !locked.is_empty() {
-                    still.push(cid);
-                } else if let Some(data) = read {
-                    let bytes = data.len() + Op::OVERHEAD_BYTES_MAX;
-                    let (count, target) =
-                        self.copy_slice(zone, backup, vec![(cid, data)], bytes)?;
-                    copied += count;
-                    last_target = target.or(last_target);
-                }
-            }
-            if !still.is_empty() && Instant::now() >= deadline {
-                return Err(format!(
-                    "{} chunks stayed locked for {:?} (first {})",
-                    still.len(),
-                    self.config.wait_timeout,
-                    still[0]
-                ));
+            let (count, target, still) = self.copy_locked_once(zone, backup, busy, true)?;
+            copied += count;
+            last_target = target.or(last_target);
+            if !still.is_empty() && self.io.now() >= deadline {
+                return Err(locked_too_long(&still, self.config.wait_timeout));
             }
             if !still.is_empty() {
                 std::thread::sleep(Duration::from_millis(10));
@@ -396,4 +431,47 @@ impl Inner {
         }
         Ok((copied, last_target))
     }
+
+    /// Reads each of `busy` again and queues those that can be read now (a chunk gone
+    /// meanwhile is skipped); returns the chunks queued, the stream position of the last
+    /// one, and the chunks still locked.
+    pub(super) fn copy_locked_once(
+        &self,
+        zone: u32,
+        backup: NodeId,
+        busy: Vec<ChunkId>,
+        wait: bool,
+    ) -> Result<(u64, Option<Target>, Vec<ChunkId>), String> {
+        let mut copied = 0;
+        let mut last_target = None;
+        let mut still = Vec::new();
+        for cid in busy {
+            let mut read = None;
+            let locked = self.source.for_each_in_range(cid, cid, &mut |at, data| {
+                if at == cid {
+                    read = Some(Bytes::copy_from_slice(data));
+                }
+                false
+            });
+            if !locked.is_empty() {
+                still.push(cid);
+            } else if let Some(data) = read {
+                let bytes = data.len() + Op::OVERHEAD_BYTES_MAX;
+                let (count, target) =
+                    self.copy_slice(zone, backup, vec![(cid, data)], bytes, wait)?;
+                copied += count;
+                last_target = target.or(last_target);
+            }
+        }
+        Ok((copied, last_target, still))
+    }
+}
+
+/// The error of a copy whose chunks `still` stayed locked for `waited`.
+pub(super) fn locked_too_long(still: &[ChunkId], waited: Duration) -> String {
+    format!(
+        "{} chunks stayed locked for {waited:?} (first {})",
+        still.len(),
+        still.first().map_or_else(String::new, ToString::to_string)
+    )
 }

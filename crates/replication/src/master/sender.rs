@@ -16,15 +16,13 @@ use myriad_types::NodeId;
 use super::stream::{Sent, Stream};
 use super::zones::{op_key, ZoneKey};
 use super::{Inner, ReplicaEvent, State};
+
 use crate::wire::{self, encode_log_message};
 
 impl Inner {
-    pub(super) fn sender_loop(self: Arc<Self>) {
-        let mut events = self.net.subscribe();
-        let tick = (self.config.ack_timeout / 4).max(Duration::from_millis(5));
+    pub(super) fn sender_loop(self: Arc<Self>, mut lost: myriad_net::ConnectionEvents) {
+        let tick = self.tick_interval();
         loop {
-            let mut unreachable = Vec::new();
-            let finished;
             {
                 let mut state = self.state.lock();
                 // Resend requests wait for the next tick (at most a quarter of the ack
@@ -33,63 +31,87 @@ impl Inner {
                 if !self.shutdown.load(Ordering::Acquire) && !has_work(&state) {
                     self.work.wait_for(&mut state, tick);
                 }
-                if self.shutdown.load(Ordering::Acquire) {
-                    return;
-                }
-                while let Some(lost) = events.try_recv() {
-                    if let Some(stream) = state.streams.get_mut(&lost.node) {
-                        if !stream.window.is_empty() {
-                            stream.resend_requested = true;
-                        }
-                    }
-                }
-                let now = Instant::now();
-                for (&backup, stream) in state.streams.iter_mut() {
-                    let mut messages = Vec::new();
-                    let quiet = now.duration_since(stream.last_progress.max(stream.last_resend));
-                    // While a batch is still on its way (e.g. waiting for a connection),
-                    // a resend would only queue the window twice.
-                    let idle = stream.in_flight.load(Ordering::Acquire) == 0;
-                    let resend_soon = idle
-                        && stream.resend_requested
-                        && now.duration_since(stream.last_resend) >= tick;
-                    // Without progress, resends back off: ack timeout × 1, 2, 4, … 32.
-                    let quiet_max = self.config.ack_timeout * (1u32 << stream.backoff.min(5));
-                    let timed_out = quiet >= quiet_max;
-                    if idle && !stream.window.is_empty() && (resend_soon || timed_out) {
-                        messages.extend(stream.window.iter().map(|m| m.bytes.clone()));
-                        stream.last_resend = now;
-                        stream.resends += 1;
-                        if timed_out {
-                            stream.backoff = stream.backoff.saturating_add(1);
-                        }
-                    }
-                    if stream.window.is_empty() || resend_soon {
-                        stream.resend_requested = false;
-                    }
-                    let resent = messages.len();
-                    self.build_messages(stream, now, &mut messages);
-                    if messages.len() > resent {
-                        stream.shipped_by_sender += 1;
-                    }
-                    if !stream.window.is_empty()
-                        && !stream.unreachable_reported
-                        && now.duration_since(stream.last_progress)
-                            >= self.config.unreachable_timeout
-                    {
-                        stream.unreachable_reported = true;
-                        unreachable.push(backup);
-                    }
-                    Self::hand_over(stream, messages);
-                }
-                // Deferred waits past their deadline, or whose stream was replaced.
-                finished = self.finished_waiters(&mut state);
             }
-            super::deferred::run(finished);
-            for backup in unreachable {
-                tracing::warn!(%backup, "backup unreachable");
-                self.emit(ReplicaEvent::BackupUnreachable(backup));
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
             }
+            let mut gone = Vec::new();
+            while let Some(event) = lost.try_recv() {
+                gone.push(event.node);
+            }
+            self.sender_round(&gone);
+        }
+    }
+
+    /// How often the sender thread looks at the streams when nothing wakes it.
+    fn tick_interval(&self) -> Duration {
+        (self.config.ack_timeout / 4).max(Duration::from_millis(5))
+    }
+
+    /// One round of the sender: `lost` lists backups whose connection was lost (their
+    /// windows go again). Batches pending operations, resends, ends deferred waits past
+    /// their deadline and reports backups without progress.
+    pub(super) fn sender_round(&self, lost: &[NodeId]) {
+        let tick = self.tick_interval();
+        let mut unreachable = Vec::new();
+        let finished;
+        {
+            let mut state = self.state.lock();
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            for node in lost {
+                if let Some(stream) = state.streams.get_mut(node) {
+                    if !stream.window.is_empty() {
+                        stream.resend_requested = true;
+                    }
+                }
+            }
+            let now = self.io.now();
+            for (&backup, stream) in state.streams.iter_mut() {
+                let mut messages = Vec::new();
+                let quiet = now.duration_since(stream.last_progress.max(stream.last_resend));
+                // While a batch is still on its way (e.g. waiting for a connection),
+                // a resend would only queue the window twice.
+                let idle = stream.in_flight.load(Ordering::Acquire) == 0;
+                let resend_soon = idle
+                    && stream.resend_requested
+                    && now.duration_since(stream.last_resend) >= tick;
+                // Without progress, resends back off: ack timeout × 1, 2, 4, … 32.
+                let quiet_max = self.config.ack_timeout * (1u32 << stream.backoff.min(5));
+                let timed_out = quiet >= quiet_max;
+                if idle && !stream.window.is_empty() && (resend_soon || timed_out) {
+                    messages.extend(stream.window.iter().map(|m| m.bytes.clone()));
+                    stream.last_resend = now;
+                    stream.resends += 1;
+                    if timed_out {
+                        stream.backoff = stream.backoff.saturating_add(1);
+                    }
+                }
+                if stream.window.is_empty() || resend_soon {
+                    stream.resend_requested = false;
+                }
+                let resent = messages.len();
+                self.build_messages(stream, now, &mut messages);
+                if messages.len() > resent {
+                    stream.shipped_by_sender += 1;
+                }
+                if !stream.window.is_empty()
+                    && !stream.unreachable_reported
+                    && now.duration_since(stream.last_progress) >= self.config.unreachable_timeout
+                {
+                    stream.unreachable_reported = true;
+                    unreachable.push(backup);
+                }
+                Self::hand_over(stream, messages);
+            }
+            // Deferred waits past their deadline, or whose stream was replaced.
+            finished = self.finished_waiters(&mut state);
+        }
+        super::deferred::run(finished);
+        for backup in unreachable {
+            tracing::warn!(%backup, "backup unreachable");
+            self.emit(ReplicaEvent::BackupUnreachable(backup));
         }
     }
 

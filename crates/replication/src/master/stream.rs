@@ -14,17 +14,17 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use myriad_net::{Incoming, NetHandle};
 use myriad_types::NodeId;
 use parking_lot::MutexGuard;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+use tokio::sync::mpsc::UnboundedSender;
 
+use super::io::MasterIo;
 use super::zones::{op_key, ZoneKey};
 use super::{Inner, ReplicaEvent, State};
-use crate::wire::{self, Ack, AckStatus, Op};
+use crate::wire::{Ack, AckStatus, Op};
 use crate::{Durability, ReplicaError};
 
 /// A sent message, kept in its stream's window until the backup applied it.
@@ -69,25 +69,11 @@ pub(super) struct Stream {
 }
 
 impl Stream {
-    /// A new stream to `backup`, with its send task on the messaging runtime. The task
-    /// ends when the stream is dropped.
-    pub(super) fn new(id: u64, now: Instant, net: &NetHandle, backup: NodeId) -> Stream {
-        let (courier, mut batches) = unbounded_channel::<Vec<Bytes>>();
+    /// A new stream to `backup`, with its send path from `io`. The path closes when the
+    /// stream is dropped.
+    pub(super) fn new(id: u64, now: Instant, io: &dyn MasterIo, backup: NodeId) -> Stream {
         let in_flight = Arc::new(AtomicUsize::new(0));
-        let task_net = net.clone();
-        let task_in_flight = in_flight.clone();
-        net.runtime().spawn(async move {
-            while let Some(batch) = batches.recv().await {
-                for message in batch {
-                    if let Err(e) = task_net.send(backup, wire::REPLICATE, message).await {
-                        // The window keeps the rest; a resend follows.
-                        tracing::debug!(%backup, error = %e, "replication send failed");
-                        break;
-                    }
-                }
-                task_in_flight.fetch_sub(1, Ordering::AcqRel);
-            }
-        });
+        let courier = io.open_stream(backup, in_flight.clone());
         Stream {
             courier,
             in_flight,
@@ -169,11 +155,9 @@ pub(super) fn acks_timed_out(
 }
 
 impl Inner {
-    pub(super) fn next_stream_id(state: &mut State) -> u64 {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
-        state.last_stream_id = now.max(state.last_stream_id + 1);
+    pub(super) fn next_stream_id(&self, state: &mut State) -> u64 {
+        let floor = self.io.stream_id_floor();
+        state.last_stream_id = floor.max(state.last_stream_id + 1);
         state.last_stream_id
     }
 
@@ -188,10 +172,10 @@ impl Inner {
         now: Instant,
     ) -> Target {
         if !state.streams.contains_key(&backup) {
-            let id = Self::next_stream_id(state);
+            let id = self.next_stream_id(state);
             state
                 .streams
-                .insert(backup, Stream::new(id, now, &self.net, backup));
+                .insert(backup, Stream::new(id, now, &*self.io, backup));
         }
         let Some(stream) = state.streams.get_mut(&backup) else {
             unreachable!("inserted above");
@@ -257,7 +241,7 @@ impl Inner {
         self.wait_targets_until(
             targets,
             durability,
-            Instant::now() + self.config.wait_timeout,
+            self.io.now() + self.config.wait_timeout,
         )
     }
 
@@ -289,9 +273,9 @@ impl Inner {
         }
     }
 
-    pub(super) fn on_ack(&self, incoming: Incoming) {
-        let backup = incoming.from;
-        let ack = match Ack::decode(incoming.payload) {
+    /// Takes an acknowledgement ([`wire::ACK`](crate::wire::ACK)) of `backup`.
+    pub(super) fn on_ack(&self, backup: NodeId, payload: Bytes) {
+        let ack = match Ack::decode(payload) {
             Ok(ack) => ack,
             Err(e) => {
                 tracing::warn!(%backup, error = %e, "malformed replication ack");
@@ -313,7 +297,7 @@ impl Inner {
             if applied > stream.applied {
                 stream.applied = applied;
                 stream.backoff = 0;
-                stream.last_progress = Instant::now();
+                stream.last_progress = self.io.now();
                 stream.unreachable_reported = false;
                 while stream.window.front().is_some_and(|m| m.last_seq <= applied) {
                     if let Some(sent) = stream.window.pop_front() {

@@ -29,6 +29,10 @@ use crate::{Durability, ReplicaError};
 pub(super) enum Mode<'s, 'a> {
     Wait,
     NoWait(&'s [Change<'a>]),
+    /// Never waits and checks nothing first: what a blocking call would wait for (stream
+    /// room, a zone's registration, a new zone's placement) the caller's deferred wait
+    /// covers (`Replicator::on_changes_queued`).
+    Queue,
 }
 
 /// A change reported to [`Replicator`](super::Replicator).
@@ -40,9 +44,16 @@ pub(super) enum Change<'a> {
     Remove(ChunkId, u64),
 }
 
-/// A change reported with [`Replicator::on_changes_nowait`](super::Replicator::on_changes_nowait).
+/// A change reported with [`Replicator::on_changes_nowait`](super::Replicator::on_changes_nowait),
+/// [`Replicator::on_changes_deferred`](super::Replicator::on_changes_deferred) or
+/// [`Replicator::on_changes_queued`](super::Replicator::on_changes_queued).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AsyncChange<'a> {
+    /// The chunk was created with `data`. Only
+    /// [`Replicator::on_changes_queued`](super::Replicator::on_changes_queued) takes it
+    /// at once (it may open a zone); the no-wait calls answer
+    /// [`ReplicaError::WouldWait`](crate::ReplicaError::WouldWait).
+    Create(ChunkId, &'a [u8]),
     /// The chunk's whole payload is now `data`.
     Put(ChunkId, &'a [u8]),
     /// The chunk, of this many bytes, was removed.
@@ -52,6 +63,7 @@ pub enum AsyncChange<'a> {
 impl<'a> AsyncChange<'a> {
     pub(super) fn change(&self) -> Change<'a> {
         match *self {
+            AsyncChange::Create(cid, data) => Change::Create(cid, data),
             AsyncChange::Put(cid, data) => Change::Put(cid, data),
             AsyncChange::Remove(cid, size) => Change::Remove(cid, size),
         }
@@ -142,22 +154,26 @@ impl Inner {
         mode: Mode<'_, 'a>,
     ) -> Result<(), ReplicaError> {
         let durability = durability.unwrap_or(self.config.default_durability);
-        let deadline = Instant::now() + self.config.wait_timeout;
-        let targets = self.submit_targets(changes, durability, mode, deadline)?;
+        let deadline = self.io.now() + self.config.wait_timeout;
+        if self.driven && matches!(mode, Mode::Wait) {
+            // Nothing else runs on a driver's thread to end the wait.
+            return Err(ReplicaError::WouldWait);
+        }
+        let (targets, _) = self.submit_targets(changes, durability, mode, deadline)?;
         self.wait_targets_until(&targets, durability, deadline)
     }
 
     /// Queues the changes on their backups' streams (see [`submit_mode`](Self::submit_mode))
     /// and returns the stream positions their acknowledgements must reach, without waiting
-    /// for them. A no-wait submission accepts any durability here: the caller waits (or
-    /// defers) the acknowledgements itself.
+    /// for them, and the zones the changes went to. A no-wait submission accepts any
+    /// durability here: the caller waits (or defers) the acknowledgements itself.
     pub(super) fn submit_targets<'a>(
         self: &Arc<Self>,
         changes: impl Iterator<Item = Change<'a>>,
         durability: Durability,
         mode: Mode<'_, 'a>,
         deadline: Instant,
-    ) -> Result<Vec<Target>, ReplicaError> {
+    ) -> Result<(Vec<Target>, Vec<u32>), ReplicaError> {
         if self.shutdown.load(Ordering::Acquire) {
             return Err(ReplicaError::Shutdown);
         }
@@ -263,7 +279,7 @@ impl Inner {
             let mut op = op;
             op.set_seq(z.position);
             let backups = z.backups.clone();
-            let now = Instant::now();
+            let now = self.io.now();
             for &backup in &backups {
                 let target = self.push_op(&mut state, backup, op.clone(), wants_durable, now);
                 match targets.iter_mut().find(|t| t.backup == backup) {
@@ -277,7 +293,7 @@ impl Inner {
         }
         // The new operations leave now (or the sender thread takes them): before the
         // registration wait below and before the caller waits for acknowledgements.
-        let now = Instant::now();
+        let now = self.io.now();
         for &backup in &shipping {
             self.ship_or_wake(&mut state, backup, now);
         }
@@ -289,7 +305,7 @@ impl Inner {
             self.wait_registrations(&mut state, &touched, deadline)?;
         }
         drop(state);
-        Ok(targets)
+        Ok((targets, touched))
     }
 
     /// Waits until none of the `touched` zones' registrations is pending (a failed one is

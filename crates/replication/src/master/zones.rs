@@ -11,7 +11,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 use myriad_placement::PlacementError;
 use myriad_types::NodeId;
@@ -83,7 +82,7 @@ impl Inner {
             zone: log_zone,
             seq: z.position,
         };
-        let at = self.push_op(state, target, reset, true, Instant::now());
+        let at = self.push_op(state, target, reset, true, self.io.now());
         if let Some(z) = state.zones.get_mut(&zone) {
             z.resyncs.retain(|r| r.target != target);
             z.resyncs.push(Resync {
@@ -105,7 +104,7 @@ impl Inner {
         let (owner, number) = z.log.unwrap_or((self.config.node, zone));
         let future = self.registry.register(owner, number, z.backups.clone());
         let weak = Arc::downgrade(self);
-        self.net.runtime().spawn(async move {
+        self.io.spawn(Box::pin(async move {
             let result = future.await;
             if let Some(inner) = weak.upgrade() {
                 let mut state = inner.state.lock();
@@ -118,8 +117,12 @@ impl Inner {
                     }
                 }
                 inner.progress.notify_all();
+                // Deferred waits may have waited for this registration.
+                let finished = inner.finished_waiters(&mut state);
+                drop(state);
+                super::deferred::run(finished);
             }
-        });
+        }));
     }
 
     /// Opens bookkeeping for a new zone: places it and starts its registration.
