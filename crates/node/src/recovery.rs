@@ -112,12 +112,21 @@ pub struct Restored {
     /// positions"): what the restored chunks reflect. `None` when this backup holds no
     /// position for the zone (it restarted since it received the zone).
     pub position: Option<u64>,
+    /// Chunks read back but not stored ([`insert_recovered_where`]'s `keep` refused them).
+    pub skipped: u64,
+    /// Their CIDs as runs, like `runs`.
+    pub skipped_runs: Vec<(u64, u64)>,
 }
 
 impl Restored {
     /// The stored CIDs as sorted ranges per creator (what the restorer reports).
     pub fn ranges(&mut self) -> Vec<CidRange> {
         ranges_of_runs(&mut self.runs)
+    }
+
+    /// The CIDs read back but not stored, as sorted ranges per creator.
+    pub fn skipped_ranges(&mut self) -> Vec<CidRange> {
+        ranges_of_runs(&mut self.skipped_runs)
     }
 }
 
@@ -128,9 +137,43 @@ pub fn insert_recovered(
     mem: &MemoryManager,
     request: &RecoverRequest,
 ) -> Result<Restored, String> {
+    insert_recovered_where(backup, mem, request, &|_| true)
+}
+
+/// [`insert_recovered`], storing only the chunks `keep` accepts; the others are counted
+/// in [`Restored::skipped`] and their CIDs kept as runs (see [`Restored::skipped_ranges`]).
+pub fn insert_recovered_where(
+    backup: &BackupService,
+    mem: &MemoryManager,
+    request: &RecoverRequest,
+    keep: &(dyn Fn(ChunkId) -> bool + Sync),
+) -> Result<Restored, String> {
     let restored = Mutex::new(Restored::default());
     let bytes = AtomicU64::new(0);
-    let sink = |batch: &[myriad_backup_log::RecoveredChunk<'_>]| {
+    let sink = |all: &[myriad_backup_log::RecoveredChunk<'_>]| {
+        let mut skipped: Vec<(u64, u64)> = Vec::new();
+        let kept: Vec<myriad_backup_log::RecoveredChunk<'_>>;
+        let batch = if all.iter().all(|chunk| keep(ChunkId::from_raw(chunk.cid))) {
+            all
+        } else {
+            kept = all
+                .iter()
+                .filter(|chunk| {
+                    let stays = keep(ChunkId::from_raw(chunk.cid));
+                    if !stays {
+                        push_run(&mut skipped, chunk.cid);
+                    }
+                    stays
+                })
+                .copied()
+                .collect();
+            &kept
+        };
+        if !skipped.is_empty() {
+            let mut guard = restored.lock();
+            guard.skipped += skipped.iter().map(|(a, b)| b - a + 1).sum::<u64>();
+            guard.skipped_runs.extend(skipped);
+        }
         // Failures come in index order; a chunk already stored under its CID (a retried
         // recovery) is replaced.
         let mut failures: Vec<(usize, String)> = Vec::new();
@@ -201,7 +244,13 @@ pub fn restore_zone(
     request: RecoverRequest,
 ) -> RecoverReply {
     let started = Instant::now();
-    let mut restored = match insert_recovered(backup, service.memory(), &request) {
+    let writer = request.holder.unwrap_or(request.owner);
+    let routes = match Routes::read(membership) {
+        Ok(routes) => routes,
+        Err(reason) => return RecoverReply::Failed(reason),
+    };
+    let keep = |cid: ChunkId| routes.restores(cid, writer);
+    let mut restored = match insert_recovered_where(backup, service.memory(), &request, &keep) {
         Ok(restored) => restored,
         // The read sealed the zone against its failed writer first: from then on nothing
         // of theirs creates the zone's log here, so a backup without one holds nothing of
@@ -217,8 +266,12 @@ pub fn restore_zone(
         ));
     }
     let inserted_ms = started.elapsed().as_millis() as u64;
-    let chunks = restored.chunks;
     let ranges = restored.ranges();
+    let orphans = restored.skipped_ranges();
+    if !orphans.is_empty() {
+        tracing::warn!(owner = %request.owner, zone = request.zone, skipped = restored.skipped, ?orphans, "restored chunks the directory routes elsewhere (a migration that never committed) were left out");
+    }
+    let chunks = restored.chunks;
     // Only chunks the engine delivered are taken over: the ranges cover no more CIDs than
     // were stored here (a range over a CID not restored would claim another restorer's).
     let covered: u64 = ranges
@@ -251,6 +304,9 @@ pub fn restore_zone(
         "zone restored and taken over"
     );
     if let Some(adoption) = adoption {
+        if let Some(replicator) = service.replicator() {
+            replicator.forget_in_adopted(&adoption, &cid_pairs(&orphans));
+        }
         spawn_rereplication(service, membership, request, adoption, chunks);
     }
     RecoverReply::Recovered {
@@ -259,6 +315,19 @@ pub fn restore_zone(
         ms,
         ranges,
     }
+}
+
+/// Ranges as `(first, last)` CIDs.
+pub fn cid_pairs(ranges: &[CidRange]) -> Vec<(ChunkId, ChunkId)> {
+    ranges
+        .iter()
+        .filter_map(|r| {
+            Some((
+                ChunkId::new(r.creator, r.first)?,
+                ChunkId::new(r.creator, r.last)?,
+            ))
+        })
+        .collect()
 }
 
 /// Adoption: the zone stays one zone, named (owner, zone) in the backups' logs, held by
@@ -374,6 +443,66 @@ fn same_history(
         }
     }
     (kept, position)
+}
+
+/// The superpeers' lookup trees of every peer, read before a recovery: who owns a CID
+/// now. A restorer stores (and takes over) only the chunks routed to the zone's writer;
+/// the others are *orphans*: copies a migration left when its insert reached the writer
+/// but the new owner was never committed (the insert's answer was lost, the source kept
+/// the chunks). Taking an orphan over would bring back a stale copy in place of its
+/// owner's, and storing it would replace the owner's own copy when the owner restores
+/// (simulator seed 63).
+#[derive(Debug, Default)]
+pub struct Routes {
+    /// Per creator, its ranges covering all of its local IDs.
+    trees: Vec<(NodeId, Vec<myriad_meta::LookupRange>)>,
+}
+
+impl Routes {
+    /// The lookup trees of every peer the membership knows, from the superpeers.
+    pub fn read(membership: &Arc<Membership>) -> Result<Routes, String> {
+        let mut creators: Vec<NodeId> = membership
+            .nodes()
+            .into_iter()
+            .filter(|record| record.role != myriad_meta::Role::Superpeer)
+            .map(|record| record.id)
+            .collect();
+        creators.sort_unstable();
+        creators.dedup();
+        let mut routes = Routes::default();
+        for creator in creators {
+            let reader = Arc::clone(membership);
+            let tree = membership
+                .net()
+                .runtime()
+                .block_on(async move { reader.lookup_all(creator).await })
+                .map_err(|error| format!("reading the lookup tree of {creator}: {error}"))?;
+            routes.trees.push((creator, tree));
+        }
+        Ok(routes)
+    }
+
+    /// Routes from given ranges (each creator's ranges covering all of its local IDs).
+    pub fn from_trees(trees: Vec<(NodeId, Vec<myriad_meta::LookupRange>)>) -> Routes {
+        Routes { trees }
+    }
+
+    /// The owner of `cid`; `None` for a creator whose tree was not read (not a member
+    /// any more), whose chunks a restorer keeps, as before routes were read.
+    pub fn owner(&self, cid: ChunkId) -> Option<NodeId> {
+        let (creator, lid) = (cid.creator(), cid.local_id());
+        let (_, tree) = self.trees.iter().find(|(c, _)| *c == creator)?;
+        Some(
+            tree.iter()
+                .find(|r| r.first <= lid && lid <= r.last)
+                .map_or(creator, |range| range.owner),
+        )
+    }
+
+    /// Whether a restorer of a zone written by `writer` stores and takes over `cid`.
+    pub fn restores(&self, cid: ChunkId, writer: NodeId) -> bool {
+        self.owner(cid).is_none_or(|owner| owner == writer)
+    }
 }
 
 /// The decision of [`same_history`] (also the simulator's): from the restorer's own

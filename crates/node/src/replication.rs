@@ -159,6 +159,26 @@ pub fn parse_durability(text: &str) -> Result<Durability, String> {
     }
 }
 
+/// The command that registers `owner`'s zone `zone` with `backups` for master `me`:
+/// `ZoneSet` for a zone of its own, `ZoneAdopt` (`me` its holder) for a zone of another
+/// (failed) peer that it adopted.
+pub fn registration_command(me: NodeId, owner: NodeId, zone: u32, backups: Vec<NodeId>) -> Command {
+    if owner == me {
+        Command::ZoneSet {
+            owner,
+            zone,
+            backups,
+        }
+    } else {
+        Command::ZoneAdopt {
+            owner,
+            zone,
+            holder: me,
+            backups,
+        }
+    }
+}
+
 /// Commits zone → backups entries through the peer's membership (the superpeer group).
 #[derive(Debug)]
 pub struct MembershipRegistry {
@@ -178,21 +198,7 @@ impl MembershipRegistry {
 impl ZoneRegistry for MembershipRegistry {
     fn register(&self, owner: NodeId, zone: u32, backups: Vec<NodeId>) -> RegisterFuture {
         let membership = Arc::clone(&self.membership);
-        let me = membership.node_id();
-        let command = if owner == me {
-            Command::ZoneSet {
-                owner,
-                zone,
-                backups,
-            }
-        } else {
-            Command::ZoneAdopt {
-                owner,
-                zone,
-                holder: me,
-                backups,
-            }
-        };
+        let command = registration_command(membership.node_id(), owner, zone, backups);
         Box::pin(async move {
             membership
                 .write(command)

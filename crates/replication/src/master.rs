@@ -193,6 +193,11 @@ pub struct ReplicatorConfig {
     /// Number of this master's first zone. Default 0; a restarted master starts above its
     /// earlier incarnation's zones (the superpeers hand it the base when it joins).
     pub first_zone: u32,
+    /// Test-only switch (off in production): a backup added to a zone gets no
+    /// [`wire::Op::Reset`] before its copy, as before zone positions, so a stale or
+    /// diverged copy of the zone it held stays under the copy. The cluster simulator
+    /// re-introduces the bug that fixed with it.
+    pub bug_no_copy_reset: bool,
 }
 
 impl ReplicatorConfig {
@@ -215,6 +220,7 @@ impl ReplicatorConfig {
             events_max: 1024,
             placement_seed: u64::from(node.0) ^ 0x5eed,
             first_zone: 0,
+            bug_no_copy_reset: false,
         }
     }
 
@@ -671,6 +677,15 @@ impl Replicator {
         content: Restored,
     ) -> Adoption {
         self.inner.adopt_registered(plan, ranges, content)
+    }
+
+    /// Removes the CIDs of `ranges` from an adopted zone's logs (each one's removal goes
+    /// to the zone's backups like a change): chunks the restorer read back but does not
+    /// take over (a migration's orphans, see the node's recovery), so that no later
+    /// recovery of the zone brings them back. CIDs this master's zone tree gives another
+    /// zone are skipped.
+    pub fn forget_in_adopted(&self, adoption: &Adoption, ranges: &[(ChunkId, ChunkId)]) {
+        self.inner.forget_in_zone(adoption.zone, ranges);
     }
 
     /// Queues the copies of an adopted zone to its added backups for

@@ -131,14 +131,17 @@ pub(crate) fn replicate_event(
     }
 }
 
-/// Starts the thread that logs the replicator's events and reports unreachable backups
-/// to the superpeers. It ends once `stop` is set.
+/// Starts the thread that logs the replicator's events, reports unreachable backups
+/// to the superpeers and replaces backups that refuse the stream. It ends once `stop` is
+/// set.
 pub(crate) fn follow_replica_events(
-    replicator: &Replicator,
+    replicator: &Arc<Replicator>,
     membership: &Arc<Membership>,
     stop: Arc<AtomicBool>,
 ) -> Result<JoinHandle<()>, PeerError> {
     let receiver = replicator.events();
+    // Weak: this thread must not keep the replicator (and its threads) alive.
+    let weak = Arc::downgrade(replicator);
     let membership = Arc::clone(membership);
     let runtime = membership.net().runtime();
     std::thread::Builder::new()
@@ -156,7 +159,16 @@ pub(crate) fn follow_replica_events(
                         runtime.block_on(async move { membership.report_failure(node).await });
                     }
                     ReplicaEvent::BackupRefused { backup, reason } => {
-                        tracing::warn!(%backup, %reason, "backup refuses replication");
+                        // A backup that refuses the stream (its log engine failed, its disk
+                        // is full) holds none of the zone's later changes: it is replaced
+                        // in every zone it backs, as a failed one is.
+                        tracing::warn!(%backup, %reason, "backup refuses replication; replacing it");
+                        if let Some(replicator) = weak.upgrade() {
+                            let changed = replicator.replace_backup(*backup);
+                            if !changed.is_empty() {
+                                tracing::info!(%backup, zones = changed.len(), "replaced a refusing backup");
+                            }
+                        }
                     }
                     ReplicaEvent::ResyncDone {
                         zone,

@@ -12,10 +12,12 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use myriad_types::{ChunkId, NodeId};
 
 use super::zones::{Registration, ZoneState};
 use super::{Inner, State};
+use crate::wire::Op;
 use crate::ReplicaError;
 
 /// Ranges of an adopted zone up to this many CIDs are split around CIDs that already have
@@ -204,7 +206,8 @@ impl Inner {
             }
         }
         let local = state.tree.new_zone();
-        let mut overlapping = 0u64;
+        // CID ranges that already had a zone here and stay in it.
+        let mut elsewhere: Vec<(ChunkId, ChunkId)> = Vec::new();
         for &(first, last) in ranges {
             if state.tree.add_range(first, last, local).is_ok() {
                 continue;
@@ -213,18 +216,15 @@ impl Inner {
             // failed peer): a short range is taken CID by CID around them.
             let span = last.raw().saturating_sub(first.raw());
             if span >= ADOPT_SPLIT_SPAN_MAX {
-                overlapping += span + 1;
+                elsewhere.push((first, last));
                 continue;
             }
             for raw in first.raw()..=last.raw() {
                 let cid = ChunkId::from_raw(raw);
                 if state.tree.add_range(cid, cid, local).is_err() {
-                    overlapping += 1;
+                    elsewhere.push((cid, cid));
                 }
             }
-        }
-        if overlapping > 0 {
-            tracing::warn!(%owner, zone, overlapping, "CIDs of an adopted zone already had a zone here; their changes go to that zone");
         }
         if chunks > 0 {
             state.tree.add_usage_many(local, chunks, bytes);
@@ -246,12 +246,121 @@ impl Inner {
             self.start_copy(&mut state, local.0, target);
         }
         self.progress.notify_all();
+        drop(state);
+        if !elsewhere.is_empty() {
+            self.move_restored_elsewhere(local.0, &elsewhere, (owner, zone));
+        }
         Adoption {
             zone: local.0,
             owner,
             log_zone: zone,
             backups,
             added,
+        }
+    }
+
+    /// The restored chunks of `ranges` that stay in another zone of this master (their
+    /// CIDs had a zone here already): their changes go to that zone from now on, so that
+    /// zone's backups get each one's restored value (they may hold its removal, e.g. of
+    /// an own chunk that had migrated to the failed peer), and the adopted zone `local`
+    /// (log `(owner, zone)`) drops it. Otherwise the adopted zone's logs would keep a copy
+    /// that its copies to added backups leave out (so its backups would differ at one
+    /// position) and that a later recovery of the zone would bring back.
+    fn move_restored_elsewhere(
+        &self,
+        local: u32,
+        ranges: &[(ChunkId, ChunkId)],
+        (owner, zone): (NodeId, u32),
+    ) {
+        // Read without the state lock (the `ChunkSource` contract). Nothing changes these
+        // chunks meanwhile: the restorer owns them only after the adoption.
+        let mut restored: Vec<(ChunkId, Bytes)> = Vec::new();
+        let mut locked = Vec::new();
+        for &(first, last) in ranges {
+            locked.extend(
+                self.source
+                    .for_each_in_range(first, last, &mut |cid, data| {
+                        restored.push((cid, Bytes::copy_from_slice(data)));
+                        true
+                    }),
+            );
+        }
+        if !locked.is_empty() {
+            tracing::warn!(%owner, zone, locked = locked.len(), "restored chunks that stay in another zone were locked; the adopted zone keeps their copies");
+        }
+        let mut state = self.state.lock();
+        let mut shipping: Vec<NodeId> = Vec::new();
+        let (adopted_owner, adopted_zone) = match state.zones.get(&local) {
+            Some(z) => z.key(local),
+            None => return,
+        };
+        let moved = restored.len();
+        for (cid, data) in restored {
+            let Some(stays) = state.tree.zone_of(cid).filter(|z| z.0 != local) else {
+                continue;
+            };
+            let Some(z) = state.zones.get(&stays.0) else {
+                continue;
+            };
+            let (stay_owner, stay_zone) = z.key(stays.0);
+            state.tree.add_usage(stays, data.len() as u64);
+            let put = Op::Put {
+                owner: stay_owner,
+                zone: stay_zone,
+                cid: cid.raw(),
+                data,
+                seq: 0,
+            };
+            let remove = Op::Remove {
+                owner: adopted_owner,
+                zone: adopted_zone,
+                cid: cid.raw(),
+                seq: 0,
+            };
+            let targets = self.queue_on_zone(&mut state, stays.0, cid, put, false);
+            let more = self.queue_on_zone(&mut state, local, cid, remove, false);
+            for target in targets.into_iter().chain(more) {
+                if !shipping.contains(&target.backup) {
+                    shipping.push(target.backup);
+                }
+            }
+        }
+        let now = self.io.now();
+        for backup in shipping {
+            self.ship_or_wake(&mut state, backup, now);
+        }
+        tracing::warn!(%owner, zone, moved, "CIDs of an adopted zone already had a zone here; their changes go to that zone");
+    }
+
+    /// See [`Replicator::forget_in_adopted`](super::Replicator::forget_in_adopted).
+    pub(super) fn forget_in_zone(&self, local: u32, ranges: &[(ChunkId, ChunkId)]) {
+        let mut state = self.state.lock();
+        let Some((owner, zone)) = state.zones.get(&local).map(|z| z.key(local)) else {
+            return;
+        };
+        let mut shipping: Vec<NodeId> = Vec::new();
+        for &(first, last) in ranges {
+            for raw in first.raw()..=last.raw() {
+                let cid = ChunkId::from_raw(raw);
+                if state.tree.zone_of(cid).is_some_and(|z| z.0 != local) {
+                    continue;
+                }
+                let remove = Op::Remove {
+                    owner,
+                    zone,
+                    cid: raw,
+                    seq: 0,
+                };
+                for target in self.queue_on_zone(&mut state, local, cid, remove, false) {
+                    if !shipping.contains(&target.backup) {
+                        shipping.push(target.backup);
+                    }
+                }
+            }
+        }
+        let now = self.io.now();
+        for backup in shipping {
+            self.ship_or_wake(&mut state, backup, now);
         }
     }
 }

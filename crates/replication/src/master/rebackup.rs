@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use myriad_placement::ZoneId;
+use myriad_placement::{Candidate, ZoneId};
 use myriad_types::{ChunkId, NodeId};
 
 use super::stream::Target;
@@ -98,9 +98,24 @@ impl Inner {
             let Some(z) = zones.get_mut(&zone) else {
                 continue;
             };
+            // An adopted zone's log owner (restarted since) never backs its own zone: its
+            // log there is named by that owner, and the cluster refuses such an order.
+            let log_owner = z.log.map(|(owner, _)| owner);
+            let eligible: Vec<Candidate>;
+            let candidates = match log_owner {
+                Some(owner) if candidates.iter().any(|c| c.node == owner) => {
+                    eligible = candidates
+                        .iter()
+                        .filter(|c| c.node != owner)
+                        .cloned()
+                        .collect();
+                    &eligible
+                }
+                _ => &candidates,
+            };
             let new = match failed {
-                Some(f) => placement.replace(&z.backups, f, &candidates, rng),
-                None => placement.extend(&z.backups, &candidates, rng),
+                Some(f) => placement.replace(&z.backups, f, candidates, rng),
+                None => placement.extend(&z.backups, candidates, rng),
             };
             let added: Vec<NodeId> = new
                 .iter()

@@ -267,27 +267,13 @@ impl Inner {
                 self.wait_room(&mut state, &backups, op.encoded_bytes(), deadline)?;
             }
             // The lock was released while waiting: the zone's backups may have changed.
-            let Some(z) = state.zones.get_mut(&zone) else {
-                continue;
-            };
-            for resync in &mut z.resyncs {
-                resync.dirty.insert(cid.raw());
-            }
-            // The zone's next position, in the same hold that queues the change on every
-            // backup of the zone (so each backup sees the positions in order).
-            z.position += 1;
-            let mut op = op;
-            op.set_seq(z.position);
-            let backups = z.backups.clone();
-            let now = self.io.now();
-            for &backup in &backups {
-                let target = self.push_op(&mut state, backup, op.clone(), wants_durable, now);
-                match targets.iter_mut().find(|t| t.backup == backup) {
+            for target in self.queue_on_zone(&mut state, zone, cid, op, wants_durable) {
+                match targets.iter_mut().find(|t| t.backup == target.backup) {
                     Some(t) => *t = target,
                     None => targets.push(target),
                 }
-                if !shipping.contains(&backup) {
-                    shipping.push(backup);
+                if !shipping.contains(&target.backup) {
+                    shipping.push(target.backup);
                 }
             }
         }
@@ -306,6 +292,34 @@ impl Inner {
         }
         drop(state);
         Ok((targets, touched))
+    }
+
+    /// Queues `op`, a change of `cid`, on every backup of `zone` with the zone's next
+    /// position (in this one hold of the state lock, so each backup sees the positions in
+    /// order) and marks `cid` dirty for the zone's running copies. Returns the stream
+    /// positions; nothing when the zone is gone.
+    pub(super) fn queue_on_zone(
+        &self,
+        state: &mut State,
+        zone: u32,
+        cid: ChunkId,
+        mut op: Op,
+        wants_durable: bool,
+    ) -> Vec<Target> {
+        let Some(z) = state.zones.get_mut(&zone) else {
+            return Vec::new();
+        };
+        for resync in &mut z.resyncs {
+            resync.dirty.insert(cid.raw());
+        }
+        z.position += 1;
+        op.set_seq(z.position);
+        let backups = z.backups.clone();
+        let now = self.io.now();
+        backups
+            .into_iter()
+            .map(|backup| self.push_op(state, backup, op.clone(), wants_durable, now))
+            .collect()
     }
 
     /// Waits until none of the `touched` zones' registrations is pending (a failed one is

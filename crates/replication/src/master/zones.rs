@@ -82,13 +82,14 @@ impl Inner {
             zone: log_zone,
             seq: z.position,
         };
-        let at = self.push_op(state, target, reset, true, self.io.now());
+        let at = (!self.config.bug_no_copy_reset)
+            .then(|| self.push_op(state, target, reset, true, self.io.now()));
         if let Some(z) = state.zones.get_mut(&zone) {
             z.resyncs.retain(|r| r.target != target);
             z.resyncs.push(Resync {
                 target,
                 dirty: HashSet::new(),
-                reset: Some(at),
+                reset: at,
             });
         }
     }

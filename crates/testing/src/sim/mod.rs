@@ -45,6 +45,7 @@
 //! `myriad-simulate` binary behind `scripts/simulate`.
 
 mod check;
+mod master;
 pub mod net;
 mod peer;
 pub mod raft;

@@ -104,14 +104,11 @@ impl World {
             }
             return;
         }
-        let zones = self.peers[index].parts.as_ref().map(|p| {
-            p.master
-                .zones
-                .iter()
-                .map(|z| (z.owner, z.zone, z.backups.clone()))
-                .collect::<Vec<_>>()
-        });
-        self.log(format!("CRASH {peer} (zones and backups {zones:?})"));
+        let zones = self.peers[index]
+            .parts
+            .as_ref()
+            .map(|p| p.master.describe());
+        self.log(format!("CRASH {peer} ({zones:?})"));
         let tear = self.rng.next_u64();
         self.peers[index].crash(tear);
         self.crashes.push(self.queue.now());
@@ -212,18 +209,22 @@ impl World {
             let Some(parts) = peer.parts.as_ref() else {
                 continue;
             };
-            if !parts.master.copies.is_empty() {
-                return Some(format!("{} copies a zone to an added backup", peer.id));
+            if !parts.master.settled() {
+                return Some(format!(
+                    "{} still replicates: {}",
+                    peer.id,
+                    parts.master.describe()
+                ));
             }
-            if let Some(zone) = parts
-                .master
+            let stats = parts.master.replicator().stats();
+            if let Some(zone) = stats
                 .zones
                 .iter()
                 .find(|z| z.backups.len() < self.config.backups)
             {
                 return Some(format!(
-                    "zone {}/{} has backups {:?} only",
-                    zone.owner, zone.zone, zone.backups
+                    "zone {} ({:?}) at {} has backups {:?} only",
+                    zone.zone, zone.adopted_from, peer.id, zone.backups
                 ));
             }
         }
@@ -237,16 +238,17 @@ impl World {
             let Some(parts) = peer.parts.as_ref() else {
                 continue;
             };
-            for zone in &parts.master.zones {
+            for zone in parts.master.replicator().stats().zones {
+                let owner = zone.adopted_from.map_or(peer.id, |(owner, _)| owner);
                 let backups = &zone.backups;
                 let distinct: BTreeSet<NodeId> = backups.iter().copied().collect();
                 if distinct.len() != backups.len()
                     || distinct.contains(&peer.id)
-                    || distinct.contains(&zone.owner)
+                    || distinct.contains(&owner)
                 {
                     problems.push(format!(
-                        "zone {}/{} at {}: backups {backups:?} not distinct or include the owner",
-                        zone.owner, zone.zone, peer.id
+                        "zone {} ({:?}) at {}: backups {backups:?} not distinct or include the owner",
+                        zone.zone, zone.adopted_from, peer.id
                     ));
                 }
             }

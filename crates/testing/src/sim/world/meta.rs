@@ -28,59 +28,9 @@
 //! Callers: [`super::World`]'s start, event dispatch and fault handlers.
 
 use myriad_meta::{Capabilities, Command, MetaState, NodeState, Response, Role};
-use myriad_node::recovery::insert_recovered;
+use myriad_node::recovery::{cid_pairs, insert_recovered_where, Routes};
 use myriad_placement::Candidate;
 use myriad_proto::recovery::RecoverRequest;
-use myriad_replication::wire::Op;
-use rand::rngs::SmallRng;
-use rand::SeedableRng;
-
-/// Reads the chunks of `ranges` from the memory of `zone`'s holder `me` as the copy's
-/// operations (production: the re-replication's slices); also the chunks that were locked
-/// (read again later).
-fn read_copy(
-    service: &ChunkService,
-    zone: &SimZone,
-    me: NodeId,
-    ranges: impl Iterator<Item = (ChunkId, ChunkId)>,
-) -> (Vec<Op>, Vec<ChunkId>) {
-    let owner = (zone.owner != me).then_some(zone.owner);
-    let mut ops = Vec::new();
-    let mut locked = Vec::new();
-    for (first, last) in ranges {
-        locked.extend(
-            service
-                .memory()
-                .for_each_chunk_in_range(first, last, |cid, data| {
-                    ops.push(Op::Put {
-                        owner,
-                        zone: zone.zone,
-                        cid: cid.raw(),
-                        data: Bytes::copy_from_slice(data),
-                        seq: 0,
-                    });
-                    true
-                }),
-        );
-    }
-    (ops, locked)
-}
-
-/// Queues a copy's operations on the streams of `backups`; with `complete` (no chunk left
-/// to read again) each backup is recorded filled once they are durable there.
-fn queue_copy(master: &mut Master, zone: &SimZone, backups: &[NodeId], ops: &[Op], complete: bool) {
-    for &backup in backups {
-        let stream = master.open_stream(backup);
-        stream.log.extend(ops.iter().cloned());
-        let need = (backup, stream.id, stream.log.len() as u64);
-        if need.2 > stream.applied {
-            master.copies.push(need);
-        }
-        if complete {
-            master.fills.push((zone.owner, zone.zone, need));
-        }
-    }
-}
 
 /// Pause between two rounds over a zone's backups when each failed (production
 /// `RETRY_PAUSE`, on the simulator's compressed time scale).
@@ -91,13 +41,7 @@ pub(super) const RECOVERY_RETRY_US_MAX: Time = 30_000;
 
 use super::faults::{is_get, lock};
 use super::*;
-use crate::sim::peer::{placement, Master, SimZone, Start, LID_RESERVE};
-
-/// How long re-replication waits before it reads a locked chunk again (simulated µs).
-const COPY_RETRY_US: u64 = 1_000;
-/// Reads of a locked chunk before the copy gives up (production fails the copy after its
-/// wait timeout).
-const COPY_RETRIES_MAX: u32 = 5_000;
+use crate::sim::peer::{Start, LID_RESERVE};
 
 /// How long a peer whose disk did not open waits before the next start.
 const RESTART_RETRY: Time = 3_000;
@@ -274,7 +218,7 @@ impl World {
     }
 
     /// The backup candidates as the production membership view gives them: alive peers.
-    fn candidates(&self, excluding: &[NodeId]) -> Vec<Candidate> {
+    pub(super) fn candidates(&self, excluding: &[NodeId]) -> Vec<Candidate> {
         self.meta
             .nodes()
             .filter(|r| r.role == Role::Peer && r.state == NodeState::Alive)
@@ -307,29 +251,18 @@ impl World {
     }
 
     /// Starts the incarnation of the peer at `index` (joined already): its bases from the
-    /// metadata, its own zone placed and registered, its local IDs reserved.
+    /// metadata (its zones, placed and registered by its replicator when its first chunk
+    /// is created, are numbered from the zone base), its local IDs reserved.
     pub(super) fn start_peer(&mut self, index: usize) -> bool {
         let id = self.peers[index].id;
         let bases = self.meta.bases(id);
-        let mut placement = placement(id, self.config.backups);
-        let mut rng = SmallRng::seed_from_u64(self.rng.next_u64());
-        let candidates = self.candidates(&[id]);
-        let backups = placement.place(&candidates, &mut rng).unwrap_or_default();
-        let zone = bases.zone_base;
-        if let Response::Error(e) = self.commit(Command::ZoneSet {
-            owner: id,
-            zone,
-            backups: backups.clone(),
-        }) {
-            self.fail(format!("zone {zone} of {id} not registered: {e}"));
-            return false;
-        }
         let start = Start {
-            zone,
+            zone_base: bases.zone_base,
             lid_base: bases.lid_base,
-            backups: backups.clone(),
-            placement,
-            placement_rng: rng,
+            backups: self.config.backups,
+            placement_seed: self.rng.next_u64(),
+            now: self.queue.now(),
+            bug_no_copy_reset: self.config.bug == Some(Bug::KeepDivergedSurvivors),
         };
         let bug = self.config.bug == Some(Bug::NoRecoveryFreeze);
         if let Err(e) = self.peers[index].start(start, bug) {
@@ -341,11 +274,12 @@ impl World {
             up_to: bases.lid_base.max(1) + LID_RESERVE,
         });
         self.log(format!(
-            "start {id} zone {zone} lid base {} backups {backups:?}",
-            bases.lid_base
+            "start {id} zones from {} lid base {}",
+            bases.zone_base, bases.lid_base
         ));
         // A new incarnation: its first resend round (an earlier one's ends by itself).
         self.peers[index].resend_armed = false;
+        self.peers[index].copy_armed = false;
         self.schedule_resend(index);
         true
     }
@@ -412,189 +346,39 @@ impl World {
     }
 
     /// Every live master replaces `gone` in the zones it backed (a failure, or a restart
-    /// that lost the stream state).
+    /// that lost the stream state): production `Replicator::replace_backup`, as a node
+    /// does on `NodeFailed` and on a restarted peer's `NodeJoined`.
     fn backups_gone(&mut self, gone: NodeId) {
         for index in 0..self.peers.len() {
             if self.peers[index].id == gone {
                 continue;
             }
-            let Some(parts) = self.peers[index].parts.as_mut() else {
+            let Some(master) = self.master_at(index) else {
                 continue;
             };
-            if !parts.master.drop_backup(gone) {
-                continue;
+            let changed = master.replicator().replace_backup(gone);
+            if !changed.is_empty() {
+                let me = self.peers[index].id;
+                self.log(format!("{me} replaces backup {gone}: {changed:?}"));
             }
-            self.fill_zones(index);
-            self.release(index);
+            self.pump(index);
+            self.schedule_copies(index);
         }
     }
 
-    /// Gives every zone of the master at `index` with fewer than R backups more (the
-    /// production placement), registers the new order, and copies the zone to the added
-    /// backups (re-replication).
+    /// The master at `index` gives its zones with fewer than R backups more and copies
+    /// them there (production `Replicator::fill_zones`, on a peer's `NodeJoined`).
     pub(super) fn fill_zones(&mut self, index: usize) {
-        let me = self.peers[index].id;
-        let zones = self.peers[index]
-            .parts
-            .as_ref()
-            .map_or(0, |p| p.master.zones.len());
-        for z in 0..zones {
-            let Some(parts) = self.peers[index].parts.as_ref() else {
-                return;
-            };
-            let zone = parts.master.zones[z].clone();
-            if zone.backups.len() >= self.config.backups {
-                continue;
-            }
-            let candidates = self.candidates(&[me, zone.owner]);
-            let Some(parts) = self.peers[index].parts.as_mut() else {
-                return;
-            };
-            let backups =
-                parts
-                    .placement
-                    .extend(&zone.backups, &candidates, &mut parts.placement_rng);
-            let added: Vec<NodeId> = backups
-                .iter()
-                .copied()
-                .filter(|b| !zone.backups.contains(b))
-                .collect();
-            if added.is_empty() {
-                continue;
-            }
-            let command = if zone.owner == me {
-                Command::ZoneSet {
-                    owner: me,
-                    zone: zone.zone,
-                    backups: backups.clone(),
-                }
-            } else {
-                Command::ZoneAdopt {
-                    owner: zone.owner,
-                    zone: zone.zone,
-                    holder: me,
-                    backups: backups.clone(),
-                }
-            };
-            if let Response::Error(e) = self.commit(command) {
-                self.log(format!(
-                    "{me}: new backups of zone {}/{} not registered: {e}",
-                    zone.owner, zone.zone
-                ));
-                continue;
-            }
-            if let Some(parts) = self.peers[index].parts.as_mut() {
-                parts.master.zones[z].backups = backups;
-            }
-            self.copy_zone(index, z, &added);
-        }
-    }
-
-    /// Copies zone `z` of the master at `index` from its memory to `added` backups (the
-    /// production copy reads the chunks from memory; here at one instant).
-    fn copy_zone(&mut self, index: usize, z: usize, added: &[NodeId]) {
-        let me = self.peers[index].id;
-        let Some(parts) = self.peers[index].parts.as_mut() else {
+        let Some(master) = self.master_at(index) else {
             return;
         };
-        let zone = parts.master.zones[z].clone();
-        let ranges = zone.ranges.iter().filter_map(|&(creator, first, last)| {
-            Some((ChunkId::new(creator, first)?, ChunkId::new(creator, last)?))
-        });
-        let (ops, locked) = read_copy(&parts.service, &zone, me, ranges);
-        let count = ops.len();
-        // Each added backup starts the zone empty at its current position (production
-        // `start_copy`), before any later change of the zone on its stream.
-        let reset = Op::Reset {
-            owner: (zone.owner != me).then_some(zone.owner),
-            zone: zone.zone,
-            seq: zone.position,
-        };
-        // (Not with the re-introduced bug: the code before zone positions.)
-        if self.config.bug != Some(Bug::KeepDivergedSurvivors) {
-            for &backup in added {
-                parts.master.open_stream(backup).log.push(reset.clone());
-            }
+        let changed = master.replicator().fill_zones();
+        if !changed.is_empty() {
+            let me = self.peers[index].id;
+            self.log(format!("{me} fills zones: {changed:?}"));
         }
-        queue_copy(&mut parts.master, &zone, added, &ops, locked.is_empty());
-        self.log(format!(
-            "{me} copies zone {}/{} ({count} chunks, {} locked: read again later) to its added backups {added:?}",
-            zone.owner,
-            zone.zone,
-            locked.len()
-        ));
-        self.push_stream(index, true);
-        if !locked.is_empty() {
-            let incarnation = self.peers[index].incarnation;
-            let at = self.now() + COPY_RETRY_US;
-            self.queue.at(
-                at,
-                Event::CopyLocked {
-                    peer: me,
-                    incarnation,
-                    zone: z,
-                    backups: added.to_vec(),
-                    cids: locked,
-                    tries: 0,
-                },
-            );
-        }
-    }
-
-    /// Copies the chunks of zone `z` that were locked when the zone was copied to
-    /// `backups` (production: `copy_locked` in the replication crate): each is read again;
-    /// a chunk gone meanwhile (moved away, removed) is skipped, one still locked is tried
-    /// again later.
-    pub(super) fn copy_locked(
-        &mut self,
-        peer: NodeId,
-        incarnation: u32,
-        z: usize,
-        backups: Vec<NodeId>,
-        cids: Vec<ChunkId>,
-        tries: u32,
-    ) {
-        let Some(index) = self.peer_index(peer) else {
-            return;
-        };
-        if self.peers[index].incarnation != incarnation {
-            return;
-        }
-        let Some(parts) = self.peers[index].parts.as_mut() else {
-            return;
-        };
-        let Some(zone) = parts.master.zones.get(z).cloned() else {
-            return;
-        };
-        let (ops, still) = read_copy(&parts.service, &zone, peer, cids.iter().map(|&c| (c, c)));
-        let count = ops.len();
-        let listed: Vec<NodeId> = backups
-            .iter()
-            .copied()
-            .filter(|b| zone.backups.contains(b))
-            .collect();
-        queue_copy(&mut parts.master, &zone, &listed, &ops, still.is_empty());
-        self.log(format!(
-            "{peer} copies {count} once-locked chunks of zone {}/{} ({} still locked)",
-            zone.owner,
-            zone.zone,
-            still.len()
-        ));
-        self.push_stream(index, true);
-        if !still.is_empty() && tries < COPY_RETRIES_MAX {
-            let at = self.now() + COPY_RETRY_US;
-            self.queue.at(
-                at,
-                Event::CopyLocked {
-                    peer,
-                    incarnation,
-                    zone: z,
-                    backups,
-                    cids: still,
-                    tries: tries + 1,
-                },
-            );
-        }
+        self.pump(index);
+        self.schedule_copies(index);
     }
 
     /// The leader recovers every zone the metadata says needs it, then hands over what
@@ -740,6 +524,10 @@ impl World {
             ));
             self.peers[index].storage.set_fail_read(true);
         }
+        // Only chunks the directory routes to the zone's writer are stored (production
+        // `restore_zone`: a migration's orphans stay out).
+        let routes = self.routes();
+        let keep = move |cid: ChunkId| routes.restores(cid, writer);
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (hook_lines, hook_backup) = (Arc::clone(&lines), Arc::clone(&backup));
         let pending = Mutex::new(pending);
@@ -760,7 +548,7 @@ impl World {
                     ));
                 }
             },
-            || insert_recovered(&backup, service.memory(), &request),
+            || insert_recovered_where(&backup, service.memory(), &request, &keep),
         );
         if read_fails {
             self.peers[index].storage.set_fail_read(false);
@@ -777,6 +565,33 @@ impl World {
             }
         }
         result
+    }
+
+    /// The superpeers' lookup trees, as a restorer reads them before its recovery read.
+    fn routes(&self) -> Routes {
+        let trees = self
+            .meta
+            .nodes()
+            .filter(|r| r.role != Role::Superpeer)
+            .map(|r| {
+                let ranges = self
+                    .meta
+                    .lookup_tree(r.id)
+                    .map(|tree| {
+                        tree.exceptions()
+                            .map(|(first, last, owner)| myriad_meta::LookupRange {
+                                creator: r.id,
+                                first,
+                                last,
+                                owner,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (r.id, ranges)
+            })
+            .collect();
+        Routes::from_trees(trees)
     }
 
     /// The restorer's side: the zone read back into `restorer`'s memory
@@ -802,6 +617,12 @@ impl World {
             ));
         }
         let ranges = restored.ranges();
+        let orphans = restored.skipped_ranges();
+        if !orphans.is_empty() {
+            self.log(format!(
+                "zone {owner}/{zone} at {restorer}: left out chunks routed elsewhere {orphans:?}"
+            ));
+        }
         let chunks = restored.chunks;
         self.stats.chunks_recovered += chunks;
         // Adoption (`Replicator::adopt_zone`): the surviving backups, filled up.
@@ -819,22 +640,18 @@ impl World {
         // Only backups holding the zone's history up to the restorer's position survive
         // (production `same_history`: each is asked, and seals the zone against its writer).
         let (kept, position) = self.same_history(&request_key, survivors, restored.position);
-        let candidates = self.candidates(&[owner, restorer]);
-        let parts = self.peers[index].parts.as_mut().ok_or("down")?;
-        let backups = parts
-            .placement
-            .extend(&kept, &candidates, &mut parts.placement_rng);
-        let added: Vec<NodeId> = backups
-            .iter()
-            .copied()
-            .filter(|b| !kept.contains(b))
-            .collect();
-        if let Response::Error(e) = self.commit(Command::ZoneAdopt {
-            owner,
-            zone,
-            holder: restorer,
-            backups: backups.clone(),
-        }) {
+        // Adoption (production `Replicator::plan_adoption`, the registration
+        // `ZoneAdopt`, `Replicator::adopt_registered`: what `adopt_zone` does).
+        let plan = self
+            .master_at(index)
+            .ok_or("down")?
+            .replicator()
+            .plan_adoption(owner, zone, &kept)
+            .map_err(|e| format!("adopting: {e}"))?;
+        let backups = plan.backups.clone();
+        if let Response::Error(e) =
+            self.commit(registration_command(restorer, owner, zone, backups.clone()))
+        {
             return Err(format!("adopting: {e}"));
         }
         let values: Vec<String> = ranges
@@ -844,18 +661,25 @@ impl World {
         self.log(format!(
             "RECOVERED zone {owner}/{zone} at {restorer}: {chunks} chunks, ranges {values:?}, backups {backups:?}"
         ));
-        let parts = self.peers[index].parts.as_mut().ok_or("down")?;
-        parts.master.zones.push(SimZone {
-            owner,
-            zone,
-            backups,
-            ranges: ranges
-                .iter()
-                .map(|r| (r.creator, r.first, r.last))
-                .collect(),
+        let cid_ranges: Vec<(ChunkId, ChunkId)> = ranges
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    ChunkId::new(r.creator, r.first)?,
+                    ChunkId::new(r.creator, r.last)?,
+                ))
+            })
+            .collect();
+        let content = myriad_replication::Restored {
+            chunks,
+            bytes: restored.bytes,
             position,
-        });
-        let z = parts.master.zones.len() - 1;
+        };
+        let adoption = self
+            .master_at(index)
+            .ok_or("down")?
+            .replicator()
+            .adopt_registered(plan, &cid_ranges, content);
         // Take-over: at once in the restorer's view, then committed, then settled.
         for range in &ranges {
             service.set_owner(range.creator, range.first, range.last, restorer);
@@ -873,9 +697,16 @@ impl World {
             zone,
             holder: restorer,
         });
-        if !added.is_empty() {
-            self.copy_zone(index, z, &added);
+        // The orphans leave the zone's logs; the copy to the added backups (production
+        // `copy_adopted`, in the background).
+        if let Some(master) = self.master_at(index) {
+            master
+                .replicator()
+                .forget_in_adopted(&adoption, &cid_pairs(&orphans));
+            master.replicator().queue_adopted_copies(&adoption);
         }
+        self.pump(index);
+        self.schedule_copies(index);
         Ok(())
     }
 

@@ -151,25 +151,15 @@ impl World {
         let Some(index) = self.peer_index(migration.source) else {
             return;
         };
-        let zone = self.peers[index]
-            .parts
-            .as_ref()
-            .and_then(|p| p.master.zone_of(cid));
         if let Err(e) = mem.remove_moved(cid) {
             self.fail(format!("migration of {cid}: old copy not dropped: {e}"));
             return;
         }
-        if let (Some(z), Some(parts)) = (zone, self.peers[index].parts.as_mut()) {
-            let zone = &parts.master.zones[z];
-            let op = Op::Remove {
-                owner: (zone.owner != migration.source).then_some(zone.owner),
-                zone: zone.zone,
-                cid: cid.raw(),
-                seq: 0,
-            };
-            parts.master.record(z, op);
-            self.push_stream(index, false);
+        // The removal goes to the zone's backups (production: `async`, nobody waits).
+        if let Some(master) = self.master_at(index) {
+            master.report_quietly(&[(cid, None)]);
         }
+        self.pump(index);
         self.log(format!(
             "MIGRATED {cid} ({} bytes) to {}: old copy dropped",
             migration.size, migration.target

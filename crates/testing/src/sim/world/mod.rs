@@ -29,15 +29,19 @@ use bytes::Bytes;
 use myriad_backup_log::interleave;
 use myriad_meta::MetaState;
 use myriad_node::peer::{ChunkService, NOBODY};
+use myriad_node::replication::registration_command;
 use myriad_proto::chunk::{
     ChunkReply, ChunkRequest, ItemError, DURABILITY_ASYNC, DURABILITY_DURABLE,
 };
-use myriad_replication::wire::{Ack, AckStatus, LogMessage, Op};
-use myriad_replication::BackupService;
+use myriad_replication::wire::{Ack, LogMessage};
+use myriad_replication::{
+    BackupService, CopyStep, Durability, RegistryError, ReplicaError, ReplicaEvent,
+};
 use myriad_types::{ChunkId, NodeId};
 
+use super::master::{Asked, SimMaster};
 use super::net::{Fate, Queue, SimNet, Time};
-use super::peer::{SimPeer, Waiter};
+use super::peer::SimPeer;
 use super::rng::SimRng;
 use super::{Bug, Scenario, SimConfig};
 use crate::history::{Action, Operation, Outcome};
@@ -48,8 +52,10 @@ pub const TOMBSTONE: u64 = u64::MAX;
 const OP_TIMEOUT: Time = 20_000;
 /// Attempts of one client operation (redirects after `NotOwner`).
 const ATTEMPTS_MAX: u32 = 4;
-/// How often a master resends what its backups did not acknowledge.
+/// How often a master's replicator runs its sender's round (resends, timeouts).
 const RESEND_INTERVAL: Time = 2_000;
+/// How long a copy waits before it reads locked chunks again (simulated µs).
+const COPY_RETRY_US: Time = 1_000;
 
 mod client;
 mod faults;
@@ -169,13 +175,10 @@ enum Event {
     },
     /// Re-replication reads again the chunks of zone `zone` (an index into the master's
     /// zones) that were locked when it was copied, as the production copy does.
-    CopyLocked {
+    /// A step of the first copy to an added backup waiting at `peer`'s replicator.
+    CopyStep {
         peer: NodeId,
         incarnation: u32,
-        zone: usize,
-        backups: Vec<NodeId>,
-        cids: Vec<ChunkId>,
-        tries: u32,
     },
 }
 
@@ -440,14 +443,7 @@ impl World {
             Event::Scan => self.recovery_scan(),
             Event::Migrate { peer } => self.migrate(peer),
             Event::MigrationTimeout { op } => self.migration_timeout(op),
-            Event::CopyLocked {
-                peer,
-                incarnation,
-                zone,
-                backups,
-                cids,
-                tries,
-            } => self.copy_locked(peer, incarnation, zone, backups, cids, tries),
+            Event::CopyStep { peer, incarnation } => self.copy_step(peer, incarnation),
             Event::SuperpeerFault { crash } => self.superpeer_fault(crash),
             Event::SuperpeerRestart => self.superpeer_restart(),
             Event::OwnerChangedArrives {

@@ -11,8 +11,10 @@
 use super::*;
 
 impl World {
-    /// Serves a client request at peer `index` with [`ChunkService::execute`]; changes of
-    /// this incarnation's own chunks go into its replication stream.
+    /// Serves a client request at peer `index` with [`ChunkService::execute`]; the
+    /// changes it made are reported to the peer's production replicator, and the reply
+    /// leaves once the replicator's wait for them ended (at once for `async`, once the
+    /// zones' registrations committed).
     pub(super) fn serve(&mut self, index: usize, client: NodeId, op: u64, body: Bytes) {
         let Ok(request) = ChunkRequest::decode(body) else {
             self.fail(format!("op{op}: the simulator sent an undecodable request"));
@@ -29,120 +31,140 @@ impl World {
             reply_text(&reply)
         ));
         let (changes, durability) = changes_of(&request, &reply);
-        let encoded = reply.encode();
-        let Some(parts) = self.peers[index].parts.as_mut() else {
-            return;
-        };
-        let master = &mut parts.master;
-        if matches!(request, ChunkRequest::Insert { .. }) {
-            // Chunks moved here join this peer's own zone (the replicator assigns them).
-            for (cid, _) in &changes {
-                if master.zone_of(*cid).is_none() {
-                    let lid = cid.local_id();
-                    master.zones[0].ranges.push((cid.creator(), lid, lid));
-                }
-            }
-        }
-        let mut needs = Vec::new();
-        for (cid, data) in changes {
-            // Changes of chunks in one of this master's zones go to the zone's backups.
-            let Some(z) = master.zone_of(cid) else {
-                continue;
-            };
-            let zone = &master.zones[z];
-            let owner = (zone.owner != me).then_some(zone.owner);
-            let op = match data {
-                Some(data) => Op::Put {
-                    owner,
-                    zone: zone.zone,
-                    cid: cid.raw(),
-                    data,
-                    seq: 0,
-                },
-                None => Op::Remove {
-                    owner,
-                    zone: zone.zone,
-                    cid: cid.raw(),
-                    seq: 0,
-                },
-            };
-            needs.extend(master.record(z, op));
-        }
-        let durable = durability == DURABILITY_DURABLE;
-        if needs.is_empty() || durability == DURABILITY_ASYNC {
-            if !needs.is_empty() {
-                self.push_stream(index, false);
-            }
-            self.send(me, client, Msg::Reply { op, body: encoded });
-            return;
-        }
-        master.waiting.push(Waiter {
-            needs,
-            durable,
-            client,
-            op,
-            reply: encoded,
-        });
-        self.push_stream(index, durable);
-        self.release(index);
-    }
-
-    /// Sends every backup of peer `index` what it has not acknowledged yet.
-    pub(super) fn push_stream(&mut self, index: usize, durable: bool) {
-        let me = self.peers[index].id;
-        let Some(parts) = self.peers[index].parts.as_ref() else {
-            return;
-        };
-        let mut messages = Vec::new();
-        let backups: Vec<NodeId> = parts
-            .master
-            .streams
-            .keys()
-            .copied()
-            .filter(|&b| parts.master.backs(b))
-            .collect();
-        for backup in backups {
-            for body in parts.master.catch_up(backup, durable) {
-                messages.push((backup, body));
-            }
-        }
-        let sent = !messages.is_empty();
-        for (backup, body) in messages {
-            self.send(me, backup, Msg::Replicate { body });
-        }
-        // What was sent is resent until acknowledged, also after the run went quiet
-        // (a migration's last removal, a late copy).
-        if sent {
-            self.schedule_resend(index);
-        }
-    }
-
-    /// Sends the replies of peer `index` whose changes are acknowledged now.
-    pub(super) fn release(&mut self, index: usize) {
-        let me = self.peers[index].id;
-        let Some(parts) = self.peers[index].parts.as_mut() else {
-            return;
-        };
-        let filled = parts.master.filled();
-        for waiter in parts.master.released() {
+        if changes.is_empty() {
             self.send(
                 me,
-                waiter.client,
+                client,
                 Msg::Reply {
-                    op: waiter.op,
-                    body: waiter.reply,
+                    op,
+                    body: reply.encode(),
+                },
+            );
+            return;
+        }
+        let create = matches!(request, ChunkRequest::CreateWithData { .. });
+        let durability = match durability {
+            DURABILITY_DURABLE => Durability::Durable,
+            DURABILITY_ASYNC => Durability::Async,
+            _ => Durability::Replicated,
+        };
+        let Some(master) = self.master_at(index) else {
+            return;
+        };
+        if let Err(error) = master.report(&changes, create, durability, (client, op, reply.clone()))
+        {
+            let failed = failed_reply(reply, &error);
+            self.log(format!("{me}: op{op} not replicated: {error}"));
+            self.send(
+                me,
+                client,
+                Msg::Reply {
+                    op,
+                    body: failed.encode(),
                 },
             );
         }
-        for (owner, zone, backup) in filled {
-            let response = self.commit(myriad_meta::Command::ZoneFilled {
-                owner,
-                zone,
-                backup,
-            });
-            self.log(format!(
-                "{me}: copy of zone {owner}/{zone} to {backup} complete: {response:?}"
-            ));
+        self.pump(index);
+    }
+
+    /// The master side of peer `index` with its clock at now and its candidates the
+    /// peers alive in the metadata.
+    pub(super) fn master_at(&self, index: usize) -> Option<&SimMaster> {
+        let me = self.peers[index].id;
+        let parts = self.peers[index].parts.as_ref()?;
+        parts.master.at(self.queue.now(), self.candidates(&[me]));
+        Some(&parts.master)
+    }
+
+    /// Carries out what the replicator of peer `index` asked for: its registrations
+    /// committed (the production `ZoneSet`/`ZoneAdopt`/`ZoneFilled`) and answered, its
+    /// background tasks run, its messages sent, the replies whose wait ended sent, its
+    /// events logged; until nothing is left.
+    pub(super) fn pump(&mut self, index: usize) {
+        let me = self.peers[index].id;
+        let mut sent_any = false;
+        loop {
+            let Some(master) = self.master_at(index) else {
+                return;
+            };
+            let asked = master.take_asked();
+            let mut progress = !asked.is_empty();
+            for (asked, answer) in asked {
+                let command = match asked {
+                    Asked::Register {
+                        owner,
+                        zone,
+                        backups,
+                    } => registration_command(me, owner, zone, backups),
+                    Asked::Filled {
+                        owner,
+                        zone,
+                        backup,
+                    } => myriad_meta::Command::ZoneFilled {
+                        owner,
+                        zone,
+                        backup,
+                    },
+                };
+                let response = self.commit(command);
+                answer(match response {
+                    myriad_meta::Response::Error(e) => Err(RegistryError(e.to_string())),
+                    _ => Ok(()),
+                });
+            }
+            let Some(parts) = self.peers[index].parts.as_mut() else {
+                return;
+            };
+            let master = &mut parts.master;
+            progress |= master.run_tasks();
+            let messages = master.sent();
+            let finished = master.take_finished();
+            let events = master.take_events();
+            progress |= !messages.is_empty() || !finished.is_empty() || !events.is_empty();
+            sent_any |= !messages.is_empty();
+            for (backup, body) in messages {
+                self.send(me, backup, Msg::Replicate { body });
+            }
+            for done in finished {
+                let reply = match &done.result {
+                    Ok(()) => done.reply,
+                    Err(error) => {
+                        self.log(format!("{me}: op{} not replicated: {error}", done.op));
+                        failed_reply(done.reply, error)
+                    }
+                };
+                let body = reply.encode();
+                self.send(me, done.client, Msg::Reply { op: done.op, body });
+            }
+            for event in events {
+                self.log(format!("{me}: replicator: {event:?}"));
+                // The node's reaction (`follow_replica_events`): a refusing backup is
+                // replaced in every zone it backs.
+                if let ReplicaEvent::BackupRefused { backup, .. } = event {
+                    if let Some(master) = self.master_at(index) {
+                        let changed = master.replicator().replace_backup(backup);
+                        self.log(format!(
+                            "{me} replaces refusing backup {backup}: {changed:?}"
+                        ));
+                    }
+                    self.schedule_copies(index);
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        // A copy requeued after a failure (reported by a callback) needs its steps.
+        self.schedule_copies(index);
+        // The sender's rounds go on while anything is unsettled (production: the sender
+        // thread always runs): what was sent is resent until acknowledged, what a copy
+        // queued is batched and sent, also after the run went quiet.
+        let unsettled = self.peers[index]
+            .parts
+            .as_ref()
+            .is_some_and(|p| !p.master.settled());
+        if sent_any || unsettled {
+            self.schedule_resend(index);
         }
     }
 
@@ -184,37 +206,13 @@ impl World {
         self.send(backup, master, Msg::Ack { body: ack.encode() });
     }
 
-    /// A master takes an acknowledgement of `backup`.
+    /// A master takes an acknowledgement of `backup` (the production handler).
     pub(super) fn on_ack(&mut self, index: usize, backup: NodeId, body: Bytes) {
-        let Ok(ack) = Ack::decode(body) else {
-            self.fail(format!("undecodable acknowledgement from {backup}"));
+        let Some(master) = self.master_at(index) else {
             return;
         };
-        let me = self.peers[index].id;
-        let Some(parts) = self.peers[index].parts.as_mut() else {
-            return;
-        };
-        let master = &mut parts.master;
-        let Some(stream) = master.streams.get_mut(&backup) else {
-            return;
-        };
-        if ack.stream != stream.id {
-            return;
-        }
-        stream.applied = stream.applied.max(ack.applied_seq);
-        stream.durable = stream.durable.max(ack.durable_seq);
-        let gap = ack.status == AckStatus::Gap;
-        if let AckStatus::Refused(reason) = &ack.status {
-            // The backup cannot serve this stream (a failed disk): the zones go on
-            // without it, as a master replaces a refusing backup.
-            master.drop_backup(backup);
-            let text = format!("{me} drops backup {backup}: {reason}");
-            self.log(text);
-        }
-        if gap {
-            self.push_stream(index, false);
-        }
-        self.release(index);
+        master.replicator().on_ack_message(backup, body);
+        self.pump(index);
     }
 
     /// Schedules the next resend round of peer `index`.
@@ -229,7 +227,9 @@ impl World {
             .after(RESEND_INTERVAL, Event::Resend { peer, incarnation });
     }
 
-    /// A master resends what its backups did not acknowledge (lost messages, refusals).
+    /// A round of the replicator's sender (production: its sender thread's tick):
+    /// resends what its backups did not acknowledge in time or asked for again, ends
+    /// waits past their deadline; and a step of a copy to an added backup.
     pub(super) fn resend(&mut self, peer: NodeId, incarnation: u32) {
         let Some(index) = self.peer_index(peer) else {
             return;
@@ -243,12 +243,11 @@ impl World {
             self.queue.at(at, Event::Resend { peer, incarnation });
             return;
         }
-        let durable = self.peers[index]
-            .parts
-            .as_ref()
-            .is_some_and(|p| p.master.waiting.iter().any(|w| w.durable));
         self.peers[index].resend_armed = false;
-        self.push_stream(index, durable);
+        if let Some(master) = self.master_at(index) {
+            master.replicator().tick(&[]);
+        }
+        self.pump(index);
         if !self.quiet() {
             self.schedule_resend(index);
         }
@@ -264,6 +263,58 @@ impl World {
                 .iter()
                 .all(|p| p.parts.as_ref().is_none_or(|parts| parts.master.settled()))
     }
+
+    /// Takes a step of a copy to an added backup at peer `index`, if one waits, and
+    /// schedules the next one.
+    pub(super) fn copy_step(&mut self, peer: NodeId, incarnation: u32) {
+        let Some(index) = self.peer_index(peer) else {
+            return;
+        };
+        if self.peers[index].incarnation != incarnation || !self.peers[index].up() {
+            return;
+        }
+        if self.peers[index].paused_until > self.queue.now() {
+            let at = self.peers[index].paused_until;
+            self.queue.at(at, Event::CopyStep { peer, incarnation });
+            return;
+        }
+        self.peers[index].copy_armed = false;
+        let Some(master) = self.master_at(index) else {
+            return;
+        };
+        let step = master.replicator().copy_step();
+        let more = master.replicator().copies_waiting();
+        if step != CopyStep::Idle {
+            self.log(format!("{peer}: copy {step:?}"));
+        }
+        if more {
+            let pause = if matches!(step, CopyStep::Slice { .. }) {
+                self.rng.between(10, 500)
+            } else {
+                COPY_RETRY_US
+            };
+            self.peers[index].copy_armed = true;
+            self.queue
+                .after(pause, Event::CopyStep { peer, incarnation });
+        }
+        self.pump(index);
+    }
+
+    /// Schedules copy steps at peer `index` when copies wait (after a replacement, a
+    /// fill or an adoption).
+    pub(super) fn schedule_copies(&mut self, index: usize) {
+        let waiting = self.peers[index]
+            .parts
+            .as_ref()
+            .is_some_and(|p| p.master.replicator().copies_waiting());
+        if waiting && !self.peers[index].copy_armed {
+            self.peers[index].copy_armed = true;
+            let peer = self.peers[index].id;
+            let incarnation = self.peers[index].incarnation;
+            let at = self.rng.between(0, 300);
+            self.queue.after(at, Event::CopyStep { peer, incarnation });
+        }
+    }
 }
 
 /// Applies one replication message with the production backup service and, when the
@@ -274,10 +325,32 @@ pub(super) fn apply_now(service: &BackupService, master: NodeId, body: Bytes) ->
     let mut ack = service.apply(master, body)?;
     // The service's own durability thread runs on its own time: its marks are not used.
     ack.durable_seq = 0;
-    if durable_requested && ack.status == AckStatus::Ok && service.engine().flush().is_ok() {
+    if durable_requested
+        && ack.status == myriad_replication::wire::AckStatus::Ok
+        && service.engine().flush().is_ok()
+    {
         ack.durable_seq = ack.applied_seq;
     }
     Some(ack)
+}
+
+/// What a client gets when the changes of its request were not replicated as asked
+/// (production `fail_succeeded` / a create's failure): the items that succeeded in memory
+/// fail with an internal error, a create fails.
+fn failed_reply(reply: ChunkReply, error: &ReplicaError) -> ChunkReply {
+    let error = ItemError::Internal(format!(
+        "stored in memory but not replicated as requested: {error}"
+    ));
+    match reply {
+        ChunkReply::Statuses(statuses) => ChunkReply::Statuses(
+            statuses
+                .into_iter()
+                .map(|status| status.and(Err(error.clone())))
+                .collect(),
+        ),
+        ChunkReply::Created(_) => ChunkReply::Failed(error),
+        other => other,
+    }
 }
 
 /// The changes a served request made (chunks put with their data, or removed) and its
