@@ -867,4 +867,78 @@ mod tests {
             .iter()
             .all(|range| (range.first..=range.last).all(|lid| !removed(lid))));
     }
+
+    /// A migration's orphan (a copy at the zone's writer whose ownership stayed at the
+    /// source) is neither stored nor taken over, and never replaces the owner's own copy
+    /// when the owner is the restorer (simulator seed 63).
+    #[test]
+    fn chunks_the_directory_routes_elsewhere_are_left_out() {
+        let engine = Arc::new(
+            LogEngine::open(LogConfig::small_for_tests(), Arc::new(MemStorage::new())).unwrap(),
+        );
+        let (writer, source) = (NodeId(4), NodeId(1));
+        let zone = log_zone(writer, 0).unwrap();
+        engine.create_zone(zone).unwrap();
+        let own = |lid: u64| ChunkId::new(writer, lid).unwrap();
+        let foreign = |lid: u64| ChunkId::new(source, lid).unwrap();
+        for lid in 1..=3 {
+            engine.append(zone, own(lid).raw(), b"writer's").unwrap();
+        }
+        // 1:3 was inserted by a migration that never committed; 1:4 by one that did.
+        engine.append(zone, foreign(3).raw(), b"stale").unwrap();
+        engine.append(zone, foreign(4).raw(), b"moved").unwrap();
+        let backup = BackupService::new(engine, BackupConfig::default()).unwrap();
+        let mem = MemoryManager::new(MemoryConfig {
+            node_id: source,
+            region_bytes: 1 << 20,
+            ..MemoryConfig::default()
+        })
+        .unwrap();
+        // The restorer is the source itself: its own copy of 1:3 must stay.
+        mem.create_with_id(foreign(3), b"current").unwrap();
+        let routes = Routes::from_trees(vec![
+            (
+                source,
+                vec![myriad_meta::LookupRange {
+                    creator: source,
+                    first: 4,
+                    last: 4,
+                    owner: writer,
+                }],
+            ),
+            (writer, Vec::new()),
+        ]);
+        assert!(routes.restores(own(2), writer));
+        assert!(routes.restores(foreign(4), writer));
+        assert!(!routes.restores(foreign(3), writer));
+        // A creator whose tree was not read is kept, as before routes existed.
+        assert!(routes.restores(ChunkId::new(NodeId(7), 1).unwrap(), writer));
+        let keep = |cid: ChunkId| routes.restores(cid, writer);
+        let request = RecoverRequest::new(writer, 0);
+        let mut restored = insert_recovered_where(&backup, &mem, &request, &keep).unwrap();
+        assert_eq!((restored.chunks, restored.skipped), (4, 1));
+        assert_eq!(
+            mem.read_with(foreign(3), |bytes| bytes.to_vec()).unwrap(),
+            b"current".to_vec()
+        );
+        assert_eq!(
+            mem.read_with(foreign(4), |bytes| bytes.to_vec()).unwrap(),
+            b"moved".to_vec()
+        );
+        let skipped = restored.skipped_ranges();
+        assert_eq!(
+            skipped,
+            vec![CidRange {
+                creator: source,
+                first: 3,
+                last: 3
+            }]
+        );
+        let taken: u64 = restored
+            .ranges()
+            .iter()
+            .map(|range| range.last - range.first + 1)
+            .sum();
+        assert_eq!(taken, 4);
+    }
 }

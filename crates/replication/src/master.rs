@@ -302,6 +302,8 @@ struct Inner {
     /// threads, no blocking calls; copies wait in `driven_copies`.
     driven: bool,
     driven_copies: Mutex<std::collections::VecDeque<driven::DrivenCopy>>,
+    /// The sender was woken since a driver last looked ([`Replicator::take_sender_wakeup`]).
+    sender_woken: AtomicBool,
     candidates: Arc<dyn BackupCandidates>,
     registry: Arc<dyn ZoneRegistry>,
     source: Arc<dyn ChunkSource>,
@@ -395,6 +397,12 @@ impl Replicator {
     /// driver calls it. A malformed payload is logged and ignored.
     pub fn on_ack_message(&self, backup: NodeId, payload: bytes::Bytes) {
         self.inner.on_ack(backup, payload);
+    }
+
+    /// Whether the sender thread was woken since the last call (and resets it): a driven
+    /// replicator's driver then runs [`Replicator::tick`] soon, as the woken thread would.
+    pub fn take_sender_wakeup(&self) -> bool {
+        self.inner.sender_woken.swap(false, Ordering::AcqRel)
     }
 
     /// One round of the sender thread, for a driven replicator (see
@@ -822,6 +830,7 @@ impl Inner {
             io,
             driven,
             driven_copies: Mutex::new(std::collections::VecDeque::new()),
+            sender_woken: AtomicBool::new(false),
             candidates,
             registry,
             source,
@@ -833,6 +842,13 @@ impl Inner {
             events_rx,
             workers: Mutex::new(Vec::new()),
         }))
+    }
+
+    /// Wakes the sender thread (it has pending operations or a resend request); a driven
+    /// replicator's driver sees it with [`Replicator::take_sender_wakeup`].
+    fn wake_sender(&self) {
+        self.sender_woken.store(true, Ordering::Release);
+        self.work.notify_one();
     }
 
     fn emit(&self, event: ReplicaEvent) {

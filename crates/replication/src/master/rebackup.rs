@@ -413,7 +413,7 @@ impl Inner {
             last_target = Some(self.push_op(&mut state, backup, op, true, now));
             copied += 1;
         }
-        self.work.notify_one();
+        self.wake_sender();
         Ok((copied, last_target))
     }
 

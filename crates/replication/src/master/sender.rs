@@ -202,7 +202,7 @@ impl Inner {
             stream.shipped_by_writer += 1;
             Self::hand_over(stream, messages);
         } else {
-            self.work.notify_one();
+            self.wake_sender();
         }
     }
 }

@@ -222,7 +222,7 @@ impl Inner {
             }
             // Room comes from acknowledgements of shipped operations: make sure the
             // sender ships what the submission queued so far.
-            self.work.notify_one();
+            self.wake_sender();
             if self.progress.wait_until(state, deadline).timed_out() {
                 return Err(ReplicaError::Timeout {
                     what: "room in a backup stream",
@@ -319,7 +319,7 @@ impl Inner {
                 AckStatus::Ok => stream.last_refusal = None,
                 AckStatus::Gap => {
                     stream.resend_requested = true;
-                    self.work.notify_one();
+                    self.wake_sender();
                 }
                 AckStatus::Refused(reason) => {
                     if stream.last_refusal.as_ref() != Some(&reason) {

@@ -58,6 +58,7 @@ fn parse() -> Result<Args, String> {
                     Some("no-freeze") => Bug::NoRecoveryFreeze,
                     Some("ids-before-ranges") => Bug::IdsBeforeRanges,
                     Some("keep-diverged") => Bug::KeepDivergedSurvivors,
+                    Some("take-orphans") => Bug::TakeOverOrphans,
                     other => return Err(format!("unknown bug {other:?}")),
                 })
             }
@@ -80,6 +81,7 @@ fn replay_command(run: &SimRun, config: &SimConfig) -> String {
         Some(Bug::NoRecoveryFreeze) => " --bug no-freeze",
         Some(Bug::IdsBeforeRanges) => " --bug ids-before-ranges",
         Some(Bug::KeepDivergedSurvivors) => " --bug keep-diverged",
+        Some(Bug::TakeOverOrphans) => " --bug take-orphans",
         None => "",
     };
     let durability = match config.durability {

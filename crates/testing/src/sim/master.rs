@@ -149,6 +149,16 @@ pub enum Asked {
 /// Where the answer to a registration goes.
 type Slot = Arc<Mutex<Option<Result<(), RegistryError>>>>;
 
+/// A registration waiting for its answer ([`SimMaster::take_asked`]).
+pub struct Pending(Slot);
+
+impl Pending {
+    /// Answers the registration (its future resolves at the next [`SimMaster::run_tasks`]).
+    pub fn answer(self, result: Result<(), RegistryError>) {
+        *lock(&self.0) = Some(result);
+    }
+}
+
 /// A future that resolves once its slot is filled.
 struct Answer(Slot);
 
@@ -245,7 +255,7 @@ pub fn replicator_config(
     ReplicatorConfig {
         replication: backups,
         zone_bytes: 64 << 10,
-        ack_timeout: Duration::from_millis(4),
+        ack_timeout: Duration::from_millis(1),
         wait_timeout: Duration::from_millis(60),
         unreachable_timeout: Duration::from_secs(3600),
         message_bytes_target: 256,
@@ -358,15 +368,11 @@ impl SimMaster {
             .on_changes_queued(&list, Durability::Async, Box::new(|_| {}));
     }
 
-    /// The registrations asked for since the last call, each with the function that
-    /// answers it.
-    pub fn take_asked(&self) -> Vec<(Asked, impl FnOnce(Result<(), RegistryError>))> {
+    /// The registrations asked for since the last call, each with where its answer goes.
+    pub fn take_asked(&self) -> Vec<(Asked, Pending)> {
         std::mem::take(&mut *lock(&self.registry.asked))
             .into_iter()
-            .map(|(asked, slot)| {
-                let answer = move |result| *lock(&slot) = Some(result);
-                (asked, answer)
-            })
+            .map(|(asked, slot)| (asked, Pending(slot)))
             .collect()
     }
 

@@ -74,6 +74,12 @@ pub enum Bug {
     /// The simulator's call of the production decision is switched, and its master
     /// sends no reset ahead of a copy.
     KeepDivergedSurvivors,
+    /// A restorer stores and takes over every chunk of the zone it reads back, also the
+    /// ones the directory routes to another peer (the code before this fix): the copy a
+    /// migration left at its target when the insert's answer was lost and the source kept
+    /// the chunk comes back, stale, when the target's zone is recovered (seed 63). The
+    /// simulator's restorer skips the production filter (`Routes::restores`).
+    TakeOverOrphans,
 }
 
 /// The durability level of a run's changes.

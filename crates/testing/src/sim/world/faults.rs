@@ -205,13 +205,24 @@ impl World {
         {
             return Some(format!("zone {owner}/{zone} is not settled"));
         }
+        if let Some((owner, zone, _)) = self
+            .meta
+            .zones()
+            .find(|(owner, zone, _)| !self.meta.zone_filling(*owner, *zone).is_empty())
+        {
+            return Some(format!(
+                "zone {owner}/{zone} has a backup still being filled"
+            ));
+        }
         for peer in &self.peers {
             let Some(parts) = peer.parts.as_ref() else {
                 continue;
             };
-            if !parts.master.settled() {
+            // A copy to an added backup still running (the backup is *filling* until
+            // its copy is on its disk and `ZoneFilled` committed).
+            if parts.master.replicator().copies_waiting() {
                 return Some(format!(
-                    "{} still replicates: {}",
+                    "{} copies a zone to an added backup: {}",
                     peer.id,
                     parts.master.describe()
                 ));

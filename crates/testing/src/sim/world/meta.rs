@@ -527,7 +527,8 @@ impl World {
         // Only chunks the directory routes to the zone's writer are stored (production
         // `restore_zone`: a migration's orphans stay out).
         let routes = self.routes();
-        let keep = move |cid: ChunkId| routes.restores(cid, writer);
+        let orphans_too = self.config.bug == Some(Bug::TakeOverOrphans);
+        let keep = move |cid: ChunkId| orphans_too || routes.restores(cid, writer);
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (hook_lines, hook_backup) = (Arc::clone(&lines), Arc::clone(&backup));
         let pending = Mutex::new(pending);

@@ -89,7 +89,7 @@ impl World {
             };
             let asked = master.take_asked();
             let mut progress = !asked.is_empty();
-            for (asked, answer) in asked {
+            for (asked, pending) in asked {
                 let command = match asked {
                     Asked::Register {
                         owner,
@@ -107,7 +107,7 @@ impl World {
                     },
                 };
                 let response = self.commit(command);
-                answer(match response {
+                pending.answer(match response {
                     myriad_meta::Response::Error(e) => Err(RegistryError(e.to_string())),
                     _ => Ok(()),
                 });
@@ -117,6 +117,11 @@ impl World {
             };
             let master = &mut parts.master;
             progress |= master.run_tasks();
+            // Woken for pending operations: the production sender thread runs a round.
+            if master.replicator().take_sender_wakeup() {
+                master.replicator().tick(&[]);
+                progress = true;
+            }
             let messages = master.sent();
             let finished = master.take_finished();
             let events = master.take_events();
