@@ -37,7 +37,8 @@
 //!
 //! **Callers.** The peer role of the node crate builds one [`Replicator`] (calling `on_*`
 //! after each change of its memory manager) and one [`BackupService`] (registered on its
-//! endpoint's handlers). This crate knows nothing of the node crate, superpeers or Raft:
+//! endpoint's handlers). The cluster simulator of the testing crate builds driven ones
+//! ([`Replicator::driven`] over its own [`MasterIo`]) and steps them on one thread. This crate knows nothing of the node crate, superpeers or Raft:
 //! the cluster reaches it only through [`ZoneRegistry`], [`BackupCandidates`] and
 //! [`ChunkSource`], implemented by the node.
 

@@ -17,7 +17,10 @@
 //! take-back of its IDs) over a real [`myriad_mem::MemoryManager`], and its
 //! [`myriad_replication::BackupService`] over a real [`myriad_backup_log::LogEngine`] on
 //! the fault-injecting [`myriad_backup_log::MemStorage`] (applying replication messages,
-//! reading zones back for recovery, reopening after a crash). Messages use the production
+//! reading zones back for recovery, reopening after a crash), and its
+//! [`myriad_replication::Replicator`], driven on the simulator's thread
+//! ([`myriad_replication::Replicator::driven`]: zones, placement, streams, resends,
+//! waits, replacements, adoptions, copies). Messages use the production
 //! wire formats. Where production code is preempted by other threads at a point that
 //! matters, it marks an interleaving point ([`myriad_backup_log::interleave`]) and the
 //! simulator runs, at that point, what the seed says happens meanwhile. The superpeers'
@@ -25,12 +28,13 @@
 //! through a real openraft group of three superpeers ([`raft`]: deterministic runtime,
 //! simulated RPC delays, a leader crashed or cut off and back); backups are placed by the
 //! production [`myriad_placement::Placement`]; a restorer reads with the production
-//! [`myriad_node::recovery::insert_recovered`] and chooses its surviving backups with the
-//! production [`myriad_node::recovery::surviving`].
+//! [`myriad_node::recovery::insert_recovered_where`] (only what the directory routes to
+//! the zone's writer) and chooses its surviving backups with the production
+//! [`myriad_node::recovery::surviving`].
 //! The simulator's own code stands in for the threads and sockets (the messaging layer),
-//! the master side of replication, the superpeers' failure detection, and the Raft log
-//! and state machine stores (in memory): see `docs/testing.md` for what is and is not
-//! simulated.
+//! the superpeers' failure detection, the chunk service's glue to its replicator, and
+//! the Raft log and state machine stores (in memory): see `docs/testing.md` for what is
+//! and is not simulated.
 //!
 //! # Invariants
 //! - A run depends on its seed and [`SimConfig`] only: [`rng::SimRng`] streams of the

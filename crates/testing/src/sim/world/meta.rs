@@ -2,23 +2,21 @@
 //! the restorer's side of a recovery.
 //!
 //! Job: every metadata change is a production [`Command`] applied with
-//! [`MetaState::apply`] (what the Raft state machine of every superpeer calls; Raft
-//! itself is not run: one leader, every command committed at once, in the order the
-//! simulation issues them). The commands are the ones the production code issues, at the
-//! same steps: a peer's `Join` (with its ID reclaimed), `ReserveLids` and `ZoneSet`
-//! (backups chosen by the production [`myriad_placement::Placement`]); the failure
-//! verdict `Fail` with the watched incarnation; the leader's recovery of every zone
-//! [`MetaState::zones_to_recover`] names, from its backups in the zone's order; the
-//! restorer's production [`myriad_node::recovery::insert_recovered`] (the zone read
-//! back into its memory, the CIDs as merged ranges), `ZoneAdopt` with the surviving
-//! backups filled up by [`myriad_placement::Placement::extend`], its `SetOwner`s and
-//! `ZoneOwned`; the copy of an adopted zone to its added backups (re-replication); the
-//! replacement of a failed or restarted backup in every zone it backed
-//! ([`myriad_placement::Placement::replace`], registered with `ZoneSet` or `ZoneAdopt`,
-//! the zone copied to the replacement); the leader's `HandOver` of what still routes to a
-//! failed peer ([`MetaState::leftover_ranges`]); a zone no backup can restore is lost
-//! (`ZoneRemove`). Ownership changes reach every live peer's chunk service at once (the
-//! production ownership events, without their delay).
+//! [`MetaState::apply`] (what the Raft state machine of every superpeer calls), committed
+//! through the simulated superpeer group. The commands are the ones the production code
+//! issues, at the same steps: a peer's `Join` (with its ID reclaimed) and `ReserveLids`;
+//! its replicator's registrations (`ZoneSet`, `ZoneAdopt`, `ZoneFilled`, committed where
+//! the replicator asks, `serve.rs`); the failure verdict `Fail` with the watched
+//! incarnation; the leader's recovery of every zone [`MetaState::zones_to_recover`]
+//! names, from its backups by position and in the zone's order; the restorer's
+//! production [`myriad_node::recovery::insert_recovered_where`] (the zone read back into
+//! its memory, only what the directory routes to the zone's writer, the CIDs as merged
+//! ranges), its replicator's adoption (`plan_adoption`, `ZoneAdopt`, `adopt_registered`),
+//! its `SetOwner`s and `ZoneOwned`; the replicators' replacement of a failed or
+//! restarted backup (`replace_backup`, `fill_zones`); the leader's `HandOver` of what
+//! still routes to a failed peer ([`MetaState::leftover_ranges`]); a zone no backup can
+//! restore is lost (`ZoneRemove`). Ownership changes reach every live peer's chunk
+//! service after their own delays.
 //!
 //! Invariants (checked after every command, [`World::check_meta_invariants`]): every
 //! creator's lookup tree is well formed (one owner per CID range) and never routes to an

@@ -1,6 +1,7 @@
 //! The peers' side of the event loop: serving client requests with the production chunk
-//! service, the master side of replication, and backups applying replication messages
-//! with the production backup service.
+//! service, driving each peer's production replicator (its changes, registrations,
+//! messages, rounds and copy steps), and backups applying replication messages with the
+//! production backup service.
 //!
 //! Invariants: a reply to a change leaves the peer only once the backups acknowledged what
 //! the request's durability level asks (`async`: nothing); a backup applies one master's
