@@ -505,6 +505,16 @@ impl Routes {
     }
 }
 
+/// The superpeer leader's order of a zone's complete backups for its recovery, from
+/// their answers to [`wire::ZONE_POSITION`] (`None`: no answer): the highest position
+/// first, so the backup that received most of the failed writer's changes restores the
+/// zone; equal positions keep the zone's order, and backups without an answer come last.
+pub fn order_by_position(mut answers: Vec<(NodeId, Option<u64>)>) -> Vec<NodeId> {
+    // Stable: equal positions keep the zone's order; `None` sorts below every position.
+    answers.sort_by_key(|(_, position)| std::cmp::Reverse(*position));
+    answers.into_iter().map(|(backup, _)| backup).collect()
+}
+
 /// The decision of [`same_history`] (also the simulator's): from the restorer's own
 /// position and each old backup's answer (`None`: no position, or no answer), the
 /// backups kept as survivors and the position the adopter numbers on from.

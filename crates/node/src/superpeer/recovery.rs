@@ -459,11 +459,9 @@ async fn by_position(
             (backup, answer)
         }
     });
-    let mut answers = futures_util::future::join_all(asks).await;
-    // Stable: equal positions keep the zone's order; `None` sorts below every position.
-    answers.sort_by_key(|(_, position)| std::cmp::Reverse(*position));
+    let answers = futures_util::future::join_all(asks).await;
     tracing::debug!(%owner, zone, ?answers, "backups by zone position");
-    answers.into_iter().map(|(backup, _)| backup).collect()
+    crate::recovery::order_by_position(answers)
 }
 
 /// How one round over a zone's backups ended.

@@ -723,7 +723,7 @@ impl World {
         if backups.len() < 2 || self.config.bug == Some(Bug::KeepDivergedSurvivors) {
             return backups;
         }
-        let mut answers: Vec<(NodeId, Option<u64>)> = backups
+        let answers: Vec<(NodeId, Option<u64>)> = backups
             .iter()
             .map(|&b| {
                 let answer = match self.peer_index(b) {
@@ -737,13 +737,12 @@ impl World {
                 (b, answer)
             })
             .collect();
-        answers.sort_by_key(|(_, position)| std::cmp::Reverse(*position));
         if answers.windows(2).any(|w| w[0].1 != w[1].1) {
             self.log(format!(
                 "zone {owner}/{zone}: backups by position {answers:?}"
             ));
         }
-        answers.into_iter().map(|(b, _)| b).collect()
+        myriad_node::recovery::order_by_position(answers)
     }
 
     /// The surviving backups whose position of zone `(owner, zone)` (written by `writer`)
