@@ -459,24 +459,30 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// The lookup trees of every peer the membership knows, from the superpeers.
+    /// The lookup trees of every peer the membership knows (alive or not: a failed
+    /// creator's IDs may still be routed elsewhere), from the superpeers, read
+    /// concurrently.
     pub fn read(membership: &Arc<Membership>) -> Result<Routes, String> {
         let mut creators: Vec<NodeId> = membership
             .nodes()
             .into_iter()
-            .filter(|record| record.role != myriad_meta::Role::Superpeer)
+            .filter(|record| record.role == myriad_meta::Role::Peer)
             .map(|record| record.id)
             .collect();
         creators.sort_unstable();
         creators.dedup();
+        let reader = Arc::clone(membership);
+        let trees = membership.net().runtime().block_on(async move {
+            let reads = creators.into_iter().map(|creator| {
+                let reader = Arc::clone(&reader);
+                async move { (creator, reader.lookup_all(creator).await) }
+            });
+            futures_util::future::join_all(reads).await
+        });
         let mut routes = Routes::default();
-        for creator in creators {
-            let reader = Arc::clone(membership);
-            let tree = membership
-                .net()
-                .runtime()
-                .block_on(async move { reader.lookup_all(creator).await })
-                .map_err(|error| format!("reading the lookup tree of {creator}: {error}"))?;
+        for (creator, tree) in trees {
+            let tree =
+                tree.map_err(|error| format!("reading the lookup tree of {creator}: {error}"))?;
             routes.trees.push((creator, tree));
         }
         Ok(routes)

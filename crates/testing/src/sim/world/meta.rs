@@ -571,7 +571,7 @@ impl World {
         let trees = self
             .meta
             .nodes()
-            .filter(|r| r.role != Role::Superpeer)
+            .filter(|r| r.role == Role::Peer)
             .map(|r| {
                 let ranges = self
                     .meta
