@@ -351,15 +351,7 @@ fn adopt(
     let mut old_backups = zone_backups(membership, request.owner, request.zone)?;
     old_backups.retain(|backup| !request.filling.contains(backup) && *backup != service.node());
     let (old_backups, position) = same_history(membership, request, old_backups, restored.position);
-    let cid_ranges: Vec<(ChunkId, ChunkId)> = ranges
-        .iter()
-        .filter_map(|range| {
-            Some((
-                ChunkId::new(range.creator, range.first)?,
-                ChunkId::new(range.creator, range.last)?,
-            ))
-        })
-        .collect();
+    let cid_ranges = cid_pairs(ranges);
     replicator
         .adopt_zone(
             request.owner,

@@ -50,7 +50,7 @@ pub mod wire;
 pub use backup::{BackupConfig, BackupError, BackupService};
 pub use master::{
     AckCallback, Adoption, AdoptionPlan, AsyncChange, BackupCandidates, ChunkSource, CopyStep,
-    IoTask, MasterIo, NetIo, RegisterFuture, RegistryError, ReplicaEvent, Replicator,
+    IoTask, ManualIo, MasterIo, NetIo, RegisterFuture, RegistryError, ReplicaEvent, Replicator,
     ReplicatorConfig, ReplicatorStats, Restored, StreamStats, ZoneRegistry, ZoneReplacement,
     ZoneStats,
 };

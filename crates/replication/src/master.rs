@@ -78,7 +78,7 @@ mod zones;
 pub use adopt::{Adoption, AdoptionPlan, Restored};
 pub use deferred::AckCallback;
 pub use driven::CopyStep;
-pub use io::{IoTask, MasterIo, NetIo};
+pub use io::{IoTask, ManualIo, MasterIo, NetIo};
 pub use rebackup::ZoneReplacement;
 pub use stats::{ReplicatorStats, StreamStats, ZoneStats};
 pub use submit::AsyncChange;

@@ -9,57 +9,24 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use myriad_backup_log::{LogConfig, LogEngine, MemStorage};
 use myriad_replication::wire::{LogMessage, Op};
 use myriad_replication::{
     AckCallback, AsyncChange, BackupCandidates, BackupConfig, BackupService, Candidate,
-    ChunkSource, CopyStep, Durability, IoTask, MasterIo, RegisterFuture, RegistryError,
+    ChunkSource, CopyStep, Durability, ManualIo, MasterIo, RegisterFuture, RegistryError,
     ReplicaError, ReplicaEvent, Replicator, ReplicatorConfig, Restored, ZoneRegistry,
 };
 use myriad_types::{ChunkId, NodeId};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 const MASTER: NodeId = NodeId(1);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-type Path = (NodeId, UnboundedReceiver<Vec<Bytes>>, Arc<AtomicUsize>);
-
-/// The test's environment: its clock, the streams' messages, the background tasks.
-struct TestIo {
-    base: Instant,
-    now_ms: AtomicU64,
-    paths: Mutex<Vec<Path>>,
-    tasks: Mutex<Vec<IoTask>>,
-}
-
-impl MasterIo for TestIo {
-    fn now(&self) -> Instant {
-        self.base + Duration::from_millis(self.now_ms.load(Ordering::Relaxed))
-    }
-    fn stream_id_floor(&self) -> u64 {
-        1 << 32
-    }
-    fn open_stream(
-        &self,
-        backup: NodeId,
-        in_flight: Arc<AtomicUsize>,
-    ) -> UnboundedSender<Vec<Bytes>> {
-        let (tx, rx) = unbounded_channel();
-        lock(&self.paths).push((backup, rx, in_flight));
-        tx
-    }
-    fn spawn(&self, task: IoTask) {
-        lock(&self.tasks).push(task);
-    }
 }
 
 type Slot = Arc<Mutex<Option<Result<(), RegistryError>>>>;
@@ -138,7 +105,7 @@ impl ChunkSource for Memory {
 
 struct Rig {
     replicator: Replicator,
-    io: Arc<TestIo>,
+    io: Arc<ManualIo>,
     registry: Arc<TestRegistry>,
     candidates: Arc<TestCandidates>,
     memory: Arc<Memory>,
@@ -146,12 +113,7 @@ struct Rig {
 }
 
 fn rig(replication: usize, peers: &[u16]) -> Rig {
-    let io = Arc::new(TestIo {
-        base: Instant::now(),
-        now_ms: AtomicU64::new(0),
-        paths: Mutex::new(Vec::new()),
-        tasks: Mutex::new(Vec::new()),
-    });
+    let io = Arc::new(ManualIo::new(1 << 32));
     let registry = Arc::new(TestRegistry::default());
     let candidates = Arc::new(TestCandidates(Mutex::new(
         peers.iter().map(|&p| NodeId(p)).collect(),
@@ -207,22 +169,12 @@ impl Rig {
     }
 
     fn run_tasks(&self) {
-        let mut tasks = std::mem::take(&mut *lock(&self.io.tasks));
-        let mut context = Context::from_waker(Waker::noop());
-        tasks.retain_mut(|task| task.as_mut().poll(&mut context).is_pending());
-        lock(&self.io.tasks).extend(tasks);
+        self.io.run_tasks();
     }
 
     /// The messages handed to the streams since the last call.
     fn sent(&self) -> Vec<(NodeId, Bytes)> {
-        let mut out = Vec::new();
-        for (backup, rx, in_flight) in lock(&self.io.paths).iter_mut() {
-            while let Ok(batch) = rx.try_recv() {
-                out.extend(batch.into_iter().map(|m| (*backup, m)));
-                in_flight.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        out
+        self.io.sent()
     }
 
     /// Delivers `messages` to their backups and their acknowledgements back (a message
@@ -261,7 +213,7 @@ impl Rig {
     }
 
     fn advance(&self, ms: u64) {
-        self.io.now_ms.fetch_add(ms, Ordering::Relaxed);
+        self.io.advance(Duration::from_millis(ms));
     }
 
     fn read(&self, backup: u16, owner: NodeId, zone: u32) -> BTreeMap<u64, Vec<u8>> {

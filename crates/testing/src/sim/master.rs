@@ -2,13 +2,12 @@
 //! driven from the event loop's thread ([`Replicator::driven`]).
 //!
 //! Job: [`SimMaster`] gives a driven replicator its environment and hands what it does
-//! back to the event loop: the simulated clock ([`SimIo`]; the replicator's timers,
-//! deadlines and resends run on simulated time), the send path of every backup stream
-//! (the messages it hands over are collected and sent on the simulated network), the
-//! zone registrations it asks for ([`SimRegistry`]: the event loop commits them to the
-//! superpeers and answers), the alive peers as backup candidates, its background tasks
-//! (polled here), and the answers of writes whose acknowledgements it waited for
-//! ([`Finished`]). The master's logic itself (zones, placement, positions, streams,
+//! back to the event loop: the production [`ManualIo`] set to simulated time (the
+//! replicator's timers, deadlines and resends run on it), whose send paths' messages go
+//! onto the simulated network and whose background tasks are polled here; the zone
+//! registrations it asks for ([`SimRegistry`]: the event loop commits them to the
+//! superpeers and answers); the alive peers as backup candidates; and the answers of
+//! writes whose acknowledgements it waited for ([`Finished`]). The master's logic itself (zones, placement, positions, streams,
 //! batching, acknowledgements, resends, waits, replacements, copies, adoptions) is all
 //! production code.
 //!
@@ -20,21 +19,20 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use myriad_node::replication::MemorySource;
 use myriad_placement::Candidate;
 use myriad_proto::chunk::ChunkReply;
 use myriad_replication::{
-    AckCallback, AsyncChange, BackupCandidates, Durability, IoTask, MasterIo, RegisterFuture,
+    AckCallback, AsyncChange, BackupCandidates, Durability, ManualIo, MasterIo, RegisterFuture,
     RegistryError, ReplicaError, ReplicaEvent, Replicator, ReplicatorConfig, ZoneRegistry,
 };
 use myriad_types::{ChunkId, NodeId};
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use super::net::Time;
 
@@ -43,83 +41,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// One stream's send path: its batches and its in-flight count.
-type Path = (NodeId, UnboundedReceiver<Vec<Bytes>>, Arc<AtomicUsize>);
-
-/// The replicator's environment in the simulation.
-pub struct SimIo {
-    /// The instant simulated time 0 stands for.
-    base: Instant,
-    /// Simulated time now, in µs.
-    now_us: AtomicU64,
-    /// Stream IDs of this incarnation start above it (a restarted master's streams are
-    /// newer than its earlier incarnation's).
-    stream_floor: u64,
-    /// The open send paths, in the order they were opened.
-    paths: Mutex<Vec<Path>>,
-    /// Background tasks not finished yet.
-    tasks: Mutex<Vec<IoTask>>,
-}
-
-impl MasterIo for SimIo {
-    fn now(&self) -> Instant {
-        self.base + Duration::from_micros(self.now_us.load(Ordering::Relaxed))
-    }
-
-    fn stream_id_floor(&self) -> u64 {
-        self.stream_floor
-    }
-
-    fn open_stream(
-        &self,
-        backup: NodeId,
-        in_flight: Arc<AtomicUsize>,
-    ) -> UnboundedSender<Vec<Bytes>> {
-        let (sender, receiver) = unbounded_channel();
-        lock(&self.paths).push((backup, receiver, in_flight));
-        sender
-    }
-
-    fn spawn(&self, task: IoTask) {
-        lock(&self.tasks).push(task);
-    }
-}
-
-impl SimIo {
-    /// The messages handed to every send path since the last call, per backup in the
-    /// order they must leave; each batch counts as sent. Closed paths are dropped.
-    fn sent(&self) -> Vec<(NodeId, Bytes)> {
-        let mut out = Vec::new();
-        let mut paths = lock(&self.paths);
-        paths.retain_mut(|(backup, receiver, in_flight)| loop {
-            match receiver.try_recv() {
-                Ok(batch) => {
-                    out.extend(batch.into_iter().map(|message| (*backup, message)));
-                    in_flight.fetch_sub(1, Ordering::AcqRel);
-                }
-                Err(tokio::sync::mpsc::error::TryRecvError::Empty) => break true,
-                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected) => break false,
-            }
-        });
-        out
-    }
-
-    /// Polls every background task once; whether one finished.
-    fn poll_tasks(&self) -> bool {
-        let mut tasks = std::mem::take(&mut *lock(&self.tasks));
-        let mut context = Context::from_waker(Waker::noop());
-        let before = tasks.len();
-        tasks.retain_mut(|task| task.as_mut().poll(&mut context).is_pending());
-        let finished = tasks.len() < before;
-        // Tasks spawned while polling come after the older ones.
-        let mut all = lock(&self.tasks);
-        let newer = std::mem::take(&mut *all);
-        *all = tasks;
-        all.extend(newer);
-        finished
-    }
 }
 
 /// A registration the replicator asked for, answered by the event loop.
@@ -233,7 +154,7 @@ pub struct Finished {
 /// A peer incarnation's master side (see the module doc).
 pub struct SimMaster {
     replicator: Replicator,
-    io: Arc<SimIo>,
+    io: Arc<ManualIo>,
     registry: Arc<SimRegistry>,
     candidates: Arc<SimCandidates>,
     finished: Arc<Mutex<Vec<Finished>>>,
@@ -277,13 +198,8 @@ impl SimMaster {
         source: MemorySource,
         now: Time,
     ) -> Result<SimMaster, ReplicaError> {
-        let io = Arc::new(SimIo {
-            base: Instant::now(),
-            now_us: AtomicU64::new(now),
-            stream_floor: (u64::from(incarnation) + 1) << 32,
-            paths: Mutex::new(Vec::new()),
-            tasks: Mutex::new(Vec::new()),
-        });
+        let io = Arc::new(ManualIo::new((u64::from(incarnation) + 1) << 32));
+        io.set_now(Duration::from_micros(now));
         let registry = Arc::new(SimRegistry::default());
         let candidates = Arc::new(SimCandidates::default());
         let replicator = Replicator::driven(
@@ -306,7 +222,7 @@ impl SimMaster {
 
     /// The replicator, its clock set to `now` and its candidates to `candidates`.
     pub fn at(&self, now: Time, candidates: Vec<Candidate>) -> &Replicator {
-        self.io.now_us.store(now, Ordering::Relaxed);
+        self.io.set_now(Duration::from_micros(now));
         *lock(&self.candidates.0) = candidates;
         &self.replicator
     }
@@ -378,7 +294,7 @@ impl SimMaster {
 
     /// Runs the background tasks as far as they go; whether one finished.
     pub fn run_tasks(&self) -> bool {
-        self.io.poll_tasks()
+        self.io.run_tasks()
     }
 
     /// The replication messages to send now, per backup in order.

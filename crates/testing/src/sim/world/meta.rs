@@ -660,15 +660,7 @@ impl World {
         self.log(format!(
             "RECOVERED zone {owner}/{zone} at {restorer}: {chunks} chunks, ranges {values:?}, backups {backups:?}"
         ));
-        let cid_ranges: Vec<(ChunkId, ChunkId)> = ranges
-            .iter()
-            .filter_map(|r| {
-                Some((
-                    ChunkId::new(r.creator, r.first)?,
-                    ChunkId::new(r.creator, r.last)?,
-                ))
-            })
-            .collect();
+        let cid_ranges = cid_pairs(&ranges);
         let content = myriad_replication::Restored {
             chunks,
             bytes: restored.bytes,
