@@ -54,6 +54,10 @@ const BALANCE_LIST_RANGES: u64 = 100_000;
 /// A monitoring report older than this is not used to pick hot ranges.
 pub const HOT_REPORT_MAX_AGE: Duration = Duration::from_secs(10);
 
+/// How long a balancing round waits for a peer to learn that it owns a range it holds
+/// (see `migrate_when_owned`).
+pub const OWNERSHIP_WAIT: Duration = Duration::from_secs(2);
+
 /// When and how much a balancing round moves.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BalanceOptions {
@@ -191,7 +195,7 @@ impl Client {
         for (first, last) in ranges {
             let mut moved = 0;
             for (a, b) in pieces(first, last, options.piece_chunks) {
-                moved += self.migrate_from(from, a, b, to).await?;
+                moved += self.migrate_when_owned(from, a, b, to).await?;
             }
             round.moved += moved;
             if moved > 0 {
@@ -203,6 +207,31 @@ impl Client {
         }
         round.moved_between = Some((from, to));
         Ok(round)
+    }
+
+    /// [`Client::migrate_from`], asked again (every 50 ms, up to [`OWNERSHIP_WAIT`]) while
+    /// `from` answers that it does not own the range: the range was listed in its memory
+    /// (it arrived with an earlier round's migration), and the ownership event that makes
+    /// it the owner reaches it a little after the superpeers committed it.
+    async fn migrate_when_owned(
+        &self,
+        from: NodeId,
+        first: ChunkId,
+        last: ChunkId,
+        to: NodeId,
+    ) -> Result<u64, ClientError> {
+        let deadline = tokio::time::Instant::now() + OWNERSHIP_WAIT;
+        loop {
+            match self.migrate_from(from, first, last, to).await {
+                Err(ClientError::Server { reason, .. })
+                    if reason.ends_with("is not owned by this peer")
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// `peer`'s hottest CID ranges from its newest monitoring report, if that is recent
