@@ -233,22 +233,30 @@ impl World {
             .after(RESEND_INTERVAL, Event::Resend { peer, incarnation });
     }
 
+    /// The index of `peer` if its incarnation `incarnation` runs now. A stalled one runs
+    /// nothing: `event` comes back when the stall ends (a timer that fires late stays
+    /// armed); an ended incarnation's `event` is dropped.
+    fn running_now(&mut self, peer: NodeId, incarnation: u32, event: Event) -> Option<usize> {
+        let index = self.peer_index(peer)?;
+        if self.peers[index].incarnation != incarnation || !self.peers[index].up() {
+            return None;
+        }
+        let paused_until = self.peers[index].paused_until;
+        if paused_until > self.queue.now() {
+            self.queue.at(paused_until, event);
+            return None;
+        }
+        Some(index)
+    }
+
     /// A round of the replicator's sender (production: its sender thread's tick):
     /// resends what its backups did not acknowledge in time or asked for again, ends
-    /// waits past their deadline; and a step of a copy to an added backup.
+    /// waits past their deadline.
     pub(super) fn resend(&mut self, peer: NodeId, incarnation: u32) {
-        let Some(index) = self.peer_index(peer) else {
+        let Some(index) = self.running_now(peer, incarnation, Event::Resend { peer, incarnation })
+        else {
             return;
         };
-        if self.peers[index].incarnation != incarnation || !self.peers[index].up() {
-            return;
-        }
-        if self.peers[index].paused_until > self.queue.now() {
-            // Stalled: the timer fires late (still armed).
-            let at = self.peers[index].paused_until;
-            self.queue.at(at, Event::Resend { peer, incarnation });
-            return;
-        }
         self.peers[index].resend_armed = false;
         if let Some(master) = self.master_at(index) {
             master.replicator().tick(&[]);
@@ -273,17 +281,10 @@ impl World {
     /// Takes a step of a copy to an added backup at peer `index`, if one waits, and
     /// schedules the next one.
     pub(super) fn copy_step(&mut self, peer: NodeId, incarnation: u32) {
-        let Some(index) = self.peer_index(peer) else {
+        let event = Event::CopyStep { peer, incarnation };
+        let Some(index) = self.running_now(peer, incarnation, event) else {
             return;
         };
-        if self.peers[index].incarnation != incarnation || !self.peers[index].up() {
-            return;
-        }
-        if self.peers[index].paused_until > self.queue.now() {
-            let at = self.peers[index].paused_until;
-            self.queue.at(at, Event::CopyStep { peer, incarnation });
-            return;
-        }
         self.peers[index].copy_armed = false;
         let Some(master) = self.master_at(index) else {
             return;
