@@ -556,8 +556,16 @@ impl Conn {
         self.unprocessed_bytes.load(Ordering::Acquire)
     }
 
+    /// A receiver whose `changed()` completes once the connection is closed, including
+    /// when it closed before this call: a task started after an early close (a connection
+    /// closed between install and `Shared::run`) must still see it, or its reader would
+    /// hold the socket open and the peer would keep a connection nobody uses.
     pub fn close_watch(&self) -> watch::Receiver<bool> {
-        self.close_tx.subscribe()
+        let mut receiver = self.close_tx.subscribe();
+        if *receiver.borrow() {
+            receiver.mark_changed();
+        }
+        receiver
     }
 
     /// Gives senders the socket for direct writes (before the tasks start).

@@ -656,6 +656,32 @@ fn simultaneous_dials_end_with_one_shared_connection() {
     }
 }
 
+/// A connection closed right after it was installed, before its reader and writer tasks
+/// started, must still close its socket: otherwise the peer keeps it as live, answers every
+/// later dial from this node `Duplicate`, and the node can never reach it again (sends fail
+/// with `ConnectTimeout`). Messages queued on a connection that is closed may be lost (that
+/// is what `disconnect` does); the sends themselves must all succeed, and the link work
+/// afterwards.
+#[test]
+fn a_connection_closed_right_after_it_opened_releases_its_socket() {
+    let counter = Arc::new(AtomicUsize::new(0));
+    let a = start(config(1), echo_and_count(&counter));
+    let b = start(config(2), echo_and_count(&counter));
+    link(&a, &b);
+    for round in 0..200usize {
+        a.disconnect(b.node_id());
+        a.send_blocking(b.node_id(), COUNT, Bytes::from_static(b"c"))
+            .unwrap_or_else(|error| panic!("round {round}: {error}"));
+    }
+    let before = counter.load(Ordering::SeqCst);
+    a.send_blocking(b.node_id(), COUNT, Bytes::from_static(b"c"))
+        .expect("send after the churn");
+    wait_until("the last message", || {
+        counter.load(Ordering::SeqCst) > before
+    });
+    assert_eq!(b.connected_nodes(), vec![a.node_id()]);
+}
+
 #[test]
 fn the_connection_limit_closes_the_least_recently_used() {
     let counter = Arc::new(AtomicUsize::new(0));

@@ -307,3 +307,21 @@ fn filters_combine_a_delay_one_way_with_a_drop_the_other() {
     let arrived = wait_for(&b.arrivals, 8);
     check_latency(&sent, &arrived[5..], Duration::from_millis(DELAY_MS), None);
 }
+
+/// A peer that has not yet read the close of a connection (here: its incoming delay still
+/// holds a message sent just before the close, and the close comes after it) answers a new
+/// dial from the same instance with `Duplicate`. The dialer dials again until the peer has
+/// retired the old connection, instead of failing with `ConnectTimeout` (CI saw this under
+/// load, without any filter).
+#[test]
+fn a_dial_while_the_peer_still_holds_the_closed_connection_gets_through() {
+    let (a, b) = pair();
+    b.endpoint
+        .set_fault(NodeId(1), Fault::DelayIncoming { ms: DELAY_MS });
+    let mut sent = stamp(&a, 2, 0..1);
+    a.endpoint.disconnect(NodeId(2));
+    // Dials while b's reader still holds message 0 and, behind it, the close.
+    sent.extend(stamp(&a, 2, 1..3));
+    let arrived = wait_for(&b.arrivals, 3);
+    check_latency(&sent, &arrived, Duration::from_millis(DELAY_MS), None);
+}

@@ -4,7 +4,9 @@
 //! Connections open on first use in either direction. When two nodes dial each other at
 //! the same time, the acceptor decides during the handshake, before any frame flows:
 //! - it already has a live connection to the same peer instance → `Duplicate` (the dialer
-//!   uses the existing one);
+//!   uses the existing one; if the dialer holds none, the acceptor has not yet read the
+//!   close of one the dialer closed, so the dialer dials again after a short pause until
+//!   its connect timeout);
 //! - it is dialing the peer itself → the dial of the lower node ID wins: the acceptor with
 //!   the lower ID answers `Duplicate`, the one with the higher ID accepts and drops its own
 //!   dial (which the other side will refuse);

@@ -16,6 +16,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use super::deadline_after;
+
+/// The first pause before a dial answered `Duplicate` is repeated.
+const DUPLICATE_PAUSE_FIRST: std::time::Duration = std::time::Duration::from_millis(5);
+/// The longest pause between dials answered `Duplicate`.
+const DUPLICATE_PAUSE_MAX: std::time::Duration = std::time::Duration::from_millis(200);
 use super::dial::dial;
 use super::events::ConnectionLost;
 use super::shared::{Attempt, Shared, Slot};
@@ -76,6 +81,14 @@ impl Shared {
                 return Err(NetError::ConnectTimeout(node));
             }
         }
+    }
+
+    /// Whether `attempt` is still the table's slot for `node`.
+    fn still_connecting(&self, node: NodeId, attempt: &Arc<Attempt>) -> bool {
+        matches!(
+            self.table.read().get(&node),
+            Some(Slot::Connecting(current)) if Arc::ptr_eq(current, attempt)
+        )
     }
 
     /// Ends a connection attempt: marks it failed and removes it from the table.
@@ -282,33 +295,51 @@ impl Shared {
 }
 
 /// Dials `node` at `addr`, authenticates, and installs the connection.
+///
+/// A `Duplicate` answer means the peer holds a live connection from this node's instance
+/// or dials this node itself. Either the peer's own connection shows up here soon, or the
+/// peer's connection is one this node has just closed and the peer has not yet read the
+/// close: so the dial is repeated, after a pause that doubles from 5 ms up to 200 ms, until
+/// a connection is in the table or the connect timeout has passed.
 async fn connect(shared: Arc<Shared>, node: NodeId, addr: SocketAddr, attempt: Arc<Attempt>) {
     let timeout = shared.config.connect_timeout;
-    let outcome = tokio::time::timeout(timeout, dial(&shared, node, addr)).await;
-    let (stream, peer_instance, verdict) = match outcome {
-        Err(_) => return shared.fail_attempt(node, &attempt, NetError::ConnectTimeout(node)),
-        Ok(Err(error)) => {
-            tracing::debug!(%node, %addr, %error, "connect failed");
-            return shared.fail_attempt(node, &attempt, error);
-        }
-        Ok(Ok(done)) => done,
-    };
-    match verdict {
-        Verdict::Accepted => {
-            let conn = shared.new_conn(node, peer_instance, true, false);
-            if shared.install_outgoing(node, &conn) {
-                shared.run(conn.clone(), stream);
-                shared.enforce_connection_limit(&conn);
-            } else {
-                tracing::warn!(%node, "accepted dial lost to an existing connection");
+    let deadline = deadline_after(timeout);
+    let mut pause = DUPLICATE_PAUSE_FIRST;
+    loop {
+        let outcome = tokio::time::timeout_at(deadline, dial(&shared, node, addr)).await;
+        let (stream, peer_instance, verdict) = match outcome {
+            Err(_) => return shared.fail_attempt(node, &attempt, NetError::ConnectTimeout(node)),
+            Ok(Err(error)) => {
+                tracing::debug!(%node, %addr, %error, "connect failed");
+                return shared.fail_attempt(node, &attempt, error);
             }
+            Ok(Ok(done)) => done,
+        };
+        match verdict {
+            Verdict::Accepted => {
+                let conn = shared.new_conn(node, peer_instance, true, false);
+                if shared.install_outgoing(node, &conn) {
+                    shared.run(conn.clone(), stream);
+                    shared.enforce_connection_limit(&conn);
+                } else {
+                    tracing::warn!(%node, "accepted dial lost to an existing connection");
+                }
+                return;
+            }
+            Verdict::Duplicate => {
+                drop(stream);
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                tokio::time::sleep(pause.min(left)).await;
+                pause = (pause * 2).min(DUPLICATE_PAUSE_MAX);
+                if !shared.still_connecting(node, &attempt) {
+                    // The peer's connection arrived (or the attempt was given up).
+                    return;
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return shared.fail_attempt(node, &attempt, NetError::ConnectTimeout(node));
+                }
+            }
+            Verdict::Refused => return shared.fail_attempt(node, &attempt, NetError::Fenced(node)),
         }
-        Verdict::Duplicate => {
-            // The peer's own dial wins; it will show up as an incoming connection. Give
-            // up on this attempt if it has not within the connect timeout.
-            tokio::time::sleep(timeout).await;
-            shared.fail_attempt(node, &attempt, NetError::ConnectTimeout(node));
-        }
-        Verdict::Refused => shared.fail_attempt(node, &attempt, NetError::Fenced(node)),
     }
 }
