@@ -47,8 +47,16 @@ pub struct LogConfig {
     /// Size of the primary log. Default 256 MiB. When it is full, every secondary-log
     /// buffer is flushed and it starts over.
     pub primary_log_bytes: u64,
-    /// Versions one zone's version buffer holds (current epoch). Default 196,608 (about
-    /// 3 MiB, DXRAM's Table II). An epoch ends when it is `version_buffer_seal_percent` full.
+    /// Versions one zone's version buffer holds (current epoch). An epoch ends when it is
+    /// `version_buffer_seal_percent` full. Default 32,768: 21,299 versions per epoch, at
+    /// most about 340 KiB of slots for the buffer and as much for the previous epoch's
+    /// carry. DXRAM used 1 MiB (Ch. 4) or 3 MiB (Table II) per zone; this is smaller
+    /// because a backup holds the buffers of every zone it backs up, and at 196,608 they
+    /// were 17 B of RAM per backed-up chunk in `myriad bench backup-mem` (2.8 B at
+    /// 32,768), with no cost to sustained updates or write amplification in
+    /// `myriad bench log-cleaner` (docs/benchmarks.md, "Smaller version buffers"). Smaller
+    /// epochs come more often, so eon visits do too (one full pass per log every 2^13
+    /// epochs).
     pub version_buffer_entries_max: usize,
     /// Fill level (percent) at which the version buffer's epoch ends. Default 65.
     pub version_buffer_seal_percent: u32,
@@ -110,7 +118,7 @@ impl Default for LogConfig {
             flush_interval: Duration::from_millis(100),
             secondary_buffer_bytes: 128 << 10,
             primary_log_bytes: 256 << 20,
-            version_buffer_entries_max: 196_608,
+            version_buffer_entries_max: 32_768,
             version_buffer_seal_percent: 65,
             reorg_activation_percent: 60,
             reorg_prompt_percent: 75,

@@ -49,6 +49,10 @@ pub struct BackupMemArgs {
     /// one backup of `scripts/ycsb`'s load gets on a quiet machine, a little faster.
     #[arg(long, default_value_t = 50_000)]
     pub rate: u64,
+    /// Versions one zone's version buffer holds (the node's
+    /// `backup.version_buffer_entries`; default: the log engine's default).
+    #[arg(long)]
+    pub version_entries: Option<usize>,
     /// Use buffered I/O instead of O_DIRECT (where the file system allows it).
     #[arg(long)]
     pub buffered: bool,
@@ -59,10 +63,14 @@ pub struct BackupMemArgs {
 
 /// The log settings of a backup peer with the node's default backup options (256 MiB
 /// zones, secondary logs of twice the zone).
-fn backup_config() -> LogConfig {
+fn backup_config(args: &BackupMemArgs) -> LogConfig {
+    let defaults = LogConfig::default();
     LogConfig {
         secondary_log_bytes: 2 * (256 << 20),
-        ..LogConfig::default()
+        version_buffer_entries_max: args
+            .version_entries
+            .unwrap_or(defaults.version_buffer_entries_max),
+        ..defaults
     }
 }
 
@@ -82,7 +90,8 @@ pub fn run(args: &BackupMemArgs) -> Result<(), String> {
 }
 
 fn measure(args: &BackupMemArgs, storage: Arc<dyn Storage>) -> Result<(), String> {
-    let config = backup_config();
+    let config = backup_config(args);
+    let version_entries = config.version_buffer_entries_max;
     let write_buffer = config.write_buffer_bytes;
     let engine = LogEngine::open(config, storage).map_err(|e| e.to_string())?;
     let zones: Vec<ZoneId> = (0..args.zones.max(1))
@@ -132,14 +141,15 @@ fn measure(args: &BackupMemArgs, storage: Arc<dyn Storage>) -> Result<(), String
                    "rss_growth_bytes": growth, "rss_growth_per_chunk": per_chunk,
                    "zones_memory_bytes": zones_bytes, "zones_memory_per_chunk": zones_per_chunk,
                    "version_buffer_entries": buffered_versions,
-                   "write_buffer_bytes": write_buffer})
+                   "write_buffer_bytes": write_buffer, "version_buffer_entries_max": version_entries})
         );
     } else {
         println!(
             "backup memory: {} chunks of {} B over {} zones in {:.1} s: RSS growth {:.1} MiB = \
              {per_chunk:.1} B per chunk; zones' version buffers, carries and counters \
              {:.1} MiB = {zones_per_chunk:.1} B per chunk ({buffered_versions} versions \
-             buffered); write buffer {} MiB (RSS only as far as it was used)",
+             buffered, at most {version_entries} per zone); write buffer {} MiB (RSS only as \
+             far as it was used)",
             args.chunks,
             args.chunk_bytes,
             zones.len(),

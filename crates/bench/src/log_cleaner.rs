@@ -123,6 +123,9 @@ pub struct LogCleanerOptions {
     /// Log fill (percent) at which a write asks for a prompt pass
     /// (`LogConfig::reorg_prompt_percent`; default the engine's, 75).
     pub prompt_percent: u32,
+    /// Versions one zone's version buffer holds
+    /// (`LogConfig::version_buffer_entries_max`; default the engine's).
+    pub version_entries: usize,
 }
 
 impl Default for LogCleanerOptions {
@@ -145,6 +148,7 @@ impl Default for LogCleanerOptions {
             buffered: false,
             activation_percent: LogConfig::default().reorg_activation_percent,
             prompt_percent: LogConfig::default().reorg_prompt_percent,
+            version_entries: LogConfig::default().version_buffer_entries_max,
         }
     }
 }
@@ -387,6 +391,7 @@ fn sizing(options: &LogCleanerOptions, master: NodeId) -> Result<Sizing, LogClea
         run_chunk_bytes_max: 0,
         reorg_activation_percent: options.activation_percent,
         reorg_prompt_percent: options.prompt_percent,
+        version_buffer_entries_max: options.version_entries,
         ..LogConfig::default()
     };
     // Small segments allow only small chunks (255 links of half a segment); objects here
@@ -936,6 +941,9 @@ pub struct LogCleanerArgs {
     /// Log fill (percent) at which a write asks for a prompt pass.
     #[arg(long, default_value_t = 75)]
     pub prompt_percent: u32,
+    /// Versions one zone's version buffer holds (default: the log engine's).
+    #[arg(long)]
+    pub version_entries: Option<usize>,
     /// Print one JSON object per line (`kind` = load | sample | summary).
     #[arg(long)]
     pub json: bool,
@@ -965,6 +973,9 @@ impl LogCleanerArgs {
             buffered: self.buffered,
             activation_percent: self.activation_percent,
             prompt_percent: self.prompt_percent,
+            version_entries: self
+                .version_entries
+                .unwrap_or(LogConfig::default().version_buffer_entries_max),
         }
     }
 }

@@ -42,6 +42,7 @@
 //! segment_kb = 8192        # secondary-log segment (power of two, 16 KiB..=32 MiB)
 //! secondary_log_kb = 0     # one zone's secondary log; 0: 2 × zone_mb
 //! primary_log_kb = 262144  # at least 2 write buffers
+//! version_buffer_entries = 32768  # versions per zone's version buffer (RAM: ~16 B each)
 //! apply_inline = true       # apply replication messages on the I/O thread when they fit
 //! wait_timeout_ms = 10000  # longest a replicated/durable change waits
 //!
@@ -340,6 +341,10 @@ pub struct BackupSection {
     pub secondary_log_kb: u64,
     /// Size of the primary log, KiB (at least two write buffers).
     pub primary_log_kb: u64,
+    /// Versions one backed-up zone's version buffer holds (2..=2^26); about 16 bytes of
+    /// RAM each, for the buffer and again for the previous epoch's carry. Smaller: less
+    /// RAM per zone, more epochs (and version-log records for chunks updated again).
+    pub version_buffer_entries: usize,
     /// Longest a replicated or durable change waits for its backups, milliseconds.
     pub wait_timeout_ms: u64,
     /// Apply other peers' replication messages on the I/O thread that read them when the
@@ -361,6 +366,8 @@ impl Default for BackupSection {
             segment_kb: 8 << 10,
             secondary_log_kb: 0,
             primary_log_kb: 256 << 10,
+            version_buffer_entries: myriad_backup_log::LogConfig::default()
+                .version_buffer_entries_max,
             wait_timeout_ms: 10_000,
             apply_inline: true,
         }
@@ -415,6 +422,7 @@ impl BackupSection {
                 kb(self.secondary_log_kb)
             },
             primary_log_bytes: kb(self.primary_log_kb),
+            version_buffer_entries_max: self.version_buffer_entries,
             ..myriad_backup_log::LogConfig::default()
         };
         // Settings derived from the segment size: the secondary-log buffer fits half a
@@ -981,7 +989,7 @@ listen = "127.0.0.1:0"
             "{FULL}\n[backup]\nreplication = 2\nzone_mb = 4\ndurability = \"durable\"\n\
              strategy = \"copyset\"\nscatter_width = 3\nlog_dir = \"/l\"\n\
              write_buffer_kb = 128\nsegment_kb = 16\nprimary_log_kb = 1024\n\
-             apply_inline = false\n"
+             version_buffer_entries = 4096\napply_inline = false\n"
         );
         let config = NodeConfig::from_toml(&text).unwrap();
         config.validate().unwrap();
@@ -992,12 +1000,14 @@ listen = "127.0.0.1:0"
         assert_eq!(options.log.secondary_log_bytes, 8 << 20);
         assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/l"));
         assert!(!options.apply_inline);
+        assert_eq!(options.log.version_buffer_entries_max, 4096);
         for bad in [
             "durability = \"eventually\"",
             "strategy = \"nearest\"",
             "segment_kb = 15",
             "zone_mb = 0",
             "replication = 99",
+            "version_buffer_entries = 1",
         ] {
             let config = NodeConfig::from_toml(&format!("{FULL}\n[backup]\n{bad}\n")).unwrap();
             assert!(config.validate().is_err(), "{bad} accepted");
