@@ -78,6 +78,8 @@ pub struct PeerArgs {
 /// `registry` (a user's own peer binary passes its own, see `myriad::main_with`).
 pub fn run(args: &PeerArgs, registry: myriad_compute::Registry) -> anyhow::Result<()> {
     crate::init_tracing(args.log_format);
+    let heap = myriad_mem::heap::keep_heap_lean();
+    tracing::debug!(?heap, "process heap policy");
     let mut config = match &args.config {
         Some(path) => NodeConfig::load(path)?,
         None => NodeConfig::default(),

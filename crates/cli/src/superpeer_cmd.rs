@@ -87,6 +87,8 @@ fn write_ready_file(
 /// Loads the configuration, runs the superpeer until a termination signal, shuts down.
 pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
     crate::init_tracing(args.log_format);
+    let heap = myriad_mem::heap::keep_heap_lean();
+    tracing::debug!(?heap, "process heap policy");
     crate::exit_with_parent(args.exit_with_parent);
     let mut config = match &args.config {
         Some(path) => NodeConfig::load(path)?,

@@ -35,6 +35,9 @@
 //! The node (serving local and remote chunk access, recovery inserting chunks with their
 //! original IDs), and benchmarks. It knows nothing of the network, disks or other nodes.
 //! It is `Sync`: share one manager between threads with an `Arc`.
+//!
+//! [`heap`] stands apart from the memory manager: the policy of the process heap (the C
+//! allocator) for node processes, which the `myriad` command sets before a node starts.
 
 mod access;
 mod alloc;
@@ -42,6 +45,7 @@ mod create;
 mod entry;
 mod error;
 mod explicit;
+pub mod heap;
 mod ids;
 mod inspect;
 mod lock;

@@ -23,6 +23,7 @@ const DEPENDENCY_ARROWS: &[(&str, &str)] = &[
     ("myriad", "myriad-compute"),
     ("myriad", "myriad-graph"),
     ("myriad", "myriad-launcher"),
+    ("myriad", "myriad-mem"),
     ("myriad", "myriad-meta"),
     ("myriad", "myriad-net"),
     ("myriad", "myriad-node"),
