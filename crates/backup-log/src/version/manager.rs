@@ -24,7 +24,7 @@ pub struct SealedEpoch {
     /// The epoch that ended.
     pub epoch: u16,
     /// Its records (shared: the syncer writes them without copying them out from under
-    /// the manager's lock; at the default seal threshold they are about 3 MiB).
+    /// the manager's lock; at the default seal threshold, 21,299 records, about 0.5 MiB).
     pub records: std::sync::Arc<Vec<VersionRecord>>,
     /// The highest engine sequence number of an append that got a version in it: the
     /// epoch may be written to the version log only once that append is durable, so the
