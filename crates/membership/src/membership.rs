@@ -13,7 +13,10 @@
 //! # Invariants
 //! - The node table only moves forward: an event or resync never lowers the known epoch.
 //!   A heartbeat or event that shows a gap in epochs triggers a full resync
-//!   ([`MetaRequest::Nodes`]).
+//!   ([`MetaRequest::Nodes`]). Subscribers hear of every change a resync brings as
+//!   events (`table_changes`), as if the pushes they replace had arrived: a push is best
+//!   effort, and one lost (or dropped before the node's handlers were installed) left a
+//!   peer's zones without backups until the next join.
 //! - Failed nodes are fenced in the messaging layer; a new incarnation of the same ID (a
 //!   `NodeJoined`) lifts the fence. Superpeers are never fenced (Raft handles them).
 //! - Every call ends within its timeout ([`JoinConfig::request_timeout`] for requests).
@@ -423,7 +426,8 @@ impl Membership {
             };
             certificate_fits(recorded, role)
         });
-        membership.replace_table(joined.epoch, joined.nodes);
+        // Nobody has subscribed yet: the join's table needs no events.
+        let _ = membership.replace_table(joined.epoch, joined.nodes);
         // The slot is empty only here; `set` fails only if already set, which cannot be.
         let _ = slot.set(membership.clone());
         membership.spawn_connection_watcher();
@@ -789,19 +793,26 @@ impl Membership {
     // ----- the node table ----------------------------------------------------------------
 
     /// Replaces the whole table (join, resync) and brings addresses and fences in line.
-    fn replace_table(&self, epoch: u64, nodes: Vec<NodeRecord>) {
+    /// Returns what changed as events ([`table_changes`]), for the caller to deliver: a
+    /// resync learns what pushes that never arrived would have said, and subscribers
+    /// (the replicator filling zones when peers join, replacing failed backups) must hear
+    /// it too.
+    fn replace_table(&self, epoch: u64, nodes: Vec<NodeRecord>) -> Vec<Event> {
         let mut table = self.table.write();
         if epoch < table.epoch {
-            return;
+            return Vec::new();
         }
         table.epoch = epoch;
-        table.nodes = nodes
+        let nodes: BTreeMap<NodeId, NodeRecord> = nodes
             .into_iter()
             .map(|record| (record.id, record))
             .collect();
+        let changes = table_changes(&table.nodes, &nodes, self.node_id);
+        table.nodes = nodes;
         for record in table.nodes.values() {
             self.sync_net(record);
         }
+        changes
     }
 
     /// Brings the messaging layer's address and fence for one node in line with its record.
@@ -885,8 +896,12 @@ impl Membership {
                         .max()
                         .unwrap_or(0);
                     let epoch = seen_epoch.max(newest).max(membership.epoch());
-                    membership.replace_table(epoch, nodes);
-                    tracing::debug!(node = %membership.node_id, epoch, "node table resynced");
+                    let changes = membership.replace_table(epoch, nodes);
+                    tracing::debug!(node = %membership.node_id, epoch, changes = changes.len(), "node table resynced");
+                    // After the table update, as every event.
+                    for event in changes {
+                        let _ = membership.events.send(event);
+                    }
                 }
                 Ok(other) => tracing::warn!(?other, "resync answered with another reply"),
                 Err(error) => tracing::warn!(%error, "node table resync failed"),
@@ -1182,6 +1197,108 @@ impl Membership {
             record.role == Role::Peer
                 && matches!(record.state, NodeState::Alive | NodeState::Failed { .. })
         })
+    }
+}
+
+/// The events that turn node table `old` into `new`, as this node (`me`, left out) would
+/// have received them as pushes: `NodeFailed` / `NodeLeft` for a known node's incarnation
+/// that is now failed or gone, then `NodeJoined` for an alive node that is new or has a
+/// new incarnation. A node first seen already failed or gone makes no event.
+pub(crate) fn table_changes(
+    old: &BTreeMap<NodeId, NodeRecord>,
+    new: &BTreeMap<NodeId, NodeRecord>,
+    me: NodeId,
+) -> Vec<Event> {
+    let mut gone = Vec::new();
+    let mut joined = Vec::new();
+    for (id, record) in new {
+        if *id == me {
+            continue;
+        }
+        let before = old.get(id);
+        let was_alive = before.is_some_and(|b| b.state == NodeState::Alive);
+        let same_incarnation = before.is_some_and(|b| b.incarnation == record.incarnation);
+        match record.state {
+            NodeState::Alive => {
+                if !(same_incarnation && was_alive) {
+                    if was_alive {
+                        // An alive incarnation we knew was replaced by a newer one: the old
+                        // one is gone (as its failure's push would have said).
+                        gone.push(Event::NodeFailed(*id));
+                    }
+                    joined.push(Event::NodeJoined(record.clone()));
+                }
+            }
+            NodeState::Failed { .. } if was_alive => gone.push(Event::NodeFailed(*id)),
+            NodeState::Left if was_alive => gone.push(Event::NodeLeft(*id)),
+            NodeState::Failed { .. } | NodeState::Left => {}
+        }
+    }
+    gone.extend(joined);
+    gone
+}
+
+#[cfg(test)]
+mod table_change_tests {
+    use super::*;
+
+    fn record(id: u16, incarnation: u32, state: NodeState) -> NodeRecord {
+        NodeRecord {
+            id: NodeId(id),
+            role: Role::Peer,
+            address: format!("127.0.0.1:{}", 7000 + id),
+            capabilities: Capabilities::BACKUP,
+            rack: 0,
+            switch: 0,
+            state,
+            incarnation,
+            joined_epoch: u64::from(incarnation),
+            released: false,
+        }
+    }
+
+    fn table(records: &[NodeRecord]) -> BTreeMap<NodeId, NodeRecord> {
+        records.iter().map(|r| (r.id, r.clone())).collect()
+    }
+
+    #[test]
+    fn a_resync_reports_joins_failures_leaves_and_restarts_it_missed() {
+        let alive = NodeState::Alive;
+        let failed = NodeState::Failed { epoch: 9 };
+        let old = table(&[
+            record(1, 1, alive),
+            record(2, 1, alive),
+            record(3, 1, alive),
+            record(4, 1, alive),
+            record(5, 1, failed),
+            record(6, 1, alive),
+        ]);
+        let new = table(&[
+            record(1, 1, alive),           // me: never reported
+            record(2, 1, alive),           // unchanged
+            record(3, 1, failed),          // failed
+            record(4, 1, NodeState::Left), // left
+            record(5, 2, alive),           // back after its failure
+            record(6, 2, alive),           // restarted unnoticed
+            record(7, 1, alive),           // new
+            record(8, 1, failed),          // new, but already failed
+        ]);
+        let changes = table_changes(&old, &new, NodeId(1));
+        assert_eq!(
+            changes,
+            vec![
+                Event::NodeFailed(NodeId(3)),
+                Event::NodeLeft(NodeId(4)),
+                Event::NodeFailed(NodeId(6)),
+                Event::NodeJoined(record(5, 2, alive)),
+                Event::NodeJoined(record(6, 2, alive)),
+                Event::NodeJoined(record(7, 1, alive)),
+            ]
+        );
+        assert!(
+            table_changes(&new, &new, NodeId(1)).is_empty(),
+            "no change, no event"
+        );
     }
 }
 

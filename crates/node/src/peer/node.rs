@@ -709,6 +709,16 @@ fn follow_cluster_events(
                             service.node()
                         };
                         sync_ownership(&runtime, &membership, &service, mine_as, None);
+                        // Missed joins and failures: what their events would have done to
+                        // the zones' backups (both calls are no-ops when nothing changed).
+                        if let Some(replicator) = service.replicator() {
+                            for record in membership.nodes() {
+                                if record.state != myriad_meta::NodeState::Alive {
+                                    replicator.replace_backup(record.id);
+                                }
+                            }
+                            replicator.fill_zones();
+                        }
                     });
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
