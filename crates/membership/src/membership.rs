@@ -1203,7 +1203,7 @@ impl Membership {
 /// The events that turn node table `old` into `new`, as this node (`me`, left out) would
 /// have received them as pushes: `NodeFailed` / `NodeLeft` for a known node's incarnation
 /// that is now failed or gone, then `NodeJoined` for an alive node that is new or has a
-/// new incarnation. A node first seen already failed or gone makes no event.
+/// new incarnation (a restart). A node first seen already failed or gone makes no event.
 pub(crate) fn table_changes(
     old: &BTreeMap<NodeId, NodeRecord>,
     new: &BTreeMap<NodeId, NodeRecord>,
@@ -1220,12 +1220,10 @@ pub(crate) fn table_changes(
         let same_incarnation = before.is_some_and(|b| b.incarnation == record.incarnation);
         match record.state {
             NodeState::Alive => {
+                // A new incarnation of a node we knew alive restarted unnoticed: the group
+                // pushes only its join then (subscribers treat an incarnation above 1 as
+                // a restart), and so does this.
                 if !(same_incarnation && was_alive) {
-                    if was_alive {
-                        // An alive incarnation we knew was replaced by a newer one: the old
-                        // one is gone (as its failure's push would have said).
-                        gone.push(Event::NodeFailed(*id));
-                    }
                     joined.push(Event::NodeJoined(record.clone()));
                 }
             }
@@ -1289,7 +1287,6 @@ mod table_change_tests {
             vec![
                 Event::NodeFailed(NodeId(3)),
                 Event::NodeLeft(NodeId(4)),
-                Event::NodeFailed(NodeId(6)),
                 Event::NodeJoined(record(5, 2, alive)),
                 Event::NodeJoined(record(6, 2, alive)),
                 Event::NodeJoined(record(7, 1, alive)),
