@@ -103,7 +103,47 @@ impl Inner {
                 })
             }
         }
-        Ok(self.adopt_registered(plan, ranges, content))
+        let mut adoption = self.adopt_registered(plan, ranges, content);
+        self.replace_gone_backups(&mut adoption);
+        Ok(adoption)
+    }
+
+    /// Replaces the backups of a just adopted zone that are no longer alive in this
+    /// node's view. The plan chose them from the view before the registration; a backup
+    /// declared failed in between was replaced in every zone this master had then, not in
+    /// this one, which was not in the table yet. Its stream would never acknowledge, and
+    /// the zone would wait for the unreachable timeout. (A failure declared after the
+    /// zone's insertion reaches it through the event, as for any zone.) `adoption` then
+    /// shows the zone's backups as they are now, and `added` only those still in it (a
+    /// replacement's copy is started by the replacement).
+    fn replace_gone_backups(self: &Arc<Self>, adoption: &mut Adoption) {
+        let alive: HashSet<NodeId> = self
+            .candidates
+            .candidates()
+            .iter()
+            .map(|c| c.node)
+            .collect();
+        // Without a view of the live peers, keep them (as `plan_adoption` does).
+        if alive.is_empty() {
+            return;
+        }
+        let gone: Vec<NodeId> = adoption
+            .backups
+            .iter()
+            .copied()
+            .filter(|b| !alive.contains(b))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        for &node in &gone {
+            tracing::info!(zone = adoption.zone, %node, "an adopted zone's backup failed before the adoption; replacing it");
+            self.rebackup(Some(node));
+        }
+        adoption.added.retain(|b| !gone.contains(b));
+        if let Some(z) = self.state.lock().zones.get(&adoption.zone) {
+            adoption.backups = z.backups.clone();
+        }
     }
 
     /// Chooses the backups of `owner`'s zone `zone` for its adoption: the alive ones of
