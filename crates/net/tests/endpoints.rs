@@ -67,6 +67,15 @@ fn link(a: &Endpoint, b: &Endpoint) {
     b.set_address(a.node_id(), a.local_addr());
 }
 
+/// Nodes 1 and 2 with ECHO and COUNT handlers (both counting into `counter`), each
+/// knowing the other's address.
+fn linked_pair(counter: &Arc<AtomicUsize>) -> (Endpoint, Endpoint) {
+    let a = start(config(1), echo_and_count(counter));
+    let b = start(config(2), echo_and_count(counter));
+    link(&a, &b);
+    (a, b)
+}
+
 fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !condition() {
@@ -665,9 +674,7 @@ fn simultaneous_dials_end_with_one_shared_connection() {
 #[test]
 fn a_connection_closed_right_after_it_opened_releases_its_socket() {
     let counter = Arc::new(AtomicUsize::new(0));
-    let a = start(config(1), echo_and_count(&counter));
-    let b = start(config(2), echo_and_count(&counter));
-    link(&a, &b);
+    let (a, b) = linked_pair(&counter);
     for round in 0..200usize {
         a.disconnect(b.node_id());
         a.send_blocking(b.node_id(), COUNT, Bytes::from_static(b"c"))
@@ -709,9 +716,7 @@ fn the_connection_limit_closes_the_least_recently_used() {
 #[test]
 fn a_fenced_node_is_rejected_from_then_on() {
     let counter = Arc::new(AtomicUsize::new(0));
-    let a = start(config(1), echo_and_count(&counter));
-    let b = start(config(2), echo_and_count(&counter));
-    link(&a, &b);
+    let (a, b) = linked_pair(&counter);
     b.send_blocking(NodeId(1), COUNT, Bytes::new())
         .expect("before");
     wait_until("counted", || counter.load(Ordering::SeqCst) == 1);
@@ -739,9 +744,7 @@ fn a_fenced_node_is_rejected_from_then_on() {
 #[test]
 fn the_fault_switch_partitions_and_heals() {
     let counter = Arc::new(AtomicUsize::new(0));
-    let a = start(config(1), echo_and_count(&counter));
-    let b = start(config(2), echo_and_count(&counter));
-    link(&a, &b);
+    let (a, b) = linked_pair(&counter);
     a.request_blocking(NodeId(2), ECHO, Bytes::new(), TIMEOUT)
         .expect("healthy");
     a.set_fault(NodeId(2), Fault::Partition);

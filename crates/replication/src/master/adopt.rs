@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use myriad_placement::Candidate;
 use myriad_types::{ChunkId, NodeId};
 
 use super::zones::{Registration, ZoneState};
@@ -117,12 +118,7 @@ impl Inner {
     /// shows the zone's backups as they are now, and `added` only those still in it (a
     /// replacement's copy is started by the replacement).
     fn replace_gone_backups(self: &Arc<Self>, adoption: &mut Adoption) {
-        let alive: HashSet<NodeId> = self
-            .candidates
-            .candidates()
-            .iter()
-            .map(|c| c.node)
-            .collect();
+        let alive = nodes_of(&self.candidates.candidates());
         // Without a view of the live peers, keep them (as `plan_adoption` does).
         if alive.is_empty() {
             return;
@@ -177,7 +173,7 @@ impl Inner {
             None => {
                 let mut candidates = self.candidates.candidates();
                 candidates.retain(|c| c.node != owner && c.node != me);
-                let alive: HashSet<NodeId> = candidates.iter().map(|c| c.node).collect();
+                let alive = nodes_of(&candidates);
                 let others = old_backups
                     .iter()
                     .copied()
@@ -403,4 +399,9 @@ impl Inner {
             self.ship_or_wake(&mut state, backup, now);
         }
     }
+}
+
+/// The nodes of `candidates`.
+fn nodes_of(candidates: &[Candidate]) -> HashSet<NodeId> {
+    candidates.iter().map(|c| c.node).collect()
 }
