@@ -48,15 +48,16 @@ pub struct LogConfig {
     /// buffer is flushed and it starts over.
     pub primary_log_bytes: u64,
     /// Versions one zone's version buffer holds (current epoch). An epoch ends when it is
-    /// `version_buffer_seal_percent` full. Default 32,768: 21,299 versions per epoch, at
-    /// most about 340 KiB of slots for the buffer and as much for the previous epoch's
+    /// `version_buffer_seal_percent` full. Default 16,384: 10,649 versions per epoch, at
+    /// most about 170 KiB of slots for the buffer and as much for the previous epoch's
     /// carry. DXRAM used 1 MiB (Ch. 4) or 3 MiB (Table II) per zone; this is smaller
     /// because a backup holds the buffers of every zone it backs up, and at 196,608 they
     /// were 17 B of RAM per backed-up chunk in `myriad bench backup-mem` (2.8 B at
-    /// 32,768), with no cost to sustained updates or write amplification in
-    /// `myriad bench log-cleaner` (docs/benchmarks.md, "Smaller version buffers"). Smaller
+    /// 32,768, 1.5 B at 16,384), at a small cost in `myriad bench log-cleaner`: write
+    /// amplification 5.72–5.79 at 196,608, 4.76–5.06 at 32,768, 5.18–5.24 at 16,384
+    /// (docs/benchmarks.md, "Smaller version buffers" and "Trimmed heaps"). Smaller
     /// epochs come more often, so eon visits do too (one full pass per log every 2^13
-    /// epochs).
+    /// epochs: at 100,000 updates per second to one zone, every 15 minutes).
     pub version_buffer_entries_max: usize,
     /// Fill level (percent) at which the version buffer's epoch ends. Default 65.
     pub version_buffer_seal_percent: u32,
@@ -118,7 +119,7 @@ impl Default for LogConfig {
             flush_interval: Duration::from_millis(100),
             secondary_buffer_bytes: 128 << 10,
             primary_log_bytes: 256 << 20,
-            version_buffer_entries_max: 32_768,
+            version_buffer_entries_max: 16_384,
             version_buffer_seal_percent: 65,
             reorg_activation_percent: 60,
             reorg_prompt_percent: 75,

@@ -90,6 +90,9 @@ pub fn run(args: &BackupMemArgs) -> Result<(), String> {
 }
 
 fn measure(args: &BackupMemArgs, storage: Arc<dyn Storage>) -> Result<(), String> {
+    // The heap policy of a `myriad peer` process (its trimmer runs every second; here one
+    // trim after the load, timed).
+    myriad_mem::heap::keep_heap_lean();
     let config = backup_config(args);
     let version_entries = config.version_buffer_entries_max;
     let write_buffer = config.write_buffer_bytes;
@@ -130,6 +133,11 @@ fn measure(args: &BackupMemArgs, storage: Arc<dyn Storage>) -> Result<(), String
     let buffered_versions: u64 = stats.zones.iter().map(|z| z.version_buffer_entries).sum();
     let chunks = args.chunks.max(1) as f64;
     let growth = rss_after.saturating_sub(rss_before);
+    let trim_started = Instant::now();
+    myriad_mem::heap::trim_now();
+    let trim_secs = trim_started.elapsed().as_secs_f64();
+    let trimmed_growth = process::rss_bytes().saturating_sub(rss_before);
+    let trimmed_per_chunk = trimmed_growth as f64 / chunks;
     let per_chunk = growth as f64 / chunks;
     let zones_per_chunk = zones_bytes as f64 / chunks;
     engine.shutdown().map_err(|e| e.to_string())?;
@@ -139,6 +147,8 @@ fn measure(args: &BackupMemArgs, storage: Arc<dyn Storage>) -> Result<(), String
             json!({"bench": "backup_mem", "chunks": args.chunks, "zones": zones.len(), "rate": args.rate,
                    "chunk_bytes": args.chunk_bytes, "secs": elapsed.as_secs_f64(),
                    "rss_growth_bytes": growth, "rss_growth_per_chunk": per_chunk,
+                   "trim_secs": trim_secs, "trimmed_rss_growth_bytes": trimmed_growth,
+                   "trimmed_rss_growth_per_chunk": trimmed_per_chunk,
                    "zones_memory_bytes": zones_bytes, "zones_memory_per_chunk": zones_per_chunk,
                    "version_buffer_entries": buffered_versions,
                    "write_buffer_bytes": write_buffer, "version_buffer_entries_max": version_entries})
@@ -149,7 +159,8 @@ fn measure(args: &BackupMemArgs, storage: Arc<dyn Storage>) -> Result<(), String
              {per_chunk:.1} B per chunk; zones' version buffers, carries and counters \
              {:.1} MiB = {zones_per_chunk:.1} B per chunk ({buffered_versions} versions \
              buffered, at most {version_entries} per zone); write buffer {} MiB (RSS only as \
-             far as it was used)",
+             far as it was used); after a heap trim ({:.2} ms): RSS growth {:.1} MiB = \
+             {trimmed_per_chunk:.1} B per chunk",
             args.chunks,
             args.chunk_bytes,
             zones.len(),
@@ -157,6 +168,8 @@ fn measure(args: &BackupMemArgs, storage: Arc<dyn Storage>) -> Result<(), String
             growth as f64 / (1 << 20) as f64,
             zones_bytes as f64 / (1 << 20) as f64,
             write_buffer >> 20,
+            trim_secs * 1e3,
+            trimmed_growth as f64 / (1 << 20) as f64,
         );
     }
     Ok(())

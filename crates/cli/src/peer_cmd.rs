@@ -79,7 +79,8 @@ pub struct PeerArgs {
 pub fn run(args: &PeerArgs, registry: myriad_compute::Registry) -> anyhow::Result<()> {
     crate::init_tracing(args.log_format);
     let heap = myriad_mem::heap::keep_heap_lean();
-    tracing::debug!(?heap, "process heap policy");
+    let trimmer = myriad_mem::heap::start_heap_trimmer(myriad_mem::heap::TRIM_INTERVAL);
+    tracing::debug!(?heap, trimming = trimmer.is_some(), "process heap policy");
     let mut config = match &args.config {
         Some(path) => NodeConfig::load(path)?,
         None => NodeConfig::default(),

@@ -88,7 +88,8 @@ fn write_ready_file(
 pub fn run(args: &SuperpeerArgs) -> anyhow::Result<()> {
     crate::init_tracing(args.log_format);
     let heap = myriad_mem::heap::keep_heap_lean();
-    tracing::debug!(?heap, "process heap policy");
+    let trimmer = myriad_mem::heap::start_heap_trimmer(myriad_mem::heap::TRIM_INTERVAL);
+    tracing::debug!(?heap, trimming = trimmer.is_some(), "process heap policy");
     crate::exit_with_parent(args.exit_with_parent);
     let mut config = match &args.config {
         Some(path) => NodeConfig::load(path)?,

@@ -42,7 +42,7 @@
 //! segment_kb = 8192        # secondary-log segment (power of two, 16 KiB..=32 MiB)
 //! secondary_log_kb = 0     # one zone's secondary log; 0: 2 × zone_mb
 //! primary_log_kb = 262144  # at least 2 write buffers
-//! version_buffer_entries = 32768  # versions per zone's version buffer (RAM: ~16 B each)
+//! version_buffer_entries = 16384  # versions per zone's version buffer (RAM: ~16 B each)
 //! apply_inline = true       # apply replication messages on the I/O thread when they fit
 //! wait_timeout_ms = 10000  # longest a replicated/durable change waits
 //!

@@ -11,7 +11,7 @@
 //! `(u64, Slot)` costs 25 bytes per bucket and, with its power-of-two growth and 7/8 load
 //! limit, up to about 57 bytes per entry; a full page costs 16.1 bytes per entry (the
 //! version buffer of DXRAM's Table II, about 3 MiB for 196,608 entries, is this size;
-//! the default buffer is 32,768 entries, about 0.5 MiB).
+//! the default buffer is 16,384 entries, about 0.26 MiB).
 //!
 //! Invariants: a CID is in at most one of the pages and the sparse map; `len` counts
 //! both; a page with no slot present is dropped; `sparse_counts` holds, for every page
