@@ -6,8 +6,10 @@
 //!   span is returned to the OS (`madvise`) and coalesced with free neighbours, or with the
 //!   top; so free space at page level never stays split (bounded fragmentation).
 //! - **Slabs.** An allocation of up to 256 KiB goes to a slab: a span divided into equal
-//!   slots of its size class (8-byte steps up to 128 bytes, then four classes per power of
-//!   two, so at most 25% slack above 128 bytes and none for the common 8-byte multiples).
+//!   slots of its size class (4-byte steps up to 128 bytes, then four classes per power of
+//!   two, so at most 3 bytes of slack up to 128 bytes and at most 25% above). A slot is
+//!   4-byte aligned and nothing in a chunk relies on more: chunk bytes are copied, never
+//!   read in place as wider values.
 //!   A slab keeps no per-slot header: free slots form a list threaded through the slots
 //!   themselves, never-used slots are handed out by a bump index, and the chunk's length is
 //!   in its table entry (chunks up to 2 KiB) or an 8-byte header (larger chunks). A slab
@@ -39,9 +41,11 @@ pub(crate) const SLAB_SLOT_BYTES_MAX: u64 = 256 * 1024;
 /// A slab holds at least this many slots (its span grows with the class).
 const SLAB_SLOTS_MIN: u64 = 8;
 /// Number of size classes.
-pub(crate) const CLASS_COUNT: usize = 60;
-/// Classes in 8-byte steps (8..=128).
-const STEP_CLASSES: usize = 16;
+pub(crate) const CLASS_COUNT: usize = 76;
+/// Bytes between the classes up to 128 bytes, and the alignment of every slot.
+pub(crate) const SLOT_ALIGN: u64 = 4;
+/// Classes in 4-byte steps (4..=128).
+const STEP_CLASSES: usize = 32;
 /// The most shards per size class.
 pub(crate) const SHARDS_MAX: usize = 64;
 
@@ -63,7 +67,7 @@ pub(crate) fn class_of(bytes: u64) -> Option<usize> {
         return None;
     }
     if bytes <= 128 {
-        return Some((bytes.div_ceil(8) - 1) as usize);
+        return Some((bytes.div_ceil(SLOT_ALIGN) - 1) as usize);
     }
     let power = 63 - (bytes - 1).leading_zeros() as u64; // 2^power < bytes <= 2^(power+1)
     let quarter = 1u64 << (power - 2);
@@ -75,7 +79,7 @@ pub(crate) fn class_of(bytes: u64) -> Option<usize> {
 #[inline]
 pub(crate) fn class_bytes(class: usize) -> u64 {
     if class < STEP_CLASSES {
-        return (class as u64 + 1) * 8;
+        return (class as u64 + 1) * SLOT_ALIGN;
     }
     let group = (class - STEP_CLASSES) as u64 / 4;
     let step = (class - STEP_CLASSES) as u64 % 4;
@@ -1043,7 +1047,7 @@ mod tests {
         let mut previous = 0;
         for class in 0..CLASS_COUNT {
             let bytes = class_bytes(class);
-            assert!(bytes > previous && bytes.is_multiple_of(8));
+            assert!(bytes > previous && bytes.is_multiple_of(SLOT_ALIGN));
             assert_eq!(class_of(bytes), Some(class));
             assert_eq!(class_of(previous + 1), Some(class));
             assert!(slab_slots(class) as u64 >= SLAB_SLOTS_MIN.min(PAGE_BYTES / bytes));
@@ -1052,7 +1056,7 @@ mod tests {
         for bytes in 1..=SLAB_SLOT_BYTES_MAX {
             let slot = class_bytes(class_of(bytes).unwrap());
             assert!(slot >= bytes);
-            assert!(bytes <= 128 && slot - bytes < 8 || (slot - bytes) * 4 < bytes);
+            assert!(bytes <= 128 && slot - bytes < SLOT_ALIGN || (slot - bytes) * 4 < bytes);
         }
     }
 

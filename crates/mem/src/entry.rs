@@ -4,7 +4,7 @@
 //! ```text
 //!  63   61 60      54  53   52   51  50        40 39                              0
 //! +-------+----------+----+----+----+------------+---------------------------------+
-//! | state | readers  | W  | P  | L  | length - 1 | address / 8                     |
+//! | state | readers  | W  | P  | L  | length - 1 | address / 4                     |
 //! | 3 bit | 7 bit    |    |    |    | 11 bit     | 40 bit                          |
 //! +-------+----------+----+----+----+------------+---------------------------------+
 //! ```
@@ -16,8 +16,9 @@
 //! - `L`: large chunk. Then the exact length is an 8-byte little-endian header in front of the
 //!   payload and the length field is 0. Otherwise the field holds `length - 1`, so chunks of
 //!   1..=2048 bytes keep their length in the entry and cost nothing in the data region.
-//! - `address`: offset of the allocation in the data region in 8-byte units (every
-//!   allocation is 8-byte aligned), so 40 bits span 8 TiB.
+//! - `address`: offset of the allocation in the data region in 4-byte units (every
+//!   allocation is 4-byte aligned: the allocator's classes up to 128 bytes are 4 bytes
+//!   apart), so 40 bits span 4 TiB.
 //!
 //! Invariants: a writer owns the entry exclusively while `W` is set and the reader count is
 //! 0 (readers and pinners only add themselves with `W` clear); only the write-lock holder
@@ -26,8 +27,10 @@
 /// Bits of the address field.
 pub(crate) const ADDRESS_BITS: u32 = 40;
 const ADDRESS_MASK: u64 = (1 << ADDRESS_BITS) - 1;
-/// The largest data region the entry can address: 2^40 units of 8 bytes.
-pub(crate) const REGION_BYTES_MAX: u64 = (1 << ADDRESS_BITS) * 8;
+/// Bytes per unit of the address field.
+const ADDRESS_UNIT_SHIFT: u32 = 2;
+/// The largest data region the entry can address: 2^40 units of 4 bytes.
+pub(crate) const REGION_BYTES_MAX: u64 = (1 << ADDRESS_BITS) << ADDRESS_UNIT_SHIFT;
 const LENGTH_SHIFT: u32 = 40;
 const LENGTH_MASK: u64 = 0x7FF << LENGTH_SHIFT;
 /// The largest length held in the entry itself.
@@ -73,12 +76,12 @@ pub(crate) fn state(value: u64) -> State {
 }
 
 /// A live, unlocked, unpinned entry for an allocation at byte `offset` holding `length`
-/// bytes. `offset` must be 8-byte aligned and below [`REGION_BYTES_MAX`].
+/// bytes. `offset` must be 4-byte aligned and below [`REGION_BYTES_MAX`].
 #[inline]
 pub(crate) fn live(offset: u64, length: usize) -> u64 {
-    debug_assert!(offset.is_multiple_of(8) && offset < REGION_BYTES_MAX);
+    debug_assert!(offset.is_multiple_of(1 << ADDRESS_UNIT_SHIFT) && offset < REGION_BYTES_MAX);
     debug_assert!(length > 0);
-    let address = offset >> 3;
+    let address = offset >> ADDRESS_UNIT_SHIFT;
     if length <= EMBEDDED_LENGTH_MAX {
         LIVE | (((length as u64) - 1) << LENGTH_SHIFT) | address
     } else {
@@ -89,7 +92,7 @@ pub(crate) fn live(offset: u64, length: usize) -> u64 {
 /// Byte offset of the allocation of a live entry.
 #[inline]
 pub(crate) fn offset(value: u64) -> u64 {
-    (value & ADDRESS_MASK) << 3
+    (value & ADDRESS_MASK) << ADDRESS_UNIT_SHIFT
 }
 
 /// Whether a live entry's length lives in a header in the data region.
@@ -137,7 +140,9 @@ mod tests {
         for &(offset, length) in &[
             (0u64, 1usize),
             (8, 2048),
+            (68, 67),
             (REGION_BYTES_MAX - 8, 2049),
+            (REGION_BYTES_MAX - 4, 3),
             (1 << 33, 64 << 20),
         ] {
             let value = live(offset, length);

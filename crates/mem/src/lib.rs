@@ -79,7 +79,7 @@ pub struct MemoryConfig {
     /// This node's ID: the creator part of the CIDs it hands out.
     pub node_id: NodeId,
     /// Size of the data region reserved up front. Costs address space only; RAM is used as
-    /// chunks fill it. Default 4 GiB; at most 8 TiB.
+    /// chunks fill it. Default 4 GiB; at most 4 TiB.
     pub region_bytes: u64,
     /// The largest chunk. Default 1 GiB (capped to the region).
     pub chunk_bytes_max: u64,

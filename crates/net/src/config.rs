@@ -12,8 +12,17 @@ use std::time::Duration;
 use crate::tls::TlsConfig;
 use crate::NodeId;
 
-/// Bytes read from a socket per read call (also the initial receive buffer size).
+/// The most bytes read from a socket per read call, and the largest step a receive
+/// buffer grows by.
 pub const READ_BUFFER_BYTES: usize = 256 * 1024;
+
+/// The receive buffer a connection starts with, and its first growth step. Each read that
+/// fills all the space it was given doubles the step (up to [`READ_BUFFER_BYTES`]), so a
+/// connection carrying a bulk stream soon reads 256 KiB at a time, while one carrying
+/// single requests keeps reusing its first 16 KiB: a buffer is walked through before its
+/// start is reused, so every byte of its capacity becomes resident memory (with 256 KiB
+/// from the start that was about 1–2 MiB per peer of a loaded cluster).
+pub const READ_BUFFER_BYTES_MIN: usize = 16 * 1024;
 
 /// Free space below which the receive buffer is grown (or reclaimed) before a read.
 pub const READ_SPACE_BYTES_MIN: usize = 4096;

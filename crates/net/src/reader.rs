@@ -20,7 +20,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 use tokio::time::Instant;
 
-use crate::config::{READ_BUFFER_BYTES, READ_SPACE_BYTES_MIN};
+use crate::config::{READ_BUFFER_BYTES, READ_BUFFER_BYTES_MIN, READ_SPACE_BYTES_MIN};
 use crate::conn::{CloseReason, Conn, Direct};
 use crate::error::FrameError;
 use crate::fault::{DelayLine, DELAY_INCOMING, DROP_INCOMING};
@@ -48,18 +48,21 @@ pub(crate) async fn reader_loop(
 ) -> CloseReason {
     let decoder = FrameDecoder::default();
     let mut reassembler = Reassembler::new(conn.limits.message_bytes_max);
-    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES_MIN);
+    // How much the buffer grows by when it runs out of space (see READ_BUFFER_BYTES_MIN).
+    let mut step = READ_BUFFER_BYTES_MIN;
     let mut closed = conn.close_watch();
     // Set while an incoming delay (test filter) holds or may hold bytes.
     let mut delayed: Option<Box<IncomingDelay>> = None;
     loop {
         let needed = decoder.bytes_needed(&buf).saturating_sub(buf.len());
         if buf.capacity() - buf.len() < needed.max(READ_SPACE_BYTES_MIN) {
-            buf.reserve(needed.max(READ_BUFFER_BYTES));
+            buf.reserve(needed.max(step));
         }
         let before = buf.len();
         // Read at most one read buffer's worth (or the rest of a large frame): this bounds
         // how far past the flow-control limit one read can go.
+        let offered = (buf.capacity() - before).min(needed.max(READ_BUFFER_BYTES));
         let mut limited = (&mut buf).limit(needed.max(READ_BUFFER_BYTES));
         let read = match delayed.as_mut() {
             None => tokio::select! {
@@ -83,6 +86,9 @@ pub(crate) async fn reader_loop(
             Ok(received) => received,
             Err(error) => return CloseReason::Io(error.to_string()),
         };
+        if received >= offered && step < READ_BUFFER_BYTES {
+            step = (step * 2).min(READ_BUFFER_BYTES);
+        }
         conn.touch(context.now_ms());
         conn.count_read(received);
         // The one fault check of this path: one relaxed load (see `crate::fault`).
