@@ -44,6 +44,7 @@
 //! primary_log_kb = 262144  # at least 2 write buffers
 //! version_buffer_entries = 16384  # versions per zone's version buffer (RAM: ~16 B each)
 //! apply_inline = true       # apply replication messages on the I/O thread when they fit
+//! async_linger_us = 2000   # async changes wait up to this for more to share a message
 //! wait_timeout_ms = 10000  # longest a replicated/durable change waits
 //!
 //! [metrics]
@@ -351,6 +352,9 @@ pub struct BackupSection {
     /// log engine has room now (fewer thread hand-offs); false: always on the handler
     /// pool.
     pub apply_inline: bool,
+    /// How long asynchronous changes may wait on their owner for more changes to share
+    /// their message to a backup, microseconds (0..=1,000,000; 0: each leaves at once).
+    pub async_linger_us: u64,
 }
 
 impl Default for BackupSection {
@@ -370,6 +374,7 @@ impl Default for BackupSection {
                 .version_buffer_entries_max,
             wait_timeout_ms: 10_000,
             apply_inline: true,
+            async_linger_us: crate::replication::DEFAULT_ASYNC_LINGER.as_micros() as u64,
         }
     }
 }
@@ -439,6 +444,9 @@ impl BackupSection {
         if self.wait_timeout_ms == 0 {
             return invalid("backup.wait_timeout_ms must be positive".into());
         }
+        if self.async_linger_us > 1_000_000 {
+            return invalid("backup.async_linger_us must be at most 1000000 (1 s)".into());
+        }
         Ok(crate::replication::BackupOptions {
             replication: self.replication,
             zone_bytes,
@@ -448,6 +456,7 @@ impl BackupSection {
             log,
             wait_timeout: std::time::Duration::from_millis(self.wait_timeout_ms),
             apply_inline: self.apply_inline,
+            async_linger: std::time::Duration::from_micros(self.async_linger_us),
             ..crate::replication::BackupOptions::default()
         })
     }
@@ -985,11 +994,12 @@ listen = "127.0.0.1:0"
         assert_eq!(options.log.secondary_log_bytes, 512 << 20);
         assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/d/log"));
         assert!(options.apply_inline, "inline application is the default");
+        assert_eq!(options.async_linger, std::time::Duration::from_millis(2));
         let text = format!(
             "{FULL}\n[backup]\nreplication = 2\nzone_mb = 4\ndurability = \"durable\"\n\
              strategy = \"copyset\"\nscatter_width = 3\nlog_dir = \"/l\"\n\
              write_buffer_kb = 128\nsegment_kb = 16\nprimary_log_kb = 1024\n\
-             version_buffer_entries = 4096\napply_inline = false\n"
+             version_buffer_entries = 4096\napply_inline = false\nasync_linger_us = 0\n"
         );
         let config = NodeConfig::from_toml(&text).unwrap();
         config.validate().unwrap();
@@ -1001,7 +1011,9 @@ listen = "127.0.0.1:0"
         assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/l"));
         assert!(!options.apply_inline);
         assert_eq!(options.log.version_buffer_entries_max, 4096);
+        assert!(options.async_linger.is_zero());
         for bad in [
+            "async_linger_us = 1000001",
             "durability = \"eventually\"",
             "strategy = \"nearest\"",
             "segment_kb = 15",

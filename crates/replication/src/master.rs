@@ -8,7 +8,11 @@
 //! [`ReplicatorConfig::message_bytes_target`]: by the writing thread itself, before it
 //! releases the lock, when the stream's send task is idle and no resend is due (at low
 //! load a write leaves at once, with no hand-off to another thread), otherwise by the
-//! sender thread, woken for it (under load many small writes then share a message). The
+//! sender thread, woken for it (under load many small writes then share a message).
+//! Asynchronous writes may first *linger* ([`ReplicatorConfig::async_linger`]): a stream's
+//! queue waits until its oldest write waited that long (the sender thread sleeps until
+//! then), unless it fills a message, a write whose caller waits joins it, or a writer
+//! waits for room, so that sparse writes share messages too. The
 //! messages move into the stream's window of
 //! unacknowledged messages and hands them to the stream's send task (one async task per
 //! backup on the messaging runtime, so the messages of a stream leave in order and a backup
@@ -181,6 +185,18 @@ pub struct ReplicatorConfig {
     /// A message is closed once it holds this many bytes (a larger chunk goes alone).
     /// Default 256 KiB.
     pub message_bytes_target: usize,
+    /// How long asynchronous changes may wait on the master for more changes to share
+    /// their message to a backup. A stream's queue leaves once its oldest change waited
+    /// this long, or at once when it holds `message_bytes_target` bytes, when a change
+    /// whose caller waits (replicated or durable) joins it, or when a writer waits for
+    /// room. The caller of an asynchronous change never waits for it (it is acknowledged
+    /// when memory holds it), so this costs no latency; it widens the window in which an
+    /// acknowledged asynchronous change is on no backup by at most this much. At low
+    /// rates every change is its own message to every backup (a send, a receive and an
+    /// acknowledgement each); lingering lets them share one. Default 0 (each change
+    /// leaves at once when its stream is idle); `myriad peer` sets 2 ms
+    /// (`backup.async_linger_us`, at most 1 s there). At most 60 s.
+    pub async_linger: Duration,
     /// Unacknowledged bytes (pending plus sent) per backup stream before writers wait.
     /// Default 32 MiB.
     pub stream_bytes_max: usize,
@@ -215,6 +231,7 @@ impl ReplicatorConfig {
             ack_timeout: Duration::from_millis(250),
             unreachable_timeout: Duration::from_secs(5),
             message_bytes_target: 256 << 10,
+            async_linger: Duration::ZERO,
             stream_bytes_max: 32 << 20,
             resync_slice_bytes: 1 << 20,
             events_max: 1024,
@@ -238,6 +255,11 @@ impl ReplicatorConfig {
         if self.ack_timeout.is_zero() || self.events_max == 0 || self.resync_slice_bytes == 0 {
             return Err(ReplicaError::InvalidConfig(
                 "ack_timeout, events_max and resync_slice_bytes must be positive",
+            ));
+        }
+        if self.async_linger > Duration::from_secs(60) {
+            return Err(ReplicaError::InvalidConfig(
+                "async_linger must be at most 60 s",
             ));
         }
         if self.replication > 16 {
@@ -742,7 +764,12 @@ impl Replicator {
             return Err(ReplicaError::WouldWait);
         }
         let targets: Vec<Target> = {
-            let state = self.inner.state.lock();
+            let mut state = self.inner.state.lock();
+            // Lingering changes leave now: someone waits for them.
+            for stream in state.streams.values_mut() {
+                stream.urgent |= !stream.pending.is_empty();
+            }
+            self.inner.wake_sender();
             state
                 .streams
                 .iter()

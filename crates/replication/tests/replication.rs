@@ -1314,3 +1314,102 @@ fn re_replication_reads_locked_chunks_again_and_never_skips_them() {
     cluster.replicator.wait_all(Durability::Durable).unwrap();
     cluster.check_backups_match_memory();
 }
+
+/// Batches handed to each backup's send task so far (by writers and the sender thread),
+/// and each stream's assigned and applied positions, by backup.
+fn stream_progress(cluster: &Cluster) -> BTreeMap<NodeId, (u64, u64, u64)> {
+    cluster
+        .replicator
+        .stats()
+        .streams
+        .iter()
+        .map(|s| {
+            (
+                s.backup,
+                (
+                    s.shipped_by_writer + s.shipped_by_sender,
+                    s.assigned_seq,
+                    s.applied_seq,
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Asynchronous changes linger on the master (`async_linger`) instead of leaving one by
+/// one, and a change whose caller waits (replicated) takes them along at once: all of
+/// them reach each backup in one batch.
+#[test]
+fn async_changes_linger_and_leave_with_the_next_waiting_change() {
+    let cluster = Cluster::start(3, 2, Registry::default(), |config| {
+        config.async_linger = Duration::from_secs(5);
+    });
+    cluster
+        .create(0, payload(0, 0, 32), Durability::Replicated)
+        .unwrap();
+    let before = stream_progress(&cluster);
+    assert_eq!(before.len(), 2);
+    for local in 1..=20 {
+        cluster
+            .create(local, payload(local, 0, 32), Durability::Async)
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    for (backup, &(batches, assigned, applied)) in &stream_progress(&cluster) {
+        let (batches_before, assigned_before, applied_before) = before[backup];
+        assert_eq!(
+            batches, batches_before,
+            "nothing left for {backup} while lingering"
+        );
+        assert_eq!(applied, applied_before);
+        assert_eq!(assigned, assigned_before + 20);
+    }
+    let started = Instant::now();
+    cluster
+        .put(21, payload(21, 1, 32), Durability::Replicated)
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "a waiting change does not linger: {:?}",
+        started.elapsed()
+    );
+    for (backup, &(batches, assigned, applied)) in &stream_progress(&cluster) {
+        let (batches_before, _, _) = before[backup];
+        assert_eq!(batches, batches_before + 1, "one batch to {backup}");
+        assert_eq!(applied, assigned, "{backup} has every change");
+    }
+    cluster.replicator.wait_all(Durability::Durable).unwrap();
+    cluster.check_backups_match_memory();
+}
+
+/// Lingering asynchronous changes leave on their own once the linger is over.
+#[test]
+fn lingering_async_changes_leave_when_the_linger_is_over() {
+    let cluster = Cluster::start(3, 2, Registry::default(), |config| {
+        config.async_linger = Duration::from_millis(150);
+    });
+    cluster
+        .create(0, payload(0, 0, 32), Durability::Replicated)
+        .unwrap();
+    for local in 1..=5 {
+        cluster
+            .create(local, payload(local, 0, 32), Durability::Async)
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let progress = stream_progress(&cluster);
+        if progress
+            .values()
+            .all(|&(_, assigned, applied)| applied == assigned)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "lingering changes never left: {progress:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.check_backups_match_memory();
+}

@@ -614,6 +614,7 @@ fn replicator_config(backup: &BackupOptions, me: NodeId, first_zone: u32) -> Rep
     config.default_durability = backup.durability;
     config.wait_timeout = backup.wait_timeout;
     config.unreachable_timeout = backup.unreachable_timeout;
+    config.async_linger = backup.async_linger;
     config.first_zone = first_zone;
     config
 }

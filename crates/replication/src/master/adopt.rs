@@ -363,7 +363,7 @@ impl Inner {
         }
         let now = self.io.now();
         for backup in shipping {
-            self.ship_or_wake(&mut state, backup, now);
+            self.ship_or_wake(&mut state, backup, now, true);
         }
         tracing::warn!(%owner, zone, moved, "CIDs of an adopted zone already had a zone here; their changes go to that zone");
     }
@@ -396,7 +396,7 @@ impl Inner {
         }
         let now = self.io.now();
         for backup in shipping {
-            self.ship_or_wake(&mut state, backup, now);
+            self.ship_or_wake(&mut state, backup, now, true);
         }
     }
 }

@@ -26,10 +26,16 @@ impl Inner {
             {
                 let mut state = self.state.lock();
                 // Resend requests wait for the next tick (at most a quarter of the ack
-                // timeout); only new operations end the wait early.
-                let has_work = |s: &State| s.streams.values().any(|st| !st.pending.is_empty());
-                if !self.shutdown.load(Ordering::Acquire) && !has_work(&state) {
-                    self.work.wait_for(&mut state, tick);
+                // timeout); only operations due to leave end the wait early (lingering
+                // ones when their linger is over).
+                if !self.shutdown.load(Ordering::Acquire) {
+                    let wait = match self.next_due(&state) {
+                        None => tick,
+                        Some(due) => due.saturating_duration_since(self.io.now()).min(tick),
+                    };
+                    if !wait.is_zero() {
+                        self.work.wait_for(&mut state, wait);
+                    }
                 }
             }
             if self.shutdown.load(Ordering::Acquire) {
@@ -41,6 +47,17 @@ impl Inner {
             }
             self.sender_round(&gone);
         }
+    }
+
+    /// The earliest time a stream's pending operations are due to leave.
+    fn next_due(&self, state: &State) -> Option<Instant> {
+        let linger = self.config.async_linger;
+        let target = self.config.message_bytes_target;
+        state
+            .streams
+            .values()
+            .filter_map(|stream| stream.due_at(linger, target))
+            .min()
     }
 
     /// How often the sender thread looks at the streams when nothing wakes it.
@@ -92,7 +109,13 @@ impl Inner {
                     stream.resend_requested = false;
                 }
                 let resent = messages.len();
-                self.build_messages(stream, now, &mut messages);
+                if stream.due(
+                    now,
+                    self.config.async_linger,
+                    self.config.message_bytes_target,
+                ) {
+                    self.build_messages(stream, now, &mut messages);
+                }
                 if messages.len() > resent {
                     stream.shipped_by_sender += 1;
                 }
@@ -145,6 +168,11 @@ impl Inner {
                 ops.push(op);
             }
             stream.pending_bytes -= bytes;
+            if stream.pending.is_empty() {
+                stream.pending_since = None;
+                stream.urgent = false;
+                stream.linger_armed = false;
+            }
             let last_seq = first_seq + ops.len() as u64 - 1;
             let encoded = encode_log_message(stream.id, first_seq, durable, &ops);
             let mut zones: Vec<(ZoneKey, u64)> = Vec::new();
@@ -185,15 +213,35 @@ impl Inner {
         }
     }
 
-    /// Ships `backup`'s pending operations from the submitting thread when its send task
-    /// is idle and no resend is due, which spares the hand-off to the sender thread (a
-    /// thread switch per write when writes are sparse); otherwise wakes the sender, which
-    /// batches what piled up. Under the state lock.
-    pub(super) fn ship_or_wake(&self, state: &mut State, backup: NodeId, now: Instant) {
+    /// Ships `backup`'s pending operations from the submitting thread when they are due
+    /// (`urgent`: a caller waits for them; or see `ReplicatorConfig::async_linger`), its
+    /// send task is idle and no resend is due, which spares the hand-off to the sender
+    /// thread (a thread switch per write when writes are sparse); otherwise wakes the
+    /// sender, which batches what piled up (lingering operations: once, when the first of
+    /// them is queued, so it sets its timer). Under the state lock.
+    pub(super) fn ship_or_wake(
+        &self,
+        state: &mut State,
+        backup: NodeId,
+        now: Instant,
+        urgent: bool,
+    ) {
         let Some(stream) = state.streams.get_mut(&backup) else {
             return;
         };
         if stream.pending.is_empty() {
+            return;
+        }
+        stream.urgent |= urgent;
+        if !stream.due(
+            now,
+            self.config.async_linger,
+            self.config.message_bytes_target,
+        ) {
+            if !stream.linger_armed {
+                stream.linger_armed = true;
+                self.wake_sender();
+            }
             return;
         }
         if stream.in_flight.load(Ordering::Acquire) == 0 && !stream.resend_requested {

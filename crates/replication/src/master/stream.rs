@@ -44,6 +44,14 @@ pub(super) struct Stream {
     pub(super) next_seq: u64,
     pub(super) pending: VecDeque<(Op, bool)>,
     pub(super) pending_bytes: usize,
+    /// When the oldest pending operation was queued (`None` while nothing is pending).
+    pub(super) pending_since: Option<Instant>,
+    /// Set when a pending operation must leave without lingering (its caller waits, or a
+    /// writer waits for room); cleared when pending is drained into messages.
+    pub(super) urgent: bool,
+    /// Set once the sender thread was told about lingering pending operations (so it
+    /// sleeps only until they are due); cleared when pending is drained.
+    pub(super) linger_armed: bool,
     pub(super) window: VecDeque<Sent>,
     pub(super) window_bytes: usize,
     pub(super) applied: u64,
@@ -81,6 +89,9 @@ impl Stream {
             next_seq: 1,
             pending: VecDeque::new(),
             pending_bytes: 0,
+            pending_since: None,
+            urgent: false,
+            linger_armed: false,
             window: VecDeque::new(),
             window_bytes: 0,
             applied: 0,
@@ -101,6 +112,22 @@ impl Stream {
     #[inline]
     pub(super) fn unacknowledged_bytes(&self) -> usize {
         self.pending_bytes + self.window_bytes
+    }
+
+    /// When the pending operations are due to leave (`ReplicatorConfig::async_linger`):
+    /// `None` when nothing is pending, `now` or earlier when they may leave now.
+    pub(super) fn due_at(&self, linger: Duration, message_bytes: usize) -> Option<Instant> {
+        let since = self.pending_since?;
+        if self.urgent || linger.is_zero() || self.pending_bytes >= message_bytes {
+            return Some(since);
+        }
+        Some(since + linger)
+    }
+
+    /// Whether the pending operations may leave at `now`.
+    pub(super) fn due(&self, now: Instant, linger: Duration, message_bytes: usize) -> bool {
+        self.due_at(linger, message_bytes)
+            .is_some_and(|due| due <= now)
     }
 }
 
@@ -182,6 +209,9 @@ impl Inner {
         };
         let seq = stream.next_seq;
         stream.next_seq += 1;
+        if stream.pending.is_empty() {
+            stream.pending_since = Some(now);
+        }
         stream.pending_bytes += op.encoded_bytes();
         *stream
             .unacknowledged_per_zone
@@ -221,7 +251,12 @@ impl Inner {
                 return Ok(());
             }
             // Room comes from acknowledgements of shipped operations: make sure the
-            // sender ships what the submission queued so far.
+            // sender ships what the submission queued so far (without lingering).
+            for backup in &full {
+                if let Some(stream) = state.streams.get_mut(backup) {
+                    stream.urgent |= !stream.pending.is_empty();
+                }
+            }
             self.wake_sender();
             if self.progress.wait_until(state, deadline).timed_out() {
                 return Err(ReplicaError::Timeout {

@@ -280,8 +280,9 @@ impl Inner {
         // The new operations leave now (or the sender thread takes them): before the
         // registration wait below and before the caller waits for acknowledgements.
         let now = self.io.now();
+        let urgent = durability != Durability::Async;
         for &backup in &shipping {
-            self.ship_or_wake(&mut state, backup, now);
+            self.ship_or_wake(&mut state, backup, now, urgent);
         }
         // A zone's registration precedes every acknowledgement of a write to it. (A
         // no-wait submission checked that each zone had been registered; a registration
