@@ -75,8 +75,14 @@ pub enum LogError {
         max: u64,
     },
     /// A bounded wait ran out (write buffer full, version buffer full, durability).
-    #[error("timed out waiting for {0}")]
-    Timeout(&'static str),
+    #[error("timed out waiting for {what} ({state})")]
+    Timeout {
+        /// What the caller waited for.
+        what: &'static str,
+        /// Where the engine's pipeline stood when the wait ran out (sequence numbers,
+        /// buffers, the writer and the reorganizer), for the operator.
+        state: String,
+    },
     /// The secondary log has no room even after reorganization.
     #[error("secondary log of zone {0} is full")]
     LogFull(crate::ZoneId),

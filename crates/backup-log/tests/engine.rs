@@ -618,3 +618,122 @@ fn the_consistency_walker_reports_a_corrupted_entry() {
         "{report}"
     );
 }
+
+/// Storage whose syncs wait while a gate is closed: a disk that stops answering.
+#[derive(Clone, Debug)]
+struct GatedStorage {
+    inner: MemStorage,
+    closed: Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
+}
+
+#[derive(Debug)]
+struct GatedFile {
+    inner: Box<dyn myriad_backup_log::LogFile>,
+    closed: Arc<(parking_lot::Mutex<bool>, parking_lot::Condvar)>,
+}
+
+impl GatedStorage {
+    fn set_closed(&self, closed: bool) {
+        *self.closed.0.lock() = closed;
+        self.closed.1.notify_all();
+    }
+}
+
+impl Storage for GatedStorage {
+    fn open(&self, name: &str, len: u64) -> std::io::Result<Box<dyn myriad_backup_log::LogFile>> {
+        Ok(Box::new(GatedFile {
+            inner: self.inner.open(name, len)?,
+            closed: self.closed.clone(),
+        }))
+    }
+    fn list(&self) -> std::io::Result<Vec<String>> {
+        self.inner.list()
+    }
+    fn remove(&self, name: &str) -> std::io::Result<()> {
+        self.inner.remove(name)
+    }
+}
+
+impl myriad_backup_log::LogFile for GatedFile {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn sync(&self) -> std::io::Result<()> {
+        let mut closed = self.closed.0.lock();
+        while *closed {
+            self.closed.1.wait(&mut closed);
+        }
+        drop(closed);
+        self.inner.sync()
+    }
+    fn direct(&self) -> bool {
+        false
+    }
+}
+
+/// A flush that runs out of time while the disk does not answer says where the
+/// pipeline stands (what is issued and durable, and that a flush is with the writer or
+/// the syncer), and the engine goes on once the disk answers again: the flush after
+/// that succeeds and every write reads back.
+#[test]
+fn a_flush_timing_out_on_a_stalled_disk_reports_the_pipeline_and_recovers() {
+    let gated = GatedStorage {
+        inner: MemStorage::new(),
+        closed: Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new())),
+    };
+    let storage: Arc<dyn Storage> = Arc::new(gated.clone());
+    let config = LogConfig {
+        wait_timeout: Duration::from_millis(300),
+        ..LogConfig::small_for_tests()
+    };
+    let engine = open(&storage, &config);
+    let z = zone(8, 0);
+    engine.create_zone(z).unwrap();
+    let mut model = HashMap::new();
+    for c in 0..3u64 {
+        let p = payload(cid(8, c), c, 100);
+        engine.append(z, cid(8, c), &p).unwrap();
+        model.insert(cid(8, c), p);
+    }
+    engine.flush().unwrap();
+    gated.set_closed(true);
+    for c in 3..6u64 {
+        let p = payload(cid(8, c), c, 100);
+        engine.append(z, cid(8, c), &p).unwrap();
+        model.insert(cid(8, c), p);
+    }
+    let err = engine
+        .flush()
+        .expect_err("a flush returned while the disk was stalled");
+    let LogError::Timeout { what, state } = &err else {
+        panic!("not a timeout: {err}");
+    };
+    assert_eq!(*what, "durability");
+    assert!(state.contains("issued 6,"), "{state}");
+    assert!(state.contains("durable 3;"), "{state}");
+    // The stalled flush is with the writer (syncing the primary log) or the syncer.
+    assert!(state.contains("taken 6,"), "{state}");
+    assert!(
+        state.contains("writer writing the primary log")
+            || state.contains("writer syncing logs")
+            || state.contains("busy true"),
+        "{state}"
+    );
+    assert!(
+        err.to_string().contains("timed out waiting for durability"),
+        "{err}"
+    );
+    gated.set_closed(false);
+    engine.flush().unwrap();
+    assert_same(
+        &read_zone(&engine, z),
+        &model,
+        "after the disk answered again",
+    );
+}

@@ -106,7 +106,8 @@ impl Inner {
             self.wb_cv.notify_all();
             let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
             if self.wb_cv.wait_until(&mut wb, until).timed_out() {
-                return Err(LogError::Timeout("room in the write or version buffer"));
+                drop(wb);
+                return Err(self.timeout("room in the write or version buffer"));
             }
         }
     }
@@ -154,7 +155,8 @@ impl Inner {
             self.wb_cv.notify_all();
             let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
             if self.wb_cv.wait_until(&mut guard, until).timed_out() {
-                return Err(LogError::Timeout("room in the write or version buffer"));
+                drop(guard);
+                return Err(self.timeout("room in the write or version buffer"));
             }
         }
     }
@@ -206,7 +208,8 @@ impl Inner {
             self.wb_cv.notify_all();
             let until = *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
             if self.wb_cv.wait_until(&mut wb, until).timed_out() {
-                return Err(LogError::Timeout("room in the write or version buffer"));
+                drop(wb);
+                return Err(self.timeout("room in the write or version buffer"));
             }
         }
     }
@@ -313,7 +316,8 @@ impl Inner {
                 let until =
                     *deadline.get_or_insert_with(|| Instant::now() + self.config.wait_timeout);
                 if self.wb_cv.wait_until(&mut wb, until).timed_out() {
-                    return Err(LogError::Timeout("room in the write or version buffer"));
+                    drop(wb);
+                    return Err(self.timeout("room in the write or version buffer"));
                 }
             }
         }

@@ -168,6 +168,10 @@ pub(crate) struct ReorgRequests {
     pub prompt: BTreeMap<ZoneId, ()>,
     /// Bumped after every pass (writers waiting for space watch it).
     pub passes_done: u64,
+    /// Writes waiting for a free segment now.
+    pub writers_waiting: usize,
+    /// The pass running now (zone and why), for diagnostics.
+    pub running: Option<(ZoneId, crate::reorg::Mode)>,
 }
 
 /// Shared state of the engine and its threads.
@@ -203,6 +207,37 @@ pub(crate) struct Inner {
     /// Zone reads for recovery running now (each takes fewer reader threads when others
     /// run).
     pub recoveries_running: std::sync::atomic::AtomicUsize,
+    /// What the writer thread does now (one of the `WRITER_*` stages), for diagnostics.
+    writer_stage: std::sync::atomic::AtomicU8,
+}
+
+/// Writer stage: waiting for a sorted flush.
+const WRITER_IDLE: u8 = 0;
+/// Writer stage: writing secondary logs, version logs or secondary-log buffers.
+const WRITER_WRITING: u8 = 1;
+/// Writer stage: waiting until the syncer has no flush in flight.
+const WRITER_WAITING_FOR_SYNCER: u8 = 2;
+/// Writer stage: syncing the secondary and version logs of a primary-log flush.
+const WRITER_SYNCING: u8 = 3;
+/// Writer stage: writing and syncing the primary log.
+const WRITER_PRIMARY: u8 = 4;
+/// Writer stage: writing sealed epochs to the version logs.
+const WRITER_SEALED: u8 = 5;
+/// Writer stage: handing the flush to the syncer (waits while one is queued there).
+const WRITER_SUBMITTING: u8 = 6;
+
+/// The name of a writer stage.
+fn writer_stage_name(stage: u8) -> &'static str {
+    match stage {
+        WRITER_IDLE => "idle",
+        WRITER_WRITING => "writing logs",
+        WRITER_WAITING_FOR_SYNCER => "waiting for the syncer",
+        WRITER_SYNCING => "syncing logs",
+        WRITER_PRIMARY => "writing the primary log",
+        WRITER_SEALED => "writing sealed epochs",
+        WRITER_SUBMITTING => "handing a flush to the syncer",
+        _ => "unknown",
+    }
 }
 
 /// The backup-side log engine. See the crate documentation.
@@ -467,7 +502,8 @@ impl LogEngine {
         let deadline = Instant::now() + self.inner.config.wait_timeout;
         while r.passes_done < target || r.prompt.contains_key(&zone) {
             if self.inner.reorg_cv.wait_until(&mut r, deadline).timed_out() {
-                return Err(LogError::Timeout("reorganization"));
+                drop(r);
+                return Err(self.inner.timeout("reorganization"));
             }
         }
         Ok(())
@@ -524,7 +560,8 @@ impl Inner {
                 return Err(LogError::ShutDown);
             }
             if self.durable_cv.wait_until(&mut d, deadline).timed_out() {
-                return Err(LogError::Timeout("durability"));
+                drop(d);
+                return Err(self.timeout("durability"));
             }
         }
         Ok(())
@@ -557,6 +594,59 @@ impl Inner {
         }
         zone.log.lock().seclog.sync()?;
         Ok(ram)
+    }
+
+    /// A [`LogError::Timeout`] for a wait for `what`, with where the pipeline stands
+    /// (see [`Inner::pipeline_state`]). Called without any of the engine's locks held.
+    pub(crate) fn timeout(&self, what: &'static str) -> LogError {
+        LogError::Timeout {
+            what,
+            state: self.pipeline_state(),
+        }
+    }
+
+    /// Where the pipeline stands, one lock at a time (never two at once, so it cannot
+    /// deadlock with the threads): sequence numbers issued, taken by the flusher and
+    /// durable; write-buffer halves free; the flush queued for the writer and the one
+    /// with the syncer; writes waiting for a free segment and the reorganization pass
+    /// running.
+    pub(crate) fn pipeline_state(&self) -> String {
+        let (issued, taken, wanted, spares, active) = {
+            let wb = self.wb.lock();
+            (
+                wb.next_seq - 1,
+                wb.taken_seq,
+                wb.flush_wanted,
+                wb.spares.len(),
+                wb.active.len(),
+            )
+        };
+        let (durable, failed) = {
+            let d = self.durability.lock();
+            (d.durable_seq, d.failed.clone())
+        };
+        let (queued, groups_free) = {
+            let h = self.handoff.lock();
+            (h.queued.as_ref().map(|f| f.last_seq), h.free.len())
+        };
+        let (sync_job, sync_busy) = {
+            let q = self.sync_q.lock();
+            (q.job.as_ref().map(|j| j.last_seq), q.busy)
+        };
+        let (waiting, running, urgent, passes) = {
+            let r = self.reorg.lock();
+            (r.writers_waiting, r.running, r.urgent.len(), r.passes_done)
+        };
+        let writer = writer_stage_name(self.writer_stage.load(Ordering::Relaxed));
+        format!(
+            "issued {issued}, flush wanted to {wanted}, taken {taken}, durable {durable}; \
+             active half {active} B, {spares} free halves, {groups_free} free list sets; \
+             writer {writer}, queued for it {queued:?}; \
+             syncer queue {sync_job:?} (busy {sync_busy}); \
+             writes waiting for a free segment {waiting}, urgent requests {urgent}, \
+             reorganizing {running:?}, passes {passes}{}",
+            failed.map(|f| format!("; failed: {f}")).unwrap_or_default()
+        )
     }
 
     pub(crate) fn durable_now(&self) -> Seq {

@@ -235,6 +235,7 @@ impl Inner {
             counters: Counters::default(),
             pipe,
             recoveries_running: std::sync::atomic::AtomicUsize::new(0),
+            writer_stage: std::sync::atomic::AtomicU8::new(0),
             config,
         })
     }

@@ -80,12 +80,14 @@ impl Inner {
             let Some((zone_id, mode)) = pick else {
                 continue;
             };
+            self.reorg.lock().running = Some((zone_id, mode));
             if let Ok(zone) = self.zone(zone_id) {
                 if let Err(e) = self.reorganize(&zone, mode) {
                     self.fail(format!("reorganization of zone {zone_id}: {e}"));
                 }
             }
             let mut r = self.reorg.lock();
+            r.running = None;
             r.passes_done += 1;
             self.reorg_cv.notify_all();
         }

@@ -17,7 +17,10 @@ use std::time::Instant;
 
 use super::flush::Groups;
 use super::sync::{sync_all, SyncJob};
-use super::{Inner, Seq, SortedFlush};
+use super::{
+    Inner, Seq, SortedFlush, WRITER_IDLE, WRITER_PRIMARY, WRITER_SEALED, WRITER_SUBMITTING,
+    WRITER_SYNCING, WRITER_WAITING_FOR_SYNCER, WRITER_WRITING,
+};
 use crate::error::{LogError, LogResult};
 use crate::header::EntryHeader;
 use crate::seclog::{self, PlaceError};
@@ -60,12 +63,17 @@ impl Inner {
             assert!(last_seq >= written_seq, "flushes written out of order");
             written_seq = last_seq;
             if !self.failed.load(Ordering::Relaxed) {
+                self.set_writer_stage(WRITER_WRITING);
                 match self.write_sorted(&groups, &half, last_seq) {
                     Ok(None) => self.mark_durable(last_seq),
                     // Synced by the syncer while this thread writes the next flush.
-                    Ok(Some(files)) => self.submit_sync(SyncJob { files, last_seq }),
+                    Ok(Some(files)) => {
+                        self.set_writer_stage(WRITER_SUBMITTING);
+                        self.submit_sync(SyncJob { files, last_seq });
+                    }
                     Err(e) => self.fail(e.to_string()),
                 }
+                self.set_writer_stage(WRITER_IDLE);
             }
             {
                 let mut h = self.handoff.lock();
@@ -78,6 +86,11 @@ impl Inner {
             // is not lost between their check and their wait).
             self.give_back_half(half);
         }
+    }
+
+    /// Records what the writer thread does now (for [`Inner::pipeline_state`]).
+    fn set_writer_stage(&self, stage: u8) {
+        self.writer_stage.store(stage, Ordering::Relaxed);
     }
 
     /// Writes one sorted flush (the writer's part): each zone's batch to its secondary
@@ -166,11 +179,14 @@ impl Inner {
         // The primary-log path stays in this thread, in order: the flush before is durable
         // first (durable_seq moves in order), then this one's secondary logs, then its
         // primary-log blocks.
+        self.set_writer_stage(WRITER_WAITING_FOR_SYNCER);
         self.wait_sync_idle();
         if self.failed.load(Ordering::Relaxed) {
             return Err(LogError::Failed("an earlier flush failed".into()));
         }
+        self.set_writer_stage(WRITER_SYNCING);
         sync_all(&to_sync)?;
+        self.set_writer_stage(WRITER_PRIMARY);
         {
             let bytes: usize = primary_blocks.iter().map(|b| b.2.len()).sum();
             let mut primary = self.primary.lock();
@@ -204,6 +220,7 @@ impl Inner {
             p.append(&refs, payload_max)?;
             p.sync()?;
         }
+        self.set_writer_stage(WRITER_SEALED);
         self.write_sealed(last_seq)?;
         self.counters.flushes.fetch_add(1, Ordering::Relaxed);
         Ok(None)
@@ -288,14 +305,17 @@ impl Inner {
                     let mut r = self.reorg.lock();
                     r.urgent.insert(zone.id, ());
                     let seen = r.passes_done;
+                    r.writers_waiting += 1;
                     self.reorg_cv.notify_all();
                     while r.passes_done == seen {
                         if self.shutdown.load(Ordering::Relaxed)
                             || self.reorg_cv.wait_until(&mut r, deadline).timed_out()
                         {
+                            r.writers_waiting -= 1;
                             return Err(LogError::LogFull(zone.id));
                         }
                     }
+                    r.writers_waiting -= 1;
                 }
             }
         }
