@@ -39,6 +39,13 @@ pub struct LogConfig {
     pub write_buffer_bytes: u64,
     /// Flush the write buffer at least this often. Default 100 ms.
     pub flush_interval: Duration,
+    /// After this long without appends the engine gives back what it holds for bursts:
+    /// each zone's secondary-log buffer is written to its secondary log (and synced),
+    /// and the writer's page images and scratch buffers, the flusher's per-zone lists
+    /// and the write buffer's touched pages are freed. They come back with the next
+    /// burst (a few allocations and page faults). Default 1 s; zero never releases. At
+    /// most 1 hour.
+    pub idle_release_after: Duration,
     /// A zone whose batch in one flush reaches this size goes straight to its secondary log;
     /// smaller batches go to the primary log plus the zone's secondary-log buffer of this
     /// size. Default 128 KiB; 0 disables two-level logging (every batch goes straight to the
@@ -117,6 +124,7 @@ impl Default for LogConfig {
             segment_bytes: 8 << 20,
             write_buffer_bytes: 32 << 20,
             flush_interval: Duration::from_millis(100),
+            idle_release_after: Duration::from_secs(1),
             secondary_buffer_bytes: 128 << 10,
             primary_log_bytes: 256 << 20,
             version_buffer_entries_max: 16_384,
@@ -209,6 +217,9 @@ impl LogConfig {
         if self.write_threads > 16 {
             return bad("write_threads must be 0..=16");
         }
+        if self.idle_release_after > Duration::from_secs(3600) {
+            return bad("idle_release_after must be at most 1 hour");
+        }
         Ok(())
     }
 
@@ -220,6 +231,7 @@ impl LogConfig {
             segment_bytes: 16384,
             write_buffer_bytes: 65536,
             flush_interval: Duration::from_millis(5),
+            idle_release_after: Duration::from_secs(1),
             secondary_buffer_bytes: 2048,
             primary_log_bytes: 4 * 65536,
             version_buffer_entries_max: 64,

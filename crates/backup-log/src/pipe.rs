@@ -271,6 +271,15 @@ impl WritePipe {
         }
     }
 
+    /// Frees the buffers no write holds now (the next writes allocate them again): the
+    /// writer thread's idle release.
+    pub fn release_free(&self) {
+        let mut s = self.shared.state.lock();
+        let freed = s.free.len();
+        s.free.clear();
+        s.buffers -= freed;
+    }
+
     fn give_back(&self, buf: AlignedBuf) {
         let mut s = self.shared.state.lock();
         s.free.push(buf);
@@ -402,5 +411,31 @@ mod tests {
             f.inner.read_at(&mut buf, page * PAGE_BYTES as u64).unwrap();
             assert!(buf.iter().all(|&b| b == page as u8 + 1));
         }
+    }
+
+    #[test]
+    fn released_buffers_are_freed_and_writes_go_on() {
+        let storage = MemStorage::new();
+        let f = file(&storage, "a", 8 * PAGE_BYTES as u64);
+        let pipe = WritePipe::new(2).unwrap();
+        for page in 0..8u64 {
+            pipe.write_with(&f, PAGE_BYTES, page * PAGE_BYTES as u64, |b| b.fill(1))
+                .unwrap();
+        }
+        f.sync().unwrap();
+        // Every buffer is back in the free list once its write ended.
+        let made = pipe.shared.state.lock().buffers;
+        assert!(made >= 1 && made <= pipe.shared.buffers_max, "{made}");
+        pipe.release_free();
+        {
+            let s = pipe.shared.state.lock();
+            assert_eq!((s.buffers, s.free.len()), (0, 0));
+        }
+        pipe.write_with(&f, PAGE_BYTES, 0, |b| b.fill(2)).unwrap();
+        f.sync().unwrap();
+        let mut buf = AlignedBuf::zeroed(PAGE_BYTES);
+        f.inner.read_at(&mut buf, 0).unwrap();
+        assert!(buf.iter().all(|&b| b == 2));
+        assert_eq!(pipe.shared.state.lock().buffers, 1);
     }
 }

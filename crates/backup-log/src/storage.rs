@@ -110,16 +110,28 @@ impl fmt::Debug for AlignedBuf {
     }
 }
 
+thread_local! {
+    /// This thread's scratch buffer for writes (see [`with_write_scratch`]).
+    static SCRATCH: std::cell::RefCell<Option<AlignedBuf>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Frees this thread's scratch buffer for writes (the next write allocates one again):
+/// the writer thread's idle release.
+pub(crate) fn release_write_scratch() {
+    SCRATCH.with(|cell| {
+        if let Ok(mut slot) = cell.try_borrow_mut() {
+            *slot = None;
+        }
+    });
+}
+
 /// Runs `f` with this thread's scratch buffer for writes: page-aligned, exactly
 /// `round_up_to_page(bytes)` long, with arbitrary content (the caller fills all of it).
 /// One buffer per writing thread (flusher, reorganizer, recovery callers), grown to the
 /// largest write it made: at most one segment, or for the flusher half the write buffer
 /// (a primary-log write); it saves an allocation and page faults per write.
 pub(crate) fn with_write_scratch<R>(bytes: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Option<AlignedBuf>> =
-            const { std::cell::RefCell::new(None) };
-    }
     let len = round_up_to_page(bytes.max(1));
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut slot) => {

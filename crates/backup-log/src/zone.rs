@@ -33,6 +33,7 @@ pub(crate) struct Counters {
     pub reorg_bytes_written: AtomicU64,
     pub reorg_entries_restamped: AtomicU64,
     pub reorg_cleaned: CleanedCounters,
+    pub idle_releases: AtomicU64,
 }
 
 /// What prompt or periodic passes (index 0) and urgent passes (index 1) found in the

@@ -66,6 +66,8 @@ impl Inner {
         let interval = self.config.flush_interval;
         let half = (self.config.write_buffer_bytes / 2) as usize;
         let mut last = Instant::now();
+        let mut last_busy = Instant::now();
+        let idle_after = self.config.idle_release_after;
         loop {
             // A free set of per-zone lists first: while the writer holds both, the filled
             // half stays with the producers (back pressure).
@@ -102,6 +104,12 @@ impl Inner {
                 (batch, last_seq)
             };
             last = Instant::now();
+            if !batch.is_empty() {
+                last_busy = last;
+            } else if !idle_after.is_zero() && last_busy.elapsed() >= idle_after {
+                // Idle: the lists' buffers go (both sets pass through here in turn).
+                groups.clear();
+            }
             let sorted = if self.failed.load(Ordering::Relaxed) {
                 false
             } else {

@@ -225,6 +225,8 @@ const WRITER_PRIMARY: u8 = 4;
 const WRITER_SEALED: u8 = 5;
 /// Writer stage: handing the flush to the syncer (waits while one is queued there).
 const WRITER_SUBMITTING: u8 = 6;
+/// Writer stage: giving back burst buffers after a while without appends.
+const WRITER_RELEASING: u8 = 7;
 
 /// The name of a writer stage.
 fn writer_stage_name(stage: u8) -> &'static str {
@@ -236,6 +238,7 @@ fn writer_stage_name(stage: u8) -> &'static str {
         WRITER_PRIMARY => "writing the primary log",
         WRITER_SEALED => "writing sealed epochs",
         WRITER_SUBMITTING => "handing a flush to the syncer",
+        WRITER_RELEASING => "releasing idle buffers",
         _ => "unknown",
     }
 }

@@ -96,6 +96,7 @@ impl LogEngine {
                 }
             },
             durable_seq: self.durable_seq(),
+            idle_releases: c.idle_releases.load(Ordering::Relaxed),
         }
     }
 }
@@ -197,6 +198,9 @@ pub struct EngineStats {
     pub reorg_cleaned: CleanedStats,
     /// Everything up to this sequence number is durable.
     pub durable_seq: Seq,
+    /// Times the engine gave back its burst buffers after `LogConfig::idle_release_after`
+    /// without appends.
+    pub idle_releases: u64,
 }
 
 #[cfg(test)]

@@ -13,13 +13,13 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::flush::Groups;
 use super::sync::{sync_all, SyncJob};
 use super::{
-    Inner, Seq, SortedFlush, WRITER_IDLE, WRITER_PRIMARY, WRITER_SEALED, WRITER_SUBMITTING,
-    WRITER_SYNCING, WRITER_WAITING_FOR_SYNCER, WRITER_WRITING,
+    Inner, Seq, SortedFlush, WRITER_IDLE, WRITER_PRIMARY, WRITER_RELEASING, WRITER_SEALED,
+    WRITER_SUBMITTING, WRITER_SYNCING, WRITER_WAITING_FOR_SYNCER, WRITER_WRITING,
 };
 use crate::error::{LogError, LogResult};
 use crate::header::EntryHeader;
@@ -28,12 +28,93 @@ use crate::storage::LogFile;
 use crate::zone::Zone;
 use crate::ZoneId;
 
+thread_local! {
+    /// Where the entries of a secondary-log write went, reused from call to call (no
+    /// allocation and page faults per batch).
+    static PLACED: std::cell::RefCell<Vec<seclog::Placement>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// When the writer last saw appends, and whether it released its burst buffers since
+/// (see [`LogConfig::idle_release_after`](crate::LogConfig::idle_release_after)).
+pub(super) struct IdleClock {
+    after: Duration,
+    last_busy: Instant,
+    released: bool,
+}
+
+impl IdleClock {
+    pub(super) fn new(after: Duration) -> IdleClock {
+        IdleClock {
+            after,
+            last_busy: Instant::now(),
+            released: false,
+        }
+    }
+
+    /// Called once per flush, `busy` if it held appends: true once per idle stretch,
+    /// when it has lasted `after` (never with `after` zero).
+    pub(super) fn release_due(&mut self, busy: bool) -> bool {
+        if busy {
+            self.last_busy = Instant::now();
+            self.released = false;
+            return false;
+        }
+        if self.released || self.after.is_zero() || self.last_busy.elapsed() < self.after {
+            return false;
+        }
+        self.released = true;
+        true
+    }
+}
+
 impl Inner {
+    /// The writer's idle release (see
+    /// [`LogConfig::idle_release_after`](crate::LogConfig::idle_release_after)), in the
+    /// writer thread between flushes: every zone's secondary-log buffer goes to its
+    /// secondary log and is synced there (as a full buffer would; the next primary-log
+    /// block of the zone then starts a buffer again), then the page images, this
+    /// thread's scratch and placement buffers, and the write buffer's free halves (and
+    /// the active one if empty) are freed, fresh halves reserving address space only.
+    pub(super) fn release_idle(&self) -> LogResult<()> {
+        let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
+        for zone in zones {
+            let pending = std::mem::take(&mut zone.log.lock().sec_buffer);
+            if !pending.is_empty() {
+                self.write_secondary(&zone, &pending)?;
+                zone.log.lock().seclog.sync()?;
+            }
+        }
+        if let Some(pipe) = &self.pipe {
+            pipe.release_free();
+        }
+        PLACED.with(|cell| {
+            if let Ok(mut placed) = cell.try_borrow_mut() {
+                *placed = Vec::new();
+            }
+        });
+        crate::storage::release_write_scratch();
+        let half = (self.config.write_buffer_bytes / 2) as usize;
+        let fresh = || Vec::with_capacity(half);
+        {
+            let mut wb = self.wb.lock();
+            for spare in wb.spares.iter_mut() {
+                *spare = fresh();
+            }
+            if wb.active.is_empty() {
+                wb.active = fresh();
+            }
+        }
+        self.counters.idle_releases.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// The writer thread: writes the flushes the flusher sorted, one after the other, and
     /// moves `durable_seq` after each.
     pub(super) fn writer_loop(self: Arc<Self>) {
         // The last sequence number of the flush written before (flushes come in order).
         let mut written_seq = 0;
+        let mut idle = IdleClock::new(self.config.idle_release_after);
         loop {
             let job = {
                 let mut h = self.handoff.lock();
@@ -61,6 +142,7 @@ impl Inner {
                 return;
             };
             assert!(last_seq >= written_seq, "flushes written out of order");
+            let busy = last_seq != written_seq;
             written_seq = last_seq;
             if !self.failed.load(Ordering::Relaxed) {
                 self.set_writer_stage(WRITER_WRITING);
@@ -72,6 +154,12 @@ impl Inner {
                         self.submit_sync(SyncJob { files, last_seq });
                     }
                     Err(e) => self.fail(e.to_string()),
+                }
+                if idle.release_due(busy) {
+                    self.set_writer_stage(WRITER_RELEASING);
+                    if let Err(e) = self.release_idle() {
+                        self.fail(e.to_string());
+                    }
                 }
                 self.set_writer_stage(WRITER_IDLE);
             }
@@ -243,12 +331,6 @@ impl Inner {
         batch: &[u8],
         headers: &[(usize, EntryHeader)],
     ) -> LogResult<()> {
-        thread_local! {
-            /// Where the entries went, reused from call to call (no allocation and page
-            /// faults per batch).
-            static PLACED: std::cell::RefCell<Vec<seclog::Placement>> =
-                const { std::cell::RefCell::new(Vec::new()) };
-        }
         PLACED.with(|cell| match cell.try_borrow_mut() {
             Ok(mut placed) => {
                 let result = self.write_secondary_into(zone, batch, headers, &mut placed);

@@ -97,11 +97,14 @@ impl std::fmt::Debug for SimPeer {
 }
 
 /// The log engine's configuration in the simulator: small, and with background work at
-/// long intervals so that it mostly runs when the simulator asks (flushes, recovery).
+/// long intervals (and no idle release) so that it mostly runs when the simulator asks
+/// (flushes, recovery).
 pub fn log_config() -> LogConfig {
     LogConfig {
         flush_interval: Duration::from_secs(3600),
         reorg_interval: Duration::from_secs(3600),
+        // No idle release: it runs on the wall clock, which a replay does not repeat.
+        idle_release_after: Duration::ZERO,
         wait_timeout: Duration::from_secs(10),
         recovery_threads: 1,
         write_threads: 1,
