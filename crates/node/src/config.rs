@@ -45,6 +45,7 @@
 //! version_buffer_entries = 16384  # versions per zone's version buffer (RAM: ~16 B each)
 //! apply_inline = true       # apply replication messages on the I/O thread when they fit
 //! async_linger_us = 2000   # async changes wait up to this for more to share a message
+//! idle_release_ms = 1000   # idle this long: log buffers written out, burst buffers freed
 //! wait_timeout_ms = 10000  # longest a replicated/durable change waits
 //!
 //! [metrics]
@@ -355,6 +356,9 @@ pub struct BackupSection {
     /// How long asynchronous changes may wait on their owner for more changes to share
     /// their message to a backup, microseconds (0..=1,000,000; 0: each leaves at once).
     pub async_linger_us: u64,
+    /// After this long without appends the log engine writes its secondary-log buffers
+    /// out and frees its burst buffers, milliseconds (0..=3,600,000; 0: never).
+    pub idle_release_ms: u64,
 }
 
 impl Default for BackupSection {
@@ -375,6 +379,9 @@ impl Default for BackupSection {
             wait_timeout_ms: 10_000,
             apply_inline: true,
             async_linger_us: crate::replication::DEFAULT_ASYNC_LINGER.as_micros() as u64,
+            idle_release_ms: myriad_backup_log::LogConfig::default()
+                .idle_release_after
+                .as_millis() as u64,
         }
     }
 }
@@ -428,6 +435,7 @@ impl BackupSection {
             },
             primary_log_bytes: kb(self.primary_log_kb),
             version_buffer_entries_max: self.version_buffer_entries,
+            idle_release_after: std::time::Duration::from_millis(self.idle_release_ms),
             ..myriad_backup_log::LogConfig::default()
         };
         // Settings derived from the segment size: the secondary-log buffer fits half a
@@ -995,11 +1003,16 @@ listen = "127.0.0.1:0"
         assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/d/log"));
         assert!(options.apply_inline, "inline application is the default");
         assert_eq!(options.async_linger, std::time::Duration::from_millis(2));
+        assert_eq!(
+            options.log.idle_release_after,
+            std::time::Duration::from_secs(1)
+        );
         let text = format!(
             "{FULL}\n[backup]\nreplication = 2\nzone_mb = 4\ndurability = \"durable\"\n\
              strategy = \"copyset\"\nscatter_width = 3\nlog_dir = \"/l\"\n\
              write_buffer_kb = 128\nsegment_kb = 16\nprimary_log_kb = 1024\n\
-             version_buffer_entries = 4096\napply_inline = false\nasync_linger_us = 0\n"
+             version_buffer_entries = 4096\napply_inline = false\nasync_linger_us = 0\n\
+             idle_release_ms = 0\n"
         );
         let config = NodeConfig::from_toml(&text).unwrap();
         config.validate().unwrap();
@@ -1012,7 +1025,9 @@ listen = "127.0.0.1:0"
         assert!(!options.apply_inline);
         assert_eq!(options.log.version_buffer_entries_max, 4096);
         assert!(options.async_linger.is_zero());
+        assert!(options.log.idle_release_after.is_zero());
         for bad in [
+            "idle_release_ms = 3600001",
             "async_linger_us = 1000001",
             "durability = \"eventually\"",
             "strategy = \"nearest\"",
