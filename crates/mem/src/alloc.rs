@@ -541,6 +541,10 @@ impl Allocator {
         if spans.total - spans.top >= pages {
             let start = spans.top;
             spans.top += pages;
+            let top = u64::from(spans.top) * PAGE_BYTES;
+            drop(spans);
+            // Ranges the top passed become huge pages (see `region`).
+            self.region.top_rose(top);
             return Ok(start);
         }
         Err(MemError::OutOfMemory { requested })

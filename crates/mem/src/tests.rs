@@ -366,3 +366,86 @@ fn a_moved_chunks_local_id_is_never_reused() {
     assert_eq!(memory.create(4).unwrap(), kept);
     memory.check_consistency().unwrap();
 }
+
+/// Huge pages behind the top: a range gets huge pages once the allocator's top has
+/// passed its end (not while chunks are still reaching into it), or when it is made
+/// resident ahead of use (rounded up to whole huge pages); with huge pages off, never.
+#[test]
+fn huge_pages_follow_the_top_and_prefaulting() {
+    const HUGE: u64 = region::HUGE_PAGE_BYTES;
+    let memory = MemoryManager::new(MemoryConfig {
+        node_id: NodeId(5),
+        region_bytes: 64 << 20,
+        shards: 1,
+        ..MemoryConfig::default()
+    })
+    .unwrap();
+    let region = memory.allocator.region();
+    assert_eq!(region.huge_until(), 0);
+    // On a huge-page boundary: its 2 MiB ranges are whole huge pages.
+    assert_eq!(region.pointer(0) as usize % HUGE as usize, 0);
+    // Chunks of 68 bytes until the top passes 4 MiB: the ranges below the top's range are
+    // advised, and the one it is in only if the top got there fast (see the next test).
+    let mut created = 0u64;
+    while memory.allocator.top_bytes() <= 2 * HUGE {
+        memory.create_batch(&[68; 1024]).unwrap();
+        created += 1024;
+        assert!(created < 1 << 20, "the top did not move");
+        let top = memory.allocator.top_bytes();
+        let below = top / HUGE * HUGE;
+        let until = region.huge_until();
+        assert!(
+            until == below || until == below + HUGE,
+            "top {top}, until {until}"
+        );
+    }
+    assert!(region.huge_until() >= 2 * HUGE);
+    // Prefaulting 9 MiB from the start advises up to 10 MiB.
+    let made = memory.prefault(9 << 20, Duration::ZERO).unwrap();
+    if made > 0 {
+        assert_eq!(region.huge_until(), 5 * HUGE);
+    }
+    // Off: nothing is advised.
+    let plain = MemoryManager::new(MemoryConfig {
+        node_id: NodeId(6),
+        region_bytes: 16 << 20,
+        shards: 1,
+        huge_pages: false,
+        ..MemoryConfig::default()
+    })
+    .unwrap();
+    plain.create_batch(&[1 << 20; 6]).unwrap();
+    assert!(plain.allocator.top_bytes() > 2 * HUGE);
+    assert_eq!(plain.allocator.region().huge_until(), 0);
+}
+
+/// The range the top is in gets huge pages only when the top reached it fast (within
+/// `FAST_TOP_CROSSING` of reaching the range before); ranges it passed always do.
+#[test]
+fn the_tops_range_gets_huge_pages_only_when_growth_is_fast() {
+    const HUGE: u64 = region::HUGE_PAGE_BYTES;
+    let region = region::Region::new(64 << 20, true).unwrap();
+    let t0 = std::time::Instant::now();
+    let fast = region::FAST_TOP_CROSSING / 10;
+    let slow = region::FAST_TOP_CROSSING * 2;
+    region.top_rose_at(HUGE / 2, t0);
+    assert_eq!(region.huge_until(), 0, "nothing passed yet");
+    region.top_rose_at(HUGE + 1, t0);
+    assert_eq!(region.huge_until(), HUGE, "the first range passed");
+    region.top_rose_at(2 * HUGE + 1, t0 + fast);
+    assert_eq!(region.huge_until(), 3 * HUGE, "fast: the top's range too");
+    region.top_rose_at(2 * HUGE + HUGE / 2, t0 + slow);
+    assert_eq!(region.huge_until(), 3 * HUGE, "same range: nothing new");
+    region.top_rose_at(3 * HUGE + 1, t0 + 2 * slow);
+    assert_eq!(
+        region.huge_until(),
+        3 * HUGE,
+        "slow: only what the top passed"
+    );
+    region.top_rose_at(4 * HUGE + 1, t0 + 3 * slow);
+    assert_eq!(region.huge_until(), 4 * HUGE);
+    let plain = region::Region::new(64 << 20, false).unwrap();
+    plain.top_rose_at(HUGE + 1, t0);
+    plain.top_rose_at(2 * HUGE + 1, t0 + fast);
+    assert_eq!(plain.huge_until(), 0, "huge pages off");
+}
