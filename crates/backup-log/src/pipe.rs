@@ -423,7 +423,19 @@ mod tests {
                 .unwrap();
         }
         f.sync().unwrap();
-        // Every buffer is back in the free list once its write ended.
+        // An I/O thread gives its buffer back just after its write ended (which is all a
+        // sync waits for): wait until every buffer is back in the free list.
+        let start = std::time::Instant::now();
+        while {
+            let s = pipe.shared.state.lock();
+            s.free.len() != s.buffers
+        } {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "buffers not back"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let made = pipe.shared.state.lock().buffers;
         assert!(made >= 1 && made <= pipe.shared.buffers_max, "{made}");
         pipe.release_free();

@@ -9,8 +9,9 @@
 //! **Huge pages behind the top.** With huge pages on, the region is not advised as a
 //! whole: a 2 MiB range gets transparent huge pages (`MADV_HUGEPAGE`, then
 //! `MADV_COLLAPSE` to turn its small pages into one now) once the allocator's top has
-//! passed its end, or before it is made resident ahead of use. The range the top is
-//! in takes small pages as chunks reach them, so a peer holds only the memory its
+//! passed its end, when the top reached it fast ([`FAST_TOP_CROSSING`]), or before it
+//! is made resident ahead of use. Otherwise the range the top is in takes small pages as
+//! chunks reach them, so a peer holds only the memory its
 //! chunks use instead of rounding up to the next 2 MiB (18 MiB resident for 16.2 MiB of
 //! chunks before; see "Huge pages behind the top" in `docs/memory.md`).
 

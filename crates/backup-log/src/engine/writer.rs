@@ -77,14 +77,7 @@ impl Inner {
     /// thread's scratch and placement buffers, and the write buffer's free halves (and
     /// the active one if empty) are freed, fresh halves reserving address space only.
     pub(super) fn release_idle(&self) -> LogResult<()> {
-        let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
-        for zone in zones {
-            let pending = std::mem::take(&mut zone.log.lock().sec_buffer);
-            if !pending.is_empty() {
-                self.write_secondary(&zone, &pending)?;
-                zone.log.lock().seclog.sync()?;
-            }
-        }
+        self.write_out_secondary_buffers()?;
         if let Some(pipe) = &self.pipe {
             pipe.release_free();
         }
@@ -174,6 +167,21 @@ impl Inner {
             // is not lost between their check and their wait).
             self.give_back_half(half);
         }
+    }
+
+    /// Writes every zone's secondary-log buffer to its secondary log and syncs it there
+    /// (the writer thread's, between or within flushes: when the primary log starts over,
+    /// and at the idle release).
+    fn write_out_secondary_buffers(&self) -> LogResult<()> {
+        let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
+        for zone in zones {
+            let pending = std::mem::take(&mut zone.log.lock().sec_buffer);
+            if !pending.is_empty() {
+                self.write_secondary(&zone, &pending)?;
+                zone.log.lock().seclog.sync()?;
+            }
+        }
+        Ok(())
     }
 
     /// Records what the writer thread does now (for [`Inner::pipeline_state`]).
@@ -282,22 +290,10 @@ impl Inner {
                 .as_mut()
                 .ok_or_else(|| LogError::Failed("primary log closed".into()))?;
             if !p.fits(primary_blocks.len(), bytes) {
-                // Start over: everything the old round protects goes to the secondary logs.
-                let zones: Vec<Arc<Zone>> = self.zones.read().values().cloned().collect();
-                for zone in zones {
-                    let pending = {
-                        let mut log = zone.log.lock();
-                        let mut pending = std::mem::take(&mut log.sec_buffer);
-                        // Batches of this flush are already in the buffer; they go to the
-                        // secondary log now, so they need no primary block.
-                        pending.shrink_to_fit();
-                        pending
-                    };
-                    if !pending.is_empty() {
-                        self.write_secondary(&zone, &pending)?;
-                        zone.log.lock().seclog.sync()?;
-                    }
-                }
+                // Start over: everything the old round protects goes to the secondary logs
+                // (batches of this flush are already in the buffers, so they need no
+                // primary block).
+                self.write_out_secondary_buffers()?;
                 p.reset()?;
                 primary_blocks.clear();
             }
