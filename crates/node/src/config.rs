@@ -44,7 +44,7 @@
 //! primary_log_kb = 262144  # at least 2 write buffers
 //! version_buffer_entries = 16384  # versions per zone's version buffer (RAM: ~16 B each)
 //! apply_inline = true       # apply replication messages on the I/O thread when they fit
-//! async_linger_us = 2000   # async changes wait up to this for more to share a message
+//! async_linger_us = 20000  # async changes wait up to this for more to share a message
 //! idle_release_ms = 1000   # idle this long: log buffers written out, burst buffers freed
 //! wait_timeout_ms = 10000  # longest a replicated/durable change waits
 //!
@@ -1002,7 +1002,7 @@ listen = "127.0.0.1:0"
         assert_eq!(options.log.secondary_log_bytes, 512 << 20);
         assert_eq!(options.log_dir_in(Path::new("/d")), PathBuf::from("/d/log"));
         assert!(options.apply_inline, "inline application is the default");
-        assert_eq!(options.async_linger, std::time::Duration::from_millis(2));
+        assert_eq!(options.async_linger, std::time::Duration::from_millis(20));
         assert_eq!(
             options.log.idle_release_after,
             std::time::Duration::from_secs(1)

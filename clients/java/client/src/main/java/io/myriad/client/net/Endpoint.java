@@ -17,6 +17,8 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.logging.Level;
@@ -51,6 +53,8 @@ public final class Endpoint implements AutoCloseable {
     private final Map<Integer, CompletableFuture<Connection>> dialing = new ConcurrentHashMap<>();
     private final Map<Integer, Handler> handlers = new ConcurrentHashMap<>();
     private final ExecutorService dialer;
+    /** Closes sockets whose connect and handshake ran out of time (see {@link #greet}). */
+    private final ScheduledThreadPoolExecutor deadlines;
     private final AtomicBoolean closed = new AtomicBoolean();
 
     /**
@@ -78,6 +82,12 @@ public final class Endpoint implements AutoCloseable {
             thread.setDaemon(true);
             return thread;
         });
+        this.deadlines = new ScheduledThreadPoolExecutor(1, runnable -> {
+            Thread thread = new Thread(runnable, "myriad-deadline");
+            thread.setDaemon(true);
+            return thread;
+        });
+        deadlines.setRemoveOnCancelPolicy(true);
         if (listen == null) {
             listener = null;
             return;
@@ -87,6 +97,7 @@ public final class Endpoint implements AutoCloseable {
             listener.bind(listen);
         } catch (IOException e) {
             dialer.shutdownNow();
+            deadlines.shutdownNow();
             throw new MyriadException.Join("cannot listen on " + listen + ": " + e.getMessage(), e);
         }
         Thread acceptor = new Thread(this::acceptLoop, "myriad-accept");
@@ -206,8 +217,9 @@ public final class Endpoint implements AutoCloseable {
         }
         Socket socket = null;
         try {
-            socket = open(address, node, connectTimeoutMs);
-            int verdict = handshake(socket, node, false);
+            Greeted greeted = greet(address, node, connectTimeoutMs, false);
+            socket = greeted.socket;
+            int verdict = greeted.verdict;
             if (verdict == Handshake.ACCEPTED) {
                 return register(new Connection(this, socket, node, MESSAGE_BYTES_MAX));
             }
@@ -222,6 +234,68 @@ public final class Endpoint implements AutoCloseable {
                 closeQuietly(socket);
             }
             throw new ConnectionLostException(node, "connect to " + address + ": " + e.getMessage());
+        }
+    }
+
+    /** A socket that ran the connector's handshake, and the acceptor's verdict. */
+    private static final class Greeted {
+        final Socket socket;
+        final int verdict;
+
+        Greeted(Socket socket, int verdict) {
+            this.socket = socket;
+            this.verdict = verdict;
+        }
+    }
+
+    /**
+     * Connects to {@code node} and runs the connector's handshake, all within
+     * {@code timeoutMs}; closes what it opened if that fails.
+     *
+     * <p>Without TLS no read or connect of the socket has a timeout: a deadline task closes
+     * the socket if the two take too long. A JDK socket that ever connected or read with a
+     * timeout stays non-blocking for good, and then every read that finds nothing costs a
+     * read, a poll(2) and a read again; a connection's reader thread sleeps in one blocking
+     * read(2) instead (docs/benchmarks.md, "Longer linger, blocking reads"). With TLS the
+     * timeouts stay on the socket, as before.
+     */
+    private Greeted greet(InetSocketAddress address, int node, int timeoutMs, boolean lane) throws IOException {
+        if (tls != null) {
+            Socket socket = open(address, node, timeoutMs);
+            try {
+                return new Greeted(socket, handshake(socket, node, lane));
+            } catch (IOException | RuntimeException e) {
+                closeQuietly(socket);
+                throw e;
+            }
+        }
+        Socket socket = new Socket();
+        AtomicBoolean expired = new AtomicBoolean();
+        ScheduledFuture<?> deadline;
+        try {
+            deadline = deadlines.schedule(() -> {
+                expired.set(true);
+                closeQuietly(socket);
+            }, timeoutMs, TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            closeQuietly(socket);
+            throw new MyriadException.Shutdown();
+        }
+        try {
+            socket.connect(address);
+            socket.setTcpNoDelay(true);
+            int verdict = handshake(socket, node, lane);
+            if (!deadline.cancel(false)) {
+                throw new SocketTimeoutException("timed out");
+            }
+            return new Greeted(socket, verdict);
+        } catch (IOException | RuntimeException e) {
+            deadline.cancel(false);
+            closeQuietly(socket);
+            if (expired.get()) {
+                throw new SocketTimeoutException("no connection and handshake within " + timeoutMs + " ms");
+            }
+            throw e;
         }
     }
 
@@ -399,8 +473,9 @@ public final class Endpoint implements AutoCloseable {
         }
         Socket socket = null;
         try {
-            socket = open(address, node, timeoutMs);
-            if (handshake(socket, node, true) == Handshake.ACCEPTED) {
+            Greeted greeted = greet(address, node, timeoutMs, true);
+            socket = greeted.socket;
+            if (greeted.verdict == Handshake.ACCEPTED) {
                 return new Lane(node, socket, MESSAGE_BYTES_MAX);
             }
         } catch (IOException | MyriadException e) {
@@ -561,5 +636,6 @@ public final class Endpoint implements AutoCloseable {
             connection.close("endpoint closed");
         }
         dialer.shutdownNow();
+        deadlines.shutdownNow();
     }
 }
