@@ -180,6 +180,7 @@ pub(crate) struct Conn {
     frames_received: AtomicU64,
     read_calls: AtomicU64,
     bytes_received: AtomicU64,
+    receive_step: AtomicUsize,
 }
 
 /// Figures about one connection (for tests, monitoring and benchmarks).
@@ -209,6 +210,10 @@ pub struct ConnectionStats {
     pub read_calls: u64,
     /// Bytes those reads returned.
     pub bytes_received: u64,
+    /// How much the receive buffer reads at most at once now: 16 KiB, doubled by every
+    /// read that filled its space up to 256 KiB, and back to 16 KiB after a second of
+    /// quiet with nothing buffered (`RECEIVE_BUFFER_IDLE` of the reader).
+    pub receive_buffer_bytes: usize,
 }
 
 impl Conn {
@@ -263,6 +268,7 @@ impl Conn {
             frames_received: AtomicU64::new(0),
             read_calls: AtomicU64::new(0),
             bytes_received: AtomicU64::new(0),
+            receive_step: AtomicUsize::new(crate::config::READ_BUFFER_BYTES_MIN),
         }
     }
 
@@ -301,7 +307,13 @@ impl Conn {
             frames_received: self.frames_received.load(Ordering::Relaxed),
             read_calls: self.read_calls.load(Ordering::Relaxed),
             bytes_received: self.bytes_received.load(Ordering::Relaxed),
+            receive_buffer_bytes: self.receive_step.load(Ordering::Relaxed),
         }
+    }
+
+    /// Records the receive buffer's current step (see [`ConnectionStats::receive_buffer_bytes`]).
+    pub fn set_receive_step(&self, bytes: usize) {
+        self.receive_step.store(bytes, Ordering::Relaxed);
     }
 
     /// Marks the connection closed, stops its tasks and fails its outstanding requests.

@@ -39,6 +39,13 @@ pub(crate) trait ReaderContext {
     fn now_ms(&self) -> u64;
 }
 
+/// How long a connection whose receive buffer grew (a burst of large messages, such as
+/// replication during a bulk load) must stay quiet, with the buffer empty, before the
+/// buffer is exchanged for a fresh [`READ_BUFFER_BYTES_MIN`] one. The grown buffer (up to
+/// [`READ_BUFFER_BYTES`], resident once walked through) is freed when the last frame cut
+/// from it is dropped.
+pub(crate) const RECEIVE_BUFFER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The reader task: reads, cuts frames, dispatches, and applies flow control. Returns why
 /// the connection ended.
 pub(crate) async fn reader_loop(
@@ -64,11 +71,20 @@ pub(crate) async fn reader_loop(
         // how far past the flow-control limit one read can go.
         let offered = (buf.capacity() - before).min(needed.max(READ_BUFFER_BYTES));
         let mut limited = (&mut buf).limit(needed.max(READ_BUFFER_BYTES));
+        // A buffer that grew for a burst and holds nothing is dropped for a fresh small
+        // one once the connection has been quiet for a while (see RECEIVE_BUFFER_IDLE).
+        let shrinkable = step > READ_BUFFER_BYTES_MIN && before == 0;
         let read = match delayed.as_mut() {
             None => tokio::select! {
                 biased;
                 _ = closed.changed() => return CloseReason::Closed,
                 read = read_some(&stream, &mut limited) => read,
+                () = async { tokio::time::sleep(RECEIVE_BUFFER_IDLE).await }, if shrinkable => {
+                    buf = BytesMut::with_capacity(READ_BUFFER_BYTES_MIN);
+                    step = READ_BUFFER_BYTES_MIN;
+                    conn.set_receive_step(step);
+                    continue;
+                }
             },
             Some(delay) => tokio::select! {
                 biased;
@@ -88,6 +104,7 @@ pub(crate) async fn reader_loop(
         };
         if received >= offered && step < READ_BUFFER_BYTES {
             step = (step * 2).min(READ_BUFFER_BYTES);
+            conn.set_receive_step(step);
         }
         conn.touch(context.now_ms());
         conn.count_read(received);

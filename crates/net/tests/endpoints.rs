@@ -1087,3 +1087,48 @@ fn a_second_joiner_under_the_same_provisional_id_is_refused_and_the_first_is_ans
         .expect("the first joiner's answer arrives");
     assert_eq!(&answer[..], b"join");
 }
+
+/// A receive buffer grows while a burst of messages fills it, and after a quiet second
+/// with nothing buffered the connection goes back to a fresh 16 KiB buffer; messages
+/// after that arrive whole, and a new burst grows it again.
+#[test]
+fn a_receive_buffer_grown_by_a_burst_shrinks_once_the_connection_is_quiet() {
+    const MIN: usize = 16 * 1024;
+    const BURST: usize = 2_000;
+    let counter = Arc::new(AtomicUsize::new(0));
+    let (a, b) = linked_pair(&counter);
+    let burst = |expected: usize| {
+        let message = Bytes::from(vec![7u8; 8 * 1024]);
+        for _ in 0..BURST {
+            a.send_blocking(b.node_id(), COUNT, message.clone())
+                .expect("send");
+        }
+        wait_until("the burst to arrive", || {
+            counter.load(Ordering::SeqCst) == expected
+        });
+        b.connection_stats(a.node_id())
+            .expect("b has the connection")
+            .receive_buffer_bytes
+    };
+    let grown = burst(BURST);
+    assert!(grown > MIN, "the burst grew the buffer ({grown} bytes)");
+    let quiet_since = Instant::now();
+    wait_until("the receive buffer to shrink", || {
+        b.connection_stats(a.node_id())
+            .is_some_and(|stats| stats.receive_buffer_bytes == MIN)
+    });
+    assert!(
+        quiet_since.elapsed() >= Duration::from_millis(900),
+        "shrank after {:?}, before a quiet second",
+        quiet_since.elapsed()
+    );
+    let small = a
+        .request_blocking(b.node_id(), ECHO, Bytes::from_static(b"small"), TIMEOUT)
+        .expect("echo after the shrink");
+    assert_eq!(&small[..], b"small");
+    let regrown = burst(2 * BURST);
+    assert!(
+        regrown > MIN,
+        "a new burst grows it again ({regrown} bytes)"
+    );
+}
