@@ -21,7 +21,9 @@ pub const READ_BUFFER_BYTES: usize = 256 * 1024;
 /// connection carrying a bulk stream soon reads 256 KiB at a time, while one carrying
 /// single requests keeps reusing its first 16 KiB: a buffer is walked through before its
 /// start is reused, so every byte of its capacity becomes resident memory (with 256 KiB
-/// from the start that was about 1–2 MiB per peer of a loaded cluster).
+/// from the start that was about 1–2 MiB per peer of a loaded cluster). A connection whose
+/// burst is over goes back to a fresh buffer of this size after a quiet second with
+/// nothing buffered (the reader's `RECEIVE_BUFFER_IDLE`).
 pub const READ_BUFFER_BYTES_MIN: usize = 16 * 1024;
 
 /// Free space below which the receive buffer is grown (or reclaimed) before a read.
