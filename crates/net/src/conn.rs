@@ -180,7 +180,7 @@ pub(crate) struct Conn {
     frames_received: AtomicU64,
     read_calls: AtomicU64,
     bytes_received: AtomicU64,
-    receive_step: AtomicUsize,
+    receive_buffer_bytes: AtomicUsize,
 }
 
 /// Figures about one connection (for tests, monitoring and benchmarks).
@@ -268,7 +268,7 @@ impl Conn {
             frames_received: AtomicU64::new(0),
             read_calls: AtomicU64::new(0),
             bytes_received: AtomicU64::new(0),
-            receive_step: AtomicUsize::new(crate::config::READ_BUFFER_BYTES_MIN),
+            receive_buffer_bytes: AtomicUsize::new(crate::config::READ_BUFFER_BYTES_MIN),
         }
     }
 
@@ -307,13 +307,14 @@ impl Conn {
             frames_received: self.frames_received.load(Ordering::Relaxed),
             read_calls: self.read_calls.load(Ordering::Relaxed),
             bytes_received: self.bytes_received.load(Ordering::Relaxed),
-            receive_buffer_bytes: self.receive_step.load(Ordering::Relaxed),
+            receive_buffer_bytes: self.receive_buffer_bytes.load(Ordering::Relaxed),
         }
     }
 
-    /// Records the receive buffer's current step (see [`ConnectionStats::receive_buffer_bytes`]).
-    pub fn set_receive_step(&self, bytes: usize) {
-        self.receive_step.store(bytes, Ordering::Relaxed);
+    /// Records how much the receive buffer reads at once now (see
+    /// [`ConnectionStats::receive_buffer_bytes`]).
+    pub fn set_receive_buffer_bytes(&self, bytes: usize) {
+        self.receive_buffer_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Marks the connection closed, stops its tasks and fails its outstanding requests.

@@ -82,7 +82,7 @@ pub(crate) async fn reader_loop(
                 () = async { tokio::time::sleep(RECEIVE_BUFFER_IDLE).await }, if shrinkable => {
                     buf = BytesMut::with_capacity(READ_BUFFER_BYTES_MIN);
                     step = READ_BUFFER_BYTES_MIN;
-                    conn.set_receive_step(step);
+                    conn.set_receive_buffer_bytes(step);
                     continue;
                 }
             },
@@ -104,7 +104,7 @@ pub(crate) async fn reader_loop(
         };
         if received >= offered && step < READ_BUFFER_BYTES {
             step = (step * 2).min(READ_BUFFER_BYTES);
-            conn.set_receive_step(step);
+            conn.set_receive_buffer_bytes(step);
         }
         conn.touch(context.now_ms());
         conn.count_read(received);

@@ -261,7 +261,7 @@ public final class Endpoint implements AutoCloseable {
      */
     private Greeted greet(InetSocketAddress address, int node, int timeoutMs, boolean lane) throws IOException {
         if (tls != null) {
-            Socket socket = open(address, node, timeoutMs);
+            Socket socket = openTls(address, node, timeoutMs);
             try {
                 return new Greeted(socket, handshake(socket, node, lane));
             } catch (IOException | RuntimeException e) {
@@ -300,19 +300,15 @@ public final class Endpoint implements AutoCloseable {
     }
 
     /**
-     * A socket connected to {@code node} at {@code address} (no Nagle, reads waiting at most
-     * {@code timeoutMs}), with the TLS handshake done when this endpoint has TLS. Closes
-     * what it opened if it fails.
+     * A TLS socket connected to {@code node} at {@code address} (no Nagle, reads waiting at
+     * most {@code timeoutMs}), its TLS handshake done. Closes what it opened if it fails.
      */
-    private Socket open(InetSocketAddress address, int node, int timeoutMs) throws IOException {
+    private Socket openTls(InetSocketAddress address, int node, int timeoutMs) throws IOException {
         Socket socket = new Socket();
         try {
             socket.connect(address, timeoutMs);
             socket.setTcpNoDelay(true);
             socket.setSoTimeout(timeoutMs);
-            if (tls == null) {
-                return socket;
-            }
             try {
                 return tls.connect(socket, address, timeoutMs);
             } catch (javax.net.ssl.SSLException e) {
@@ -327,7 +323,7 @@ public final class Endpoint implements AutoCloseable {
 
     /**
      * Runs the connector's side of the handshake on {@code socket} (opened by
-     * {@link #open}; with the lane flag for a lane); returns the acceptor's verdict. On
+     * {@link #greet}; with the lane flag for a lane); returns the acceptor's verdict. On
      * {@link Handshake#ACCEPTED} the socket is ready for frames (no read timeout).
      */
     private int handshake(Socket socket, int node, boolean lane) throws IOException {
