@@ -20,7 +20,9 @@ import java.util.List;
  * straight to the owner. {@link #LID_BASE} = 2^40 puts these IDs far above the local IDs
  * a peer hands out itself (sequentially from 0), so they never collide with chunks created
  * the ordinary way. Keys whose number is not below {@link #KEYS_PER_PEER_MAX} × P are
- * refused (a hashed key order does not fit the scheme).
+ * refused (a hashed key order does not fit the scheme). The table name is not part of the
+ * CID: two tables whose peer lists overlap share record numbers' IDs, so one cluster holds
+ * one YCSB table (YCSB's workloads use one, {@code usertable}).
  */
 public final class KeyScheme {
     /** First local ID of YCSB records. */

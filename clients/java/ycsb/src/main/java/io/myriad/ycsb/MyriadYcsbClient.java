@@ -44,7 +44,10 @@ import site.ycsb.Status;
  * {@code myriad.durability} (default|async|replicated|durable; default: the cluster's),
  * {@code myriad.timeout_ms} (per call, default 2000), {@code myriad.lanes} (true|false,
  * default false: with YCSB's many threads per JVM the shared connections measured better
- * than one lane per thread and peer, see docs/benchmarks.md). All YCSB threads of a JVM share one
+ * than one lane per thread and peer, see docs/benchmarks.md).
+ * {@code myriad.owners} (how many peers own the records, the first ones by node ID; default
+ * 0: all alive peers): read when a table's peer list is first fixed (the load phase), later
+ * phases use the stored list. All YCSB threads of a JVM share one
  * {@link MyriadClient}.
  */
 public class MyriadYcsbClient extends DB {
@@ -64,6 +67,7 @@ public class MyriadYcsbClient extends DB {
     private KeyScheme scheme;
     private Durability durability;
     private int fieldCount;
+    private int owners;
 
     @Override
     public void init() throws DBException {
@@ -74,6 +78,14 @@ public class MyriadYcsbClient extends DB {
         }
         durability = Durability.parse(properties.getProperty("myriad.durability", "default"));
         fieldCount = Integer.parseInt(properties.getProperty("fieldcount", "10"));
+        try {
+            owners = Integer.parseInt(properties.getProperty("myriad.owners", "0"));
+        } catch (NumberFormatException e) {
+            throw new DBException("myriad.owners must be a number of peers (0: all)");
+        }
+        if (owners < 0) {
+            throw new DBException("myriad.owners must be a number of peers (0: all)");
+        }
         synchronized (LOCK) {
             if (shared == null) {
                 ClientConfig config = ClientConfig.of(superpeers);
@@ -172,7 +184,9 @@ public class MyriadYcsbClient extends DB {
             byte[] stored = client.tmpGet(name);
             if (stored == null) {
                 StringBuilder list = new StringBuilder();
-                for (int peer : client.peers()) {
+                List<Integer> all = client.peers();
+                int count = owners == 0 ? all.size() : Math.min(owners, all.size());
+                for (int peer : all.subList(0, count)) {
                     list.append(list.length() == 0 ? "" : ",").append(peer);
                 }
                 try {

@@ -1,6 +1,7 @@
 package io.myriad.ycsb;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.myriad.client.LocalCluster;
@@ -21,6 +22,7 @@ import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import site.ycsb.ByteIterator;
+import site.ycsb.DBException;
 import site.ycsb.Status;
 
 /**
@@ -55,6 +57,49 @@ class YcsbLiveTest {
         Matcher m = Pattern.compile("\\[" + Pattern.quote(section) + "\\], " + Pattern.quote(name) + ", (\\d+)")
                 .matcher(output);
         return m.find() ? Long.parseLong(m.group(1)) : -1;
+    }
+
+    /**
+     * With {@code myriad.owners=1} a table's records all go to the first peer by node ID,
+     * and a bad value is refused at init.
+     */
+    static void recordsOnOneOwner(LocalCluster cluster) throws Exception {
+        Properties properties = new Properties();
+        properties.setProperty("myriad.superpeers", cluster.superpeers());
+        properties.setProperty("myriad.cluster", cluster.dir().toString());
+        properties.setProperty("fieldcount", "1");
+        for (String bad : List.of("-1", "many")) {
+            MyriadYcsbClient refused = new MyriadYcsbClient();
+            Properties withBad = new Properties();
+            withBad.putAll(properties);
+            withBad.setProperty("myriad.owners", bad);
+            refused.setProperties(withBad);
+            DBException e = assertThrows(DBException.class, refused::init, bad);
+            assertTrue(e.getMessage().contains("myriad.owners"), e.getMessage());
+        }
+        properties.setProperty("myriad.owners", "1");
+        MyriadYcsbClient binding = new MyriadYcsbClient();
+        binding.setProperties(properties);
+        binding.init();
+        try (MyriadClient client = MyriadClient.connect(cluster.config())) {
+            List<Integer> peers = client.peers();
+            assertEquals(2, peers.size(), "the cluster's peers");
+            for (int k = 5000; k < 5006; k++) {
+                Map<String, ByteIterator> row = new HashMap<>();
+                row.put("field0", new site.ycsb.ByteArrayByteIterator(new byte[] {(byte) (k - 5000)}));
+                assertEquals(Status.OK, binding.insert("owned", "user" + k, row));
+            }
+            assertEquals(String.valueOf(peers.get(0)),
+                    new String(client.tmpGet("ycsb.owned.peers"), StandardCharsets.UTF_8));
+            KeyScheme one = new KeyScheme(List.of(peers.get(0)));
+            for (int k = 5000; k < 5006; k++) {
+                assertEquals(peers.get(0).intValue(), io.myriad.client.ChunkIds.creator(one.cid("user" + k)));
+                Map<String, byte[]> record = RecordCodec.decode(client.get(one.cid("user" + k)));
+                assertEquals(k - 5000, record.get("field0")[0]);
+            }
+        } finally {
+            binding.cleanup();
+        }
     }
 
     @Test
@@ -114,6 +159,7 @@ class YcsbLiveTest {
             } finally {
                 binding.cleanup();
             }
+            recordsOnOneOwner(cluster);
         } finally {
             Files.deleteIfExists(out);
         }
