@@ -42,19 +42,21 @@ public final class Connection {
     private final AtomicInteger nextId = new AtomicInteger(1);
     private final ConcurrentLinkedQueue<byte[]> queue = new ConcurrentLinkedQueue<>();
     private final ReentrantLock writeLock = new ReentrantLock();
-    private OutputStream out;
+    /** Created with the connection: it is visible to senders as soon as it is registered. */
+    private final OutputStream out;
     private final AtomicBoolean closed = new AtomicBoolean();
     private final int messageBytesMax;
 
-    Connection(Endpoint endpoint, Socket socket, int remoteNode, int messageBytesMax) {
+    Connection(Endpoint endpoint, Socket socket, int remoteNode, int messageBytesMax) throws IOException {
         this.endpoint = endpoint;
         this.socket = socket;
         this.remoteNode = remoteNode;
         this.messageBytesMax = messageBytesMax;
+        this.out = new BufferedOutputStream(socket.getOutputStream(), 64 * 1024);
     }
 
-    void start() throws IOException {
-        out = new BufferedOutputStream(socket.getOutputStream(), 64 * 1024);
+    /** Starts the reader thread (after the endpoint registered the connection). */
+    void start() {
         Thread reader = new Thread(this::readLoop, "myriad-read-" + remoteNode);
         reader.setDaemon(true);
         reader.start();

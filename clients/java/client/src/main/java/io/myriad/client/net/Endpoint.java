@@ -526,12 +526,7 @@ public final class Endpoint implements AutoCloseable {
             throw new MyriadException.Shutdown();
         }
         Connection old = connections.put(connection.remoteNode, connection);
-        try {
-            connection.start();
-        } catch (IOException e) {
-            connection.close("start failed: " + e.getMessage());
-            throw new ConnectionLostException(connection.remoteNode, "start failed: " + e.getMessage());
-        }
+        connection.start();
         if (old != null && old != connection && !old.isOpen()) {
             LOG.log(Level.FINE, "replaced a closed connection to " + connection.remoteNode);
         }
