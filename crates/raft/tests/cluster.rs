@@ -39,38 +39,79 @@ async fn single_superpeer_commits_and_survives_restart() {
     assert!(cluster.node(1).read_local(|state| has_names(state, 25)));
 }
 
+/// A linearizable read on whoever leads now: with 150–300 ms election timeouts a loaded
+/// machine can move the leadership between finding the leader and asking it, and the old
+/// leader then answers `ForwardToLeader`, so the read is asked again (bounded by
+/// `WAIT_MAX`).
+async fn read_on_leader<T>(cluster: &Cluster, read: fn(&MetaState) -> T) -> T {
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let leader = cluster.wait_for_leader(None, WAIT_MAX).await.unwrap();
+        match cluster.node(leader).read_linearizable(read).await {
+            Ok(answer) => return answer,
+            Err(RaftReadError::ForwardToLeader { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(error) => panic!("linearizable read on the leader failed: {error:?}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_superpeers_replicate_and_end_byte_equal() {
     let cluster = Cluster::start(3, test_config).await;
-    let leader = cluster.wait_for_leader(None, WAIT_MAX).await.unwrap();
+    cluster.wait_for_leader(None, WAIT_MAX).await.unwrap();
     for index in 0..50 {
         cluster.write(name_command(index)).await;
     }
-    let leader_node = cluster.node(leader);
-    assert!(leader_node
-        .read_linearizable(|state| has_names(state, 50))
-        .await
-        .unwrap());
+    assert!(read_on_leader(&cluster, |state| has_names(state, 50)).await);
     cluster.wait_converged().await;
     let snapshots = cluster.snapshots();
     assert_eq!(snapshots.len(), 3);
     let first = &snapshots[&1];
     assert!(first.len() > 50 * 8);
     assert!(snapshots.values().all(|bytes| bytes == first));
-    // Followers refuse writes and linearizable reads, naming the leader.
-    for follower in cluster.running().filter(|node| node.node_id() != leader) {
-        assert_eq!(follower.leader(), Some(leader));
-        assert_eq!(
-            follower.write(name_command(99)).await,
-            Err(RaftWriteError::ForwardToLeader {
-                leader: Some(leader)
-            })
-        );
-        assert!(matches!(
-            follower.read_linearizable(|_| ()).await,
-            Err(RaftReadError::ForwardToLeader { leader: Some(id) }) if id == leader
-        ));
-        assert_eq!(follower.metrics().role, RaftRole::Follower);
+    // Followers refuse writes and linearizable reads, naming the leader. Checked while one
+    // leader holds one term throughout; a check that an election overtook (the leader's
+    // term moved, or a follower was in another term) is made again.
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let leader = cluster.wait_for_leader(None, WAIT_MAX).await.unwrap();
+        let term = cluster.node(leader).metrics().term;
+        let mut answers = Vec::new();
+        for follower in cluster.running().filter(|node| node.node_id() != leader) {
+            let write = follower.write(name_command(99)).await;
+            let read = follower.read_linearizable(|_| ()).await;
+            answers.push((follower.leader(), write, read, follower.metrics()));
+        }
+        let after = cluster.node(leader).metrics();
+        let held = after.term == term
+            && after.role == RaftRole::Leader
+            && answers
+                .iter()
+                .all(|(_, _, _, metrics)| metrics.term == term);
+        if !held {
+            assert!(
+                Instant::now() < deadline,
+                "no term held still long enough to check the followers"
+            );
+            continue;
+        }
+        for (known, write, read, metrics) in answers {
+            assert_eq!(known, Some(leader));
+            assert_eq!(
+                write,
+                Err(RaftWriteError::ForwardToLeader {
+                    leader: Some(leader)
+                })
+            );
+            assert!(matches!(
+                read,
+                Err(RaftReadError::ForwardToLeader { leader: Some(id) }) if id == leader
+            ));
+            assert_eq!(metrics.role, RaftRole::Follower);
+        }
+        break;
     }
     // A refused command is still replicated and answered with its error.
     let refused = cluster
@@ -142,12 +183,7 @@ async fn full_restart_of_three_keeps_every_committed_command() {
     for index in 0..45 {
         cluster.write(name_command(index)).await;
     }
-    let before = cluster
-        .current_leader()
-        .unwrap()
-        .read_linearizable(MetaState::snapshot)
-        .await
-        .unwrap();
+    let before = read_on_leader(&cluster, MetaState::snapshot).await;
     // Every member knows the commit point (it saves it), so each re-applies everything.
     cluster.wait_converged().await;
     for id in 1..=3 {
@@ -164,16 +200,12 @@ async fn full_restart_of_three_keeps_every_committed_command() {
             node.node_id()
         );
     }
-    let leader = cluster.wait_for_leader(None, WAIT_MAX).await.unwrap();
-    let after = cluster
-        .node(leader)
-        .read_linearizable(MetaState::snapshot)
-        .await
-        .unwrap();
+    let after = read_on_leader(&cluster, MetaState::snapshot).await;
     assert_eq!(after, before);
     cluster.write(name_command(45)).await;
     cluster.wait_converged().await;
     let snapshots = cluster.snapshots();
+    let leader = cluster.wait_for_leader(None, WAIT_MAX).await.unwrap();
     assert!(snapshots.values().all(|bytes| *bytes == snapshots[&leader]));
 }
 
