@@ -39,24 +39,6 @@ async fn single_superpeer_commits_and_survives_restart() {
     assert!(cluster.node(1).read_local(|state| has_names(state, 25)));
 }
 
-/// A linearizable read on whoever leads now: with 150–300 ms election timeouts a loaded
-/// machine can move the leadership between finding the leader and asking it, and the old
-/// leader then answers `ForwardToLeader`, so the read is asked again (bounded by
-/// `WAIT_MAX`).
-async fn read_on_leader<T>(cluster: &Cluster, read: fn(&MetaState) -> T) -> T {
-    let deadline = Instant::now() + WAIT_MAX;
-    loop {
-        let leader = cluster.wait_for_leader(None, WAIT_MAX).await.unwrap();
-        match cluster.node(leader).read_linearizable(read).await {
-            Ok(answer) => return answer,
-            Err(RaftReadError::ForwardToLeader { .. }) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(error) => panic!("linearizable read on the leader failed: {error:?}"),
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_superpeers_replicate_and_end_byte_equal() {
     let cluster = Cluster::start(3, test_config).await;
@@ -64,7 +46,7 @@ async fn three_superpeers_replicate_and_end_byte_equal() {
     for index in 0..50 {
         cluster.write(name_command(index)).await;
     }
-    assert!(read_on_leader(&cluster, |state| has_names(state, 50)).await);
+    assert!(cluster.read_on_leader(|state| has_names(state, 50)).await);
     cluster.wait_converged().await;
     let snapshots = cluster.snapshots();
     assert_eq!(snapshots.len(), 3);
@@ -183,7 +165,7 @@ async fn full_restart_of_three_keeps_every_committed_command() {
     for index in 0..45 {
         cluster.write(name_command(index)).await;
     }
-    let before = read_on_leader(&cluster, MetaState::snapshot).await;
+    let before = cluster.read_on_leader(MetaState::snapshot).await;
     // Every member knows the commit point (it saves it), so each re-applies everything.
     cluster.wait_converged().await;
     for id in 1..=3 {
@@ -200,7 +182,7 @@ async fn full_restart_of_three_keeps_every_committed_command() {
             node.node_id()
         );
     }
-    let after = read_on_leader(&cluster, MetaState::snapshot).await;
+    let after = cluster.read_on_leader(MetaState::snapshot).await;
     assert_eq!(after, before);
     cluster.write(name_command(45)).await;
     cluster.wait_converged().await;

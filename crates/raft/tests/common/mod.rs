@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use myriad_meta::{Command, MetaState, Response};
-use myriad_raft::{MetaRaft, RaftConfig, RaftRole, RaftTransport, RaftWriteError, TransportError};
+use myriad_raft::{
+    MetaRaft, RaftConfig, RaftReadError, RaftRole, RaftTransport, RaftWriteError, TransportError,
+};
 use myriad_types::ChunkId;
 
 /// How long any single wait of a test may take before it fails.
@@ -220,6 +222,28 @@ impl Cluster {
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A linearizable read on whoever leads now. With 150–300 ms election timeouts a
+    /// loaded machine can move the leadership between finding the leader and asking it;
+    /// the old leader then answers `ForwardToLeader` and the read is asked again (bounded
+    /// by [`WAIT_MAX`]). Any other error fails the test.
+    pub async fn read_on_leader<T>(&self, read: impl Fn(&MetaState) -> T) -> T {
+        let deadline = Instant::now() + WAIT_MAX;
+        loop {
+            let leader = self.wait_for_leader(None, WAIT_MAX).await.unwrap();
+            match self
+                .node(leader)
+                .read_linearizable(|state| read(state))
+                .await
+            {
+                Ok(answer) => return answer,
+                Err(RaftReadError::ForwardToLeader { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => panic!("linearizable read on the leader failed: {error:?}"),
+            }
         }
     }
 
